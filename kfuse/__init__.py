@@ -1,0 +1,36 @@
+"""kfuse: automatic kernel fusion for memory-bound GPU pipelines."""
+
+from kfuse.errors import (
+    BackendUnavailable,
+    BindError,
+    BoundaryError,
+    CompileError,
+    CycleError,
+    DslError,
+    DtypeError,
+    KfuseError,
+    LaunchError,
+    ShapeError,
+    ValidationError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailable",
+    "BindError",
+    "BoundaryError",
+    "CompileError",
+    "CycleError",
+    "DslError",
+    "DtypeError",
+    "KfuseError",
+    "LaunchError",
+    "ShapeError",
+    "ValidationError",
+]
+
+from kfuse.dsl import *  # noqa: E402,F403 - the DSL is kfuse's front door
+from kfuse.dsl import __all__ as _dsl_all  # noqa: E402
+
+__all__ += _dsl_all

@@ -1,0 +1,256 @@
+"""Emit an expression tree as C statements, one named value per distinct subexpression.
+
+Reads become loads with boundary-mapped indices (each index computed once per axis and
+offset); identical subtrees are emitted once (common-subexpression elimination).
+"""
+
+from __future__ import annotations
+
+import re
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kfuse.ir.expr import (
+    C_TYPES,
+    Binary,
+    Cast,
+    Const,
+    Coord,
+    Expr,
+    Load,
+    Param,
+    Select,
+    Unary,
+    format_value,
+)
+from kfuse.ir.graph import Graph
+
+C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern
+float for goto if int long register return short signed sizeof static struct switch typedef union
+unsigned void volatile while bool true false class new delete this template typename namespace
+operator private public protected virtual friend inline asm dim3 threadIdx blockIdx blockDim
+gridDim warpSize min max""".split())
+
+_FLOAT_FUNCTIONS = {
+    "sqrt": "sqrt", "rsqrt": "rsqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",
+    "tanh": "tanh", "abs": "fabs", "floor": "floor", "ceil": "ceil", "min": "fmin",
+    "max": "fmax", "pow": "pow",
+}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
+          "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+
+
+# Names generated code uses for its own variables; a buffer named like one gets a suffix.
+_GENERATED_NAME = re.compile(r"^(v\d+|ld\d+_\w*|n_\w*|p_\w*|i[xyz]?|i[xyz]_\w*|in_\w*|acc|row|"
+                             r"rows|r|j|count|length|outputs|tid|kf_\w*)$")
+
+
+def c_name(name: str) -> str:
+    """A C identifier for a buffer, parameter or size symbol."""
+    clean = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    if clean in C_KEYWORDS or _GENERATED_NAME.match(clean):
+        return clean + "_buf"
+    return clean
+
+
+def coord_names(ndim: int) -> tuple[str, ...]:
+    """C variables holding the coordinates of a point, outermost axis first."""
+    return {0: (), 1: ("ix",), 2: ("iy", "ix"), 3: ("iz", "iy", "ix")}[ndim]
+
+
+def size_var(symbol: str) -> str:
+    return "n_" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in symbol)
+
+
+def param_var(name: str) -> str:
+    return "p_" + name
+
+
+def function_name(op: str, dtype: str) -> str:
+    """The C math function for ``op`` on ``dtype`` (float32 gets the ``f`` suffix)."""
+    if dtype == "int32":
+        return {"abs": "abs", "min": "min", "max": "max"}[op]
+    base = _FLOAT_FUNCTIONS[op]
+    return base + "f" if dtype == "float32" else base
+
+
+def structural_key(node: Expr, child_keys: tuple) -> tuple:
+    """A hashable key equal for structurally identical nodes."""
+    if isinstance(node, Const):
+        return ("const", node.value, node.dtype)
+    if isinstance(node, Param):
+        return ("param", node.name)
+    if isinstance(node, Coord):
+        return ("coord", node.axis)
+    if isinstance(node, Load):
+        return ("load", node.buffer, node.offsets, node.dims, node.boundary)
+    if isinstance(node, Unary):
+        return ("unary", node.op, node.dtype, child_keys)
+    if isinstance(node, Binary):
+        return ("binary", node.op, node.dtype, child_keys)
+    if isinstance(node, Select):
+        return ("select", node.dtype, child_keys)
+    if isinstance(node, Cast):
+        return ("cast", node.dtype, child_keys)
+    raise TypeError(f"unknown expression node {type(node).__name__}")
+
+
+@dataclass
+class ExprEmitter:
+    """Turns bodies into C statements for one kernel.
+
+    ``coords[d]`` is the C variable holding the coordinate along iteration axis ``d``;
+    ``flat_index`` (optional) addresses identity reads of buffers shaped like the domain;
+    ``load_hook`` may replace how a read is answered (fused kernels use it).
+    """
+
+    graph: Graph
+    coords: tuple[str, ...]
+    domain: tuple[str, ...]
+    flat_index: str | None = None
+    load_hook: Callable[[Load, ExprEmitter], str | None] | None = None
+    lines: list[str] = field(default_factory=list)
+    _values: dict[tuple, str] = field(default_factory=dict)
+    _indices: dict[tuple, str] = field(default_factory=dict)
+    _counter: int = 0
+    _last_buffer: str = ""
+
+    def fresh(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def emit(self, body: Expr) -> str:
+        """Append the statements computing ``body``; return the C variable holding it."""
+        keys: dict[int, tuple] = {}
+        names: dict[int, str] = {}
+        for node in body.walk():
+            key = structural_key(node, tuple(keys[id(c)] for c in node.children()))
+            keys[id(node)] = key
+            if key not in self._values:
+                self._values[key] = self._emit_node(node, [names[id(c)] for c in node.children()])
+            names[id(node)] = self._values[key]
+        return names[id(body)]
+
+    def _define(self, dtype: str, text: str, prefix: str = "v") -> str:
+        name = self.fresh(prefix)
+        if prefix == "ld":
+            name = f"{name}_{self._last_buffer}"
+        self.lines.append(f"const {C_TYPES[dtype]} {name} = {text};")
+        return name
+
+    def _emit_node(self, node: Expr, args: list[str]) -> str:
+        if isinstance(node, Const):
+            return format_value(node.value, node.dtype)
+        if isinstance(node, Param):
+            return param_var(node.name)
+        if isinstance(node, Coord):
+            return self.coords[node.axis]
+        if isinstance(node, Load):
+            if self.load_hook is not None:
+                answered = self.load_hook(node, self)
+                if answered is not None:
+                    return answered
+            self._last_buffer = node.buffer
+            return self._define(node.dtype, self.load_text(node), prefix="ld")
+        if isinstance(node, Unary):
+            if node.op == "neg":
+                return self._define(node.dtype, f"-{args[0]}")
+            if node.op == "not":
+                return self._define(node.dtype, f"!{args[0]}")
+            if node.op == "rsqrt" and node.dtype == "int32":
+                raise TypeError("rsqrt of int")
+            return self._define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
+        if isinstance(node, Binary):
+            if node.op in _INFIX:
+                return self._define(node.dtype, f"{args[0]} {_INFIX[node.op]} {args[1]}")
+            operand = node.a.dtype
+            return self._define(node.dtype,
+                                f"{function_name(node.op, operand)}({args[0]}, {args[1]})")
+        if isinstance(node, Select):
+            return self._define(node.dtype, f"{args[0]} ? {args[1]} : {args[2]}")
+        if isinstance(node, Cast):
+            return self._define(node.dtype, f"({C_TYPES[node.dtype]})({args[0]})")
+        raise TypeError(f"unknown expression node {type(node).__name__}")
+
+    # -- reads -------------------------------------------------------------------------------
+    def load_text(self, load: Load) -> str:
+        """C expression reading ``load`` (with the boundary mode applied)."""
+        buffer = self.graph.buffers[load.buffer]
+        pointer = c_name(load.buffer)
+        if buffer.ndim == 0:
+            return f"{pointer}[0]"
+        identity = load.dims == tuple(range(len(self.domain))) and load.is_centered
+        if identity and self.flat_index is not None:
+            return f"{pointer}[{self.flat_index}]"
+        indices, inside = [], []
+        for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
+            size = size_var(buffer.shape[axis])
+            index, flag = self._index(self.coords[dim], offset, size, load)
+            indices.append(index)
+            if flag:
+                inside.append(flag)
+        address = indices[0] if buffer.ndim == 1 else f"(kf_index_t){indices[0]}"
+        for axis in range(1, buffer.ndim):
+            address = f"({address}) * {size_var(buffer.shape[axis])} + {indices[axis]}"
+        read = f"{pointer}[{address}]"
+        if inside:
+            value = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
+            return f"({' && '.join(inside)}) ? {read} : {value}"
+        return read
+
+    def _index(self, coord: str, offset: int, size: str, load: Load) -> tuple[str, str | None]:
+        """(index variable, inside-flag variable or None) for one axis of a read."""
+        if offset == 0:
+            return coord, None
+        mode = load.boundary.mode if load.boundary else "clamp"
+        shifted = f"{coord} {'+' if offset > 0 else '-'} {abs(offset)}"
+        tag = f"{'p' if offset > 0 else 'm'}{abs(offset)}"
+        key = (coord, offset, size, mode)
+        if key not in self._indices:
+            function = {"clamp": "kf_clamp", "mirror": "kf_mirror", "repeat": "kf_repeat",
+                        "constant": "kf_clamp"}[mode]
+            name = f"{coord}_{tag}_{mode}"
+            self.lines.append(f"const int {name} = {function}({shifted}, {size});")
+            self._indices[key] = name
+        flag = None
+        if mode == "constant":
+            flag_key = (coord, offset, size, "inside")
+            if flag_key not in self._indices:
+                name = f"in_{coord}_{tag}"
+                self.lines.append(f"const bool {name} = kf_inside({shifted}, {size});")
+                self._indices[flag_key] = name
+            flag = self._indices[flag_key]
+        return self._indices[key], flag
+
+
+def param_list(graph: Graph, reads: list[str], writes: list[str], symbols: list[str],
+               scalars: list[str]) -> list[tuple[str, str, str, str, str]]:
+    """(C name, C type, role, ref, dtype) of a kernel's arguments, in a fixed order."""
+    result = []
+    for name in reads:
+        dtype = graph.buffers[name].dtype
+        result.append((c_name(name), f"const {C_TYPES[dtype]}* __restrict__", "input", name, dtype))
+    for name in writes:
+        dtype = graph.buffers[name].dtype
+        result.append((c_name(name), f"{C_TYPES[dtype]}* __restrict__", "output", name, dtype))
+    for symbol in symbols:
+        result.append((size_var(symbol), "const int", "size", symbol, "int32"))
+    for name in scalars:
+        dtype = graph.params[name]
+        result.append((param_var(name), f"const {C_TYPES[dtype]}", "param", name, dtype))
+    return result
+
+
+def indent(lines: list[str], depth: int) -> list[str]:
+    return [("  " * depth + line) if line else "" for line in lines]
+
+
+def sizes_of(graph: Graph, buffers: list[str], domain: tuple[str, ...]) -> list[str]:
+    """Size symbols a kernel needs: its domain's and those of the buffers it touches."""
+    symbols = list(domain)
+    for name in buffers:
+        for symbol in graph.buffers[name].shape:
+            if symbol not in symbols:
+                symbols.append(symbol)
+    return symbols

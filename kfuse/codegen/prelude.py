@@ -1,0 +1,106 @@
+"""The one prelude every generated source starts with.
+
+It makes the same text compile under NVRTC/nvcc (``__CUDACC__`` defined) and under the
+host C++ compiler with kfuse's CPU shim, and holds the small device helpers generated
+kernels share: boundary index maps, reduction combiners, block reductions and atomics.
+"""
+
+PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
+#if defined(__CUDACC__)
+  // GPU (NVRTC or nvcc)
+  #define KF_BAR_SYNC(id, count) asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory")
+  #define KF_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#else
+  // Host C++ compiler: every CUDA thread of a block is a real thread (kfuse CPU shim)
+  #include "kfuse_cpu_shim.h"
+#endif
+
+#define KF_KERNEL extern "C" __global__
+#define KF_DEVICE __device__ __forceinline__
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+#define KF_INT_MAX 2147483647
+#define KF_INT_MIN (-2147483647 - 1)
+
+// Boundary modes map an index that is at most one array length outside [0, n) back
+// inside (kfuse checks |offset| < n before launching).
+KF_DEVICE int kf_clamp(int i, int n) { return i < 0 ? 0 : (i >= n ? n - 1 : i); }
+KF_DEVICE int kf_mirror(int i, int n) { return i < 0 ? -i - 1 : (i >= n ? 2 * n - i - 1 : i); }
+KF_DEVICE int kf_repeat(int i, int n) { return i < 0 ? i + n : (i >= n ? i - n : i); }
+KF_DEVICE bool kf_inside(int i, int n) { return (unsigned)i < (unsigned)n; }
+
+// Reduction combiners: 0 = sum, 1 = min, 2 = max.
+template <int OP, typename T> KF_DEVICE T kf_combine(T a, T b) {
+  if (OP == 0) return a + b;
+  if (OP == 1) return b < a ? b : a;
+  return b > a ? b : a;
+}
+
+// Reduce a value over the whole thread block; the result is valid in thread 0.
+template <int OP, typename T> KF_DEVICE T kf_block_reduce(T value, T identity) {
+  __shared__ T kf_warp_partials[32];
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int threads = blockDim.x * blockDim.y * blockDim.z;
+  const int lane = tid & 31, warp = tid >> 5;
+  for (int delta = 16; delta > 0; delta >>= 1)
+    value = kf_combine<OP, T>(value, __shfl_down_sync(0xffffffffu, value, delta));
+  if (lane == 0) kf_warp_partials[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    value = lane < (threads + 31) / 32 ? kf_warp_partials[lane] : identity;
+    for (int delta = 16; delta > 0; delta >>= 1)
+      value = kf_combine<OP, T>(value, __shfl_down_sync(0xffffffffu, value, delta));
+  }
+  __syncthreads();  // kf_warp_partials may be reused by the next call
+  return value;
+}
+
+// Atomic combiners into an output element that was initialised with the identity.
+KF_DEVICE void kf_atomic_sum(float* out, float v) { atomicAdd(out, v); }
+KF_DEVICE void kf_atomic_sum(double* out, double v) { atomicAdd(out, v); }
+KF_DEVICE void kf_atomic_sum(int* out, int v) { atomicAdd(out, v); }
+KF_DEVICE void kf_atomic_min(int* out, int v) { atomicMin(out, v); }
+KF_DEVICE void kf_atomic_max(int* out, int v) { atomicMax(out, v); }
+KF_DEVICE void kf_atomic_min(float* out, float v) {
+  int* word = (int*)out;
+  int seen = *word, expected;
+  do {
+    expected = seen;
+    if (!(v < __int_as_float(expected))) return;
+    seen = atomicCAS(word, expected, __float_as_int(v));
+  } while (seen != expected);
+}
+KF_DEVICE void kf_atomic_max(float* out, float v) {
+  int* word = (int*)out;
+  int seen = *word, expected;
+  do {
+    expected = seen;
+    if (!(v > __int_as_float(expected))) return;
+    seen = atomicCAS(word, expected, __float_as_int(v));
+  } while (seen != expected);
+}
+KF_DEVICE void kf_atomic_min(double* out, double v) {
+  unsigned long long* word = (unsigned long long*)out;
+  unsigned long long seen = *word, expected;
+  do {
+    expected = seen;
+    if (!(v < __longlong_as_double((long long)expected))) return;
+    seen = atomicCAS(word, expected, (unsigned long long)__double_as_longlong(v));
+  } while (seen != expected);
+}
+KF_DEVICE void kf_atomic_max(double* out, double v) {
+  unsigned long long* word = (unsigned long long*)out;
+  unsigned long long seen = *word, expected;
+  do {
+    expected = seen;
+    if (!(v > __longlong_as_double((long long)expected))) return;
+    seen = atomicCAS(word, expected, (unsigned long long)__double_as_longlong(v));
+  } while (seen != expected);
+}
+// ===== end of kfuse prelude =====
+"""

@@ -1,0 +1,74 @@
+"""What code generation produces: CUDA C source plus how to launch each kernel in it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from math import prod
+
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One argument of a generated kernel.
+
+    ``role`` is ``input`` or ``output`` (a buffer pointer), ``size`` (an int size symbol)
+    or ``param`` (a runtime scalar); ``ref`` names the buffer, symbol or parameter.
+    """
+
+    name: str
+    ctype: str
+    role: str
+    ref: str
+    dtype: str = "int32"
+
+
+@dataclass(frozen=True)
+class GridAxis:
+    """Blocks along one grid axis: ceil(product of ``symbols`` / ``per_block``), at most ``cap``."""
+
+    symbols: tuple[str, ...] = ()
+    per_block: int = 1
+    cap: int = GRID_LIMITS[0]
+
+    def blocks(self, sizes: Mapping[str, int]) -> int:
+        extent = prod(sizes[s] for s in self.symbols) if self.symbols else 1
+        return max(1, min(self.cap, -(-extent // self.per_block)))
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One generated kernel: its C name, the IR operators it computes and its launch shape.
+
+    ``initial_values`` lists outputs that must hold a value before the launch (reductions
+    combine into them with atomics).
+    """
+
+    symbol: str
+    operators: tuple[str, ...]
+    params: tuple[KernelParam, ...]
+    block: tuple[int, int, int]
+    grid: tuple[GridAxis, GridAxis, GridAxis]
+    initial_values: tuple[tuple[str, float], ...] = ()
+    dynamic_shared_bytes: int = 0
+    uses_block_sync: bool = False
+
+    def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
+        return tuple(axis.blocks(sizes) for axis in self.grid)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Program:
+    """Generated source of a whole pipeline and its launches, in execution order."""
+
+    name: str
+    source: str
+    launches: tuple[LaunchSpec, ...]
+    wide_index: bool = False
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]

@@ -1,0 +1,37 @@
+"""The kfuse DSL: pipelines of point, local (stencil) and reduce operators."""
+
+from kfuse.dsl.functions import (
+    abs,
+    astype,
+    ceil,
+    clamp,
+    constant,
+    coord,
+    cos,
+    eq,
+    exp,
+    floor,
+    log,
+    max,
+    maximum,
+    min,
+    minimum,
+    mirror,
+    ne,
+    pow,
+    repeat,
+    rsqrt,
+    sin,
+    sqrt,
+    tanh,
+    where,
+)
+from kfuse.dsl.ops import convolve, local, point, reduce, reduce_max, reduce_min, reduce_sum
+from kfuse.dsl.pipeline import Array, Pipeline
+
+__all__ = [
+    "Array", "Pipeline", "abs", "astype", "ceil", "clamp", "constant", "convolve", "coord",
+    "cos", "eq", "exp", "floor", "local", "log", "max", "maximum", "min", "minimum", "mirror",
+    "ne", "point", "pow", "reduce", "reduce_max", "reduce_min", "reduce_sum", "repeat",
+    "rsqrt", "sin", "sqrt", "tanh", "where",
+]

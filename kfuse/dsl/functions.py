@@ -1,0 +1,99 @@
+"""Math functions usable in operator bodies (elementwise, on arrays or expressions)."""
+
+from __future__ import annotations
+
+from kfuse.ir.expr import Boundary, Coord, Expr, binary, cast, select, unary
+
+
+def sqrt(x: object) -> Expr:
+    return unary("sqrt", x)
+
+
+def rsqrt(x: object) -> Expr:
+    """1 / sqrt(x)."""
+    return unary("rsqrt", x)
+
+
+def exp(x: object) -> Expr:
+    return unary("exp", x)
+
+
+def log(x: object) -> Expr:
+    return unary("log", x)
+
+
+def sin(x: object) -> Expr:
+    return unary("sin", x)
+
+
+def cos(x: object) -> Expr:
+    return unary("cos", x)
+
+
+def tanh(x: object) -> Expr:
+    return unary("tanh", x)
+
+
+def abs(x: object) -> Expr:  # noqa: A001 - mirrors numpy's name
+    return unary("abs", x)
+
+
+def floor(x: object) -> Expr:
+    return unary("floor", x)
+
+
+def ceil(x: object) -> Expr:
+    return unary("ceil", x)
+
+
+def minimum(a: object, b: object) -> Expr:
+    """Elementwise minimum of two operands."""
+    return binary("min", a, b)
+
+
+def maximum(a: object, b: object) -> Expr:
+    """Elementwise maximum of two operands."""
+    return binary("max", a, b)
+
+
+min = minimum  # noqa: A001 - elementwise, as the issue names them
+max = maximum  # noqa: A001
+
+
+def pow(base: object, exponent: object) -> Expr:  # noqa: A001
+    return binary("pow", base, exponent)
+
+
+def where(condition: object, if_true: object, if_false: object) -> Expr:
+    """Select ``if_true`` where ``condition`` holds, else ``if_false``."""
+    return select(condition, if_true, if_false)
+
+
+
+def eq(a: object, b: object) -> Expr:
+    """Elementwise ``a == b`` (``==`` itself is not overloaded)."""
+    return binary("eq", a, b)
+
+
+def ne(a: object, b: object) -> Expr:
+    return binary("ne", a, b)
+
+
+def astype(x: object, dtype: object) -> Expr:
+    """Cast to float32, float64, int32 or bool."""
+    return cast(x, dtype)
+
+
+def coord(axis: int) -> Expr:
+    """The integer coordinate of the current point along ``axis``."""
+    return Coord(axis)
+
+
+def constant(value: float) -> Boundary:
+    """Boundary mode: reads outside the array give ``value``."""
+    return Boundary("constant", float(value))
+
+
+clamp = Boundary("clamp")
+mirror = Boundary("mirror")
+repeat = Boundary("repeat")

@@ -1,0 +1,306 @@
+"""Pipelines and symbolic arrays: what the user writes.
+
+A :class:`Pipeline` collects named inputs, runtime parameters and operators; each
+operator returns a new symbolic :class:`Array`. Sizes are symbols unified as operators
+combine arrays and bound when the pipeline is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kfuse.dsl.source import UserLine, user_line
+from kfuse.errors import DslError, ShapeError
+from kfuse.ir.expr import (
+    Boundary,
+    Expr,
+    Load,
+    Param,
+    as_boundary,
+    as_expr,
+    normalize_dtype,
+    register_converter,
+    resolve_weak_constants,
+    transform,
+)
+from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction
+
+
+class Array:
+    """A symbolic array of a pipeline: an input or the result of an operator.
+
+    Arithmetic on arrays builds expressions read at the current point; ``x.at(dy, dx)``
+    reads at a constant offset (a stencil tap) with an optional boundary mode.
+    """
+
+    def __init__(self, pipeline: Pipeline, name: str, dtype: str, shape: tuple[str, ...]):
+        self.pipeline = pipeline
+        self.name = name
+        self.dtype = dtype
+        self._shape = shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def shape(self) -> tuple[str, ...]:
+        """Size symbols (bound to numbers when the pipeline runs)."""
+        return tuple(self.pipeline._find(s) for s in self._shape)
+
+    def at(self, *offsets: int, boundary: object = None, dims: Sequence[int] | None = None) -> Load:
+        """Read at constant integer ``offsets`` from the current point, one per axis.
+
+        ``boundary`` (clamp, mirror, repeat, constant(v)) answers reads outside the array;
+        left out, the operator's default applies. ``dims`` says which iteration axis indexes
+        each array axis (for broadcast reads); left out, the identity.
+        """
+        if len(offsets) == 1 and isinstance(offsets[0], (tuple, list)):
+            offsets = tuple(offsets[0])
+        if len(offsets) != self.ndim:
+            raise DslError(f"'{self.name}' is {self.ndim}-D: give {self.ndim} offsets, "
+                           f"got {len(offsets)}", where=_where())
+        for offset in offsets:
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise DslError(f"offsets must be constant integers, got {offset!r}",
+                               where=_where())
+        dims = tuple(range(self.ndim)) if dims is None else tuple(dims)
+        if len(dims) != self.ndim:
+            raise DslError(f"'{self.name}' is {self.ndim}-D: dims needs {self.ndim} entries",
+                           where=_where())
+        bound = None if boundary is None else as_boundary(boundary)
+        return Load(self.name, self.dtype, tuple(int(o) for o in offsets), dims, bound,
+                    self.pipeline)
+
+    def expr(self) -> Load:
+        """This array read at the current point."""
+        return Load(self.name, self.dtype, (0,) * self.ndim, tuple(range(self.ndim)),
+                    None, self.pipeline)
+
+    def __repr__(self) -> str:
+        return f"Array({self.name!r}, {self.dtype}, shape={self.shape})"
+
+    def __bool__(self) -> bool:
+        raise DslError("a kfuse array has no truth value at trace time")
+
+
+# Arithmetic on an array is arithmetic on the array read at the current point.
+_ARITHMETIC = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+               "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__lt__", "__le__",
+               "__gt__", "__ge__", "__and__", "__rand__", "__or__", "__ror__", "__neg__",
+               "__pos__", "__invert__", "__abs__", "__floordiv__", "__rfloordiv__",
+               "__mod__", "__rmod__")
+
+
+def _forward(method: str):
+    def forwarded(self: Array, *args: Any) -> Expr:
+        return getattr(self.expr(), method)(*args)
+    forwarded.__name__ = method
+    return forwarded
+
+
+for _method in _ARITHMETIC:
+    setattr(Array, _method, _forward(_method))
+del _method
+
+register_converter(lambda value: value.expr() if isinstance(value, Array) else None)
+
+
+def _where() -> str | None:
+    line = user_line()
+    return str(line) if line else None
+
+
+class Pipeline:
+    """A named pipeline of operators with named inputs, parameters and outputs."""
+
+    def __init__(self, name: str):
+        if not name.isidentifier():
+            raise DslError(f"pipeline name must be an identifier, got {name!r}")
+        self.name = name
+        self._inputs: dict[str, Array] = {}
+        self._params: dict[str, str] = {}
+        self._arrays: dict[str, Array] = {}
+        self._kernels: list[Kernel] = []
+        self._outputs: list[str] = []
+        self._parent: dict[str, str] = {}
+        self._fusion_groups: list[list[str]] | None = None
+
+    # -- declarations ----------------------------------------------------------------------
+    def input(self, name: str, ndim: int | None = None, dtype: object = "float32",
+              shape: Sequence[str] | None = None) -> Array:
+        """Declare an input array of ``ndim`` dimensions (or named size symbols ``shape``)."""
+        self._check_new_name(name)
+        if shape is None:
+            if ndim is None or ndim not in (0, 1, 2, 3):
+                raise DslError(f"input '{name}': give ndim (0 to 3) or shape", where=_where())
+            shape = tuple(f"{name}.{axis}" for axis in range(ndim))
+        shape = tuple(str(s) for s in shape)
+        if ndim is not None and len(shape) != ndim:
+            raise DslError(f"input '{name}': ndim={ndim} but shape has {len(shape)} sizes",
+                           where=_where())
+        if len(shape) > 3:
+            raise DslError(f"input '{name}': at most 3 dimensions are supported", where=_where())
+        array = Array(self, name, normalize_dtype(dtype), shape)
+        self._inputs[name] = array
+        self._arrays[name] = array
+        return array
+
+    def param(self, name: str, dtype: object = "float32") -> Param:
+        """Declare a runtime scalar parameter, given by name when the pipeline runs."""
+        self._check_new_name(name)
+        self._params[name] = normalize_dtype(dtype)
+        return Param(name, self._params[name])
+
+    def output(self, *arrays: Array) -> None:
+        """Mark arrays as outputs of the pipeline (returned by name when it runs)."""
+        for array in arrays:
+            if not isinstance(array, Array) or array.pipeline is not self:
+                raise DslError("output() takes arrays of this pipeline", where=_where())
+            if array.name not in self._outputs:
+                self._outputs.append(array.name)
+
+    def _check_new_name(self, name: str) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise DslError(f"names must be identifiers, got {name!r}", where=_where())
+        if name in self._arrays or name in self._params:
+            raise DslError(f"the name '{name}' is already used in pipeline '{self.name}'",
+                           where=_where())
+
+    # -- size symbols (union-find) -----------------------------------------------------------
+    def _find(self, symbol: str) -> str:
+        root = symbol
+        while self._parent.get(root, root) != root:
+            root = self._parent[root]
+        return root
+
+    def _unify(self, a: str, b: str) -> None:
+        root_a, root_b = self._find(a), self._find(b)
+        if root_a != root_b:
+            keep, drop = sorted((root_a, root_b))
+            self._parent[drop] = keep
+
+    # -- operators -------------------------------------------------------------------------
+    def add_kernel(self, kind: str, body: object, *, name: str | None, line: UserLine | None,
+                   reduction_op: str | None = None, reduce_axes: Sequence[int] | None = None,
+                   shape: Sequence[str] | None = None, default_boundary: Boundary | None = None,
+                   dtype: object = None) -> Array:
+        """Record one operator and return the array it produces (used by kfuse.dsl.ops)."""
+        where = str(line) if line else None
+        name = self._operator_name(name, kind, line)
+        body = as_expr(body)
+        body = transform(body, lambda n: self._own_load(n, name, where, default_boundary))
+        if dtype is not None:
+            from kfuse.ir.expr import cast
+            body = cast(body, dtype)
+        domain = self._infer_domain(body, name, where, shape)
+        body = resolve_weak_constants(body, "float32")
+        reduction = None
+        out_shape = domain
+        if reduction_op is not None:
+            axes = tuple(range(len(domain))) if reduce_axes is None else tuple(reduce_axes)
+            reduction = Reduction(reduction_op, axes)
+            out_shape = tuple(s for axis, s in enumerate(domain) if axis not in axes)
+        kernel = Kernel(name, kind, domain, body, (name,), reduction, None, where)
+        self._kernels.append(kernel)
+        array = Array(self, name, body.dtype, out_shape)
+        self._arrays[name] = array
+        return array
+
+    def _operator_name(self, name: str | None, kind: str, line: UserLine | None) -> str:
+        if name is not None:
+            self._check_new_name(name)
+            return name
+        base = (line.assigned_name if line else None) or kind
+        candidate, counter = base, 2
+        while candidate in self._arrays or candidate in self._params:
+            candidate, counter = f"{base}_{counter}", counter + 1
+        return candidate
+
+    def _own_load(self, node: Expr, operator: str, where: str | None,
+                  default: Boundary | None) -> Expr | None:
+        if isinstance(node, Param):
+            if node.name not in self._params:
+                raise DslError(f"parameter '{node.name}' belongs to another pipeline",
+                               operator=operator, where=where)
+            return None
+        if not isinstance(node, Load):
+            return None
+        if node.origin is not self or node.buffer not in self._arrays:
+            raise DslError(f"array '{node.buffer}' does not belong to pipeline '{self.name}'",
+                           operator=operator, where=where)
+        if node.boundary is None and not node.is_centered:
+            if default is None:
+                raise DslError(f"reads '{node.buffer}' at offsets {node.offsets}: "
+                               "use kfuse.local() for stencils", operator=operator, where=where)
+            return Load(node.buffer, node.dtype, node.offsets, node.dims, default, node.origin)
+        return None
+
+    def _infer_domain(self, body: Expr, operator: str, where: str | None,
+                      shape: Sequence[str] | None) -> tuple[str, ...]:
+        from kfuse.ir.expr import loads
+        reads = loads(body)
+        if shape is not None:
+            domain = tuple(str(s) for s in shape)
+        else:
+            identity = [ld for ld in reads if ld.dims == tuple(range(len(ld.dims)))]
+            if not identity:
+                raise DslError("cannot tell the iteration space: the operator reads no array "
+                               "at the current point; pass shape=", operator=operator,
+                               where=where)
+            ndim = max(len(ld.dims) for ld in identity)
+            first = next(ld for ld in identity if len(ld.dims) == ndim)
+            domain = self._arrays[first.buffer].shape
+        for load in reads:
+            array = self._arrays[load.buffer]
+            if array.ndim == 0:
+                continue
+            if load.dims == tuple(range(array.ndim)) and array.ndim != len(domain):
+                raise ShapeError(f"mixes a {len(domain)}-D iteration space with {array.ndim}-D "
+                                 f"array '{array.name}'; read it with .at(..., dims=...) to "
+                                 "broadcast", operator=operator, where=where)
+            for axis, dim in enumerate(load.dims):
+                if dim >= len(domain):
+                    raise ShapeError(f"dims of '{array.name}' name axis {dim} of a "
+                                     f"{len(domain)}-D iteration space", operator=operator,
+                                     where=where)
+                self._unify(array._shape[axis], domain[dim])
+        return tuple(self._find(s) for s in domain)
+
+    # -- the IR ----------------------------------------------------------------------------
+    def graph(self) -> Graph:
+        """The validated IR graph of this pipeline."""
+        buffers = {name: Buffer(name, array.dtype, array.shape)
+                   for name, array in self._arrays.items()}
+        kernels = tuple(
+            Kernel(k.name, k.kind, tuple(self._find(s) for s in k.domain), k.body, k.writes,
+                   k.reduction, k.opaque, k.where)
+            for k in self._kernels
+        )
+        graph = Graph(self.name, buffers, kernels, tuple(self._inputs), tuple(self._outputs),
+                      dict(self._params))
+        return graph.validate()
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self._outputs)
+
+    @property
+    def params(self) -> Mapping[str, str]:
+        return dict(self._params)
+
+    def run(self, backend: str = "auto", **arrays_and_params: Any) -> dict[str, Any]:
+        """Run the pipeline on the given inputs and parameters; return outputs by name."""
+        from kfuse.runtime import run_graph
+        return run_graph(self.graph(), arrays_and_params, backend=backend)
+
+    __call__ = run
+
+    def __repr__(self) -> str:
+        return (f"Pipeline({self.name!r}, inputs={list(self._inputs)}, "
+                f"operators={[k.name for k in self._kernels]}, outputs={self._outputs})")

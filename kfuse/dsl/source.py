@@ -1,0 +1,43 @@
+"""Find the user's own line of code, for error messages and default operator names."""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+_ASSIGNMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
+
+
+@dataclass(frozen=True)
+class UserLine:
+    """A location in the user's code: ``file:line`` and the text of the line."""
+
+    filename: str
+    lineno: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{Path(self.filename).name}:{self.lineno}: {self.text.strip()}"
+
+    @property
+    def assigned_name(self) -> str | None:
+        """The variable the line assigns to (``dx = ...`` gives ``dx``), if any."""
+        match = _ASSIGNMENT.match(self.text)
+        return match.group(1) if match else None
+
+
+def user_line() -> UserLine | None:
+    """The innermost stack frame outside the kfuse package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        resolved = str(Path(filename).resolve()) if not filename.startswith("<") else filename
+        if not resolved.startswith(_PACKAGE_DIR) or "/kfuse/apps/" in resolved:
+            text = linecache.getline(filename, frame.f_lineno)
+            return UserLine(filename, frame.f_lineno, text)
+        frame = frame.f_back
+    return None

@@ -1,0 +1,63 @@
+"""Errors raised by kfuse.
+
+Every error a user can cause is a :class:`KfuseError`; each kind of mistake has its own
+subclass so callers can catch precisely. Errors that concern one operator name it and,
+when known, the line of the user's code that created it.
+"""
+
+from __future__ import annotations
+
+
+class KfuseError(Exception):
+    """Base class of every error kfuse raises on purpose."""
+
+    def __init__(self, message: str, *, operator: str | None = None, where: str | None = None):
+        self.operator = operator
+        self.where = where
+        parts = []
+        if operator:
+            parts.append(f"operator '{operator}'")
+        if where:
+            parts.append(f"at {where}")
+        prefix = (", ".join(parts) + ": ") if parts else ""
+        super().__init__(prefix + message)
+
+
+class DslError(KfuseError):
+    """A pipeline was written wrongly (bad argument, unknown function, misuse of an operator)."""
+
+
+class DtypeError(KfuseError):
+    """Element types do not fit (unsupported dtype, mixing that has no meaning)."""
+
+
+class ShapeError(KfuseError):
+    """Array shapes do not fit (inconsistent bound sizes, offsets larger than the array)."""
+
+
+class BoundaryError(KfuseError):
+    """A boundary mode is unknown or used where it cannot apply."""
+
+
+class ValidationError(KfuseError):
+    """The pipeline graph is malformed: cycles, undefined or unused inputs, missing outputs."""
+
+
+class CycleError(ValidationError):
+    """The pipeline's data dependencies form a cycle."""
+
+
+class BindError(KfuseError):
+    """Arrays or parameters given at call time do not match the pipeline's declaration."""
+
+
+class CompileError(KfuseError):
+    """Generated code failed to compile; the message carries the compiler log."""
+
+
+class BackendUnavailable(KfuseError):
+    """A backend was requested that cannot run here (no GPU, no CuPy, no C++ compiler)."""
+
+
+class LaunchError(KfuseError):
+    """A generated kernel failed while running."""

@@ -1,0 +1,20 @@
+"""The intermediate representation: kernels, buffers, accesses and derived graph views."""
+
+from kfuse.ir.expr import (
+    Binary,
+    Boundary,
+    Cast,
+    Const,
+    Coord,
+    Expr,
+    Load,
+    Param,
+    Select,
+    Unary,
+)
+from kfuse.ir.graph import Access, Buffer, Graph, Kernel, OpaqueSpec, Reduction
+
+__all__ = [
+    "Access", "Binary", "Boundary", "Buffer", "Cast", "Const", "Coord", "Expr", "Graph",
+    "Kernel", "Load", "OpaqueSpec", "Param", "Reduction", "Select", "Unary",
+]

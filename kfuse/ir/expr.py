@@ -1,0 +1,434 @@
+"""Expression trees: the body of every kernel.
+
+An expression is an immutable tree evaluated at one point of a kernel's iteration space.
+Leaves read arrays (`Load`, with constant offsets and a boundary mode), runtime scalar
+parameters (`Param`), constants and coordinates. Inner nodes are arithmetic, comparisons,
+math functions, selects and casts. Operator overloading builds trees; `==` is not
+overloaded (nodes stay hashable), use :func:`kfuse.dsl.eq` instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from kfuse.errors import BoundaryError, DslError, DtypeError
+
+FLOAT_DTYPES = ("float32", "float64")
+DTYPES = ("float32", "float64", "int32", "bool")
+
+# C type of each dtype in generated code.
+C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "bool"}
+ITEM_SIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
+
+
+def normalize_dtype(dtype: object) -> str:
+    """Map anything dtype-like (``"float32"``, ``numpy.float32``, ``numpy.dtype``) to our name."""
+    name = getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
+    aliases = {"float": "float32", "f4": "float32", "f8": "float64", "double": "float64",
+               "int": "int32", "i4": "int32", "bool_": "bool"}
+    name = aliases.get(name, name)
+    if name not in DTYPES:
+        raise DtypeError(f"unsupported dtype {dtype!r}; kfuse supports {', '.join(DTYPES)}")
+    return name
+
+
+# ---------------------------------------------------------------------------------------------
+# Boundary modes
+# ---------------------------------------------------------------------------------------------
+
+BOUNDARY_MODES = ("clamp", "mirror", "repeat", "constant")
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """How a read outside the array is answered.
+
+    clamp: nearest valid element; mirror: reflection that repeats the edge element
+    (-1 -> 0, n -> n-1); repeat: periodic; constant: the given value, no load.
+    """
+
+    mode: str
+    value: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in BOUNDARY_MODES:
+            raise BoundaryError(
+                f"unknown boundary mode {self.mode!r}; use one of {', '.join(BOUNDARY_MODES)}"
+            )
+        if self.mode != "constant" and self.value != 0.0:
+            raise BoundaryError(f"boundary mode {self.mode!r} takes no value")
+
+    def __str__(self) -> str:
+        return f"constant({self.value:g})" if self.mode == "constant" else self.mode
+
+
+def as_boundary(spec: object) -> Boundary:
+    """Accept a :class:`Boundary`, a mode name, or ``("constant", value)``."""
+    if isinstance(spec, Boundary):
+        return spec
+    if isinstance(spec, str):
+        if spec == "constant":
+            return Boundary("constant", 0.0)
+        return Boundary(spec)
+    if isinstance(spec, tuple) and len(spec) == 2 and spec[0] == "constant":
+        return Boundary("constant", float(spec[1]))
+    raise BoundaryError(f"cannot read {spec!r} as a boundary mode; use one of {BOUNDARY_MODES}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes
+# ---------------------------------------------------------------------------------------------
+
+UNARY_FUNCTIONS = ("neg", "not", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "abs",
+                   "floor", "ceil")
+BINARY_OPERATORS = ("add", "sub", "mul", "div", "min", "max", "pow",
+                    "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+LOGICAL = ("and", "or")
+FLOAT_ONLY = ("sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "floor", "ceil", "pow", "div")
+
+
+class Expr:
+    """Base of all expression nodes. Subclasses are frozen dataclasses with a ``dtype``."""
+
+    dtype: str
+
+    def children(self) -> tuple[Expr, ...]:
+        return ()
+
+    def replace_children(self, children: tuple[Expr, ...]) -> Expr:
+        return self
+
+    def walk(self) -> Iterator[Expr]:
+        """Every node of the tree, each distinct node once, children before parents."""
+        seen: set[int] = set()
+        stack: list[tuple[Expr, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                yield node
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(node.children()))
+
+    # -- operator overloading --------------------------------------------------------------
+    def __add__(self, other): return binary("add", self, other)
+    def __radd__(self, other): return binary("add", other, self)
+    def __sub__(self, other): return binary("sub", self, other)
+    def __rsub__(self, other): return binary("sub", other, self)
+    def __mul__(self, other): return binary("mul", self, other)
+    def __rmul__(self, other): return binary("mul", other, self)
+    def __truediv__(self, other): return binary("div", self, other)
+    def __rtruediv__(self, other): return binary("div", other, self)
+    def __pow__(self, other): return binary("pow", self, other)
+    def __rpow__(self, other): return binary("pow", other, self)
+    def __lt__(self, other): return binary("lt", self, other)
+    def __le__(self, other): return binary("le", self, other)
+    def __gt__(self, other): return binary("gt", self, other)
+    def __ge__(self, other): return binary("ge", self, other)
+    def __and__(self, other): return binary("and", self, other)
+    def __rand__(self, other): return binary("and", other, self)
+    def __or__(self, other): return binary("or", self, other)
+    def __ror__(self, other): return binary("or", other, self)
+    def __neg__(self): return unary("neg", self)
+    def __pos__(self): return self
+    def __invert__(self): return unary("not", self)
+    def __abs__(self): return unary("abs", self)
+
+    def __bool__(self) -> bool:
+        raise DslError("a kfuse expression has no truth value at trace time; "
+                       "use kfuse.where(cond, a, b) instead of if/else, and & | instead of and/or")
+
+    def __floordiv__(self, other):
+        raise DslError("'//' is not supported; use kfuse.floor(a / b)")
+
+    __rfloordiv__ = __floordiv__
+
+    def __mod__(self, other):
+        raise DslError("'%' is not supported in kfuse expressions")
+
+    __rmod__ = __mod__
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: float | int | bool
+    dtype: str
+    weak: bool = False  # a Python literal: adopts the dtype of the other operand
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True, eq=False)
+class Param(Expr):
+    """A runtime scalar parameter of the pipeline."""
+
+    name: str
+    dtype: str
+
+    def __repr__(self) -> str:
+        return f"${self.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Coord(Expr):
+    """The integer coordinate of the current point along one axis of the iteration space."""
+
+    axis: int
+    dtype: str = "int32"
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    """Read ``buffer`` at (current point + offsets).
+
+    ``dims[k]`` is the iteration axis that indexes array axis ``k`` (identity for a plain
+    read; fewer entries for a broadcast read, e.g. a vector read along one matrix axis).
+    ``boundary`` answers reads outside the array; ``None`` until the operator fills its default.
+    """
+
+    buffer: str
+    dtype: str
+    offsets: tuple[int, ...]
+    dims: tuple[int, ...]
+    boundary: Boundary | None = None
+    origin: object = field(default=None, compare=False, repr=False)  # the DSL pipeline
+
+    @property
+    def is_centered(self) -> bool:
+        return all(offset == 0 for offset in self.offsets)
+
+    def __repr__(self) -> str:
+        if self.is_centered:
+            return self.buffer
+        return f"{self.buffer}[{', '.join(f'{o:+d}' for o in self.offsets)}]"
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Expr):
+    op: str
+    x: Expr
+    dtype: str
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.x,)
+
+    def replace_children(self, children: tuple[Expr, ...]) -> Expr:
+        return Unary(self.op, children[0], self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def replace_children(self, children: tuple[Expr, ...]) -> Expr:
+        return Binary(self.op, children[0], children[1], self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: str
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.cond, self.a, self.b)
+
+    def replace_children(self, children: tuple[Expr, ...]) -> Expr:
+        return Select(children[0], children[1], children[2], self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    x: Expr
+    dtype: str
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.x,)
+
+    def replace_children(self, children: tuple[Expr, ...]) -> Expr:
+        return Cast(children[0], self.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Construction with type promotion
+# ---------------------------------------------------------------------------------------------
+
+# Objects that can stand for an expression (the DSL's symbolic arrays) register a converter.
+_converters: list[Callable[[object], Expr | None]] = []
+
+
+def register_converter(convert: Callable[[object], Expr | None]) -> None:
+    _converters.append(convert)
+
+
+def as_expr(value: object) -> Expr:
+    """Turn a Python number, an expression or a DSL array into an expression."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool):
+        return Const(value, "bool", weak=True)
+    if isinstance(value, int):
+        return Const(value, "int32", weak=True)
+    if isinstance(value, float):
+        return Const(value, "float32", weak=True)
+    for convert in _converters:
+        converted = convert(value)
+        if converted is not None:
+            return converted
+    type_name = type(value).__name__
+    raise DslError(f"cannot use a value of type {type_name} in a kfuse expression")
+
+
+def _rank(dtype: str) -> int:
+    return {"bool": 0, "int32": 1, "float32": 2, "float64": 3}[dtype]
+
+
+def promote(a: Expr, b: Expr) -> str:
+    """Result dtype of combining two operands (Python literals are weak)."""
+    a_weak = isinstance(a, Const) and a.weak
+    b_weak = isinstance(b, Const) and b.weak
+    if a_weak and not b_weak:
+        a, b = b, a
+        a_weak, b_weak = b_weak, a_weak
+    if b_weak and not a_weak:
+        if b.dtype == "float32" and a.dtype in ("int32", "bool"):
+            return "float32"
+        if b.dtype == "int32" and a.dtype == "bool":
+            return "int32"
+        return a.dtype
+    result = a.dtype if _rank(a.dtype) >= _rank(b.dtype) else b.dtype
+    return "int32" if result == "bool" else result
+
+
+def _coerce(node: Expr, dtype: str) -> Expr:
+    if node.dtype == dtype:
+        return node
+    if isinstance(node, Const):
+        value = {"bool": bool, "int32": int}.get(dtype, float)(node.value)
+        return Const(value, dtype)
+    return Cast(node, dtype)
+
+
+def binary(op: str, a: object, b: object) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    if op in LOGICAL:
+        if a.dtype != "bool" or b.dtype != "bool":
+            raise DtypeError(f"'{op}' needs two conditions (bool), got {a.dtype} and {b.dtype}")
+        return Binary(op, a, b, "bool")
+    operand = promote(a, b)
+    if op in FLOAT_ONLY and operand not in FLOAT_DTYPES:
+        operand = "float32"
+    a, b = _coerce(a, operand), _coerce(b, operand)
+    result = "bool" if op in COMPARISONS else operand
+    return Binary(op, a, b, result)
+
+
+def unary(op: str, x: object) -> Expr:
+    x = as_expr(x)
+    if op == "not":
+        if x.dtype != "bool":
+            raise DtypeError(f"'~' needs a condition (bool), got {x.dtype}")
+        return Unary(op, x, "bool")
+    dtype = x.dtype
+    if dtype == "bool":
+        dtype = "int32"
+    if op in FLOAT_ONLY and dtype not in FLOAT_DTYPES:
+        dtype = "float32"
+    return Unary(op, _coerce(x, dtype), dtype)
+
+
+def select(cond: object, a: object, b: object) -> Expr:
+    cond, a, b = as_expr(cond), as_expr(a), as_expr(b)
+    if cond.dtype != "bool":
+        raise DtypeError(f"where() needs a condition (bool) as first argument, got {cond.dtype}")
+    dtype = promote(a, b)
+    return Select(cond, _coerce(a, dtype), _coerce(b, dtype), dtype)
+
+
+def cast(x: object, dtype: object) -> Expr:
+    return _coerce(as_expr(x), normalize_dtype(dtype))
+
+
+def resolve_weak_constants(node: Expr, dtype: str) -> Expr:
+    """Give a bare literal a concrete dtype (a kernel whose whole body is a constant)."""
+    if isinstance(node, Const) and node.weak:
+        return _coerce(Const(node.value, node.dtype), dtype)
+    return node
+
+
+def transform(node: Expr, rewrite: Callable[[Expr], Expr | None]) -> Expr:
+    """Rebuild a tree bottom-up; ``rewrite`` returns a replacement node or ``None`` to keep."""
+    memo: dict[int, Expr] = {}
+
+    def visit(current: Expr) -> Expr:
+        key = id(current)
+        if key in memo:
+            return memo[key]
+        children = current.children()
+        if children:
+            new_children = tuple(visit(child) for child in children)
+            if any(n is not o for n, o in zip(new_children, children, strict=True)):
+                current = current.replace_children(new_children)
+        replaced = rewrite(current)
+        result = current if replaced is None else replaced
+        memo[key] = result
+        return result
+
+    return visit(node)
+
+
+def loads(node: Expr) -> list[Load]:
+    """Every distinct read of the tree, in first-visit order."""
+    return [n for n in node.walk() if isinstance(n, Load)]
+
+
+def params(node: Expr) -> list[Param]:
+    return [n for n in node.walk() if isinstance(n, Param)]
+
+
+def count_operations(node: Expr) -> dict[str, int]:
+    """Arithmetic (ALU) and special-function (SFU) operations of one evaluation."""
+    counts = {"alu": 0, "sfu": 0}
+    for n in node.walk():
+        if isinstance(n, Binary):
+            counts["sfu" if n.op in ("div", "pow") and n.dtype in FLOAT_DTYPES else "alu"] += 1
+        elif isinstance(n, Unary):
+            special = n.op in ("sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh")
+            counts["sfu" if special else "alu"] += 1
+        elif isinstance(n, Select):
+            counts["alu"] += 1
+    return counts
+
+
+def format_value(value: float | int | bool, dtype: str) -> str:
+    """A C literal for a constant of the given dtype."""
+    if dtype == "bool":
+        return "true" if value else "false"
+    if dtype == "int32":
+        return str(int(value))
+    value = float(value)
+    if math.isnan(value):
+        text = "NAN"
+    elif math.isinf(value):
+        text = "INFINITY" if value > 0 else "-INFINITY"
+    else:
+        text = repr(value)
+        if "e" not in text and "." not in text:
+            text += ".0"
+    if dtype == "float32" and text[-1].isdigit():
+        return text + "f"
+    return text if dtype == "float64" else f"((float){text})"

@@ -1,0 +1,47 @@
+"""Backends that execute a pipeline: ``cuda`` (GPU), ``cpu`` (host shim), ``numpy`` (truth)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kfuse.errors import BackendUnavailable
+from kfuse.ir.graph import Graph
+from kfuse.runtime.backend import Backend
+
+BACKENDS = ("cuda", "cpu", "numpy")
+
+
+def _backend_class(name: str) -> type[Backend]:
+    if name == "cuda":
+        from kfuse.runtime.cuda_backend import CudaBackend
+        return CudaBackend
+    if name == "cpu":
+        from kfuse.runtime.cpu_backend import CpuBackend
+        return CpuBackend
+    from kfuse.runtime.numpy_backend import NumpyBackend
+    return NumpyBackend
+
+
+def get_backend(name: str = "auto") -> Backend:
+    """The backend called ``name``; ``auto`` picks cuda if a GPU is usable, else cpu."""
+    if name == "auto":
+        for candidate in BACKENDS:
+            if _backend_class(candidate).available():
+                return _backend_class(candidate)()
+    if name not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+    backend_class = _backend_class(name)
+    if not backend_class.available():
+        reason = {"cuda": "no GPU with CuPy is usable here",
+                  "cpu": "no host C++ compiler (g++ or $CXX) was found"}[name]
+        raise BackendUnavailable(f"backend '{name}' cannot run: {reason}")
+    return backend_class()
+
+
+def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto") -> dict[str, Any]:
+    """Run ``graph`` on the given arrays and parameters; return its outputs by name."""
+    return get_backend(backend).run(graph, given)
+
+
+__all__ = ["BACKENDS", "Backend", "get_backend", "run_graph"]

@@ -1,0 +1,107 @@
+"""The backend interface and the executor shared by the compiled backends (cuda, cpu)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from kfuse.codegen.program import LaunchSpec, Program
+from kfuse.ir.graph import Graph
+from kfuse.runtime.binding import Bound, bind
+
+# Value written into fresh buffers so that an element no kernel wrote shows up.
+POISON = {"float32": np.nan, "float64": np.nan, "int32": -1234567891, "bool": True}
+
+
+class Backend(ABC):
+    """Runs a pipeline graph. ``run`` returns every pipeline output by name."""
+
+    name: str = "?"
+
+    @classmethod
+    def available(cls) -> bool:
+        return True
+
+    @abstractmethod
+    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None
+            ) -> dict[str, Any]:
+        ...
+
+
+class Executable(ABC):
+    """A program bound to concrete buffers, ready to launch again and again."""
+
+    def __init__(self, program: Program, graph: Graph, bound: Bound):
+        self.program = program
+        self.graph = graph
+        self.bound = bound
+        self.buffers: dict[str, Any] = {}
+
+    def allocate(self) -> None:
+        for name, buffer in self.graph.buffers.items():
+            if name in self.graph.inputs:
+                self.buffers[name] = self.upload(self.bound.arrays[name])
+            else:
+                shape = self.graph.shape_of(name, self.bound.sizes)
+                self.buffers[name] = self.full(shape, buffer.dtype, POISON[buffer.dtype])
+
+    def launch_all(self) -> None:
+        """Enqueue every kernel of the program in order (initialising reduction outputs)."""
+        for spec in self.program.launches:
+            for name, value in spec.initial_values:
+                self.fill(self.buffers[name], value)
+            args = [self._argument(spec, param) for param in spec.params]
+            self.launch(spec, spec.grid_size(self.bound.sizes), spec.block, args)
+
+    def _argument(self, spec: LaunchSpec, param) -> Any:
+        if param.role in ("input", "output"):
+            return self.buffers[param.ref]
+        if param.role == "size":
+            return np.int32(self.bound.sizes[param.ref])
+        value = self.bound.params[param.ref]
+        return np.dtype(param.dtype if param.dtype != "bool" else np.bool_).type(value)
+
+    def results(self) -> dict[str, Any]:
+        return {name: self.download(self.buffers[name]) for name in self.graph.outputs}
+
+    # -- what each compiled backend supplies ---------------------------------------------------
+    @abstractmethod
+    def upload(self, array: Any) -> Any: ...
+
+    @abstractmethod
+    def full(self, shape: tuple[int, ...], dtype: str, value: float) -> Any: ...
+
+    @abstractmethod
+    def fill(self, buffer: Any, value: float) -> None: ...
+
+    @abstractmethod
+    def launch(self, spec: LaunchSpec, grid: tuple[int, int, int], block: tuple[int, int, int],
+               args: list[Any]) -> None: ...
+
+    @abstractmethod
+    def download(self, buffer: Any) -> Any: ...
+
+
+class CompiledBackend(Backend):
+    """A backend that runs generated CUDA C (on the GPU or through the CPU shim)."""
+
+    executable_class: type[Executable]
+
+    def prepare(self, graph: Graph, given: Mapping[str, Any], *,
+                program: Program | None = None) -> Executable:
+        bound = bind(graph, given)
+        if program is None:
+            from kfuse.codegen import generate_unfused
+            program = generate_unfused(graph, wide_index=bound.wide_index(graph))
+        executable = self.executable_class(program, graph, bound)
+        executable.allocate()
+        return executable
+
+    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None
+            ) -> dict[str, Any]:
+        executable = self.prepare(graph, given, program=program)
+        executable.launch_all()
+        return executable.results()

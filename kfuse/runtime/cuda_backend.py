@@ -1,0 +1,148 @@
+"""The ``cuda`` backend: NVRTC through CuPy, compiled modules cached on disk by source hash.
+
+Accepts CuPy arrays and PyTorch CUDA tensors without copying, and NumPy arrays (copied in
+and out); outputs come back in the kind of array the inputs were.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kfuse.codegen.program import LaunchSpec, Program
+from kfuse.errors import BackendUnavailable, CompileError, LaunchError
+from kfuse.ir.graph import Graph
+from kfuse.runtime.backend import CompiledBackend, Executable
+from kfuse.runtime.binding import Bound
+
+NVRTC_OPTIONS = ("--std=c++17", "-default-device")
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as error:  # pragma: no cover - depends on the machine
+        raise BackendUnavailable("the cuda backend needs CuPy: pip install 'kfuse[cuda]'") from error
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise BackendUnavailable("no CUDA device is visible")
+    except cupy.cuda.runtime.CUDARuntimeError as error:
+        raise BackendUnavailable(f"no usable CUDA device: {error}") from error
+    return cupy
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("KFUSE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "kfuse")
+    path = Path(root) / "cuda"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def device_arch() -> str:
+    cupy = _cupy()
+    return f"sm_{cupy.cuda.Device().compute_capability}"
+
+
+def compile_cubin(source: str, arch: str) -> Path:
+    """Compile with NVRTC into a cubin under the cache directory (reused by source hash)."""
+    options = (*NVRTC_OPTIONS, f"--gpu-architecture={arch}")
+    digest = hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest()[:24]
+    path = cache_dir() / f"{digest}.cubin"
+    if path.exists():
+        return path
+    from cupy_backends.cuda.libs import nvrtc
+    program = nvrtc.createProgram(source, "kfuse.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(program, list(options))
+        except nvrtc.NVRTCError as error:
+            log = nvrtc.getProgramLog(program)
+            saved = cache_dir() / f"{digest}.failed.cu"
+            saved.write_text(source)
+            raise CompileError(f"NVRTC failed ({error}); source saved at {saved}\n{log}") from None
+        cubin = nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_bytes(cubin)
+    os.replace(temporary, path)
+    return path
+
+
+@functools.lru_cache(maxsize=256)
+def load_module(source: str):
+    """The CuPy module of a program's source (compiled once per process and source)."""
+    cupy = _cupy()
+    return cupy.RawModule(path=str(compile_cubin(source, device_arch())))
+
+
+def _kind(array: Any) -> str:
+    module = type(array).__module__
+    if module.startswith("torch"):
+        return "torch"
+    if module.startswith("cupy"):
+        return "cupy"
+    return "numpy"
+
+
+class CudaExecutable(Executable):
+    def __init__(self, program: Program, graph: Graph, bound: Bound):
+        super().__init__(program, graph, bound)
+        self.cupy = _cupy()
+        self.module = load_module(program.source)
+        self.functions = {spec.symbol: self.module.get_function(spec.symbol)
+                          for spec in program.launches}
+        kinds = {_kind(a) for a in bound.arrays.values()}
+        self.output_kind = "numpy" if "numpy" in kinds or not kinds else (
+            "torch" if "torch" in kinds else "cupy")
+
+    def upload(self, array: Any) -> Any:
+        kind = _kind(array)
+        if kind == "torch":
+            if not array.is_cuda:
+                array = array.cuda()
+            return self.cupy.asarray(array.contiguous())
+        return self.cupy.ascontiguousarray(self.cupy.asarray(array))
+
+    def full(self, shape: tuple[int, ...], dtype: str, value: float) -> Any:
+        return self.cupy.full(shape, value, dtype=np.dtype(dtype if dtype != "bool" else "bool"))
+
+    def fill(self, buffer: Any, value: float) -> None:
+        buffer.fill(value)
+
+    def launch(self, spec: LaunchSpec, grid: tuple[int, int, int], block: tuple[int, int, int],
+               args: list[Any]) -> None:
+        try:
+            self.functions[spec.symbol](grid, block, tuple(args),
+                                        shared_mem=spec.dynamic_shared_bytes)
+        except self.cupy.cuda.driver.CUDADriverError as error:
+            raise LaunchError(f"launch of {spec.symbol} failed: {error}",
+                              operator=",".join(spec.operators)) from error
+
+    def download(self, buffer: Any) -> Any:
+        if self.output_kind == "numpy":
+            return self.cupy.asnumpy(buffer)
+        if self.output_kind == "torch":
+            import torch
+            return torch.as_tensor(buffer, device="cuda")
+        return buffer
+
+
+class CudaBackend(CompiledBackend):
+    """Runs generated kernels on the GPU."""
+
+    name = "cuda"
+    executable_class = CudaExecutable
+
+    @classmethod
+    def available(cls) -> bool:
+        try:
+            _cupy()
+        except BackendUnavailable:
+            return False
+        return True

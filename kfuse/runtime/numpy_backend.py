@@ -1,0 +1,186 @@
+"""The reference semantics: execute the IR with NumPy, one whole-array step per kernel.
+
+This is the ground truth every generated kernel is checked against. With
+``precision="float64"`` every floating-point value is computed in double precision,
+which is how tests obtain a reference for float32 pipelines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from kfuse.ir.expr import (
+    Binary,
+    Boundary,
+    Cast,
+    Const,
+    Coord,
+    Expr,
+    Load,
+    Param,
+    Select,
+    Unary,
+)
+from kfuse.ir.graph import Graph, Kernel
+from kfuse.runtime.backend import Backend
+
+_UNARY = {
+    "neg": np.negative, "not": np.logical_not, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
+    "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "abs": np.abs, "floor": np.floor,
+    "ceil": np.ceil, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+}
+_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "min": np.minimum, "max": np.maximum, "pow": np.power, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
+    "and": np.logical_and, "or": np.logical_or,
+}
+_REDUCE = {"sum": np.sum, "min": np.min, "max": np.max}
+
+
+def remap_index(index: np.ndarray, size: int, boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
+    """Map possibly out-of-range indices into ``[0, size)``; also return which were inside.
+
+    Mirror repeats the edge element (-1 -> 0, size -> size-1) and is periodic with period
+    2*size, so it is exact for any overhang; constant mode leaves the mask to the caller.
+    """
+    inside = (index >= 0) & (index < size)
+    if boundary.mode == "clamp":
+        mapped = np.clip(index, 0, size - 1)
+    elif boundary.mode == "mirror":
+        folded = np.mod(index, 2 * size)
+        mapped = np.where(folded < size, folded, 2 * size - 1 - folded)
+    elif boundary.mode == "repeat":
+        mapped = np.mod(index, size)
+    else:  # constant: any valid index; the mask selects the constant
+        mapped = np.clip(index, 0, size - 1)
+    return mapped, inside
+
+
+class NumpyEvaluator:
+    """Evaluates kernels of one graph over NumPy arrays."""
+
+    def __init__(self, graph: Graph, precision: str | None = None):
+        self.graph = graph
+        self.precision = precision
+
+    def dtype(self, name: str) -> np.dtype:
+        if self.precision == "float64" and name in ("float32", "float64"):
+            return np.dtype(np.float64)
+        return np.dtype(name if name != "bool" else np.bool_)
+
+    def run(self, arrays: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Execute every kernel in order; return every buffer (inputs included)."""
+        values: dict[str, np.ndarray] = {
+            name: np.asarray(arrays[name]).astype(self.dtype(self.graph.buffers[name].dtype),
+                                                   copy=False)
+            for name in self.graph.inputs
+        }
+        scalars = {name: np.asarray(params[name], dtype=self.dtype(dtype))
+                   for name, dtype in self.graph.params.items()}
+        sizes = self.graph.bind_shapes({n: values[n].shape for n in self.graph.inputs})
+        for kernel in self.graph.topological_kernels():
+            values[kernel.output] = self.run_kernel(kernel, values, scalars, sizes)
+        return values
+
+    def run_kernel(self, kernel: Kernel, values: Mapping[str, np.ndarray],
+                   scalars: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> np.ndarray:
+        domain = tuple(sizes[s] for s in kernel.domain)
+        assert kernel.body is not None, "opaque kernels have no NumPy semantics"
+        memo: dict[int, np.ndarray] = {}
+        for node in kernel.body.walk():
+            memo[id(node)] = self._node(node, memo, values, scalars, domain)
+        result = np.broadcast_to(memo[id(kernel.body)], domain)
+        dtype = self.dtype(kernel.body.dtype)
+        if kernel.reduction is not None:
+            fold = _REDUCE[kernel.reduction.op]
+            return np.asarray(fold(result, axis=kernel.reduction.axes), dtype=dtype)
+        return np.ascontiguousarray(result, dtype=dtype)
+
+    def _node(self, node: Expr, memo: Mapping[int, np.ndarray], values: Mapping[str, np.ndarray],
+              scalars: Mapping[str, np.ndarray], domain: tuple[int, ...]) -> np.ndarray:
+        dtype = self.dtype(node.dtype)
+        if isinstance(node, Const):
+            return np.asarray(node.value, dtype=dtype)
+        if isinstance(node, Param):
+            return scalars[node.name].astype(dtype)
+        if isinstance(node, Coord):
+            shape = [1] * len(domain)
+            shape[node.axis] = domain[node.axis]
+            return np.arange(domain[node.axis], dtype=np.int32).reshape(shape)
+        if isinstance(node, Load):
+            return gather(values[node.buffer], node, domain)
+        args = [memo[id(child)] for child in node.children()]
+        with np.errstate(all="ignore"):
+            if isinstance(node, Unary):
+                return _UNARY[node.op](args[0]).astype(dtype, copy=False)
+            if isinstance(node, Binary):
+                return _BINARY[node.op](args[0], args[1]).astype(dtype, copy=False)
+            if isinstance(node, Select):
+                return np.where(args[0], args[1], args[2]).astype(dtype, copy=False)
+            if isinstance(node, Cast):
+                return args[0].astype(dtype)
+        raise TypeError(f"unknown expression node {type(node).__name__}")
+
+
+def gather(array: np.ndarray, load: Load, domain: tuple[int, ...]) -> np.ndarray:
+    """Values of ``array`` read at every point of ``domain`` with the load's offsets and mode.
+
+    The result broadcasts against the domain (axes the load does not index have size 1).
+    """
+    if array.ndim == 0:
+        return array
+    boundary = load.boundary or Boundary("clamp")
+    indices, masks = [], []
+    for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
+        raw = np.arange(domain[dim]) + offset
+        mapped, inside = remap_index(raw, array.shape[axis], boundary)
+        indices.append(mapped)
+        masks.append(inside)
+    picked = array[np.ix_(*indices)]
+    if boundary.mode == "constant" and not all(m.all() for m in masks):
+        valid = np.ones(picked.shape, dtype=bool)
+        for axis, mask in enumerate(masks):
+            shape = [1] * picked.ndim
+            shape[axis] = mask.size
+            valid &= mask.reshape(shape)
+        picked = np.where(valid, picked, np.asarray(boundary.value, dtype=array.dtype))
+    # Order the picked axes by the iteration axes they follow, then insert missing axes.
+    order = np.argsort(load.dims)
+    picked = np.transpose(picked, order)
+    shape = [1] * len(domain)
+    for dim in load.dims:
+        shape[dim] = domain[dim]
+    return picked.reshape(shape)
+
+
+class NumpyBackend(Backend):
+    """Reference backend: interprets the IR with NumPy (``precision="float64"`` for truth)."""
+
+    name = "numpy"
+
+    def __init__(self, precision: str | None = None):
+        self.precision = precision
+
+    @classmethod
+    def available(cls) -> bool:
+        return True
+
+    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Any = None
+            ) -> dict[str, np.ndarray]:
+        from kfuse.runtime.binding import bind
+        bound = bind(graph, given)
+        host = {name: _to_numpy(array) for name, array in bound.arrays.items()}
+        values = NumpyEvaluator(graph, self.precision).run(host, bound.params)
+        return {name: values[name] for name in graph.outputs}
+
+
+def _to_numpy(array: Any) -> np.ndarray:
+    if hasattr(array, "get"):  # CuPy
+        return array.get()
+    if hasattr(array, "detach"):  # PyTorch
+        return array.detach().cpu().numpy()
+    return np.asarray(array)
