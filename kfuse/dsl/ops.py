@@ -89,13 +89,10 @@ def reduce(expr: object, op: str = "sum", axis: int | None = None, *,
         raise DslError(f"unknown reduction {op!r}; use one of {', '.join(REDUCE_OPS)}",
                        operator=name, where=where)
     pipeline = _pipeline_of(expr, name or "reduce")
-    ndim = max((len(ld.dims) for ld in loads(as_expr(expr))), default=0)
-    axes = None
-    if axis is not None:
-        if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
-            raise DslError(f"axis {axis!r} is out of range for a {ndim}-D operand",
-                           operator=name, where=where)
-        axes = (axis % ndim,)
+    if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+        raise DslError(f"axis must be an integer or None, got {axis!r}", operator=name,
+                       where=where)
+    axes = None if axis is None else (axis,)
     return pipeline.add_kernel("reduce", expr, name=name, line=line, reduction_op=op,
                                reduce_axes=axes, default_boundary=Boundary("clamp"))
 

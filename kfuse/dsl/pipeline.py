@@ -65,17 +65,19 @@ class Array:
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise DslError(f"offsets must be constant integers, got {offset!r}",
                                where=_where())
-        dims = tuple(range(self.ndim)) if dims is None else tuple(dims)
-        if len(dims) != self.ndim:
+        if dims is None and self.ndim == 0:
+            dims = ()
+        if dims is not None and len(tuple(dims)) != self.ndim:
             raise DslError(f"'{self.name}' is {self.ndim}-D: dims needs {self.ndim} entries",
                            where=_where())
         bound = None if boundary is None else as_boundary(boundary)
+        dims = None if dims is None else tuple(int(d) for d in dims)
         return Load(self.name, self.dtype, tuple(int(o) for o in offsets), dims, bound,
                     self.pipeline)
 
     def expr(self) -> Load:
         """This array read at the current point."""
-        return Load(self.name, self.dtype, (0,) * self.ndim, tuple(range(self.ndim)),
+        return Load(self.name, self.dtype, (0,) * self.ndim, None if self.ndim else (),
                     None, self.pipeline)
 
     def __repr__(self) -> str:
@@ -194,12 +196,16 @@ class Pipeline:
         if dtype is not None:
             from kfuse.ir.expr import cast
             body = cast(body, dtype)
-        domain = self._infer_domain(body, name, where, shape)
+        body, domain = self._infer_domain(body, name, where, shape)
         body = resolve_weak_constants(body, "float32")
         reduction = None
         out_shape = domain
         if reduction_op is not None:
             axes = tuple(range(len(domain))) if reduce_axes is None else tuple(reduce_axes)
+            if any(not -len(domain) <= a < len(domain) for a in axes):
+                raise DslError(f"axis {axes} is out of range for a {len(domain)}-D operand",
+                               operator=name, where=where)
+            axes = tuple(sorted(a % len(domain) for a in axes))
             reduction = Reduction(reduction_op, axes)
             out_shape = tuple(s for axis, s in enumerate(domain) if axis not in axes)
         kernel = Kernel(name, kind, domain, body, (name,), reduction, None, where)
@@ -238,35 +244,37 @@ class Pipeline:
         return None
 
     def _infer_domain(self, body: Expr, operator: str, where: str | None,
-                      shape: Sequence[str] | None) -> tuple[str, ...]:
+                      shape: Sequence[str] | None) -> tuple[Expr, tuple[str, ...]]:
+        """The iteration space of an operator; reads without explicit ``dims`` get identity."""
         from kfuse.ir.expr import loads
         reads = loads(body)
+        implicit = [ld for ld in reads if ld.dims is None]
         if shape is not None:
             domain = tuple(str(s) for s in shape)
+        elif implicit:
+            widest = max(implicit, key=lambda ld: self._arrays[ld.buffer].ndim)
+            domain = self._arrays[widest.buffer]._shape
         else:
-            identity = [ld for ld in reads if ld.dims == tuple(range(len(ld.dims)))]
-            if not identity:
-                raise DslError("cannot tell the iteration space: the operator reads no array "
-                               "at the current point; pass shape=", operator=operator,
-                               where=where)
-            ndim = max(len(ld.dims) for ld in identity)
-            first = next(ld for ld in identity if len(ld.dims) == ndim)
-            domain = self._arrays[first.buffer].shape
-        for load in reads:
+            raise DslError("cannot tell the iteration space: every read names its dims; "
+                           "pass shape=", operator=operator, where=where)
+        for load in implicit:
             array = self._arrays[load.buffer]
-            if array.ndim == 0:
-                continue
-            if load.dims == tuple(range(array.ndim)) and array.ndim != len(domain):
+            if array.ndim != len(domain):
                 raise ShapeError(f"mixes a {len(domain)}-D iteration space with {array.ndim}-D "
                                  f"array '{array.name}'; read it with .at(..., dims=...) to "
                                  "broadcast", operator=operator, where=where)
+        body = transform(body, lambda n: Load(n.buffer, n.dtype, n.offsets,
+                                              tuple(range(len(n.offsets))), n.boundary, n.origin)
+                         if isinstance(n, Load) and n.dims is None else None)
+        for load in loads(body):
+            array = self._arrays[load.buffer]
             for axis, dim in enumerate(load.dims):
-                if dim >= len(domain):
+                if not 0 <= dim < len(domain):
                     raise ShapeError(f"dims of '{array.name}' name axis {dim} of a "
                                      f"{len(domain)}-D iteration space", operator=operator,
                                      where=where)
                 self._unify(array._shape[axis], domain[dim])
-        return tuple(self._find(s) for s in domain)
+        return body, tuple(self._find(s) for s in domain)
 
     # -- the IR ----------------------------------------------------------------------------
     def graph(self) -> Graph:

@@ -190,13 +190,14 @@ class Load(Expr):
 
     ``dims[k]`` is the iteration axis that indexes array axis ``k`` (identity for a plain
     read; fewer entries for a broadcast read, e.g. a vector read along one matrix axis).
+    The DSL leaves ``dims`` unset for plain reads until the operator's domain is known.
     ``boundary`` answers reads outside the array; ``None`` until the operator fills its default.
     """
 
     buffer: str
     dtype: str
     offsets: tuple[int, ...]
-    dims: tuple[int, ...]
+    dims: tuple[int, ...] | None  # None only while the DSL builds an operator
     boundary: Boundary | None = None
     origin: object = field(default=None, compare=False, repr=False)  # the DSL pipeline
 

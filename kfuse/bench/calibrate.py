@@ -1,0 +1,192 @@
+"""Measure the GPU: properties, device-to-device copy bandwidth, kernel launch overhead."""
+
+from __future__ import annotations
+
+import datetime
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+
+from kfuse.bench.timing import Timing, time_gpu
+from kfuse.model.device import DeviceProfile
+
+COPY_SOURCE = r"""
+extern "C" __global__ void kf_copy4(const float4* __restrict__ src, float4* __restrict__ dst,
+                                    long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+extern "C" __global__ void kf_empty() {}
+"""
+
+COPY_BLOCK = 256
+
+
+def _decode(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode(errors="replace")
+    return str(value)
+
+
+def device_properties(device_id: int | None = None) -> dict[str, Any]:
+    """``cudaGetDeviceProperties`` as a dict, gaps filled from device attributes."""
+    import cupy
+
+    device = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
+    props = dict(cupy.cuda.runtime.getDeviceProperties(device.id))
+    try:
+        attributes = device.attributes
+    except Exception:  # pragma: no cover - depends on the CuPy version
+        attributes = {}
+    fallbacks = {
+        "multiProcessorCount": "MultiProcessorCount",
+        "sharedMemPerBlock": "MaxSharedMemoryPerBlock",
+        "sharedMemPerMultiprocessor": "MaxSharedMemoryPerMultiprocessor",
+        "sharedMemPerBlockOptin": "MaxSharedMemoryPerBlockOptin",
+        "regsPerMultiprocessor": "MaxRegistersPerMultiprocessor",
+        "maxThreadsPerMultiProcessor": "MaxThreadsPerMultiProcessor",
+        "l2CacheSize": "L2CacheSize",
+        "memoryClockRate": "MemoryClockRate",
+        "memoryBusWidth": "GlobalMemoryBusWidth",
+        "major": "ComputeCapabilityMajor",
+        "minor": "ComputeCapabilityMinor",
+    }
+    for key, attribute in fallbacks.items():
+        if not props.get(key) and attributes.get(attribute):
+            props[key] = attributes[attribute]
+    props["name"] = _decode(props.get("name", "unknown GPU"))
+    props["id"] = device.id
+    return props
+
+
+def _peak_bandwidth(props: dict[str, Any]) -> float | None:
+    """Theoretical DRAM bandwidth from memory clock (kHz) and bus width (bits), if known."""
+    clock_khz, bus_bits = props.get("memoryClockRate"), props.get("memoryBusWidth")
+    if not clock_khz or not bus_bits:
+        return None
+    return 2.0 * float(clock_khz) * 1e3 * float(bus_bits) / 8.0
+
+
+def measure_copy(nbytes: int = 1 << 30, *, warmup: int = 5, repeat: int = 30
+                 ) -> dict[str, Timing]:
+    """Time a ``nbytes`` device-to-device copy with a float4 kernel and with cudaMemcpy."""
+    import cupy
+
+    n4 = max(nbytes // 16, 1)
+    src = cupy.ones(n4 * 4, dtype=cupy.float32)
+    dst = cupy.zeros_like(src)
+    module = cupy.RawModule(code=COPY_SOURCE)
+    copy = module.get_function("kf_copy4")
+    blocks = min(-(-n4 // COPY_BLOCK), 2**31 - 1)
+    count = np.int64(n4)
+    size = n4 * 16
+    stream = cupy.cuda.get_current_stream()
+
+    def kernel_copy() -> None:
+        copy((blocks,), (COPY_BLOCK,), (src, dst, count))
+
+    def memcpy() -> None:
+        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, size,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+
+    results = {"kernel": time_gpu(kernel_copy, warmup=warmup, repeat=repeat, max_seconds=None)}
+    if not bool((dst[:4] == 1).all()) or not bool((dst[-4:] == 1).all()):
+        raise RuntimeError("the calibration copy kernel did not copy; the GPU run is broken")
+    results["memcpy"] = time_gpu(memcpy, warmup=warmup, repeat=repeat, max_seconds=None)
+    return results
+
+
+def measure_launch(*, batch: int = 200, repeat: int = 30) -> dict[str, Timing]:
+    """Time empty kernel launches: one alone, and per launch in back-to-back batches."""
+    import cupy
+
+    empty = cupy.RawModule(code=COPY_SOURCE).get_function("kf_empty")
+
+    def one() -> None:
+        empty((1,), (32,), ())
+
+    def many() -> None:
+        for _ in range(batch):
+            empty((1,), (32,), ())
+
+    single = time_gpu(one, warmup=20, repeat=max(repeat, 100), max_seconds=None)
+    batched = time_gpu(many, warmup=2, repeat=repeat, max_seconds=None)
+    per_launch = Timing(batched.median_s / batch, batched.min_s / batch, batched.p10 / batch,
+                        batched.p90 / batch, batched.runs)
+    return {"single": single, "per_launch": per_launch}
+
+
+def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
+              progress: bool = True, device_id: int | None = None) -> DeviceProfile:
+    """Measure the current GPU with CuPy and return its :class:`DeviceProfile` (not saved).
+
+    Copy bandwidth is (bytes read + bytes written) / median time of a ``copy_bytes``
+    device-to-device copy, the better of a float4 copy kernel and ``cudaMemcpyAsync``;
+    launch overhead the median per-launch time of back-to-back empty kernels.
+    """
+    import cupy
+
+    device = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
+    with device, _progress(progress) as bar:
+        task = bar.add_task("calibrating", total=3) if bar else None
+
+        def step(text: str) -> None:
+            if bar is not None:
+                bar.update(task, description=text)
+
+        step("device properties")
+        props = device_properties(device.id)
+        if bar is not None:
+            bar.advance(task)
+        step(f"copy bandwidth ({copy_bytes / 2**30:.2f} GiB, {repeat} runs)")
+        copies = measure_copy(copy_bytes, warmup=warmup, repeat=repeat)
+        cupy.get_default_memory_pool().free_all_blocks()
+        if bar is not None:
+            bar.advance(task)
+        step("launch overhead")
+        launches = measure_launch(repeat=repeat)
+        if bar is not None:
+            bar.advance(task)
+    moved = 2 * (max(copy_bytes // 16, 1) * 16)
+    bandwidths = {method: moved / timing.median_s for method, timing in copies.items()}
+    best = max(bandwidths, key=bandwidths.get)
+    major, minor = props.get("major", 0), props.get("minor", 0)
+    return DeviceProfile(
+        name=props["name"],
+        compute_capability=f"{major}.{minor}",
+        sm_count=int(props.get("multiProcessorCount", 0)),
+        shared_memory_per_block=int(props.get("sharedMemPerBlock", 0)),
+        shared_memory_per_sm=int(props.get("sharedMemPerMultiprocessor", 0)),
+        registers_per_sm=int(props.get("regsPerMultiprocessor", 0)),
+        max_threads_per_sm=int(props.get("maxThreadsPerMultiProcessor", 0)),
+        l2_bytes=int(props.get("l2CacheSize", 0)),
+        copy_bandwidth_bytes_per_s=float(bandwidths[best]),
+        launch_overhead_s=float(launches["per_launch"].median_s),
+        measured_at=datetime.date.today().isoformat(),
+        shared_memory_per_block_optin=int(props["sharedMemPerBlockOptin"])
+        if props.get("sharedMemPerBlockOptin") else None,
+        peak_bandwidth_bytes_per_s=_peak_bandwidth(props),
+        global_memory_bytes=int(props["totalGlobalMem"]) if props.get("totalGlobalMem") else None,
+        notes={
+            "copy_method": best,
+            "copy_bytes": copy_bytes,
+            "copy_bandwidth_by_method": {k: float(v) for k, v in bandwidths.items()},
+            "copy_timings": {k: str(v) for k, v in copies.items()},
+            "single_launch_s": float(launches["single"].median_s),
+            "launch_timings": {k: str(v) for k, v in launches.items()},
+            "cupy": getattr(cupy, "__version__", "?"),
+            "measured_at_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"),
+        },
+    )
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return nullcontext(None)
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                    transient=True)

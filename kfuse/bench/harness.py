@@ -1,0 +1,519 @@
+"""Benchmark apps: kfuse against the DRAM floor and PyTorch baselines, on one GPU, in one run.
+
+For each app: build the float32 pipeline, make random inputs on the device (several sets
+when one set fits in L2), prepare the kfuse executable and time ``launch_all``; run PyTorch
+eager and ``torch.compile`` on the very same arrays (zero-copy), check kfuse's result
+against eager, time each generated kernel alone with its own DRAM traffic, and compare
+everything with the floor at the measured copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from kfuse.bench.floor import dram_floor_bytes, floor_seconds, launch_bytes
+from kfuse.bench.timing import Timing, input_sets_needed, time_gpu, time_host
+from kfuse.bench.torch_baseline import COMPILE_MODE
+from kfuse.model.device import DeviceProfile, current_profile
+
+ERROR_TOLERANCE = 1e-4
+BASELINES = ("torch eager", "torch.compile")
+
+
+@dataclass
+class KernelRow:
+    """One generated kernel of the unfused program, timed alone."""
+
+    name: str
+    operators: tuple[str, ...]
+    ms: float
+    bytes: int
+    gbps: float
+    fraction_of_copy: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KernelRow:
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["operators"] = tuple(values.get("operators", ()))
+        return cls(**values)
+
+
+@dataclass
+class BenchRow:
+    """Results of one app at one size on one device (times in milliseconds)."""
+
+    app: str
+    size: tuple[int, ...]
+    device: str
+    backend: str = "cuda"
+    kfuse_ms: float | None = None
+    floor_ms: float | None = None
+    floor_bytes: int = 0
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    max_error: float | None = None  # kfuse vs torch eager: max|a - b| / max|b|
+    compile_error: float | None = None  # torch.compile vs torch eager
+    kernels: list[KernelRow] = field(default_factory=list)
+    launches: int = 0
+    input_sets: int = 1
+    compile_mode: str | None = None
+    copy_gbps: float | None = None
+    bandwidth_measured: bool = True
+    timings: dict[str, dict[str, float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    # -- derived figures ---------------------------------------------------------------------
+    @property
+    def kfuse_gbps(self) -> float | None:
+        """Effective bandwidth: floor bytes / kfuse time."""
+        return _ratio(self.floor_bytes / 1e9, self.kfuse_ms and self.kfuse_ms / 1e3)
+
+    @property
+    def kfuse_over_floor(self) -> float | None:
+        return _ratio(self.kfuse_ms, self.floor_ms)
+
+    @property
+    def eager_over_kfuse(self) -> float | None:
+        return _ratio(self.eager_ms, self.kfuse_ms)
+
+    @property
+    def compile_over_kfuse(self) -> float | None:
+        return _ratio(self.compile_ms, self.kfuse_ms)
+
+    @property
+    def error_ok(self) -> bool | None:
+        if self.max_error is None:
+            return None
+        return bool(self.max_error <= ERROR_TOLERANCE)
+
+    @property
+    def kernels_ms(self) -> float:
+        return sum(k.ms for k in self.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["size"] = list(self.size)
+        for name in ("kfuse_gbps", "kfuse_over_floor", "eager_over_kfuse",
+                     "compile_over_kfuse", "error_ok"):
+            data[name] = getattr(self, name)
+        return _finite(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchRow:
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["size"] = tuple(values.get("size", ()))
+        values["kernels"] = [KernelRow.from_dict(k) for k in values.get("kernels", [])]
+        return cls(**values)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as None (and strings for +-inf errors)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Where things run: cuda (CuPy arrays, CUDA events) or cpu (NumPy arrays, wall clock)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _Env:
+    backend: str
+    xp: Any
+    timer: Callable[..., Timing]
+    torch_device: str
+
+    def free(self) -> None:
+        if self.backend == "cuda":
+            try:
+                self.xp.get_default_memory_pool().free_all_blocks()
+            except Exception:  # pragma: no cover - best effort
+                pass
+            try:
+                import torch
+                torch.cuda.empty_cache()
+            except Exception:  # pragma: no cover - best effort
+                pass
+
+
+def _env(backend: str) -> _Env:
+    if backend == "cuda":
+        from kfuse.runtime.cuda_backend import _cupy
+        return _Env("cuda", _cupy(), time_gpu, "cuda")
+    return _Env(backend, np, time_host, "cpu")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+
+def _as_size(size: int | Sequence[int] | None, app: Any) -> tuple[int, ...]:
+    if size is None:
+        return tuple(int(s) for s in app.bench_size)
+    if isinstance(size, int):
+        return (int(size),) * int(getattr(app, "ndim", len(app.bench_size)))
+    return tuple(int(s) for s in size)
+
+
+def device_inputs(app: Any, graph, size: tuple[int, ...], sets: int | None, xp: Any,
+                  l2_bytes: int, *, seed: int = 0
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    """Random input sets made on the device, with the value ranges of ``app.make_inputs``.
+
+    A small probe from ``app.make_inputs`` gives names, dtypes, value ranges and parameters;
+    the arrays themselves are drawn with ``xp.random`` at the full size. When an input's
+    shape cannot be derived from ``size``, the app's own generator runs on the host.
+    Returns (sets, params, how).
+    """
+    probe_size = tuple(getattr(app, "test_size", None) or size)
+    probe, params = app.make_inputs(probe_size, np.random.default_rng(seed), "float32")
+    symbols: dict[str, int] = {}
+    for name in graph.inputs:
+        if len(graph.buffers[name].shape) == len(size):
+            symbols = dict(zip(graph.buffers[name].shape, size, strict=True))
+            break
+    shapes = {}
+    for name in graph.inputs:
+        shape = graph.buffers[name].shape
+        if not all(symbol in symbols for symbol in shape):
+            shapes = None
+            break
+        shapes[name] = tuple(symbols[symbol] for symbol in shape)
+    if shapes is None:
+        host, params = app.make_inputs(size, np.random.default_rng(seed), "float32")
+        first = {name: xp.asarray(host[name]) for name in graph.inputs}
+        set_bytes = sum(int(a.nbytes) for a in first.values())
+        count = sets or input_sets_needed(set_bytes, l2_bytes)
+        result = [first] + [{name: xp.asarray(host[name]).copy() for name in graph.inputs}
+                            for _ in range(count - 1)]
+        return result, params, "host (app.make_inputs)"
+    set_bytes = sum(math.prod(shapes[n]) * np.dtype(probe[n].dtype).itemsize
+                    for n in graph.inputs)
+    count = sets or input_sets_needed(set_bytes, l2_bytes)
+    state = _random_state(xp, seed)
+    result = []
+    for _ in range(count):
+        result.append({name: _draw(xp, state, np.asarray(probe[name]), shapes[name])
+                       for name in graph.inputs})
+    return result, params, f"device ({xp.__name__}.random)"
+
+
+def _random_state(xp: Any, seed: int) -> Any:
+    if xp is np:
+        return np.random.default_rng(seed)
+    return xp.random.RandomState(seed)
+
+
+def _draw(xp: Any, state: Any, probe: np.ndarray, shape: tuple[int, ...]) -> Any:
+    """Uniform random values in the probe's range, with its dtype."""
+    dtype = probe.dtype
+    if dtype == np.bool_:
+        return _uniform(xp, state, 0.0, 1.0, shape) < 0.5
+    low = float(probe.min()) if probe.size else 0.0
+    high = float(probe.max()) if probe.size else 1.0
+    if np.issubdtype(dtype, np.integer):
+        values = xp.floor(_uniform(xp, state, low, high + 1.0, shape))
+        return xp.clip(values, low, high).astype(dtype)
+    if high <= low:
+        return xp.full(shape, low, dtype=dtype)
+    return _uniform(xp, state, low, high, shape).astype(dtype, copy=False)
+
+
+def _uniform(xp: Any, state: Any, low: float, high: float, shape: tuple[int, ...]) -> Any:
+    if xp is np:
+        return state.uniform(low, high, size=shape).astype(np.float32)
+    return state.uniform(low, high, size=shape, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+def max_relative_error(result: Any, reference: Any) -> float:
+    """``max|result - reference| / max|reference|`` in float64 (fraction differing for bool).
+
+    Either argument may be a NumPy or CuPy array or a torch tensor; with torch the
+    computation stays on the tensor's device. NaN or infinity anywhere gives ``inf``.
+    """
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and (isinstance(result, torch.Tensor) or isinstance(reference,
+                                                                             torch.Tensor)):
+        device = reference.device if isinstance(reference, torch.Tensor) else result.device
+        a = torch.as_tensor(result, device=device)
+        b = torch.as_tensor(reference, device=device)
+        if a.shape != b.shape:
+            raise ValueError(f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
+        if a.dtype == torch.bool or b.dtype == torch.bool:
+            return float((a != b).double().mean().item()) if a.numel() else 0.0
+        a, b = a.double(), b.double()
+        if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
+            return math.inf
+        scale = float(b.abs().max().item()) if b.numel() else 0.0
+        error = float((a - b).abs().max().item()) if b.numel() else 0.0
+    else:
+        a, b = _host(result), _host(reference)
+        if a.shape != b.shape:
+            raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+        if a.dtype == np.bool_ or b.dtype == np.bool_:
+            return float(np.mean(a != b)) if a.size else 0.0
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            return math.inf
+        scale = float(np.abs(b).max()) if b.size else 0.0
+        error = float(np.abs(a - b).max()) if b.size else 0.0
+    return error / scale if scale > 0 else error
+
+
+def _host(array: Any) -> np.ndarray:
+    if hasattr(array, "get"):
+        return array.get()
+    if hasattr(array, "detach"):
+        return array.detach().cpu().numpy()
+    return np.asarray(array)
+
+
+# ---------------------------------------------------------------------------------------------
+# One kernel of an executable
+# ---------------------------------------------------------------------------------------------
+
+def launch_one(executable: Any, spec: Any) -> None:
+    """Enqueue one launch of ``spec`` exactly as ``Executable.launch_all`` does."""
+    for name, value in spec.initial_values:
+        executable.fill(executable.buffers[name], value)
+    args = [executable._argument(spec, param) for param in spec.params]
+    executable.launch(spec, spec.grid_size(executable.bound.sizes), spec.block, args)
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+# ---------------------------------------------------------------------------------------------
+
+def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
+               size: int | Sequence[int] | None = None, profile: DeviceProfile | None = None,
+               baselines: bool | Sequence[str] = True, progress: bool = True, warmup: int = 5,
+               repeat: int = 50, sets: int | None = None, seed: int = 0) -> list[BenchRow]:
+    """Benchmark apps (names from :mod:`kfuse.apps`, or ``App`` objects); one row each.
+
+    ``size`` defaults to each app's ``bench_size``; ``profile`` to a fresh calibration on
+    the cuda backend (the floor is measured in the same run), else the stored/default one.
+    ``baselines``: True for both, False for none, or a subset of :data:`BASELINES`.
+    ``sets`` overrides how many input sets are rotated. An app that fails gets a row whose
+    notes say why; the others still run.
+    """
+    if baselines is True:
+        chosen = BASELINES
+    elif not baselines:
+        chosen = ()
+    else:
+        chosen = tuple(baselines)
+        unknown = sorted(set(chosen) - set(BASELINES))
+        if unknown:
+            raise ValueError(f"unknown baselines {unknown}; choose from {BASELINES}")
+    env = _env(backend)
+    if profile is None:
+        profile = _profile_now(env, progress)
+    rows = []
+    with _progress(progress) as bar:
+        for entry in names:
+            app = _resolve(entry)
+            task = bar.add_task(f"{app.name}", total=None) if bar is not None else None
+
+            def status(text: str, name: str = app.name, task: Any = task) -> None:
+                if bar is not None:
+                    bar.update(task, description=f"{name}: {text}")
+
+            row = BenchRow(app.name, _as_size(size, app), profile.name, backend,
+                           copy_gbps=profile.copy_bandwidth_bytes_per_s / 1e9,
+                           bandwidth_measured=profile.measured)
+            try:
+                _bench_one(app, row, env, profile, baselines=chosen, status=status,
+                           warmup=warmup, repeat=repeat, sets=sets, seed=seed)
+            except Exception as error:  # one failing app must not lose the others
+                row.notes.append(f"failed: {type(error).__name__}: {error}")
+                frames = traceback.extract_tb(error.__traceback__)
+                if frames:
+                    row.notes.append(f"raised at {frames[-1].filename}:{frames[-1].lineno} "
+                                     f"in {frames[-1].name}")
+            finally:
+                env.free()
+            if bar is not None:
+                bar.update(task, description=f"{app.name}: done", total=1, completed=1)
+            rows.append(row)
+    return rows
+
+
+def _resolve(entry: Any) -> Any:
+    if isinstance(entry, str):
+        from kfuse.apps import get_app
+        return get_app(entry)
+    return entry
+
+
+def _profile_now(env: _Env, progress: bool) -> DeviceProfile:
+    if env.backend != "cuda":
+        return current_profile()
+    from kfuse.bench.calibrate import calibrate
+    profile = calibrate(progress=progress)
+    try:
+        profile.save()
+    except OSError:  # pragma: no cover - read-only cache: keep going
+        pass
+    return profile
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return nullcontext(None)
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+
+
+def _timing_dict(timing: Timing) -> dict[str, float]:
+    return {"median_s": timing.median_s, "min_s": timing.min_s, "p10": timing.p10,
+            "p90": timing.p90, "runs": timing.runs}
+
+
+def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
+               baselines: tuple[str, ...],
+               status: Callable[[str], None], warmup: int, repeat: int, sets: int | None,
+               seed: int) -> None:
+    from kfuse.runtime import get_backend
+
+    status("building")
+    graph = app.build(dtype="float32").graph()
+    status("making inputs")
+    input_sets, params, how = device_inputs(app, graph, row.size, sets, env.xp,
+                                            profile.l2_bytes, seed=seed)
+    row.input_sets = len(input_sets)
+    row.notes.append(f"inputs made on the {how}; {len(input_sets)} set(s) rotated")
+    if not profile.measured:
+        row.notes.append("floor uses nominal (not measured) copy bandwidth")
+
+    status("compiling kfuse")
+    executable = get_backend(env.backend).prepare(graph, {**input_sets[0], **params})
+    sizes = executable.bound.sizes
+    row.floor_bytes = dram_floor_bytes(graph, sizes)
+    row.floor_ms = floor_seconds(row.floor_bytes, profile) * 1e3
+    row.launches = len(executable.program.launches)
+    rotate = [_setter(executable.buffers, one) for one in input_sets]
+    executable.launch_all()
+    outputs = {name: executable.buffers[name].copy() for name in graph.outputs}
+
+    status("timing kfuse")
+    timing = env.timer(executable.launch_all, warmup=warmup, repeat=repeat, rotate=rotate)
+    row.kfuse_ms = timing.median_s * 1e3
+    row.timings["kfuse"] = _timing_dict(timing)
+
+    if baselines:
+        _bench_torch(graph, row, env, input_sets, params, outputs, status=status,
+                     warmup=warmup, repeat=repeat, with_compile="torch.compile" in baselines)
+    del outputs
+
+    status("timing each kernel")
+    for spec in executable.program.launches:
+        kernel_timing = env.timer(lambda spec=spec: launch_one(executable, spec),
+                                  warmup=max(1, warmup // 2), repeat=repeat, rotate=rotate)
+        nbytes = launch_bytes(graph, spec, sizes)
+        seconds = kernel_timing.median_s
+        gbps = nbytes / seconds / 1e9 if seconds > 0 else math.nan
+        row.kernels.append(KernelRow(spec.symbol, tuple(spec.operators), seconds * 1e3, nbytes,
+                                     gbps, gbps * 1e9 / profile.copy_bandwidth_bytes_per_s))
+    status("done")
+
+
+def _setter(buffers: dict[str, Any], arrays: dict[str, Any]) -> Callable[[], None]:
+    def point_at() -> None:
+        buffers.update(arrays)
+    return point_at
+
+
+def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any]],
+                 params: dict[str, Any], outputs: dict[str, Any], *,
+                 status: Callable[[str], None], warmup: int, repeat: int,
+                 with_compile: bool = True) -> None:
+    try:
+        import torch
+    except ImportError:
+        row.notes.append("PyTorch is not installed: baselines skipped")
+        return
+    if env.torch_device == "cuda" and not torch.cuda.is_available():
+        row.notes.append("PyTorch has no CUDA here: baselines skipped")
+        return
+    from kfuse.bench.torch_baseline import translate
+
+    status("translating to PyTorch")
+    program = translate(graph)
+    tensor_sets = [{name: _to_torch(array, env.torch_device) for name, array in one.items()}
+                   for one in input_sets]
+    current: list[dict[str, Any]] = [tensor_sets[0]]
+    rotate = [_chooser(current, one) for one in tensor_sets]
+
+    eager = program.function()
+    status("torch eager")
+    reference = eager(**tensor_sets[0], **params)
+    errors = [max_relative_error(_to_torch(outputs[name], env.torch_device), reference[name])
+              for name in graph.outputs]
+    row.max_error = max(errors) if errors else 0.0
+    if row.error_ok is False:
+        row.notes.append(f"kfuse differs from torch eager: max relative error "
+                         f"{row.max_error:.3g} > {ERROR_TOLERANCE:g}")
+    timing = env.timer(lambda: eager(**current[0], **params), warmup=warmup, repeat=repeat,
+                       rotate=rotate)
+    row.eager_ms = timing.median_s * 1e3
+    row.timings["torch eager"] = _timing_dict(timing)
+
+    if not with_compile:
+        return
+    status("torch.compile (compiling)")
+    row.compile_mode = f"torch.compile(mode={COMPILE_MODE!r}, dynamic=False)"
+    try:
+        compiled_core = torch.compile(program.core, dynamic=False)
+        compiled = program.function(compiled_core)
+        result = compiled(**tensor_sets[0], **params)
+        row.compile_error = max((max_relative_error(result[n], reference[n])
+                                 for n in graph.outputs), default=0.0)
+        status("torch.compile")
+        timing = env.timer(lambda: compiled(**current[0], **params), warmup=warmup,
+                           repeat=repeat, rotate=rotate)
+        row.compile_ms = timing.median_s * 1e3
+        row.timings["torch.compile"] = _timing_dict(timing)
+    except Exception as error:  # a broken Triton/inductor must not lose the row
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        row.notes.append(f"torch.compile failed: {type(error).__name__}: {first[:200]}")
+    del reference
+
+
+def _chooser(current: list[dict[str, Any]], tensors: dict[str, Any]) -> Callable[[], None]:
+    def choose() -> None:
+        current[0] = tensors
+    return choose
+
+
+def _to_torch(array: Any, device: str) -> Any:
+    import torch
+    if isinstance(array, torch.Tensor):
+        return array
+    if device == "cuda":
+        return torch.as_tensor(array, device="cuda")
+    return torch.from_numpy(np.ascontiguousarray(array))

@@ -1,0 +1,222 @@
+"""Reports of benchmark rows: rich tables, JSON, Markdown, a bar chart."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kfuse.bench.harness import ERROR_TOLERANCE, BenchRow
+
+MISSING = "—"
+COLUMNS = ("app", "size", "kfuse ms", "floor ms", "kfuse/floor", "eager ms", "compile ms",
+           "compile/kfuse", "eager/kfuse", "GB/s", "max err")
+KERNEL_COLUMNS = ("app", "kernel", "operators", "ms", "MB", "GB/s", "of copy")
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"{value:.0f}x" if abs(value) >= 100 else f"{value:.2f}x"
+
+
+def _error(row: BenchRow) -> str:
+    if row.max_error is None:
+        return MISSING
+    text = f"{row.max_error:.1e}"
+    return text if row.error_ok else f"{text} (> {ERROR_TOLERANCE:g}!)"
+
+
+def _size(size: Sequence[int]) -> str:
+    return "x".join(str(s) for s in size)
+
+
+def cells(row: BenchRow) -> list[str]:
+    """The main table's cells of one row, in :data:`COLUMNS` order."""
+    return [row.app, _size(row.size), _num(row.kfuse_ms), _num(row.floor_ms),
+            _ratio(row.kfuse_over_floor), _num(row.eager_ms), _num(row.compile_ms),
+            _ratio(row.compile_over_kfuse), _ratio(row.eager_over_kfuse),
+            _num(row.kfuse_gbps, 0), _error(row)]
+
+
+def _percent(fraction: float | None) -> str:
+    if fraction is None or math.isnan(fraction):
+        return MISSING
+    return f"{fraction * 100:.0f}%"
+
+
+def kernel_cells(row: BenchRow) -> list[list[str]]:
+    """Per-kernel table cells of one row, in :data:`KERNEL_COLUMNS` order."""
+    return [[row.app, k.name, ", ".join(k.operators), _num(k.ms), _num(k.bytes / 1e6, 1),
+             _num(k.gbps, 0), _percent(k.fraction_of_copy)] for k in row.kernels]
+
+
+def device_line(rows: Sequence[BenchRow]) -> str:
+    """``Device: NAME (copy 2900 GB/s)`` for the devices of the rows."""
+    seen: dict[str, BenchRow] = {}
+    for row in rows:
+        seen.setdefault(row.device, row)
+    if not seen:
+        return "Device: none (no rows)"
+    parts = []
+    for name, row in seen.items():
+        kind = "measured" if row.bandwidth_measured else "nominal, not measured"
+        parts.append(name + (f" (copy bandwidth {row.copy_gbps:.0f} GB/s, {kind})"
+                             if row.copy_gbps else ""))
+    return "Device: " + "; ".join(parts)
+
+
+def _compile_mode(rows: Sequence[BenchRow]) -> str | None:
+    modes = sorted({row.compile_mode for row in rows if row.compile_mode})
+    return ", ".join(modes) if modes else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Terminal
+# ---------------------------------------------------------------------------------------------
+
+def print_report(rows: Sequence[BenchRow], console: Any = None, *, kernels: bool = True) -> None:
+    """Print the device, the main table, the per-kernel table and the notes."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=max(console.width, 160))
+    console.print(f"[bold]{device_line(rows)}[/bold]")
+    mode = _compile_mode(rows)
+    if mode:
+        console.print(f"baseline: {mode}; floor = inputs read once + outputs written once "
+                      "at the measured copy bandwidth")
+    table = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD)
+    for index, column in enumerate(COLUMNS):
+        table.add_column(column, justify="left" if index < 2 else "right")
+    for row in rows:
+        table.add_row(*cells(row))
+    console.print(table)
+    if kernels and any(row.kernels for row in rows):
+        detail = Table(title="kfuse unfused program, each kernel timed alone", show_header=True,
+                       header_style="bold", box=box.SIMPLE_HEAD)
+        for index, column in enumerate(KERNEL_COLUMNS):
+            detail.add_column(column, justify="left" if index < 3 else "right")
+        for row in rows:
+            for line in kernel_cells(row):
+                detail.add_row(*line)
+        console.print(detail)
+    for row in rows:
+        for note in row.notes:
+            console.print(f"[dim]{row.app}: {note}[/dim]")
+
+
+def print_table(rows: Sequence[BenchRow], console: Any = None) -> None:
+    """The device line and the main table only."""
+    print_report(rows, console, kernels=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+def to_json(rows: Sequence[BenchRow], path: str | os.PathLike | None = None) -> str:
+    """Rows as JSON (derived ratios included); written to ``path`` when given."""
+    text = json.dumps({"rows": [row.to_dict() for row in rows]}, indent=2) + "\n"
+    if path is not None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return text
+
+
+def from_json(source: str | os.PathLike) -> list[BenchRow]:
+    """Rows back from :func:`to_json` output (a path or the JSON text itself)."""
+    text = str(source)
+    if not text.lstrip().startswith("{"):
+        text = Path(source).read_text()
+    data = json.loads(text)
+    return [BenchRow.from_dict(_unjson(row)) for row in data.get("rows", [])]
+
+
+def _unjson(row: dict[str, Any]) -> dict[str, Any]:
+    for key in ("max_error", "compile_error"):
+        if row.get(key) == "inf":
+            row[key] = math.inf
+    return row
+
+
+def to_markdown(rows: Sequence[BenchRow]) -> str:
+    """A Markdown report (for docs/benchmarks.md): device, main table, kernels, notes."""
+    lines = [f"**{device_line(rows)}**", ""]
+    mode = _compile_mode(rows)
+    if mode:
+        lines += [f"Baselines: PyTorch eager and {mode}, on the same arrays.", ""]
+    lines += ["Floor: every input read once and every output written once at the measured "
+              "copy bandwidth. GB/s: floor bytes / kfuse time. Max err: kfuse vs PyTorch "
+              "eager, max|a-b| / max|b|.", ""]
+    lines += _md_table(COLUMNS, [cells(row) for row in rows])
+    kernel_rows = [line for row in rows for line in kernel_cells(row)]
+    if kernel_rows:
+        lines += ["", "Each kernel of kfuse's unfused program timed alone (its reads once + "
+                  "its write once):", ""]
+        lines += _md_table(KERNEL_COLUMNS, kernel_rows)
+    notes = [f"- {row.app}: {note}" for row in rows for note in row.notes]
+    if notes:
+        lines += ["", "Notes:", ""] + notes
+    return "\n".join(lines) + "\n"
+
+
+def _md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    def clean(text: str) -> str:
+        return str(text).replace("|", "\\|")
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---" if i < 2 else "---:" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(clean(c) for c in line) + " |" for line in body]
+    return out
+
+
+def plot(rows: Sequence[BenchRow], path: str | os.PathLike) -> Path:
+    """Bar chart (PNG/SVG by extension): per app, floor, kfuse, eager, compile in ms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [("floor", "floor_ms", "#999999"), ("kfuse", "kfuse_ms", "#1f77b4"),
+              ("torch eager", "eager_ms", "#ff7f0e"), ("torch.compile", "compile_ms", "#2ca02c")]
+    apps = [f"{row.app}\n{_size(row.size)}" for row in rows]
+    width = 0.8 / len(series)
+    figure, axes = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) + 2), 4.5))
+    values_seen = []
+    for index, (label, attribute, color) in enumerate(series):
+        values = [getattr(row, attribute) for row in rows]
+        heights = [v if v is not None else 0.0 for v in values]
+        values_seen += [v for v in values if v]
+        positions = [i + (index - (len(series) - 1) / 2) * width for i in range(len(rows))]
+        axes.bar(positions, heights, width, label=label, color=color)
+    axes.set_xticks(range(len(rows)))
+    axes.set_xticklabels(apps)
+    axes.set_ylabel("time per run (ms)")
+    if values_seen and max(values_seen) / max(min(values_seen), 1e-12) > 30:
+        axes.set_yscale("log")
+    devices = ", ".join(dict.fromkeys(row.device for row in rows)) or "no device"
+    axes.set_title(f"kfuse vs the DRAM floor and PyTorch\n{devices}", fontsize=10)
+    legend = axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=len(series),
+                         frameon=False, fontsize=9)
+    figure.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(target, dpi=120, bbox_extra_artists=(legend,), bbox_inches="tight")
+    plt.close(figure)
+    return target

@@ -1,0 +1,1 @@
+"""The kfuse command line."""

@@ -1,0 +1,151 @@
+"""Device profiles: what a GPU offers and what it measurably delivers.
+
+A profile is measured once per GPU by ``kfuse calibrate`` (:func:`kfuse.bench.calibrate`)
+and stored as JSON in ``$KFUSE_CACHE_DIR/devices/`` (default ``~/.cache/kfuse/devices/``),
+one file per device name plus ``latest.json``. Cost models read it; when nothing was
+measured they fall back to :func:`default_profile` (nominal H100 SXM figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+LATEST = "latest.json"
+
+
+def devices_dir() -> Path:
+    """The folder that holds the stored profiles (not created here)."""
+    root = os.environ.get("KFUSE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "kfuse")
+    return Path(root) / "devices"
+
+
+def profile_filename(name: str) -> str:
+    """A safe file name for a device name (``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-...``)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return f"{slug or 'device'}.json"
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Properties and measured figures of one GPU.
+
+    ``copy_bandwidth_bytes_per_s`` counts bytes read plus bytes written per second of a
+    device-to-device copy; ``launch_overhead_s`` is the median time of one empty kernel
+    launch. ``measured_at`` is the ISO date of the measurement, ``None`` for nominal figures.
+    """
+
+    name: str
+    compute_capability: str
+    sm_count: int
+    shared_memory_per_block: int
+    shared_memory_per_sm: int
+    registers_per_sm: int
+    max_threads_per_sm: int
+    l2_bytes: int
+    copy_bandwidth_bytes_per_s: float
+    launch_overhead_s: float
+    measured_at: str | None = None
+    shared_memory_per_block_optin: int | None = None
+    peak_bandwidth_bytes_per_s: float | None = None
+    global_memory_bytes: int | None = None
+    notes: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def measured(self) -> bool:
+        return self.measured_at is not None
+
+    @property
+    def arch(self) -> str:
+        """NVRTC architecture name, e.g. ``sm_90``."""
+        return "sm_" + self.compute_capability.replace(".", "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceProfile:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["compute_capability"] = str(values.get("compute_capability", "?"))
+        return cls(**values)
+
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        """Write the profile as JSON; without ``path``, into the devices folder (+ latest)."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            return target
+        folder = devices_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / profile_filename(self.name)
+        for destination in (target, folder / LATEST):
+            temporary = destination.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(text)
+            os.replace(temporary, destination)
+        return target
+
+    @classmethod
+    def load(cls, name: str | os.PathLike | None = None) -> DeviceProfile:
+        """Read a stored profile: by device name, by path, or (``None``) the latest one.
+
+        Raises :class:`FileNotFoundError` when there is none.
+        """
+        if name is None:
+            path = devices_dir() / LATEST
+        elif str(name).endswith(".json") or os.sep in str(name):
+            path = Path(name)
+        else:
+            path = devices_dir() / profile_filename(str(name))
+        if not path.exists():
+            raise FileNotFoundError(f"no device profile at {path}; run 'kfuse calibrate'")
+        return cls.from_dict(json.loads(path.read_text()))
+
+    def summary(self) -> str:
+        """One line: name, SMs, L2, copy bandwidth, launch overhead, when measured."""
+        when = self.measured_at or "nominal, not measured"
+        return (f"{self.name} (cc {self.compute_capability}, {self.sm_count} SMs, "
+                f"L2 {self.l2_bytes / 2**20:.0f} MiB): copy {self.copy_bandwidth_bytes_per_s / 1e9:.0f}"
+                f" GB/s, launch {self.launch_overhead_s * 1e6:.1f} us [{when}]")
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def default_profile() -> DeviceProfile:
+    """Nominal H100 SXM5 80 GB figures, used when no GPU was calibrated (``measured_at=None``).
+
+    Copy bandwidth is a typical measured device-to-device copy (read + write), below the
+    3.35 TB/s HBM3 peak; launch overhead a typical CuPy launch from Python.
+    """
+    return DeviceProfile(
+        name="NVIDIA H100 80GB HBM3 (nominal)",
+        compute_capability="9.0",
+        sm_count=132,
+        shared_memory_per_block=48 * 1024,
+        shared_memory_per_sm=228 * 1024,
+        registers_per_sm=65536,
+        max_threads_per_sm=2048,
+        l2_bytes=50 * 2**20,
+        copy_bandwidth_bytes_per_s=2.9e12,
+        launch_overhead_s=4.0e-6,
+        measured_at=None,
+        shared_memory_per_block_optin=227 * 1024,
+        peak_bandwidth_bytes_per_s=3.35e12,
+        global_memory_bytes=80 * 2**30,
+        notes={"source": "nominal H100 SXM5 figures; run 'kfuse calibrate' to measure"},
+    )
+
+
+def current_profile(name: str | None = None) -> DeviceProfile:
+    """The stored profile for ``name`` (or the latest one), else :func:`default_profile`."""
+    try:
+        return DeviceProfile.load(name)
+    except (FileNotFoundError, ValueError, TypeError, json.JSONDecodeError):
+        return default_profile()

@@ -1,0 +1,198 @@
+"""Compile generated CUDA C with the host C++ compiler against the kfuse CPU shim.
+
+The ``cpu`` backend runs the very CUDA C text that would go to NVRTC: the source includes
+``kfuse_cpu_shim.h`` when ``__CUDACC__`` is not defined, and that header turns each CUDA thread
+of a block into an OS thread. The source must export ``extern "C"`` launchers that call
+``kf_cpu::launch``; :func:`load_host_library` gives a :class:`ctypes.CDLL` to call them.
+
+Libraries are cached on disk under ``$KFUSE_CACHE_DIR/cpu`` (default ``~/.cache/kfuse/cpu``),
+keyed by the SHA-256 of the source, the flags, the shim header and the compiler's version.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+from kfuse.errors import BackendUnavailable, CompileError
+
+__all__ = [
+    "BASE_FLAGS",
+    "cache_dir",
+    "compile_host_library",
+    "find_compiler",
+    "load_host_library",
+    "shim_include_dir",
+]
+
+SHIM_HEADER = "kfuse_cpu_shim.h"
+BASE_FLAGS: tuple[str, ...] = ("-std=c++20", "-O2", "-shared", "-fPIC", "-pthread")
+LOG_LINES = 60
+COMPILE_TIMEOUT_S = 600
+
+_DEFINE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(=.*)?", re.DOTALL)
+_loaded: dict[str, ctypes.CDLL] = {}
+_load_lock = threading.Lock()
+
+
+def shim_include_dir() -> Path:
+    """Directory holding ``kfuse_cpu_shim.h`` (pass it to the compiler with ``-I``)."""
+    return Path(__file__).resolve().parent / "shim"
+
+
+def cache_dir() -> Path:
+    """Directory of compiled CPU libraries: ``$KFUSE_CACHE_DIR/cpu`` or ``~/.cache/kfuse/cpu``."""
+    root = os.environ.get("KFUSE_CACHE_DIR")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "kfuse"
+    return base / "cpu"
+
+
+def find_compiler() -> list[str]:
+    """The C++ compiler command: ``$CXX`` (may hold arguments), else ``g++``, ``c++``, ``clang++``.
+
+    Raises :class:`~kfuse.errors.BackendUnavailable` if there is none.
+    """
+    cxx = os.environ.get("CXX", "").strip()
+    if cxx:
+        argv = shlex.split(cxx)
+        exe = shutil.which(argv[0])
+        if exe is None:
+            raise BackendUnavailable(f"$CXX is {cxx!r}, which is not an executable on PATH")
+        return [exe, *argv[1:]]
+    for name in ("g++", "c++", "clang++"):
+        exe = shutil.which(name)
+        if exe is not None:
+            return [exe]
+    raise BackendUnavailable(
+        "the cpu backend needs a C++20 compiler: none found (set $CXX, or install g++)"
+    )
+
+
+@cache
+def _compiler_version(argv: tuple[str, ...]) -> str:
+    try:
+        proc = subprocess.run(
+            [*argv, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BackendUnavailable(f"cannot run the C++ compiler {argv[0]}: {exc}") from exc
+    if proc.returncode != 0:
+        raise BackendUnavailable(f"{shlex.join([*argv, '--version'])} failed: {proc.stderr}")
+    return proc.stdout.strip()
+
+
+def _define_flag(define: str) -> str:
+    name = define[2:] if define.startswith("-D") else define
+    if not _DEFINE.fullmatch(name):
+        raise ValueError(f"not a preprocessor define: {define!r} (want NAME or NAME=VALUE)")
+    return "-D" + name
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def compile_host_library(
+    source: str,
+    *,
+    defines: Sequence[str] = (),
+    name_hint: str = "kfuse",
+    extra_flags: Sequence[str] = (),
+) -> Path:
+    """Compile CUDA C ``source`` into a shared library for the host and return its path.
+
+    ``defines`` are ``NAME`` or ``NAME=VALUE`` (``-D`` optional), e.g. the shim's fault
+    switches ``KF_SHIM_FAULT_BARRIER``; ``extra_flags`` go to the compiler as they are (e.g.
+    ``-g``, ``-fsanitize=thread``). ``name_hint`` labels the cached files
+    ``<name_hint>-<hash>.{cu,so}``. A library already in the cache is returned without compiling.
+
+    Raises :class:`~kfuse.errors.CompileError` (with the compiler's first lines of output and the
+    path of the saved source) if compilation fails, and
+    :class:`~kfuse.errors.BackendUnavailable` if there is no compiler.
+    """
+    compiler = find_compiler()
+    version = _compiler_version(tuple(compiler))
+    include = shim_include_dir()
+    flags = [*BASE_FLAGS, *extra_flags, *(_define_flag(d) for d in defines)]
+
+    key = hashlib.sha256()
+    for part in (source, "\0".join(compiler), "\0".join(flags), version):
+        key.update(part.encode())
+        key.update(b"\0\1\0")
+    key.update((include / SHIM_HEADER).read_bytes())
+    digest = key.hexdigest()
+
+    out_dir = cache_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name_hint)[:48] or 'kfuse'}-{digest[:40]}"
+    lib = out_dir / f"{stem}.so"
+    if lib.exists():
+        return lib
+
+    src = out_dir / f"{stem}.cu"
+    _atomic_write(src, source.encode())
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".so.tmp", dir=out_dir)
+    os.close(fd)
+    cmd = [*compiler, *flags, f"-I{include}", "-x", "c++", str(src), "-x", "none", "-o", tmp]
+    try:
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CompileError(
+                f"host C++ compiler timed out after {COMPILE_TIMEOUT_S} s; source saved at {src}"
+            ) from exc
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot run the C++ compiler {compiler[0]}: {exc}") from exc
+        if proc.returncode != 0:
+            raise _compile_error(proc.stderr or proc.stdout, src, cmd)
+        os.replace(tmp, lib)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return lib
+
+
+def _compile_error(log: str, src: Path, cmd: list[str]) -> CompileError:
+    lines = log.rstrip().splitlines()
+    shown = "\n".join(lines[:LOG_LINES])
+    if len(lines) > LOG_LINES:
+        shown += f"\n... ({len(lines) - LOG_LINES} more lines)"
+    err = CompileError(
+        f"host C++ compilation failed (source saved at {src}):\n{shown}\ncommand: {shlex.join(cmd)}"
+    )
+    err.log = log
+    err.source_path = src
+    err.command = cmd
+    return err
+
+
+def load_host_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
+    """Load a library made by :func:`compile_host_library`; one handle per path is kept."""
+    key = str(Path(path).resolve())
+    with _load_lock:
+        lib = _loaded.get(key)
+        if lib is None:
+            try:
+                lib = ctypes.CDLL(key)
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot load compiled library {key}: {exc}") from exc
+            _loaded[key] = lib
+        return lib
