@@ -442,3 +442,23 @@ def test_harness_reports_a_failing_app_and_goes_on():
     assert any("cannot build this" in note for note in rows[0].notes)
     assert rows[1].kfuse_ms is not None
     assert "broken" in to_markdown(rows)
+
+
+def test_harness_times_a_given_program():
+    _cpu_backend_or_skip()
+    from kfuse.bench import bench_apps
+    from kfuse.codegen import generate_unfused
+
+    chosen = []
+
+    def program(graph):
+        chosen.append(graph.name)
+        return generate_unfused(graph)
+
+    (row,) = bench_apps([_small_app()], backend="cpu", profile=default_profile(),
+                        baselines=False, progress=False, warmup=1, repeat=2, sets=1,
+                        program=program)
+    assert chosen == ["small"]
+    assert not any(note.startswith("failed") for note in row.notes), row.notes
+    assert any("kernel rows are of the unfused program" in note for note in row.notes)
+    assert row.kfuse_ms is not None and len(row.kernels) == 2

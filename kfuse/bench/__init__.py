@@ -34,13 +34,15 @@ from kfuse.bench.torch_baseline import (
     TorchFunction,
     TorchProgram,
     baselines,
+    compile_core,
     torch_function,
     translate,
 )
 
 __all__ = [
     "COMPILE_MODE", "ERROR_TOLERANCE", "BenchRow", "KernelRow", "Timing", "TorchFunction",
-    "TorchProgram", "baselines", "bench_apps", "buffer_bytes", "calibrate", "device_inputs",
+    "TorchProgram", "baselines", "bench_apps", "buffer_bytes", "calibrate", "compile_core",
+    "device_inputs",
     "device_properties", "dram_floor_bytes", "floor_seconds", "format_seconds", "from_json",
     "input_sets_needed", "launch_bytes", "launch_one", "max_relative_error", "measure_copy",
     "measure_launch", "plot", "print_report", "print_table", "time_gpu", "time_host",

@@ -20,7 +20,6 @@ import numpy as np
 
 from kfuse.bench.floor import dram_floor_bytes, floor_seconds, launch_bytes
 from kfuse.bench.timing import Timing, input_sets_needed, time_gpu, time_host
-from kfuse.bench.torch_baseline import COMPILE_MODE
 from kfuse.model.device import DeviceProfile, current_profile
 
 ERROR_TOLERANCE = 1e-4
@@ -312,12 +311,17 @@ def launch_one(executable: Any, spec: Any) -> None:
 def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
                size: int | Sequence[int] | None = None, profile: DeviceProfile | None = None,
                baselines: bool | Sequence[str] = True, progress: bool = True, warmup: int = 5,
-               repeat: int = 50, sets: int | None = None, seed: int = 0) -> list[BenchRow]:
+               repeat: int = 50, sets: int | None = None, seed: int = 0,
+               compile_mode: str | None = None,
+               program: Callable[[Any], Any] | None = None) -> list[BenchRow]:
     """Benchmark apps (names from :mod:`kfuse.apps`, or ``App`` objects); one row each.
 
     ``size`` defaults to each app's ``bench_size``; ``profile`` to a fresh calibration on
     the cuda backend (the floor is measured in the same run), else the stored/default one.
     ``baselines``: True for both, False for none, or a subset of :data:`BASELINES`.
+    ``compile_mode`` overrides :data:`~kfuse.bench.torch_baseline.COMPILE_MODE`.
+    ``program(graph) -> Program`` picks what kfuse runs (e.g. a fused plan's code); left
+    out, the unfused program. Kernel rows always time the unfused program's kernels.
     ``sets`` overrides how many input sets are rotated. An app that fails gets a row whose
     notes say why; the others still run.
     """
@@ -348,7 +352,8 @@ def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
                            bandwidth_measured=profile.measured)
             try:
                 _bench_one(app, row, env, profile, baselines=chosen, status=status,
-                           warmup=warmup, repeat=repeat, sets=sets, seed=seed)
+                           warmup=warmup, repeat=repeat, sets=sets, seed=seed,
+                           compile_mode=compile_mode, program=program)
             except Exception as error:  # one failing app must not lose the others
                 row.notes.append(f"failed: {type(error).__name__}: {error}")
                 frames = traceback.extract_tb(error.__traceback__)
@@ -397,7 +402,8 @@ def _timing_dict(timing: Timing) -> dict[str, float]:
 def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
                baselines: tuple[str, ...],
                status: Callable[[str], None], warmup: int, repeat: int, sets: int | None,
-               seed: int) -> None:
+               seed: int, compile_mode: str | None = None,
+               program: Callable[[Any], Any] | None = None) -> None:
     from kfuse.runtime import get_backend
 
     status("building")
@@ -411,7 +417,15 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
         row.notes.append("floor uses nominal (not measured) copy bandwidth")
 
     status("compiling kfuse")
-    executable = get_backend(env.backend).prepare(graph, {**input_sets[0], **params})
+    backend = get_backend(env.backend)
+    given = {**input_sets[0], **params}
+    unfused = backend.prepare(graph, given)
+    executable = unfused
+    if program is not None:
+        chosen = program(graph)
+        executable = backend.prepare(graph, given, program=chosen)
+        row.notes.append(f"kfuse runs program '{chosen.name}' ({len(chosen.launches)} "
+                         "launches); kernel rows are of the unfused program")
     sizes = executable.bound.sizes
     row.floor_bytes = dram_floor_bytes(graph, sizes)
     row.floor_ms = floor_seconds(row.floor_bytes, profile) * 1e3
@@ -427,12 +441,16 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
 
     if baselines:
         _bench_torch(graph, row, env, input_sets, params, outputs, status=status,
-                     warmup=warmup, repeat=repeat, with_compile="torch.compile" in baselines)
+                     warmup=warmup, repeat=repeat, with_compile="torch.compile" in baselines,
+                     compile_mode=compile_mode)
     del outputs
 
     status("timing each kernel")
-    for spec in executable.program.launches:
-        kernel_timing = env.timer(lambda spec=spec: launch_one(executable, spec),
+    if unfused is not executable:
+        rotate = [_setter(unfused.buffers, one) for one in input_sets]
+        unfused.launch_all()  # every intermediate holds real values before kernels run alone
+    for spec in unfused.program.launches:
+        kernel_timing = env.timer(lambda spec=spec: launch_one(unfused, spec),
                                   warmup=max(1, warmup // 2), repeat=repeat, rotate=rotate)
         nbytes = launch_bytes(graph, spec, sizes)
         seconds = kernel_timing.median_s
@@ -451,7 +469,7 @@ def _setter(buffers: dict[str, Any], arrays: dict[str, Any]) -> Callable[[], Non
 def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any]],
                  params: dict[str, Any], outputs: dict[str, Any], *,
                  status: Callable[[str], None], warmup: int, repeat: int,
-                 with_compile: bool = True) -> None:
+                 with_compile: bool = True, compile_mode: str | None = None) -> None:
     try:
         import torch
     except ImportError:
@@ -460,7 +478,7 @@ def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any
     if env.torch_device == "cuda" and not torch.cuda.is_available():
         row.notes.append("PyTorch has no CUDA here: baselines skipped")
         return
-    from kfuse.bench.torch_baseline import translate
+    from kfuse.bench.torch_baseline import compile_core, compile_description, translate
 
     status("translating to PyTorch")
     program = translate(graph)
@@ -486,10 +504,9 @@ def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any
     if not with_compile:
         return
     status("torch.compile (compiling)")
-    row.compile_mode = f"torch.compile(mode={COMPILE_MODE!r}, dynamic=False)"
+    row.compile_mode = compile_description(compile_mode)
     try:
-        compiled_core = torch.compile(program.core, dynamic=False)
-        compiled = program.function(compiled_core)
+        compiled = program.function(compile_core(program, compile_mode))
         result = compiled(**tensor_sets[0], **params)
         row.compile_error = max((max_relative_error(result[n], reference[n])
                                  for n in graph.outputs), default=0.0)

@@ -42,7 +42,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
 
 
 # Names generated code uses for its own variables; a buffer named like one gets a suffix.
-_GENERATED_NAME = re.compile(r"^(v\d+|ld\d+_\w*|n_\w*|p_\w*|i[xyz]?|i[xyz]_\w*|in_\w*|acc|row|"
+_GENERATED_NAME = re.compile(r"^(v\d+|ld_\w*|n_\w*|p_\w*|i[xyz]?|i[xyz]_\w*|in_\w*|acc|row|"
                              r"rows|r|j|count|length|outputs|tid|kf_\w*)$")
 
 
@@ -97,45 +97,71 @@ def structural_key(node: Expr, child_keys: tuple) -> tuple:
 
 
 @dataclass
+class EmitState:
+    """What every evaluation context of one kernel shares: statements, names, memo tables."""
+
+    lines: list[str] = field(default_factory=list)
+    values: dict[tuple, dict[tuple, str]] = field(default_factory=dict)  # per coordinates
+    indices: dict[tuple, str] = field(default_factory=dict)
+    counter: int = 0
+    evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
+
+    def evaluations(self) -> dict[str, int]:
+        """How many distinct points each operator was evaluated at, per thread iteration."""
+        counts: dict[str, int] = {}
+        for name, _ in self.evaluated:
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+
 class ExprEmitter:
     """Turns bodies into C statements for one kernel.
 
     ``coords[d]`` is the C variable holding the coordinate along iteration axis ``d``;
     ``flat_index`` (optional) addresses identity reads of buffers shaped like the domain;
-    ``load_hook`` may replace how a read is answered (fused kernels use it).
+    ``load_hook`` may answer a read itself (fused kernels evaluate producers there).
+    ``at(coords)`` gives an emitter for another point that shares statements and names.
     """
 
-    graph: Graph
-    coords: tuple[str, ...]
-    domain: tuple[str, ...]
-    flat_index: str | None = None
-    load_hook: Callable[[Load, ExprEmitter], str | None] | None = None
-    lines: list[str] = field(default_factory=list)
-    _values: dict[tuple, str] = field(default_factory=dict)
-    _indices: dict[tuple, str] = field(default_factory=dict)
-    _counter: int = 0
-    _last_buffer: str = ""
+    def __init__(self, graph: Graph, coords: tuple[str, ...], domain: tuple[str, ...],
+                 flat_index: str | None = None,
+                 load_hook: Callable[[Load, ExprEmitter], str | None] | None = None,
+                 state: EmitState | None = None):
+        self.graph = graph
+        self.coords = tuple(coords)
+        self.domain = domain
+        self.flat_index = flat_index
+        self.load_hook = load_hook
+        self.state = state or EmitState()
+
+    @property
+    def lines(self) -> list[str]:
+        return self.state.lines
+
+    def at(self, coords: tuple[str, ...]) -> ExprEmitter:
+        """An emitter evaluating at ``coords`` (a flat index only addresses the base point)."""
+        flat = self.flat_index if tuple(coords) == self.coords else None
+        return ExprEmitter(self.graph, coords, self.domain, flat, self.load_hook, self.state)
 
     def fresh(self, prefix: str) -> str:
-        self._counter += 1
-        return f"{prefix}{self._counter}"
+        self.state.counter += 1
+        return f"{prefix}{self.state.counter}"
 
     def emit(self, body: Expr) -> str:
         """Append the statements computing ``body``; return the C variable holding it."""
+        values = self.state.values.setdefault(self.coords, {})
         keys: dict[int, tuple] = {}
         names: dict[int, str] = {}
         for node in body.walk():
             key = structural_key(node, tuple(keys[id(c)] for c in node.children()))
             keys[id(node)] = key
-            if key not in self._values:
-                self._values[key] = self._emit_node(node, [names[id(c)] for c in node.children()])
-            names[id(node)] = self._values[key]
+            if key not in values:
+                values[key] = self._emit_node(node, [names[id(c)] for c in node.children()])
+            names[id(node)] = values[key]
         return names[id(body)]
 
     def _define(self, dtype: str, text: str, prefix: str = "v") -> str:
         name = self.fresh(prefix)
-        if prefix == "ld":
-            name = f"{name}_{self._last_buffer}"
         self.lines.append(f"const {C_TYPES[dtype]} {name} = {text};")
         return name
 
@@ -151,8 +177,7 @@ class ExprEmitter:
                 answered = self.load_hook(node, self)
                 if answered is not None:
                     return answered
-            self._last_buffer = node.buffer
-            return self._define(node.dtype, self.load_text(node), prefix="ld")
+            return self._define(node.dtype, self.load_text(node), prefix=f"ld_{node.buffer}_")
         if isinstance(node, Unary):
             if node.op == "neg":
                 return self._define(node.dtype, f"-{args[0]}")
@@ -186,7 +211,7 @@ class ExprEmitter:
         indices, inside = [], []
         for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
             size = size_var(buffer.shape[axis])
-            index, flag = self._index(self.coords[dim], offset, size, load)
+            index, flag = self.index(self.coords[dim], offset, size, load)
             indices.append(index)
             if flag:
                 inside.append(flag)
@@ -199,7 +224,7 @@ class ExprEmitter:
             return f"({' && '.join(inside)}) ? {read} : {value}"
         return read
 
-    def _index(self, coord: str, offset: int, size: str, load: Load) -> tuple[str, str | None]:
+    def index(self, coord: str, offset: int, size: str, load: Load) -> tuple[str, str | None]:
         """(index variable, inside-flag variable or None) for one axis of a read."""
         if offset == 0:
             return coord, None
@@ -207,21 +232,21 @@ class ExprEmitter:
         shifted = f"{coord} {'+' if offset > 0 else '-'} {abs(offset)}"
         tag = f"{'p' if offset > 0 else 'm'}{abs(offset)}"
         key = (coord, offset, size, mode)
-        if key not in self._indices:
+        if key not in self.state.indices:
             function = {"clamp": "kf_clamp", "mirror": "kf_mirror", "repeat": "kf_repeat",
                         "constant": "kf_clamp"}[mode]
             name = f"{coord}_{tag}_{mode}"
             self.lines.append(f"const int {name} = {function}({shifted}, {size});")
-            self._indices[key] = name
+            self.state.indices[key] = name
         flag = None
         if mode == "constant":
             flag_key = (coord, offset, size, "inside")
-            if flag_key not in self._indices:
+            if flag_key not in self.state.indices:
                 name = f"in_{coord}_{tag}"
                 self.lines.append(f"const bool {name} = kf_inside({shifted}, {size});")
-                self._indices[flag_key] = name
-            flag = self._indices[flag_key]
-        return self._indices[key], flag
+                self.state.indices[flag_key] = name
+            flag = self.state.indices[flag_key]
+        return self.state.indices[key], flag
 
 
 def param_list(graph: Graph, reads: list[str], writes: list[str], symbols: list[str],

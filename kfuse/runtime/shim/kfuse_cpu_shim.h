@@ -24,8 +24,10 @@
 //   * Warp intrinsics assume that the threads named in `mask` reach the same intrinsic (full
 //     warps, or the block's last partial warp, minus threads that have returned). Lanes of one
 //     warp using disjoint masks at the same time are merged into one exchange; that is still
-//     correct for shuffles but not guaranteed for arbitrary divergent code. A source lane that
-//     does not exist, has returned or is not in the exchange yields the caller's own value.
+//     correct for shuffles but not guaranteed for arbitrary divergent code. A source lane
+//     outside the caller's `width` segment yields the caller's own value (as in CUDA); one that
+//     does not exist, has returned or is not in the exchange yields 0 (CUDA: undefined; an H200
+//     gives 0 for the missing lanes of a partial warp).
 //     __activemask() reports the lanes that have not returned (no divergence tracking).
 //   * KF_BAR_SYNC(0, n) uses its own barrier, distinct from __syncthreads (on the GPU both are
 //     hardware barrier 0). Arrivals count threads; a partial last warp counts as 32 once all its
@@ -95,6 +97,11 @@
 
 #ifndef KF_SHIM_DEFAULT_SPIN
 #define KF_SHIM_DEFAULT_SPIN 4
+#endif
+
+// Largest dynamic shared memory per block a launch may ask for (sm_90: 227 KiB, with opt-in).
+#ifndef KF_SHIM_MAX_DYNAMIC_SHARED
+#define KF_SHIM_MAX_DYNAMIC_SHARED (227u * 1024u)
 #endif
 
 #ifndef KF_SHIM_DEFAULT_TIMEOUT_S
@@ -478,8 +485,10 @@ inline T shuffle(Shfl mode, uint32_t mask, T var, unsigned arg, int width) {
   std::memcpy(&bits, &var, sizeof(T));
   const int src = shfl_source(mode, tls_lid & 31u, arg, width);
   const uint64_t got = warp_exchange(mask, bits, [&](const uint64_t* s, uint32_t arrived) {
-    // A source lane that does not exist, has returned, or did not take part: own value.
-    return (src >= 0 && ((arrived >> src) & 1u)) ? s[src] : bits;
+    // Outside the caller's segment: own value (CUDA). A source lane that does not exist, has
+    // returned or did not take part: 0 (undefined in CUDA; an H200 gives 0 for missing lanes).
+    if (src < 0) return bits;
+    return ((arrived >> src) & 1u) ? s[src] : uint64_t{0};
   });
   T out;
   std::memcpy(&out, &got, sizeof(T));
@@ -672,6 +681,9 @@ int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body) {
   if (nthreads == 0 || nthreads > 1024 || block.z > 64)
     return detail::fail(9, "invalid block (%u, %u, %u): 1 to 1024 threads, z <= 64", block.x,
                         block.y, block.z);
+  if (dynamic_shared_bytes > KF_SHIM_MAX_DYNAMIC_SHARED)
+    return detail::fail(9, "%zu bytes of dynamic shared memory exceed the limit of %zu",
+                        dynamic_shared_bytes, std::size_t{KF_SHIM_MAX_DYNAMIC_SHARED});
   detail::Launch L(grid, block, dynamic_shared_bytes, detail::timeout_seconds(),
                    detail::spin_count());
   std::vector<std::thread> threads;

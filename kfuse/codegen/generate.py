@@ -1,0 +1,36 @@
+"""Generate the CUDA C of a whole pipeline: one kernel per group of a fusion plan."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kfuse.codegen.kernels import KernelGroup, group_kernel
+from kfuse.codegen.prelude import PRELUDE
+from kfuse.codegen.program import Program
+from kfuse.ir.graph import Graph
+
+
+def generate(graph: Graph, groups: Sequence[tuple[Sequence[str], Sequence[str]]] | None = None,
+             *, wide_index: bool = False) -> Program:
+    """CUDA C for ``graph``; ``groups`` lists (members, written buffers) in execution order.
+
+    Without groups every operator gets its own kernel (the unfused program).
+    """
+    if groups is None:
+        groups = [((k.name,), (k.output,)) for k in graph.topological_kernels()]
+    fused = sum(1 for members, _ in groups if len(members) > 1)
+    parts = [PRELUDE,
+             f"// Pipeline '{graph.name}': {len(graph.kernels)} operators in {len(groups)} "
+             f"kernels ({fused} fused).",
+             f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
+    launches = []
+    for members, outputs in groups:
+        lines, launch = group_kernel(KernelGroup(graph, members, outputs))
+        parts.extend([*lines, ""])
+        launches.append(launch)
+    return Program(graph.name, "\n".join(parts), tuple(launches), wide_index)
+
+
+def generate_unfused(graph: Graph, *, wide_index: bool = False) -> Program:
+    """One kernel per operator, in execution order."""
+    return generate(graph, None, wide_index=wide_index)

@@ -1,0 +1,189 @@
+"""Legality of fusing a set of kernels into one: one function per rule, each giving a reason.
+
+A rule returns ``None`` when the group satisfies it and a sentence saying why not
+otherwise. Rules come from seed 000 (constraints 1.3, 1.5-1.7: convexity, kinship,
+on-chip memory, registers) and seed 002 (dependency, header and granularity rules; no
+global barrier inside a kernel). Plan-level rules look at all groups together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from kfuse.ir.graph import Graph
+
+# Hopper limits (an H100/H200 block): used when no device profile says otherwise.
+MAX_SHARED_BYTES_PER_BLOCK = 227 * 1024
+MAX_REGISTERS_PER_THREAD = 255
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A failed rule: its name and the reason in words."""
+
+    rule: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.reason}"
+
+
+def _ancestors_and_descendants(dag: nx.DiGraph, members: set[str]) -> tuple[set[str], set[str]]:
+    up: set[str] = set()
+    down: set[str] = set()
+    for member in members:
+        up |= nx.ancestors(dag, member)
+        down |= nx.descendants(dag, member)
+    return up, down
+
+
+def rule_convex(graph: Graph, members: Sequence[str]) -> str | None:
+    """No path leaves the group and comes back (seed 000 constraint 1.3)."""
+    dag = graph.order_dag()
+    group = set(members)
+    up, down = _ancestors_and_descendants(dag, group)
+    between = sorted((up & down) - group, key=[k.name for k in graph.kernels].index)
+    if between:
+        return (f"not convex: '{between[0]}' depends on the group and the group depends on it; "
+                f"fusing would need '{between[0]}' inside the kernel too")
+    return None
+
+
+def rule_connected(graph: Graph, members: Sequence[str]) -> str | None:
+    """Members are linked by data they share (seed 000 constraint 1.5, degree of kinship > 0)."""
+    if len(members) < 2:
+        return None
+    sharing = nx.Graph()
+    sharing.add_nodes_from(members)
+    for index, first in enumerate(members):
+        a = graph.kernel_by_name[first]
+        for second in members[index + 1:]:
+            b = graph.kernel_by_name[second]
+            if set(a.reads + a.writes) & set(b.reads + b.writes):
+                sharing.add_edge(first, second)
+    if not nx.is_connected(sharing):
+        parts = [sorted(c) for c in nx.connected_components(sharing)]
+        return f"kernels {parts[0]} and {parts[1]} share no data (degree of kinship 0)"
+    return None
+
+
+def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> str | None:
+    """A reduction's result needs every block done (a global barrier): never read in its kernel."""
+    group = set(members)
+    for name in members:
+        kernel = graph.kernel_by_name[name]
+        if kernel.reduction is None:
+            continue
+        readers = [c for c in graph.consumers.get(kernel.output, ()) if c in group]
+        if readers:
+            return (f"'{readers[0]}' reads the reduction '{name}' in the same kernel; a "
+                    "reduction is complete only after every block finished (a global barrier)")
+    return None
+
+
+def rule_one_reduction(graph: Graph, members: Sequence[str]) -> str | None:
+    """At most one reduction per fused kernel (what the code generator supports for now)."""
+    reductions = [n for n in members if graph.kernel_by_name[n].reduction is not None]
+    if len(reductions) > 1:
+        return (f"reductions {reductions} in one kernel: the generator fuses one reduction per "
+                "kernel (sibling reductions arrive with the BLAS issue)")
+    return None
+
+
+def rule_same_iteration_space(graph: Graph, members: Sequence[str]) -> str | None:
+    """All members iterate over the same space (seed 002 header compatibility, Eq. 3.3)."""
+    domains = {graph.kernel_by_name[n].domain for n in members}
+    if len(domains) > 1:
+        shapes = " vs ".join(str(d) for d in domains)
+        return f"iteration spaces differ ({shapes})"
+    return None
+
+
+def rule_internal_reads_aligned(graph: Graph, members: Sequence[str]) -> str | None:
+    """Intermediates are read at the consumer's own point plus offsets (seed 002 AccPattern_a)."""
+    group = set(members)
+    for name in members:
+        kernel = graph.kernel_by_name[name]
+        for access in kernel.accesses:
+            producer = graph.producer.get(access.buffer)
+            if producer in group and access.dims != tuple(range(kernel.ndim)):
+                return (f"'{name}' reads '{access.buffer}' through a transposed or broadcast "
+                        "index, not aligned with its own iteration space")
+    return None
+
+
+def rule_no_opaque(graph: Graph, members: Sequence[str]) -> str | None:
+    """Opaque user kernels keep their own launch and are not fused vertically."""
+    opaque = [n for n in members if graph.kernel_by_name[n].kind == "opaque"]
+    if opaque and len(members) > 1:
+        return f"'{opaque[0]}' is an opaque user kernel"
+    return None
+
+
+GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (
+    rule_no_opaque,
+    rule_same_iteration_space,
+    rule_convex,
+    rule_connected,
+    rule_no_reduction_consumed_inside,
+    rule_one_reduction,
+    rule_internal_reads_aligned,
+)
+
+
+def group_violations(graph: Graph, members: Sequence[str]) -> list[Violation]:
+    """Every structural rule the group breaks (resources are checked on generated code)."""
+    unknown = [n for n in members if n not in graph.kernel_by_name]
+    if unknown:
+        return [Violation("known_kernels", f"no operator named {unknown[0]!r}")]
+    if len(members) < 2:
+        return []
+    found = []
+    for rule in GROUP_RULES:
+        reason = rule(graph, members)
+        if reason:
+            found.append(Violation(rule.__name__.removeprefix("rule_"), reason))
+    return found
+
+
+def resource_violation(registers: int, shared_bytes: int, spill_bytes: int,
+                       max_shared: int = MAX_SHARED_BYTES_PER_BLOCK,
+                       max_registers: int = MAX_REGISTERS_PER_THREAD) -> Violation | None:
+    """Shared memory per block and registers per thread within the device's limits (1.6, 1.7)."""
+    if shared_bytes > max_shared:
+        return Violation("resources", f"needs {shared_bytes} bytes of shared memory per block, "
+                                      f"the device allows {max_shared}")
+    if registers > max_registers or spill_bytes > 0:
+        return Violation("resources", f"needs more than {max_registers} registers per thread "
+                                      f"({spill_bytes} bytes spilled)")
+    return None
+
+
+def plan_violations(graph: Graph, groups: Iterable[Sequence[str]]) -> list[Violation]:
+    """Rules on the whole partition: every kernel once, and groups can run in some order."""
+    groups = [list(g) for g in groups]
+    seen: dict[str, int] = {}
+    found = []
+    for index, group in enumerate(groups):
+        for name in group:
+            if name in seen:
+                found.append(Violation("partition", f"'{name}' is in two groups"))
+            seen[name] = index
+    missing = [k.name for k in graph.kernels if k.name not in seen]
+    if missing:
+        found.append(Violation("partition", f"{missing} are in no group"))
+    if found:
+        return found
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(len(groups)))
+    for source, target in graph.order_dag().edges:
+        if seen[source] != seen[target]:
+            quotient.add_edge(seen[source], seen[target])
+    if not nx.is_directed_acyclic_graph(quotient):
+        cycle = nx.find_cycle(quotient)
+        names = [groups[edge[0]] for edge in cycle]
+        found.append(Violation("acyclic", f"groups {names} depend on each other in a cycle"))
+    return found

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Everything the GPU must check for the end-to-end skeleton, in one device call.
+# Usage (device machine, repo root): bash scripts/gpu_session.sh [part]
+#   part = check  : calibrate, demo, cuda tests, every app verified at its benchmark size
+#   part = bench  : kfuse bench of every app with baselines (JSON + PNG)
+set -uo pipefail
+part="${1:-check}"
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 KFUSE_CACHE_DIR="${KFUSE_CACHE_DIR:-/tmp/kfuse-cache}"
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+APPS="harris shi_tomasi sobel unsharp enhance night diffusion3d"
+echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') part $part"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv
+if [ "$part" = check ]; then
+  python3 -m kfuse calibrate 2>&1 | tee "$OUT/calibrate.txt"
+  python3 -m kfuse demo --backend cuda 2>&1 | tee "$OUT/demo.txt"
+  python3 -m pytest -q tests/test_cuda_backend.py 2>&1 | tail -5 | tee "$OUT/pytest_cuda.txt"
+  for app in $APPS; do
+    python3 -m kfuse run "$app" --backend cuda --verify --json 2>&1 | tail -1
+  done | tee "$OUT/run_verify.jsonl"
+  python3 -m kfuse run harris --resources 2>&1 | tee "$OUT/resources.txt"
+fi
+if [ "$part" = bench ]; then
+  python3 -m kfuse bench $APPS --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 \
+    | tee "$OUT/bench.txt"
+fi
