@@ -51,6 +51,10 @@ class BindError(KfuseError):
     """Arrays or parameters given at call time do not match the pipeline's declaration."""
 
 
+class FusionError(KfuseError):
+    """A requested fusion is illegal; the message names the rule that failed."""
+
+
 class CompileError(KfuseError):
     """Generated code failed to compile; the message carries the compiler log."""
 

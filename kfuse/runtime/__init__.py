@@ -39,9 +39,29 @@ def get_backend(name: str = "auto") -> Backend:
     return backend_class()
 
 
-def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto") -> dict[str, Any]:
-    """Run ``graph`` on the given arrays and parameters; return its outputs by name."""
-    return get_backend(backend).run(graph, given)
+def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
+              plan: Any = None) -> dict[str, Any]:
+    """Run ``graph`` on the given arrays and parameters; return its outputs by name.
+
+    ``plan`` is a FusionPlan, ``"auto"`` (the default search) or ``None``/``"unfused"``.
+    """
+    chosen = get_backend(backend)
+    if isinstance(plan, str):
+        if plan == "auto":
+            from kfuse.search import search
+            plan = search(graph)
+        elif plan == "unfused":
+            plan = None
+        else:
+            raise BackendUnavailable(f"plan must be a FusionPlan, 'auto' or 'unfused', "
+                                     f"got {plan!r}")
+    elif plan is not None and plan.graph is not graph:
+        # A plan made from an earlier build of the pipeline: re-check it against this graph.
+        from kfuse.fusion.plan import make_plan
+        plan = make_plan(graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
+                         model=plan.model, predicted_time_s=plan.predicted_time_s,
+                         unfused_predicted_time_s=plan.unfused_predicted_time_s)
+    return chosen.run(graph, given, plan=plan)
 
 
 __all__ = ["BACKENDS", "Backend", "get_backend", "run_graph"]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from kfuse.codegen.program import LaunchSpec, Program
+from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
 from kfuse.runtime.binding import Bound, bind
 
@@ -26,9 +27,9 @@ class Backend(ABC):
         return True
 
     @abstractmethod
-    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None
-            ) -> dict[str, Any]:
-        ...
+    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None,
+            plan: FusionPlan | None = None) -> dict[str, Any]:
+        """Outputs by name; ``plan`` picks the kernels (one per operator when left out)."""
 
 
 class Executable(ABC):
@@ -91,17 +92,19 @@ class CompiledBackend(Backend):
     executable_class: type[Executable]
 
     def prepare(self, graph: Graph, given: Mapping[str, Any], *,
-                program: Program | None = None) -> Executable:
+                program: Program | None = None, plan: FusionPlan | None = None) -> Executable:
+        """Bind arguments, generate (or take) the program, compile it and allocate buffers."""
         bound = bind(graph, given)
         if program is None:
-            from kfuse.codegen import generate_unfused
-            program = generate_unfused(graph, wide_index=bound.wide_index(graph))
+            from kfuse.codegen import generate
+            groups = plan.kernel_groups if plan is not None else None
+            program = generate(graph, groups, wide_index=bound.wide_index(graph))
         executable = self.executable_class(program, graph, bound)
         executable.allocate()
         return executable
 
-    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None
-            ) -> dict[str, Any]:
-        executable = self.prepare(graph, given, program=program)
+    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None,
+            plan: FusionPlan | None = None) -> dict[str, Any]:
+        executable = self.prepare(graph, given, program=program, plan=plan)
         executable.launch_all()
         return executable.results()

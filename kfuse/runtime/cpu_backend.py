@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kfuse.codegen.program import LaunchSpec, Program
+from kfuse.errors import LaunchError
 from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import CompiledBackend, Executable
 from kfuse.runtime.binding import Bound
@@ -33,10 +34,11 @@ def launcher_source(spec: LaunchSpec) -> str:
             arguments.append(f"*({ctype.replace('const ', '')} const*)args[{index}]")
     call = f"{spec.symbol}({', '.join(arguments)})"
     return (
-        f'extern "C" void kf_launch_{spec.symbol}(const unsigned* grid, const unsigned* block,\n'
+        f'extern "C" int kf_launch_{spec.symbol}(const unsigned* grid, const unsigned* block,\n'
         f"    unsigned long long shared_bytes, void** args) {{\n"
-        f"  kf_cpu::launch(dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]),\n"
-        f"                 shared_bytes, [&]() {{ {call}; }});\n"
+        f"  return kf_cpu::launch(dim3(grid[0], grid[1], grid[2]),\n"
+        f"                        dim3(block[0], block[1], block[2]), shared_bytes,\n"
+        f"                        [&]() {{ {call}; }});\n"
         f"}}\n"
     )
 
@@ -44,7 +46,8 @@ def launcher_source(spec: LaunchSpec) -> str:
 def host_source(program: Program) -> str:
     """The program's CUDA C followed by its host launchers."""
     launchers = "\n".join(launcher_source(spec) for spec in program.launches)
-    return f"{program.source}\n#if !defined(__CUDACC__)\n{launchers}#endif\n"
+    error = 'extern "C" const char* kf_last_error() { return kf_cpu::last_error(); }\n'
+    return f"{program.source}\n#if !defined(__CUDACC__)\n{launchers}{error}#endif\n"
 
 
 class CpuExecutable(Executable):
@@ -74,8 +77,15 @@ class CpuExecutable(Executable):
                 keep.append(scalar)
                 pointers[index] = scalar.ctypes.data
         function = getattr(self.library, f"kf_launch_{spec.symbol}")
-        function((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
-                 ctypes.c_ulonglong(spec.dynamic_shared_bytes), pointers)
+        function.restype = ctypes.c_int
+        status = function((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
+                          ctypes.c_ulonglong(spec.dynamic_shared_bytes), pointers)
+        if status != 0:
+            describe = self.library.kf_last_error
+            describe.restype = ctypes.c_char_p
+            raise LaunchError(f"launch of {spec.symbol} failed (status {status}): "
+                              f"{describe().decode(errors='replace')}",
+                              operator=",".join(spec.operators))
 
     def download(self, buffer: np.ndarray) -> np.ndarray:
         return buffer.copy()

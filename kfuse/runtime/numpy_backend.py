@@ -169,8 +169,9 @@ class NumpyBackend(Backend):
     def available(cls) -> bool:
         return True
 
-    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Any = None
-            ) -> dict[str, np.ndarray]:
+    def run(self, graph: Graph, given: Mapping[str, Any], *, program: Any = None,
+            plan: Any = None) -> dict[str, np.ndarray]:
+        """The reference semantics; a plan changes nothing here (fusion preserves meaning)."""
         from kfuse.runtime.binding import bind
         bound = bind(graph, given)
         host = {name: _to_numpy(array) for name, array in bound.arrays.items()}

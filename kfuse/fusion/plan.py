@@ -1,0 +1,226 @@
+"""FusionPlan: a partition of a pipeline's kernels into groups, one generated kernel each.
+
+A plan records, for every data edge of the pipeline, whether it was fused and why not
+(the legality rule that failed, or the predicted cost), so ``plan.explain()`` can answer
+"why is this intermediate still in memory?" in words and numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from kfuse.errors import FusionError
+from kfuse.fusion.legality import Violation, group_violations, plan_violations
+from kfuse.ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class Group:
+    """Kernels fused into one, in execution order, and the buffers written to memory.
+
+    ``variant`` says how intermediates are kept: ``single`` (no fusion), ``registers``
+    (every internal read at the point itself), ``recompute`` (stencil reads of an
+    intermediate evaluate its producer at each tap, in registers).
+    """
+
+    members: tuple[str, ...]
+    outputs: tuple[str, ...]
+    variant: str
+    reason: str = ""
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.members)
+
+
+@dataclass(frozen=True)
+class EdgeDecision:
+    """One producer -> consumer edge: fused or not, and why."""
+
+    producer: str
+    consumer: str
+    buffer: str
+    fused: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    """Groups in execution order plus the decision on every edge."""
+
+    graph: Graph = field(repr=False)
+    groups: tuple[Group, ...]
+    strategy: str
+    model: str
+    decisions: tuple[EdgeDecision, ...] = ()
+    predicted_time_s: float | None = None
+    unfused_predicted_time_s: float | None = None
+
+    def group_of(self, kernel: str) -> Group:
+        for group in self.groups:
+            if kernel in group.members:
+                return group
+        raise KeyError(kernel)
+
+    @property
+    def kernel_groups(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """(members, outputs) per group, the form code generation takes."""
+        return [(g.members, g.outputs) for g in self.groups]
+
+    def explain(self) -> str:
+        """Every group and every edge's decision, in words."""
+        lines = [f"plan for '{self.graph.name}' ({self.strategy} search, {self.model} model): "
+                 f"{len(self.graph.kernels)} operators in {len(self.groups)} kernels"]
+        if self.predicted_time_s is not None and self.unfused_predicted_time_s is not None:
+            lines.append(f"  predicted {self.predicted_time_s * 1e3:.3f} ms fused vs "
+                         f"{self.unfused_predicted_time_s * 1e3:.3f} ms unfused")
+        for group in self.groups:
+            outputs = ", ".join(group.outputs)
+            lines.append(f"  kernel [{' + '.join(group.members)}] ({group.variant}) "
+                         f"writes {outputs}" + (f": {group.reason}" if group.reason else ""))
+        for decision in self.decisions:
+            mark = "fused   " if decision.fused else "not fused"
+            lines.append(f"  {mark} {decision.producer} -> {decision.consumer} "
+                         f"('{decision.buffer}'): {decision.reason}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "pipeline": self.graph.name,
+            "groups": [list(g.members) for g in self.groups],
+            "variants": [g.variant for g in self.groups],
+            "strategy": self.strategy,
+            "model": self.model,
+            "predicted_time_s": self.predicted_time_s,
+            "unfused_predicted_time_s": self.unfused_predicted_time_s,
+            "fused": [{"producer": d.producer, "consumer": d.consumer, "buffer": d.buffer,
+                       "reason": d.reason} for d in self.decisions if d.fused],
+            "rejected": [{"producer": d.producer, "consumer": d.consumer, "buffer": d.buffer,
+                          "reason": d.reason} for d in self.decisions if not d.fused],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_dot(self) -> str:
+        """The fused graph in Graphviz: one cluster per kernel, data edges between operators."""
+        lines = [f'digraph "{self.graph.name}" {{', "  rankdir=TB; node [shape=box];"]
+        for index, group in enumerate(self.groups):
+            lines.append(f'  subgraph cluster_{index} {{ label="{group.variant}"; '
+                         + " ".join(f'"{m}";' for m in group.members) + " }")
+        for decision in self.decisions:
+            style = "solid" if decision.fused else "dashed"
+            lines.append(f'  "{decision.producer}" -> "{decision.consumer}" '
+                         f'[label="{decision.buffer}", style={style}];')
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
+    """Buffers of the group that must reach memory: read outside it or returned to the user."""
+    group = set(members)
+    written = []
+    for name in members:
+        buffer = graph.kernel_by_name[name].output
+        outside = [c for c in graph.consumers.get(buffer, ()) if c not in group]
+        if outside or buffer in graph.outputs:
+            written.append(buffer)
+    return tuple(written)
+
+
+def group_variant(graph: Graph, members: Sequence[str]) -> str:
+    if len(members) == 1:
+        return "single"
+    group = set(members)
+    for name in members:
+        for access in graph.kernel_by_name[name].accesses:
+            if graph.producer.get(access.buffer) in group and not access.is_point:
+                return "recompute"
+    return "registers"
+
+
+def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
+    """Groups in an executable order, members in program order."""
+    position = {k.name: i for i, k in enumerate(graph.kernels)}
+    groups = [tuple(sorted(g, key=position.__getitem__)) for g in groups]
+    index = {name: i for i, g in enumerate(groups) for name in g}
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(len(groups)))
+    for source, target in graph.order_dag().edges:
+        if index[source] != index[target]:
+            quotient.add_edge(index[source], index[target])
+    order = nx.lexicographical_topological_sort(quotient, key=lambda i: position[groups[i][0]])
+    return [groups[i] for i in order]
+
+
+def check_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[Violation]:
+    """All violations of a proposed partition (structural rules per group, then plan rules)."""
+    found = plan_violations(graph, groups)
+    for group in groups:
+        for violation in group_violations(graph, list(group)):
+            found.append(Violation(violation.rule, f"group {list(group)}: {violation.reason}"))
+    return found
+
+
+def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = "manual",
+              model: str = "none", reasons: dict[tuple[str, str], str] | None = None,
+              predicted_time_s: float | None = None,
+              unfused_predicted_time_s: float | None = None) -> FusionPlan:
+    """Build a plan from groups (kernels left out get their own group); refuse illegal ones.
+
+    ``reasons`` may say why an edge was left unfused, keyed by (producer, consumer).
+    """
+    listed = {name for group in groups for name in group}
+    groups = [list(g) for g in groups if g] + [[k.name] for k in graph.kernels
+                                               if k.name not in listed]
+    violations = check_groups(graph, groups)
+    if violations:
+        first = violations[0]
+        raise FusionError(f"illegal fusion ({first.rule}): {first.reason}",
+                          where=graph.kernel_by_name[groups[0][0]].where
+                          if groups[0][0] in graph.kernel_by_name else None)
+    ordered = order_groups(graph, groups)
+    reasons = reasons or {}
+    built = [Group(members, group_outputs(graph, members), group_variant(graph, members))
+             for members in ordered]
+    decisions = []
+    membership = {name: g for g in built for name in g.members}
+    for source, target, data in graph.order_dag().edges(data=True):
+        for buffer in data["buffers"]:
+            fused = membership[source] is membership[target]
+            if fused:
+                reason = _fused_reason(graph, source, target, buffer)
+            else:
+                reason = reasons.get((source, target)) or _unfused_reason(
+                    graph, membership[source].members, membership[target].members)
+            decisions.append(EdgeDecision(source, target, buffer, fused, reason))
+    return FusionPlan(graph, tuple(built), strategy, model, tuple(decisions), predicted_time_s,
+                      unfused_predicted_time_s)
+
+
+def _fused_reason(graph: Graph, source: str, target: str, buffer: str) -> str:
+    consumer = graph.kernel_by_name[target]
+    radius = consumer.halo_radius(buffer)
+    if radius and any(radius):
+        window = "x".join(str(2 * r + 1) for r in radius)
+        return (f"'{buffer}' stays in registers; '{source}' is recomputed at each of "
+                f"{consumer.thread_load(buffer)} taps of the {window} window")
+    return f"'{buffer}' stays in a register"
+
+
+def _unfused_reason(graph: Graph, producer_group: Sequence[str],
+                    consumer_group: Sequence[str]) -> str:
+    merged = list(producer_group) + [m for m in consumer_group if m not in producer_group]
+    violations = group_violations(graph, merged)
+    if violations:
+        return f"illegal: {violations[0]}"
+    return "not chosen by the plan"
+
+
+def unfused_plan(graph: Graph) -> FusionPlan:
+    """One kernel per operator."""
+    return make_plan(graph, [[k.name] for k in graph.kernels], strategy="none")

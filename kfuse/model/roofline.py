@@ -1,0 +1,117 @@
+"""The roofline model: a fused kernel's time from bytes, arithmetic and launches.
+
+A group of operators costs the larger of (DRAM bytes / copy bandwidth), (operations /
+arithmetic rate) and (cached loads / L1 rate), plus one launch. DRAM bytes count each
+external input once and each written buffer once; operations count every evaluation of
+every member, including producers recomputed at stencil taps. Rates come from the device
+profile (``kfuse calibrate``); arithmetic and L1 rates are Hopper figures scaled by the
+SM count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import prod
+
+from kfuse.ir.expr import ITEM_SIZE, Load, count_operations, loads
+from kfuse.ir.graph import Graph
+from kfuse.model.device import DeviceProfile
+
+FP32_LANES_PER_SM = 128
+CLOCK_HZ = 1.755e9
+ARITHMETIC_EFFICIENCY = 0.5   # generated code: index math, selects, no perfect FMA pairing
+SFU_WEIGHT = 4                # a special function costs about four simple operations
+L1_BYTES_PER_CLOCK_PER_SM = 64  # sustained cached-load bandwidth per SM (half of peak)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted time of one kernel and what it is made of."""
+
+    time_s: float
+    dram_bytes: int
+    operations: float
+    cached_loads: float
+    bound: str
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return {"dram_bytes": self.dram_bytes, "operations": self.operations,
+                "cached_loads": self.cached_loads}
+
+
+def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str]
+                      ) -> dict[str, int]:
+    """How many distinct points each member is evaluated at per output point.
+
+    A member written to memory is evaluated at the point itself; a producer read by a
+    consumer in the group at offsets is evaluated at every composed offset.
+    """
+    group = set(members)
+    offsets: dict[str, set[tuple[int, ...]]] = {name: set() for name in members}
+    ndim = graph.kernel_by_name[members[0]].ndim
+    for name in members:
+        if graph.kernel_by_name[name].output in outputs:
+            offsets[name].add((0,) * ndim)
+    for name in reversed(list(members)):
+        kernel = graph.kernel_by_name[name]
+        for access in kernel.accesses:
+            producer = graph.producer.get(access.buffer)
+            if producer not in group:
+                continue
+            for base in offsets[name]:
+                for offset in access.offsets:
+                    offsets[producer].add(tuple(b + o for b, o in zip(base, offset, strict=True)))
+    return {name: max(1, len(points)) for name, points in offsets.items()}
+
+
+def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+                  sizes: Mapping[str, int], profile: DeviceProfile) -> Prediction:
+    """Roofline time of the kernel that computes ``members`` and writes ``outputs``."""
+    group = set(members)
+    kernels = [graph.kernel_by_name[name] for name in members]
+    points = prod(sizes[s] for s in kernels[-1].domain) if kernels[-1].domain else 1
+    external = {b for k in kernels for b in k.reads if graph.producer.get(b) not in group}
+    dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
+    dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in outputs)
+    evaluations = evaluation_points(graph, members, outputs)
+    operations = 0.0
+    cached = 0.0
+    for kernel in kernels:
+        counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
+                                                                                 "sfu": 0}
+        per_point = counts["alu"] + SFU_WEIGHT * counts["sfu"]
+        external_loads = sum(1 for ld in _distinct_loads(kernel.body)
+                             if graph.producer.get(ld.buffer) not in group)
+        operations += evaluations[kernel.name] * per_point * points
+        cached += evaluations[kernel.name] * external_loads * points * 4
+    arithmetic_rate = profile.sm_count * FP32_LANES_PER_SM * CLOCK_HZ * ARITHMETIC_EFFICIENCY
+    l1_rate = profile.sm_count * L1_BYTES_PER_CLOCK_PER_SM * CLOCK_HZ
+    times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
+             "arithmetic": operations / arithmetic_rate,
+             "cache": cached / l1_rate}
+    bound = max(times, key=times.__getitem__)
+    return Prediction(times[bound] + profile.launch_overhead_s, dram, operations, cached, bound)
+
+
+def _distinct_loads(body) -> list[Load]:
+    if body is None:
+        return []
+    unique = {(ld.buffer, ld.offsets, ld.dims, ld.boundary): ld for ld in loads(body)}
+    return list(unique.values())
+
+
+def _numel(graph: Graph, buffer: str, sizes: Mapping[str, int]) -> int:
+    return prod(sizes[s] for s in graph.buffers[buffer].shape) if graph.buffers[buffer].shape \
+        else 1
+
+
+def nominal_sizes(graph: Graph) -> dict[str, int]:
+    """Sizes to plan with when none are given: 4096 per axis up to 2-D, 256 per axis in 3-D."""
+    sizes: dict[str, int] = {}
+    for name in graph.inputs:
+        buffer = graph.buffers[name]
+        for symbol in buffer.shape:
+            sizes.setdefault(symbol, 256 if buffer.ndim == 3 else 4096)
+    return sizes
