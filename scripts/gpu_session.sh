@@ -16,6 +16,7 @@ if [ "$part" = check ]; then
   python3 -m pytest -q tests/test_cuda_backend.py 2>&1 | tail -5 | tee "$OUT/pytest_cuda.txt"
   for app in $APPS; do
     python3 -m kfuse run "$app" --backend cuda --verify --json 2>&1 | tail -1
+    python3 -m kfuse run "$app" --backend cuda --verify --json --unfused 2>&1 | tail -1
   done | tee "$OUT/run_verify.jsonl"
   python3 -m kfuse run harris --resources 2>&1 | tee "$OUT/resources.txt"
 fi

@@ -161,7 +161,7 @@ def test_max_relative_error():
 def _rows() -> list[BenchRow]:
     full = BenchRow(
         app="harris", size=(64, 64), device="Fake GPU", backend="cuda", kfuse_ms=2.0,
-        floor_ms=1.0, floor_bytes=2_000_000_000, eager_ms=10.0, compile_ms=1.5,
+        unfused_ms=5.0, plan_groups=[["dx"], ["hc"]], floor_ms=1.0, floor_bytes=2_000_000_000, eager_ms=10.0, compile_ms=1.5,
         max_error=3e-7, compile_error=1e-7, launches=2, input_sets=1,
         compile_mode="torch.compile(mode='default', dynamic=False)", copy_gbps=2000.0,
         kernels=[KernelRow("harris_dx", ("dx",), 0.5, 500_000_000, 1000.0, 0.5),
@@ -192,10 +192,12 @@ def test_markdown_report():
     text = to_markdown(_rows())
     lines = text.splitlines()
     assert lines[0].startswith("**Device: Fake GPU")
-    assert "| app | size | kfuse ms | floor ms | kfuse/floor | eager ms | compile ms |" in text
-    assert ("| harris | 64x64 | 2.000 | 1.000 | 2.00x | 10.000 | 1.500 | 0.75x | 5.00x | 1000 "
-            "| 3.0e-07 |") in text
-    assert "| sobel | 32x48 | 4.000 | 0.500 | 8.00x | — | — | — | — |" in text
+    assert ("| app | size | fused ms | unfused ms | fusion speedup | floor ms | fused/floor | "
+            "eager ms | compile ms |") in text
+    assert ("| harris | 64x64 | 2.000 | 5.000 | 2.50x | 1.000 | 2.00x | 10.000 | 1.500 | 0.75x "
+            "| 5.00x | 1000 | 3.0e-07 |") in text
+    assert "| sobel | 32x48 | 4.000 | — | — | 0.500 | 8.00x | — | — | — |" in text
+    assert "- harris: dx | hc" in text
     assert "5.0e-01 (> 0.0001!)" in text
     assert "| harris | harris_hc | hc | 1.250 | 2000.0 | 1600 | 80% |" in text
     assert "- sobel: PyTorch is not installed: baselines skipped" in text
@@ -414,7 +416,11 @@ def test_harness_on_cpu_backend():
     assert row.device == "Host" and row.size == (24, 40) and row.input_sets == 2
     assert row.floor_bytes == 2 * 24 * 40 * 4
     assert row.floor_ms == pytest.approx(row.floor_bytes / 1e10 * 1e3)
-    assert row.launches == 2 and [k.operators for k in row.kernels] == [("blur",), ("out",)]
+    # the fused plan runs one kernel; the per-kernel rows time the unfused program
+    assert row.launches == 1 and row.plan_groups == [["blur", "out"]]
+    assert [k.operators for k in row.kernels] == [("blur",), ("out",)]
+    assert row.unfused_ms is not None and row.fusion_speedup is not None
+    assert not any("differ" in note for note in row.notes), row.notes
     assert [k.bytes for k in row.kernels] == [2 * 24 * 40 * 4, 3 * 24 * 40 * 4]
     assert row.kfuse_ms is not None and row.kfuse_ms > 0
     if baselines:
@@ -460,5 +466,5 @@ def test_harness_times_a_given_program():
                         program=program)
     assert chosen == ["small"]
     assert not any(note.startswith("failed") for note in row.notes), row.notes
-    assert any("kernel rows are of the unfused program" in note for note in row.notes)
+    assert any("kfuse runs program" in note for note in row.notes)
     assert row.kfuse_ms is not None and len(row.kernels) == 2

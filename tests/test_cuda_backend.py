@@ -15,12 +15,13 @@ pytestmark = pytest.mark.skipif(not CudaBackend.available(), reason="no usable C
 BOUNDARIES = ["clamp", "mirror", "repeat", kf.constant(0.5)]
 
 
+@pytest.mark.parametrize("plan", ["auto", "unfused"])
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
 @pytest.mark.parametrize("app", [a.name for a in list_apps()])
-def test_apps_on_cuda_match_the_reference(app, boundary):
+def test_apps_on_cuda_match_the_reference(app, boundary, plan):
     spec = get_app(app)
     arrays, params = spec.make_inputs(spec.test_size, np.random.default_rng(7), "float32")
-    outputs = spec.build(boundary=boundary).run(backend="cuda", **arrays, **params)
+    outputs = spec.build(boundary=boundary).run(backend="cuda", plan=plan, **arrays, **params)
     reference = spec.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
                                boundary)
     for name, expected in reference.items():

@@ -52,7 +52,9 @@ class BenchRow:
     size: tuple[int, ...]
     device: str
     backend: str = "cuda"
-    kfuse_ms: float | None = None
+    kfuse_ms: float | None = None        # the fused plan
+    unfused_ms: float | None = None      # one kernel per operator
+    plan_groups: list[list[str]] = field(default_factory=list)
     floor_ms: float | None = None
     floor_bytes: int = 0
     eager_ms: float | None = None
@@ -87,6 +89,15 @@ class BenchRow:
         return _ratio(self.compile_ms, self.kfuse_ms)
 
     @property
+    def fusion_speedup(self) -> float | None:
+        """Unfused time over fused time."""
+        return _ratio(self.unfused_ms, self.kfuse_ms)
+
+    @property
+    def unfused_over_floor(self) -> float | None:
+        return _ratio(self.unfused_ms, self.floor_ms)
+
+    @property
     def error_ok(self) -> bool | None:
         if self.max_error is None:
             return None
@@ -100,7 +111,7 @@ class BenchRow:
         data = asdict(self)
         data["size"] = list(self.size)
         for name in ("kfuse_gbps", "kfuse_over_floor", "eager_over_kfuse",
-                     "compile_over_kfuse", "error_ok"):
+                     "compile_over_kfuse", "error_ok", "fusion_speedup", "unfused_over_floor"):
             data[name] = getattr(self, name)
         return _finite(data)
 
@@ -420,13 +431,17 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     backend = get_backend(env.backend)
     given = {**input_sets[0], **params}
     unfused = backend.prepare(graph, given)
-    executable = unfused
+    sizes = unfused.bound.sizes
     if program is not None:
         chosen = program(graph)
         executable = backend.prepare(graph, given, program=chosen)
         row.notes.append(f"kfuse runs program '{chosen.name}' ({len(chosen.launches)} "
-                         "launches); kernel rows are of the unfused program")
-    sizes = executable.bound.sizes
+                         "launches)")
+    else:
+        from kfuse.search import search
+        plan = search(graph, sizes=sizes, profile=profile)
+        row.plan_groups = [list(group.members) for group in plan.groups]
+        executable = backend.prepare(graph, given, plan=plan)
     row.floor_bytes = dram_floor_bytes(graph, sizes)
     row.floor_ms = floor_seconds(row.floor_bytes, profile) * 1e3
     row.launches = len(executable.program.launches)
@@ -438,6 +453,16 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     timing = env.timer(executable.launch_all, warmup=warmup, repeat=repeat, rotate=rotate)
     row.kfuse_ms = timing.median_s * 1e3
     row.timings["kfuse"] = _timing_dict(timing)
+    unfused_rotate = [_setter(unfused.buffers, one) for one in input_sets]
+    timing = env.timer(unfused.launch_all, warmup=warmup, repeat=repeat, rotate=unfused_rotate)
+    row.unfused_ms = timing.median_s * 1e3
+    row.timings["kfuse unfused"] = _timing_dict(timing)
+    unfused_rotate[0]()  # the input set the fused outputs were computed from
+    unfused.launch_all()
+    for name in graph.outputs:
+        error = max_relative_error(unfused.buffers[name], outputs[name])
+        if error > ERROR_TOLERANCE:
+            row.notes.append(f"unfused and fused '{name}' differ: {error:.1e}")
 
     if baselines:
         _bench_torch(graph, row, env, input_sets, params, outputs, status=status,
@@ -446,9 +471,8 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     del outputs
 
     status("timing each kernel")
-    if unfused is not executable:
-        rotate = [_setter(unfused.buffers, one) for one in input_sets]
-        unfused.launch_all()  # every intermediate holds real values before kernels run alone
+    rotate = unfused_rotate
+    unfused.launch_all()  # every intermediate holds real values before kernels run alone
     for spec in unfused.program.launches:
         kernel_timing = env.timer(lambda spec=spec: launch_one(unfused, spec),
                                   warmup=max(1, warmup // 2), repeat=repeat, rotate=rotate)

@@ -12,8 +12,9 @@ from typing import Any
 from kfuse.bench.harness import ERROR_TOLERANCE, BenchRow
 
 MISSING = "—"
-COLUMNS = ("app", "size", "kfuse ms", "floor ms", "kfuse/floor", "eager ms", "compile ms",
-           "compile/kfuse", "eager/kfuse", "GB/s", "max err")
+COLUMNS = ("app", "size", "fused ms", "unfused ms", "fusion speedup", "floor ms",
+           "fused/floor", "eager ms", "compile ms", "compile/fused", "eager/fused", "GB/s",
+           "max err")
 KERNEL_COLUMNS = ("app", "kernel", "operators", "ms", "MB", "GB/s", "of copy")
 
 
@@ -44,7 +45,8 @@ def _size(size: Sequence[int]) -> str:
 
 def cells(row: BenchRow) -> list[str]:
     """The main table's cells of one row, in :data:`COLUMNS` order."""
-    return [row.app, _size(row.size), _num(row.kfuse_ms), _num(row.floor_ms),
+    return [row.app, _size(row.size), _num(row.kfuse_ms), _num(row.unfused_ms),
+            _ratio(row.fusion_speedup), _num(row.floor_ms),
             _ratio(row.kfuse_over_floor), _num(row.eager_ms), _num(row.compile_ms),
             _ratio(row.compile_over_kfuse), _ratio(row.eager_over_kfuse),
             _num(row.kfuse_gbps, 0), _error(row)]
@@ -163,8 +165,13 @@ def to_markdown(rows: Sequence[BenchRow]) -> str:
     if mode:
         lines += [f"Baselines: PyTorch eager and {mode}, on the same arrays.", ""]
     lines += ["Floor: every input read once and every output written once at the measured "
-              "copy bandwidth. GB/s: floor bytes / kfuse time. Max err: kfuse vs PyTorch "
+              "copy bandwidth. GB/s: floor bytes / fused time. Max err: kfuse fused vs PyTorch "
               "eager, max|a-b| / max|b|.", ""]
+    plans = [f"- {row.app}: " + " | ".join("+".join(g) for g in row.plan_groups)
+             for row in rows if row.plan_groups]
+    if plans:
+        lines += ["Fusion plans (greedy search, roofline model), one kernel per group:", ""]
+        lines += plans + [""]
     lines += _md_table(COLUMNS, [cells(row) for row in rows])
     kernel_rows = [line for row in rows for line in kernel_cells(row)]
     if kernel_rows:
@@ -193,7 +200,8 @@ def plot(rows: Sequence[BenchRow], path: str | os.PathLike) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = [("floor", "floor_ms", "#999999"), ("kfuse", "kfuse_ms", "#1f77b4"),
+    series = [("floor", "floor_ms", "#999999"), ("kfuse fused", "kfuse_ms", "#1f77b4"),
+              ("kfuse unfused", "unfused_ms", "#9ecae1"),
               ("torch eager", "eager_ms", "#ff7f0e"), ("torch.compile", "compile_ms", "#2ca02c")]
     apps = [f"{row.app}\n{_size(row.size)}" for row in rows]
     width = 0.8 / len(series)

@@ -110,24 +110,29 @@ def command_apps(args: argparse.Namespace) -> int:
 def command_run(args: argparse.Namespace) -> int:
     from kfuse.apps import get_app
     from kfuse.apps.check import relative_error
-    from kfuse.codegen import generate_unfused
+    from kfuse.codegen import generate
+    from kfuse.search import search
 
     app = get_app(args.app)
     backend = _backend_name(args.backend)
     size = _parse_size(args.size) or (app.bench_size if backend == "cuda" else app.test_size)
     pipeline = app.build(boundary=args.boundary)
     graph = pipeline.graph()
+    plan = None if args.unfused else search(graph, sizes=_sizes_for(graph, app, size))
+    groups = plan.kernel_groups if plan else None
     if args.show_source:
-        print(generate_unfused(graph).source)
+        print(generate(graph, groups).source)
         return 0
     if args.resources:
-        return _print_resources(graph)
+        return _print_resources(graph, groups)
     arrays, params = app.make_inputs(size, np.random.default_rng(args.seed), "float32")
     started = time.perf_counter()
-    outputs = pipeline.run(backend=backend, **arrays, **params)
+    outputs = pipeline.run(backend=backend, plan=plan or "unfused", **arrays, **params)
     elapsed = time.perf_counter() - started
     result = {"app": app.name, "backend": backend, "size": list(size),
-              "boundary": args.boundary, "kernels": len(graph.kernels),
+              "boundary": args.boundary, "operators": len(graph.kernels),
+              "kernels": len(groups) if groups else len(graph.kernels),
+              "groups": [list(g) for g, _ in groups] if groups else None,
               "wall_time_s": round(elapsed, 4)}
     if args.verify or args.json:
         reference = app.reference({k: np.asarray(v, np.float64) for k, v in arrays.items()},
@@ -147,12 +152,17 @@ def command_run(args: argparse.Namespace) -> int:
     return 0 if result.get("verified", True) else 1
 
 
-def _print_resources(graph) -> int:
+def _sizes_for(graph, app, size: tuple[int, ...]) -> dict[str, int]:
+    """Size symbols of an app's graph bound from its input size (apps' inputs share it)."""
+    return graph.bind_shapes({name: size for name in graph.inputs})
+
+
+def _print_resources(graph, groups=None) -> int:
     from rich.table import Table
 
-    from kfuse.codegen import generate_unfused
+    from kfuse.codegen import generate
     from kfuse.codegen.resources import kernel_resources
-    figures = kernel_resources(generate_unfused(graph).source)
+    figures = kernel_resources(generate(graph, groups).source)
     table = Table(title=f"{graph.name}: ptxas -v, sm_90")
     for column in ("kernel", "registers", "shared bytes", "spill stores", "spill loads",
                    "barriers"):
@@ -161,6 +171,24 @@ def _print_resources(graph) -> int:
         table.add_row(symbol, str(r.registers), str(r.shared_bytes), str(r.spill_store_bytes),
                       str(r.spill_load_bytes), str(r.barriers))
     _console().print(table)
+    return 0
+
+
+def command_plan(args: argparse.Namespace) -> int:
+    from kfuse.apps import get_app
+    from kfuse.search import search
+
+    app = get_app(args.app)
+    graph = app.build().graph()
+    size = _parse_size(args.size) or app.bench_size
+    plan = search(graph, args.strategy, args.model, sizes=_sizes_for(graph, app, size))
+    if args.dot:
+        with open(args.dot, "w") as handle:
+            handle.write(plan.to_dot() + "\n")
+    if args.json:
+        print(json.dumps(plan.to_dict()))
+    else:
+        print(plan.explain())
     return 0
 
 
@@ -217,7 +245,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--show-source", action="store_true", help="print the generated CUDA C")
     run.add_argument("--resources", action="store_true",
                      help="registers, shared memory, spills per kernel (needs nvcc)")
+    run.add_argument("--unfused", action="store_true", help="one kernel per operator")
     run.set_defaults(handler=command_run)
+
+    plan = commands.add_parser("plan", help="show the fusion plan of an app and why")
+    plan.add_argument("app")
+    plan.add_argument("--strategy", default="greedy")
+    plan.add_argument("--model", default="roofline")
+    plan.add_argument("--size", help="sizes to predict with (default: the app's benchmark size)")
+    plan.add_argument("--json", action="store_true", help="print one JSON object")
+    plan.add_argument("--dot", help="write the fused graph (Graphviz) to this file")
+    plan.set_defaults(handler=command_plan)
 
     bench = commands.add_parser("bench", help="time apps on the GPU against baselines")
     bench.add_argument("apps", nargs="+")

@@ -7,7 +7,6 @@ offset); identical subtrees are emitted once (common-subexpression elimination).
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 

@@ -330,56 +330,6 @@ class Pipeline:
         from kfuse.search import search
         return search(self.graph(), strategy, model, sizes)
 
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return tuple(self._inputs)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return tuple(self._outputs)
-
-    @property
-    def params(self) -> Mapping[str, str]:
-        return dict(self._params)
-
-    def run(self, backend: str = "auto", plan: Any = "auto", **arrays_and_params: Any
-            ) -> dict[str, Any]:
-        """Run on the given inputs and parameters; return outputs by name.
-
-        ``plan``: ``"auto"`` (fused by the default search), ``"unfused"`` (one kernel per
-        operator) or a plan from :meth:`fuse` / :meth:`plan`.
-        """
-        from kfuse.runtime import run_graph
-        return run_graph(self.graph(), arrays_and_params, backend=backend, plan=plan)
-
-    def fuse(self, groups: Sequence[Sequence[str]]) -> Any:
-        """A fusion plan with the given groups of operator names (others stay alone).
-
-        Raises :class:`~kfuse.errors.FusionError` naming the rule an illegal group breaks.
-        """
-        from kfuse.fusion.plan import make_plan
-        for group in groups:
-            if isinstance(group, str):
-                raise DslError("fuse() takes a list of groups, each a list of operator names",
-                               where=_where())
-        return make_plan(self.graph(), [list(g) for g in groups])
-
-    def plan(self, strategy: str = "greedy", model: str = "roofline",
-             sizes: Mapping[str, int] | None = None) -> Any:
-        """The fusion plan the search finds (``sizes`` binds size symbols for the model)."""
-        from kfuse.search import search
-        return search(self.graph(), strategy, model, sizes)
-
-    def _replan(self, plan: Any) -> Any:
-        """The same groups over a freshly built graph (plans hold the graph they came from)."""
-        from kfuse.fusion.plan import make_plan
-        return make_plan(self.graph(), [list(g.members) for g in plan.groups],
-                         strategy=plan.strategy, model=plan.model,
-                         predicted_time_s=plan.predicted_time_s,
-                         unfused_predicted_time_s=plan.unfused_predicted_time_s)
-
-    __call__ = run
-
     def __repr__(self) -> str:
         return (f"Pipeline({self.name!r}, inputs={list(self._inputs)}, "
                 f"operators={[k.name for k in self._kernels]}, outputs={self._outputs})")
