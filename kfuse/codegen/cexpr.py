@@ -45,17 +45,20 @@ _GENERATED_NAME = re.compile(r"^(v\d+|ld_\w*|n_\w*|p_\w*|i[xyz]?|i[xyz]_\w*|in_\
                              r"rows|r|j|count|length|outputs|tid|kf_\w*)$")
 
 
+Coordinate = tuple[str, int]  # (C variable, constant shift)
+
+
+def coordinate_text(coord: Coordinate) -> str:
+    base, shift = coord
+    return base if shift == 0 else f"({base} {'+' if shift > 0 else '-'} {abs(shift)})"
+
+
 def c_name(name: str) -> str:
     """A C identifier for a buffer, parameter or size symbol."""
     clean = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     if clean in C_KEYWORDS or _GENERATED_NAME.match(clean):
         return clean + "_buf"
     return clean
-
-
-def coord_names(ndim: int) -> tuple[str, ...]:
-    """C variables holding the coordinates of a point, outermost axis first."""
-    return {0: (), 1: ("ix",), 2: ("iy", "ix"), 3: ("iz", "iy", "ix")}[ndim]
 
 
 def size_var(symbol: str) -> str:
@@ -103,6 +106,8 @@ class EmitState:
     values: dict[tuple, dict[tuple, str]] = field(default_factory=dict)  # per coordinates
     indices: dict[tuple, str] = field(default_factory=dict)
     counter: int = 0
+    in_range: dict[str, tuple[int, int]] = field(default_factory=dict)  # base -> safe shifts
+    loads: dict[str, str] = field(default_factory=dict)  # read text -> variable (any point)
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
 
     def evaluations(self) -> dict[str, int]:
@@ -116,13 +121,15 @@ class EmitState:
 class ExprEmitter:
     """Turns bodies into C statements for one kernel.
 
-    ``coords[d]`` is the C variable holding the coordinate along iteration axis ``d``;
-    ``flat_index`` (optional) addresses identity reads of buffers shaped like the domain;
+    ``coords[d]`` is the coordinate along iteration axis ``d`` as (C variable, shift): the
+    point ``(iy, 1)`` is the row below ``iy``. Shifts let a thread computing several points
+    share loads and intermediate values between them. ``flat_index`` (optional) addresses
+    identity reads of buffers shaped like the domain;
     ``load_hook`` may answer a read itself (fused kernels evaluate producers there).
     ``at(coords)`` gives an emitter for another point that shares statements and names.
     """
 
-    def __init__(self, graph: Graph, coords: tuple[str, ...], domain: tuple[str, ...],
+    def __init__(self, graph: Graph, coords: tuple[Coordinate, ...], domain: tuple[str, ...],
                  flat_index: str | None = None,
                  load_hook: Callable[[Load, ExprEmitter], str | None] | None = None,
                  state: EmitState | None = None):
@@ -137,10 +144,15 @@ class ExprEmitter:
     def lines(self) -> list[str]:
         return self.state.lines
 
-    def at(self, coords: tuple[str, ...]) -> ExprEmitter:
-        """An emitter evaluating at ``coords`` (a flat index only addresses the base point)."""
-        flat = self.flat_index if tuple(coords) == self.coords else None
-        return ExprEmitter(self.graph, coords, self.domain, flat, self.load_hook, self.state)
+    def at(self, coords: tuple[Coordinate, ...], flat_index: str | None = None) -> ExprEmitter:
+        """An emitter at another point, sharing statements and names with this one.
+
+        The flat index carries over to the same point; another point may bring its own.
+        """
+        if flat_index is None and tuple(coords) == self.coords:
+            flat_index = self.flat_index
+        return ExprEmitter(self.graph, coords, self.domain, flat_index, self.load_hook,
+                           self.state)
 
     def fresh(self, prefix: str) -> str:
         self.state.counter += 1
@@ -170,13 +182,17 @@ class ExprEmitter:
         if isinstance(node, Param):
             return param_var(node.name)
         if isinstance(node, Coord):
-            return self.coords[node.axis]
+            return coordinate_text(self.coords[node.axis])
         if isinstance(node, Load):
             if self.load_hook is not None:
                 answered = self.load_hook(node, self)
                 if answered is not None:
                     return answered
-            return self._define(node.dtype, self.load_text(node), prefix=f"ld_{node.buffer}_")
+            text = self.load_text(node)
+            if text not in self.state.loads:
+                self.state.loads[text] = self._define(node.dtype, text,
+                                                      prefix=f"ld_{node.buffer}_")
+            return self.state.loads[text]
         if isinstance(node, Unary):
             if node.op == "neg":
                 return self._define(node.dtype, f"-{args[0]}")
@@ -223,25 +239,40 @@ class ExprEmitter:
             return f"({' && '.join(inside)}) ? {read} : {value}"
         return read
 
-    def index(self, coord: str, offset: int, size: str, load: Load) -> tuple[str, str | None]:
-        """(index variable, inside-flag variable or None) for one axis of a read."""
-        if offset == 0:
-            return coord, None
+    def index(self, coord: Coordinate, offset: int, size: str, load: Load
+              ) -> tuple[str, str | None]:
+        """(index variable, inside-flag variable or None) for one axis of a read.
+
+        A shift the kernel knows to be inside the array needs no boundary mode; any other
+        goes through the read's mode (constant mode also gets an inside flag).
+        """
+        base, shift = coord
+        total = shift + offset
+        low, high = self.state.in_range.get(base, (0, 0))
+        tag = f"{'p' if total > 0 else 'm'}{abs(total)}"
+        shifted = f"{base} {'+' if total > 0 else '-'} {abs(total)}"
+        if low <= total <= high:
+            if total == 0:
+                return base, None
+            key = (base, total, "inside")
+            if key not in self.state.indices:
+                name = f"{base}_{tag}"
+                self.lines.append(f"const int {name} = {shifted};")
+                self.state.indices[key] = name
+            return self.state.indices[key], None
         mode = load.boundary.mode if load.boundary else "clamp"
-        shifted = f"{coord} {'+' if offset > 0 else '-'} {abs(offset)}"
-        tag = f"{'p' if offset > 0 else 'm'}{abs(offset)}"
-        key = (coord, offset, size, mode)
+        key = (base, total, size, mode)
         if key not in self.state.indices:
             function = {"clamp": "kf_clamp", "mirror": "kf_mirror", "repeat": "kf_repeat",
                         "constant": "kf_clamp"}[mode]
-            name = f"{coord}_{tag}_{mode}"
+            name = f"{base}_{tag}_{mode}"
             self.lines.append(f"const int {name} = {function}({shifted}, {size});")
             self.state.indices[key] = name
         flag = None
         if mode == "constant":
-            flag_key = (coord, offset, size, "inside")
+            flag_key = (base, total, size, "flag")
             if flag_key not in self.state.indices:
-                name = f"in_{coord}_{tag}"
+                name = f"in_{base}_{tag}"
                 self.lines.append(f"const bool {name} = kf_inside({shifted}, {size});")
                 self.state.indices[flag_key] = name
             flag = self.state.indices[flag_key]

@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kfuse.codegen.cexpr import (
+    Coordinate,
     ExprEmitter,
     c_name,
-    coord_names,
+    coordinate_text,
     indent,
     param_list,
     size_var,
@@ -38,6 +39,7 @@ TILE_X, TILE_Y = 32, 8
 REDUCE_BLOCK = 256
 REDUCE_OP_CODE = {"sum": 0, "min": 1, "max": 2}
 MAX_SYMBOL_LENGTH = 64
+REDUCE_COORDS = {0: (), 1: ("ix",), 2: ("iy", "ix"), 3: ("iz", "iy", "ix")}
 
 
 def identity_value(op: str, dtype: str) -> float:
@@ -135,7 +137,7 @@ class KernelGroup:
         return header, tuple(KernelParam(*p) for p in params)
 
     # -- evaluation -------------------------------------------------------------------------
-    def emitter(self, coords: tuple[str, ...], flat_index: str | None) -> ExprEmitter:
+    def emitter(self, coords: tuple[Coordinate, ...], flat_index: str | None) -> ExprEmitter:
         return ExprEmitter(self.graph, coords, self.domain, flat_index, self._answer_read)
 
     def _answer_read(self, load: Load, emitter: ExprEmitter) -> str | None:
@@ -151,7 +153,7 @@ class KernelGroup:
             coords.append(index)
             if flag:
                 inside.append(flag)
-        target = emitter.at(tuple(coords))
+        target = emitter.at(tuple((index, 0) for index in coords))
         target.state.evaluated.add((producer.name, target.coords))
         value = target.emit(producer.body)  # type: ignore[arg-type]
         if not inside:
@@ -176,74 +178,121 @@ class KernelGroup:
         return stores
 
 
+ITEMS_PER_THREAD = 4  # points per thread: loads in flight, and reuse between stencil rows
+
+
 def _domain_count(domain: tuple[str, ...]) -> str:
     if not domain:
         return "1"
     return " * ".join(["(kf_index_t)" + size_var(domain[0])] + [size_var(s) for s in domain[1:]])
 
 
-def _flat_address(sizes: tuple[str, ...], coords: tuple[str, ...]) -> str:
-    if len(coords) == 1:
-        return coords[0]
-    address = f"(kf_index_t){coords[0]}"
-    for size, coord in zip(sizes[1:], coords[1:], strict=True):
-        address = f"({address}) * {size} + {coord}"
+def _flat_address(sizes: tuple[str, ...], coords: tuple[Coordinate, ...]) -> str:
+    texts = [coordinate_text(c) for c in coords]
+    if len(texts) == 1:
+        return texts[0]
+    address = f"(kf_index_t){texts[0]}"
+    for size, text in zip(sizes[1:], texts[1:], strict=True):
+        address = f"({address}) * {size} + {text}"
     return address
 
 
-def map_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
-    """Point and stencil operators (fused or not): one point per thread and iteration."""
-    operators = tuple(k.name for k in group.members)
-    if group.is_flat() or group.ndim <= 1:
-        flat = group.is_flat()
-        emitter = group.emitter(("i",) if group.ndim == 1 else (), "i" if flat else None)
-        stores = group.store_lines(emitter, "i")
-        header, params = group.signature(MAP_BLOCK_1D)
-        body = [
-            f"const kf_index_t count = {_domain_count(group.domain)};",
-            "for (kf_index_t i = (kf_index_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;",
-            "     i += (kf_index_t)gridDim.x * blockDim.x) {",
-            *indent(emitter.lines + stores, 1),
-            "}",
-        ]
-        launch = LaunchSpec(group.symbol, operators, params, (MAP_BLOCK_1D, 1, 1),
-                            (GridAxis(group.domain, MAP_BLOCK_1D), GridAxis(), GridAxis()))
-        return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], str | None]],
+                sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]]) -> list[str]:
+    """Straight-line code computing the group's outputs at several points of one thread.
 
-    coords = coord_names(group.ndim)
+    Every point's loads and arithmetic come first and the stores last, so independent loads
+    are in flight together; values shared between points (rows of a stencil) are computed
+    once.
+    """
+    emitter = group.emitter(points[0][0], points[0][1])
+    emitter.state.in_range.update(in_range)
+    stores = []
+    for coords, flat in points:
+        point = emitter.at(coords, flat)
+        stores += group.store_lines(point, flat if flat else _flat_address(sizes, coords))
+    return emitter.lines + stores
+
+
+def map_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
+    """Point and stencil operators (fused or not): several points per thread."""
+    if group.is_flat() or group.ndim <= 1:
+        return _linear_kernel(group)
+    return _tiled_kernel(group)
+
+
+def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
+    """A flat grid-stride loop; each thread takes points ``blockDim.x`` apart (coalesced)."""
+    flat = group.is_flat()
+    items = ITEMS_PER_THREAD
     sizes = tuple(size_var(s) for s in group.domain)
-    emitter = group.emitter(coords, None)
-    stores = group.store_lines(emitter, _flat_address(sizes, coords))
-    header, params = group.signature(TILE_X * TILE_Y)
-    inner = emitter.lines + stores
+    fast_points = [(((f"i{k}", 0),), f"i{k}" if flat else None) for k in range(items)]
+    fast = [f"const kf_index_t i{k} = base + {k} * (kf_index_t)blockDim.x;" for k in range(items)]
+    fast += _items_code(group, fast_points, sizes, {})
+    single = _items_code(group, [((("i", 0),), "i" if flat else None)], sizes, {})
+    header, params = group.signature(MAP_BLOCK_1D)
+    body = [
+        f"const kf_index_t count = {_domain_count(group.domain)};",
+        f"const kf_index_t step = (kf_index_t)gridDim.x * blockDim.x * {items};",
+        f"for (kf_index_t base = (kf_index_t)blockIdx.x * blockDim.x * {items} + threadIdx.x;",
+        "     base < count; base += step) {",
+        f"  if (base + {items - 1} * (kf_index_t)blockDim.x < count) {{",
+        f"    // {items} points per thread, all loads issued before the stores",
+        *indent(fast, 2),
+        "  } else {",
+        "    for (kf_index_t i = base; i < count; i += blockDim.x) {",
+        *indent(single, 3),
+        "    }",
+        "  }",
+        "}",
+    ]
+    launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
+                        (MAP_BLOCK_1D, 1, 1),
+                        (GridAxis(group.domain, MAP_BLOCK_1D * items), GridAxis(), GridAxis()))
+    return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+
+
+def _tiled_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
+    """2-D/3-D tiles of 32 x 8 threads; each thread computes consecutive rows (reuse)."""
+    items = ITEMS_PER_THREAD
+    sizes = tuple(size_var(s) for s in group.domain)
     if group.ndim == 2:
-        y, x = coords
-        body = [
-            f"const int {x} = blockIdx.x * blockDim.x + threadIdx.x;",
-            f"if ({x} >= {sizes[1]}) return;",
-            f"for (int {y} = blockIdx.y * blockDim.y + threadIdx.y; {y} < {sizes[0]}; "
-            f"{y} += gridDim.y * blockDim.y) {{",
-            *indent(inner, 1),
-            "}",
-        ]
-        grid = (GridAxis((group.domain[1],), TILE_X),
-                GridAxis((group.domain[0],), TILE_Y, GRID_LIMITS[1]), GridAxis())
+        fast_points = [((("iy", k), ("ix", 0)), None) for k in range(items)]
+        single_point = ((("iy_k", 0), ("ix", 0)), None)
     else:
-        z, y, x = coords
-        body = [
-            f"const int {x} = blockIdx.x * blockDim.x + threadIdx.x;",
-            f"if ({x} >= {sizes[2]}) return;",
-            f"for (int {z} = blockIdx.z; {z} < {sizes[0]}; {z} += gridDim.z) {{",
-            f"  for (int {y} = blockIdx.y * blockDim.y + threadIdx.y; {y} < {sizes[1]}; "
-            f"{y} += gridDim.y * blockDim.y) {{",
-            *indent(inner, 2),
-            "  }",
-            "}",
-        ]
+        fast_points = [((("iz", 0), ("iy", k), ("ix", 0)), None) for k in range(items)]
+        single_point = ((("iz", 0), ("iy_k", 0), ("ix", 0)), None)
+    fast = _items_code(group, fast_points, sizes, {"iy": (0, items - 1)})
+    single = _items_code(group, [single_point], sizes, {})
+    rows, columns = sizes[-2], sizes[-1]
+    header, params = group.signature(TILE_X * TILE_Y)
+    rows_loop = [
+        f"for (int iy = (blockIdx.y * blockDim.y + threadIdx.y) * {items}; iy < {rows};",
+        f"     iy += gridDim.y * blockDim.y * {items}) {{",
+        f"  if (iy + {items - 1} < {rows}) {{",
+        f"    // rows iy .. iy+{items - 1}: neighbouring rows share loads and intermediates",
+        *indent(fast, 2),
+        "  } else {",
+        f"    for (int iy_k = iy; iy_k < {rows}; ++iy_k) {{",
+        *indent(single, 3),
+        "    }",
+        "  }",
+        "}",
+    ]
+    body = ["const int ix = blockIdx.x * blockDim.x + threadIdx.x;",
+            f"if (ix >= {columns}) return;"]
+    if group.ndim == 2:
+        body += rows_loop
+        grid = (GridAxis((group.domain[1],), TILE_X),
+                GridAxis((group.domain[0],), TILE_Y * items, GRID_LIMITS[1]), GridAxis())
+    else:
+        body += [f"for (int iz = blockIdx.z; iz < {sizes[0]}; iz += gridDim.z) {{",
+                 *indent(rows_loop, 1), "}"]
         grid = (GridAxis((group.domain[2],), TILE_X),
-                GridAxis((group.domain[1],), TILE_Y, GRID_LIMITS[1]),
+                GridAxis((group.domain[1],), TILE_Y * items, GRID_LIMITS[1]),
                 GridAxis((group.domain[0],), 1, GRID_LIMITS[2]))
-    launch = LaunchSpec(group.symbol, operators, params, (TILE_X, TILE_Y, 1), grid)
+    launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
+                        (TILE_X, TILE_Y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
@@ -280,7 +329,8 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     output = c_name(kernel.output)
     code = REDUCE_OP_CODE[op]
     identity = identity_text(op, dtype_name)
-    coords = coord_names(group.ndim)
+    names = REDUCE_COORDS[group.ndim]
+    coords = tuple((name, 0) for name in names)
     sizes = tuple(size_var(s) for s in domain)
     kept = [axis for axis in range(group.ndim) if axis not in axes]
     header, params = group.signature(REDUCE_BLOCK)
@@ -292,8 +342,8 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
         emitter.state.evaluated.add((kernel.name, emitter.coords))
         value = emitter.emit(kernel.body)  # type: ignore[arg-type]
         stores = group.store_lines(emitter, "r" if flat else _flat_address(sizes, coords))
-        decode_row = _decode("row", kept, domain, coords) if kept else []
-        decode_r = [] if flat else _decode("r", list(axes), domain, coords)
+        decode_row = _decode("row", kept, domain, names) if kept else []
+        decode_r = [] if flat else _decode("r", list(axes), domain, names)
         body = [
             f"const kf_index_t rows = {_product(domain, kept)};",
             f"const kf_index_t length = {_product(domain, list(axes))};",
@@ -319,7 +369,7 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
         emitter.state.evaluated.add((kernel.name, emitter.coords))
         value = emitter.emit(kernel.body)  # type: ignore[arg-type]
         stores = group.store_lines(emitter, _flat_address(sizes, coords))
-        decode = _decode("j", before + after, domain, coords)
+        decode = _decode("j", before + after, domain, names)
         size = size_var(domain[axis])
         body = [
             f"const kf_index_t outputs = {_product(domain, before + after)};",
@@ -327,8 +377,8 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
             "if (j >= outputs) return;",
             *decode,
             f"{ctype} acc = {identity};",
-            f"for (int {coords[axis]} = blockIdx.y; {coords[axis]} < {size}; "
-            f"{coords[axis]} += gridDim.y) {{",
+            f"for (int {names[axis]} = blockIdx.y; {names[axis]} < {size}; "
+            f"{names[axis]} += gridDim.y) {{",
             *indent(emitter.lines + stores, 1),
             f"  acc = kf_combine<{code}, {ctype}>(acc, ({ctype}){value});",
             "}",

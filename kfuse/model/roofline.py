@@ -41,58 +41,73 @@ class Prediction:
                 "cached_loads": self.cached_loads}
 
 
-def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str]
-                      ) -> dict[str, int]:
-    """How many distinct points each member is evaluated at per output point.
+def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+                      rows_per_thread: int = 1) -> dict[str, set[tuple[int, ...]]]:
+    """The points (offsets from a thread's first point) at which each member is evaluated.
 
-    A member written to memory is evaluated at the point itself; a producer read by a
-    consumer in the group at offsets is evaluated at every composed offset.
+    A thread computes ``rows_per_thread`` consecutive rows; a member written to memory is
+    evaluated at each of them, and a producer read by a consumer in the group at offsets
+    is evaluated at every composed offset (each distinct point once).
     """
     group = set(members)
+    kernel = graph.kernel_by_name[members[0]]
+    ndim = kernel.ndim
+    rows = []
+    for k in range(rows_per_thread if ndim >= 2 else 1):
+        point = [0] * ndim
+        if ndim >= 2:
+            point[ndim - 2] = k
+        rows.append(tuple(point))
     offsets: dict[str, set[tuple[int, ...]]] = {name: set() for name in members}
-    ndim = graph.kernel_by_name[members[0]].ndim
     for name in members:
         if graph.kernel_by_name[name].output in outputs:
-            offsets[name].add((0,) * ndim)
+            offsets[name].update(rows)
     for name in reversed(list(members)):
-        kernel = graph.kernel_by_name[name]
-        for access in kernel.accesses:
+        for access in graph.kernel_by_name[name].accesses:
             producer = graph.producer.get(access.buffer)
             if producer not in group:
                 continue
             for base in offsets[name]:
                 for offset in access.offsets:
                     offsets[producer].add(tuple(b + o for b, o in zip(base, offset, strict=True)))
-    return {name: max(1, len(points)) for name, points in offsets.items()}
+    return offsets
 
 
 def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                   sizes: Mapping[str, int], profile: DeviceProfile) -> Prediction:
     """Roofline time of the kernel that computes ``members`` and writes ``outputs``."""
+    from kfuse.codegen.kernels import ITEMS_PER_THREAD
+
     group = set(members)
     kernels = [graph.kernel_by_name[name] for name in members]
     points = prod(sizes[s] for s in kernels[-1].domain) if kernels[-1].domain else 1
     external = {b for k in kernels for b in k.reads if graph.producer.get(b) not in group}
     dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
     dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in outputs)
-    evaluations = evaluation_points(graph, members, outputs)
+    rows = ITEMS_PER_THREAD
+    evaluated = evaluation_points(graph, members, outputs, rows)
     operations = 0.0
-    cached = 0.0
+    cached: set[tuple] = set()
     for kernel in kernels:
         counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
                                                                                  "sfu": 0}
         per_point = counts["alu"] + SFU_WEIGHT * counts["sfu"]
-        external_loads = sum(1 for ld in _distinct_loads(kernel.body)
-                             if graph.producer.get(ld.buffer) not in group)
-        operations += evaluations[kernel.name] * per_point * points
-        cached += evaluations[kernel.name] * external_loads * points * 4
+        operations += len(evaluated[kernel.name]) * per_point * points / rows
+        for load in _distinct_loads(kernel.body):
+            if graph.producer.get(load.buffer) in group:
+                continue
+            for base in evaluated[kernel.name]:
+                cached.add((load.buffer, tuple(base[d] + o for d, o in zip(
+                    load.dims, load.offsets, strict=True))))
+    cached_bytes = len(cached) * 4 * points / rows
     arithmetic_rate = profile.sm_count * FP32_LANES_PER_SM * CLOCK_HZ * ARITHMETIC_EFFICIENCY
     l1_rate = profile.sm_count * L1_BYTES_PER_CLOCK_PER_SM * CLOCK_HZ
     times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
              "arithmetic": operations / arithmetic_rate,
-             "cache": cached / l1_rate}
+             "cache": cached_bytes / l1_rate}
     bound = max(times, key=times.__getitem__)
-    return Prediction(times[bound] + profile.launch_overhead_s, dram, operations, cached, bound)
+    return Prediction(times[bound] + profile.launch_overhead_s, dram, operations, cached_bytes,
+                      bound)
 
 
 def _distinct_loads(body) -> list[Load]:
