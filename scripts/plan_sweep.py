@@ -29,6 +29,16 @@ def plans_for(graph, app_size):
 
 
 def main(names: list[str]) -> None:
+    import os
+
+    import kfuse.codegen.kernels as kernels
+    for rows in [int(r) for r in os.environ.get("ROWS", str(kernels.ROWS_PER_THREAD)).split(",")]:
+        kernels.ROWS_PER_THREAD = rows
+        print(f"== rows per thread: {rows}")
+        sweep(names)
+
+
+def sweep(names: list[str]) -> None:
     backend = get_backend("cuda")
     for name in names or [a.name for a in list_apps()]:
         app = get_app(name)

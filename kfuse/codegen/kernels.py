@@ -178,7 +178,8 @@ class KernelGroup:
         return stores
 
 
-ITEMS_PER_THREAD = 4  # points per thread: loads in flight, and reuse between stencil rows
+ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
+ROWS_PER_THREAD = 8   # points per thread along the outermost axis of tiled kernels
 
 
 def _domain_count(domain: tuple[str, ...]) -> str:
@@ -253,44 +254,56 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
 
 
 def _tiled_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
-    """2-D/3-D tiles of 32 x 8 threads; each thread computes consecutive rows (reuse)."""
-    items = ITEMS_PER_THREAD
+    """2-D/3-D tiles of 32 x 8 threads over the two innermost axes.
+
+    Each thread computes ``ROWS_PER_THREAD`` consecutive points along the outermost axis
+    (rows of an image, planes of a volume): the stencil taps they share along that axis
+    are loaded once and kept in registers.
+    """
+    items = ROWS_PER_THREAD
     sizes = tuple(size_var(s) for s in group.domain)
+    outer = "iz" if group.ndim == 3 else "iy"
     if group.ndim == 2:
         fast_points = [((("iy", k), ("ix", 0)), None) for k in range(items)]
         single_point = ((("iy_k", 0), ("ix", 0)), None)
     else:
-        fast_points = [((("iz", 0), ("iy", k), ("ix", 0)), None) for k in range(items)]
-        single_point = ((("iz", 0), ("iy_k", 0), ("ix", 0)), None)
-    fast = _items_code(group, fast_points, sizes, {"iy": (0, items - 1)})
+        fast_points = [((("iz", k), ("iy", 0), ("ix", 0)), None) for k in range(items)]
+        single_point = ((("iz_k", 0), ("iy", 0), ("ix", 0)), None)
+    fast = _items_code(group, fast_points, sizes, {outer: (0, items - 1)})
     single = _items_code(group, [single_point], sizes, {})
-    rows, columns = sizes[-2], sizes[-1]
-    header, params = group.signature(TILE_X * TILE_Y)
-    rows_loop = [
-        f"for (int iy = (blockIdx.y * blockDim.y + threadIdx.y) * {items}; iy < {rows};",
-        f"     iy += gridDim.y * blockDim.y * {items}) {{",
-        f"  if (iy + {items - 1} < {rows}) {{",
-        f"    // rows iy .. iy+{items - 1}: neighbouring rows share loads and intermediates",
+    extent = sizes[0]
+    block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
+    block_count = "gridDim.y" if group.ndim == 2 else "gridDim.z"
+    thread = " * blockDim.y + threadIdx.y" if group.ndim == 2 else ""
+    step = f"{block_count} * blockDim.y * {items}" if group.ndim == 2 \
+        else f"{block_count} * {items}"
+    outer_loop = [
+        f"for (int {outer} = ({block_index}{thread}) * {items}; {outer} < {extent};",
+        f"     {outer} += {step}) {{",
+        f"  if ({outer} + {items - 1} < {extent}) {{",
+        f"    // {outer} .. {outer}+{items - 1}: points along the outermost axis share taps",
         *indent(fast, 2),
         "  } else {",
-        f"    for (int iy_k = iy; iy_k < {rows}; ++iy_k) {{",
+        f"    for (int {outer}_k = {outer}; {outer}_k < {extent}; ++{outer}_k) {{",
         *indent(single, 3),
         "    }",
         "  }",
         "}",
     ]
+    header, params = group.signature(TILE_X * TILE_Y)
     body = ["const int ix = blockIdx.x * blockDim.x + threadIdx.x;",
-            f"if (ix >= {columns}) return;"]
+            f"if (ix >= {sizes[-1]}) return;"]
     if group.ndim == 2:
-        body += rows_loop
+        body += outer_loop
         grid = (GridAxis((group.domain[1],), TILE_X),
                 GridAxis((group.domain[0],), TILE_Y * items, GRID_LIMITS[1]), GridAxis())
     else:
-        body += [f"for (int iz = blockIdx.z; iz < {sizes[0]}; iz += gridDim.z) {{",
-                 *indent(rows_loop, 1), "}"]
+        body += [f"for (int iy = blockIdx.y * blockDim.y + threadIdx.y; iy < {sizes[1]}; "
+                 "iy += gridDim.y * blockDim.y) {",
+                 *indent(outer_loop, 1), "}"]
         grid = (GridAxis((group.domain[2],), TILE_X),
-                GridAxis((group.domain[1],), TILE_Y * items, GRID_LIMITS[1]),
-                GridAxis((group.domain[0],), 1, GRID_LIMITS[2]))
+                GridAxis((group.domain[1],), TILE_Y, GRID_LIMITS[1]),
+                GridAxis((group.domain[0],), items, GRID_LIMITS[2]))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (TILE_X, TILE_Y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch

@@ -45,8 +45,8 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
                       rows_per_thread: int = 1) -> dict[str, set[tuple[int, ...]]]:
     """The points (offsets from a thread's first point) at which each member is evaluated.
 
-    A thread computes ``rows_per_thread`` consecutive rows; a member written to memory is
-    evaluated at each of them, and a producer read by a consumer in the group at offsets
+    A thread computes ``rows_per_thread`` consecutive points along the outermost axis; a
+    member written to memory is evaluated at each of them, and a producer read by a consumer in the group at offsets
     is evaluated at every composed offset (each distinct point once).
     """
     group = set(members)
@@ -56,7 +56,7 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
     for k in range(rows_per_thread if ndim >= 2 else 1):
         point = [0] * ndim
         if ndim >= 2:
-            point[ndim - 2] = k
+            point[0] = k
         rows.append(tuple(point))
     offsets: dict[str, set[tuple[int, ...]]] = {name: set() for name in members}
     for name in members:
@@ -76,7 +76,7 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
 def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                   sizes: Mapping[str, int], profile: DeviceProfile) -> Prediction:
     """Roofline time of the kernel that computes ``members`` and writes ``outputs``."""
-    from kfuse.codegen.kernels import ITEMS_PER_THREAD
+    from kfuse.codegen.kernels import ROWS_PER_THREAD
 
     group = set(members)
     kernels = [graph.kernel_by_name[name] for name in members]
@@ -84,7 +84,7 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     external = {b for k in kernels for b in k.reads if graph.producer.get(b) not in group}
     dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
     dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in outputs)
-    rows = ITEMS_PER_THREAD
+    rows = ROWS_PER_THREAD if len(kernels[-1].domain) >= 2 else 1
     evaluated = evaluation_points(graph, members, outputs, rows)
     operations = 0.0
     cached: set[tuple] = set()
