@@ -32,10 +32,13 @@ def main(names: list[str]) -> None:
     import os
 
     import kfuse.codegen.kernels as kernels
+    tiles = os.environ.get("TILES", f"{kernels.TILE_X}x{kernels.TILE_Y}").split(",")
     for rows in [int(r) for r in os.environ.get("ROWS", str(kernels.ROWS_PER_THREAD)).split(",")]:
-        kernels.ROWS_PER_THREAD = rows
-        print(f"== rows per thread: {rows}")
-        sweep(names)
+        for tile in tiles:
+            kernels.ROWS_PER_THREAD = rows
+            kernels.TILE_X, kernels.TILE_Y = (int(t) for t in tile.split("x"))
+            print(f"== rows per thread: {rows}, tile {tile}")
+            sweep(names)
 
 
 def sweep(names: list[str]) -> None:

@@ -107,7 +107,7 @@ class EmitState:
     indices: dict[tuple, str] = field(default_factory=dict)
     counter: int = 0
     in_range: dict[str, tuple[int, int]] = field(default_factory=dict)  # base -> safe shifts
-    loads: dict[str, str] = field(default_factory=dict)  # read text -> variable (any point)
+    texts: dict[tuple[str, str], str] = field(default_factory=dict)  # C text -> variable
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
 
     def evaluations(self) -> dict[str, int]:
@@ -171,10 +171,14 @@ class ExprEmitter:
             names[id(node)] = values[key]
         return names[id(body)]
 
-    def _define(self, dtype: str, text: str, prefix: str = "v") -> str:
-        name = self.fresh(prefix)
-        self.lines.append(f"const {C_TYPES[dtype]} {name} = {text};")
-        return name
+    def define(self, dtype: str, text: str, prefix: str = "v") -> str:
+        """A named value for ``text``; the same text at any point reuses the same name."""
+        key = (dtype, text)
+        if key not in self.state.texts:
+            name = self.fresh(prefix)
+            self.lines.append(f"const {C_TYPES[dtype]} {name} = {text};")
+            self.state.texts[key] = name
+        return self.state.texts[key]
 
     def _emit_node(self, node: Expr, args: list[str]) -> str:
         if isinstance(node, Const):
@@ -188,29 +192,25 @@ class ExprEmitter:
                 answered = self.load_hook(node, self)
                 if answered is not None:
                     return answered
-            text = self.load_text(node)
-            if text not in self.state.loads:
-                self.state.loads[text] = self._define(node.dtype, text,
-                                                      prefix=f"ld_{node.buffer}_")
-            return self.state.loads[text]
+            return self.define(node.dtype, self.load_text(node), prefix=f"ld_{node.buffer}_")
         if isinstance(node, Unary):
             if node.op == "neg":
-                return self._define(node.dtype, f"-{args[0]}")
+                return self.define(node.dtype, f"-{args[0]}")
             if node.op == "not":
-                return self._define(node.dtype, f"!{args[0]}")
+                return self.define(node.dtype, f"!{args[0]}")
             if node.op == "rsqrt" and node.dtype == "int32":
                 raise TypeError("rsqrt of int")
-            return self._define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
+            return self.define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
         if isinstance(node, Binary):
             if node.op in _INFIX:
-                return self._define(node.dtype, f"{args[0]} {_INFIX[node.op]} {args[1]}")
+                return self.define(node.dtype, f"{args[0]} {_INFIX[node.op]} {args[1]}")
             operand = node.a.dtype
-            return self._define(node.dtype,
+            return self.define(node.dtype,
                                 f"{function_name(node.op, operand)}({args[0]}, {args[1]})")
         if isinstance(node, Select):
-            return self._define(node.dtype, f"{args[0]} ? {args[1]} : {args[2]}")
+            return self.define(node.dtype, f"{args[0]} ? {args[1]} : {args[2]}")
         if isinstance(node, Cast):
-            return self._define(node.dtype, f"({C_TYPES[node.dtype]})({args[0]})")
+            return self.define(node.dtype, f"({C_TYPES[node.dtype]})({args[0]})")
         raise TypeError(f"unknown expression node {type(node).__name__}")
 
     # -- reads -------------------------------------------------------------------------------

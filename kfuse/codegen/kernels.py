@@ -159,10 +159,8 @@ class KernelGroup:
         if not inside:
             return value
         constant = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
-        name = emitter.fresh(f"x_{load.buffer}_")
-        emitter.lines.append(f"const {C_TYPES[load.dtype]} {name} = ({' && '.join(inside)}) ? "
-                             f"{value} : {constant};")
-        return name
+        return emitter.define(load.dtype, f"({' && '.join(inside)}) ? {value} : {constant}",
+                               prefix=f"x_{load.buffer}_")
 
     def store_lines(self, emitter: ExprEmitter, address: str) -> list[str]:
         """Evaluate every map output at the emitter's point and store it."""
