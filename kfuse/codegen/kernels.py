@@ -9,7 +9,8 @@ Each distinct (producer, point) is evaluated once per thread (common subexpressi
 
 Code shapes:
 - no stencil reads anywhere: a flat grid-stride loop;
-- stencils or broadcast reads: 1-D, 2-D or 3-D thread tiles (32 x 8), coordinates per axis;
+- stencils or broadcast reads: 2-D or 3-D thread tiles (64 x 4), several points per thread
+  along the outermost axis sharing their loads and intermediates;
 - a reduction over trailing axes (or all): a block per row segment, warp-shuffle block
   reduction, one atomic per block into an output set to the identity first;
 - a reduction over a leading or middle axis: one thread per output element looping over
@@ -35,7 +36,7 @@ from kfuse.ir.expr import C_TYPES, Coord, Load, format_value
 from kfuse.ir.graph import Graph, Kernel
 
 MAP_BLOCK_1D = 256
-TILE_X, TILE_Y = 32, 8
+TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/benchmarks.md)
 REDUCE_BLOCK = 256
 REDUCE_OP_CODE = {"sum": 0, "min": 1, "max": 2}
 MAX_SYMBOL_LENGTH = 64
@@ -145,6 +146,9 @@ class KernelGroup:
         producer = self.produced.get(load.buffer)
         if producer is None:
             return None
+        if load.is_centered:  # the producer at this very point
+            emitter.state.evaluated.add((producer.name, emitter.coords))
+            return emitter.emit(producer.body)  # type: ignore[arg-type]
         coords, inside = [], []
         buffer = self.graph.buffers[load.buffer]
         for axis, offset in enumerate(load.offsets):
@@ -252,7 +256,7 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
 
 
 def _tiled_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
-    """2-D/3-D tiles of 32 x 8 threads over the two innermost axes.
+    """2-D/3-D tiles of TILE_X x TILE_Y threads over the two innermost axes.
 
     Each thread computes ``ROWS_PER_THREAD`` consecutive points along the outermost axis
     (rows of an image, planes of a volume): the stencil taps they share along that axis

@@ -322,7 +322,7 @@ class Pipeline:
             if isinstance(group, str):
                 raise DslError("fuse() takes a list of groups, each a list of operator names",
                                where=_where())
-        return make_plan(self.graph(), [list(g) for g in groups])
+        return make_plan(self.graph(), [list(g) for g in groups], where=_where())
 
     def plan(self, strategy: str = "greedy", model: str = "roofline",
              sizes: Mapping[str, int] | None = None) -> Any:

@@ -159,20 +159,22 @@ def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[st
 
 def check_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[Violation]:
     """All violations of a proposed partition (structural rules per group, then plan rules)."""
-    found = plan_violations(graph, groups)
+    found = []
     for group in groups:
         for violation in group_violations(graph, list(group)):
             found.append(Violation(violation.rule, f"group {list(group)}: {violation.reason}"))
-    return found
+    return found + plan_violations(graph, groups)
 
 
 def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = "manual",
               model: str = "none", reasons: dict[tuple[str, str], str] | None = None,
               predicted_time_s: float | None = None,
-              unfused_predicted_time_s: float | None = None) -> FusionPlan:
+              unfused_predicted_time_s: float | None = None,
+              where: str | None = None) -> FusionPlan:
     """Build a plan from groups (kernels left out get their own group); refuse illegal ones.
 
-    ``reasons`` may say why an edge was left unfused, keyed by (producer, consumer).
+    ``reasons`` may say why an edge was left unfused, keyed by (producer, consumer);
+    ``where`` is the user's line that asked for the plan (for the error message).
     """
     listed = {name for group in groups for name in group}
     groups = [list(g) for g in groups if g] + [[k.name] for k in graph.kernels
@@ -180,9 +182,7 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
     violations = check_groups(graph, groups)
     if violations:
         first = violations[0]
-        raise FusionError(f"illegal fusion ({first.rule}): {first.reason}",
-                          where=graph.kernel_by_name[groups[0][0]].where
-                          if groups[0][0] in graph.kernel_by_name else None)
+        raise FusionError(f"illegal fusion ({first.rule}): {first.reason}", where=where)
     ordered = order_groups(graph, groups)
     reasons = reasons or {}
     built = [Group(members, group_outputs(graph, members), group_variant(graph, members))

@@ -150,7 +150,8 @@ def compile_host_library(
     _atomic_write(src, source.encode())
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".so.tmp", dir=out_dir)
     os.close(fd)
-    cmd = [*compiler, *flags, f"-I{include}", "-x", "c++", str(src), "-x", "none", "-o", tmp]
+    includes = [f"-I{d}" for d in (_precompiled_shim(compiler, flags, version), include) if d]
+    cmd = [*compiler, *flags, *includes, "-x", "c++", str(src), "-x", "none", "-o", tmp]
     try:
         try:
             proc = subprocess.run(
@@ -168,6 +169,36 @@ def compile_host_library(
     finally:
         Path(tmp).unlink(missing_ok=True)
     return lib
+
+
+def _precompiled_shim(compiler: list[str], flags: list[str], version: str) -> Path | None:
+    """A folder holding the shim and its precompiled header for these flags (built once).
+
+    The shim is most of what every generated source compiles; a precompiled header cuts
+    each compile by about a second. Any failure here just means compiling without it.
+    """
+    header = shim_include_dir() / SHIM_HEADER
+    key = hashlib.sha256("\0".join([*compiler, *flags, version]).encode())
+    key.update(header.read_bytes())
+    folder = cache_dir() / f"pch-{key.hexdigest()[:24]}"
+    if (folder / f"{SHIM_HEADER}.gch").exists():
+        return folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _atomic_write(folder / SHIM_HEADER, header.read_bytes())
+        fd, tmp = tempfile.mkstemp(prefix=".pch.", suffix=".gch.tmp", dir=folder)
+        os.close(fd)
+        header_flags = [f for f in flags if f != "-shared"]
+        done = subprocess.run([*compiler, *header_flags, "-x", "c++-header",
+                               str(folder / SHIM_HEADER), "-o", tmp], capture_output=True,
+                              timeout=COMPILE_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            Path(tmp).unlink(missing_ok=True)
+            return None
+        os.replace(tmp, folder / f"{SHIM_HEADER}.gch")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return folder
 
 
 def _compile_error(log: str, src: Path, cmd: list[str]) -> CompileError:
