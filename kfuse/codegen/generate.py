@@ -10,22 +10,23 @@ from kfuse.codegen.program import Program
 from kfuse.ir.graph import Graph
 
 
-def generate(graph: Graph, groups: Sequence[tuple[Sequence[str], Sequence[str]]] | None = None,
+def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
              *, wide_index: bool = False) -> Program:
-    """CUDA C for ``graph``; ``groups`` lists (members, written buffers) in execution order.
+    """CUDA C for ``graph``; ``groups`` lists (members, written buffers[, variant]) in order.
 
     Without groups every operator gets its own kernel (the unfused program).
     """
     if groups is None:
         groups = [((k.name,), (k.output,)) for k in graph.topological_kernels()]
-    fused = sum(1 for members, _ in groups if len(members) > 1)
+    fused = sum(1 for group in groups if len(group[0]) > 1)
     parts = [PRELUDE,
              f"// Pipeline '{graph.name}': {len(graph.kernels)} operators in {len(groups)} "
              f"kernels ({fused} fused).",
              f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
     launches = []
-    for members, outputs in groups:
-        lines, launch = group_kernel(KernelGroup(graph, members, outputs))
+    for members, outputs, *variant in groups:
+        lines, launch = group_kernel(KernelGroup(graph, members, outputs),
+                                     variant[0] if variant else "auto")
         parts.extend([*lines, ""])
         launches.append(launch)
     return Program(graph.name, "\n".join(parts), tuple(launches), wide_index)

@@ -406,8 +406,13 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def group_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
-    """The kernel of one group: a reduction template if it holds a reduction, else a map."""
+def group_kernel(group: KernelGroup, variant: str = "auto") -> tuple[list[str], LaunchSpec]:
+    """The kernel of one group: reduction, staged (shared memory) or map template."""
     if any(k.kind == "opaque" for k in group.members):
         raise NotImplementedError("opaque user kernels arrive with the BLAS issue")
-    return reduce_kernel(group) if group.reduction is not None else map_kernel(group)
+    if group.reduction is not None:
+        return reduce_kernel(group)
+    if variant == "staged":
+        from kfuse.codegen.staged import staged_kernel
+        return staged_kernel(group, ROWS_PER_THREAD, TILE_X, TILE_Y)
+    return map_kernel(group)

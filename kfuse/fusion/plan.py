@@ -24,7 +24,8 @@ class Group:
 
     ``variant`` says how intermediates are kept: ``single`` (no fusion), ``registers``
     (every internal read at the point itself), ``recompute`` (stencil reads of an
-    intermediate evaluate its producer at each tap, in registers).
+    intermediate evaluate its producer at each tap, in registers), ``staged`` (such
+    intermediates are computed once per block into shared memory, halo included).
     """
 
     members: tuple[str, ...]
@@ -67,9 +68,9 @@ class FusionPlan:
         raise KeyError(kernel)
 
     @property
-    def kernel_groups(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-        """(members, outputs) per group, the form code generation takes."""
-        return [(g.members, g.outputs) for g in self.groups]
+    def kernel_groups(self) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
+        """(members, outputs, variant) per group, the form code generation takes."""
+        return [(g.members, g.outputs, g.variant) for g in self.groups]
 
     def explain(self) -> str:
         """Every group and every edge's decision, in words."""
@@ -133,14 +134,29 @@ def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
 
 
 def group_variant(graph: Graph, members: Sequence[str]) -> str:
+    """How the group keeps its intermediates (a cost estimate picks staged or recompute).
+
+    Recomputing a producer at every tap costs its evaluations per output point (shared
+    between the consecutive rows a thread computes); staging costs one evaluation per
+    point plus the halo, and shared-memory traffic. Stage when recomputation would
+    evaluate producers more than twice per output point on average.
+    """
     if len(members) == 1:
         return "single"
     group = set(members)
-    for name in members:
-        for access in graph.kernel_by_name[name].accesses:
-            if graph.producer.get(access.buffer) in group and not access.is_point:
-                return "recompute"
-    return "registers"
+    stencil_inside = any(graph.producer.get(access.buffer) in group and not access.is_point
+                         for name in members for access in graph.kernel_by_name[name].accesses)
+    if not stencil_inside:
+        return "registers"
+    from kfuse.codegen.kernels import ROWS_PER_THREAD, TILE_X, TILE_Y
+    from kfuse.codegen.staged import can_stage
+    from kfuse.model.roofline import evaluation_points
+    if can_stage(graph, tuple(members), (TILE_Y * ROWS_PER_THREAD, TILE_X)) is not None:
+        return "recompute"
+    outputs = group_outputs(graph, members)
+    points = evaluation_points(graph, members, outputs, ROWS_PER_THREAD)
+    per_output = sum(len(p) for p in points.values()) / (ROWS_PER_THREAD * len(members))
+    return "staged" if per_output > 2.0 else "recompute"
 
 
 def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
