@@ -132,7 +132,7 @@ def command_run(args: argparse.Namespace) -> int:
     result = {"app": app.name, "backend": backend, "size": list(size),
               "boundary": args.boundary, "operators": len(graph.kernels),
               "kernels": len(groups) if groups else len(graph.kernels),
-              "groups": [list(g) for g, _ in groups] if groups else None,
+              "groups": [list(group[0]) for group in groups] if groups else None,
               "wall_time_s": round(elapsed, 4)}
     if args.verify or args.json:
         reference = app.reference({k: np.asarray(v, np.float64) for k, v in arrays.items()},

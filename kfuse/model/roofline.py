@@ -22,7 +22,7 @@ FP32_LANES_PER_SM = 128
 CLOCK_HZ = 1.755e9
 ARITHMETIC_EFFICIENCY = 0.5   # generated code: index math, selects, no perfect FMA pairing
 SFU_WEIGHT = 4                # a special function costs about four simple operations
-L1_BYTES_PER_CLOCK_PER_SM = 64  # sustained cached-load bandwidth per SM (half of peak)
+L1_BYTES_PER_CLOCK_PER_SM = 32  # sustained cached-load bandwidth per SM (a quarter of peak)
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,8 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
     dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in outputs)
     rows = ROWS_PER_THREAD if len(kernels[-1].domain) >= 2 else 1
+    if len(members) > 1 and _variant(graph, members) == "staged":
+        return _predict_staged(graph, members, points, dram, profile)
     evaluated = evaluation_points(graph, members, outputs, rows)
     operations = 0.0
     cached: set[tuple] = set()
@@ -100,14 +102,62 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                 cached.add((load.buffer, tuple(base[d] + o for d, o in zip(
                     load.dims, load.offsets, strict=True))))
     cached_bytes = len(cached) * 4 * points / rows
-    arithmetic_rate = profile.sm_count * FP32_LANES_PER_SM * CLOCK_HZ * ARITHMETIC_EFFICIENCY
-    l1_rate = profile.sm_count * L1_BYTES_PER_CLOCK_PER_SM * CLOCK_HZ
+    arithmetic_rate, l1_rate = _rates(profile)
     times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
              "arithmetic": operations / arithmetic_rate,
              "cache": cached_bytes / l1_rate}
     bound = max(times, key=times.__getitem__)
     return Prediction(times[bound] + profile.launch_overhead_s, dram, operations, cached_bytes,
                       bound)
+
+
+def _variant(graph: Graph, members: Sequence[str]) -> str:
+    from kfuse.fusion.plan import group_variant
+    return group_variant(graph, members)
+
+
+def _rates(profile: DeviceProfile) -> tuple[float, float]:
+    """(arithmetic operations per second, cached-load bytes per second) of the device."""
+    arithmetic = profile.sm_count * FP32_LANES_PER_SM * CLOCK_HZ * ARITHMETIC_EFFICIENCY
+    return arithmetic, profile.sm_count * L1_BYTES_PER_CLOCK_PER_SM * CLOCK_HZ
+
+
+def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int,
+                    profile: DeviceProfile) -> Prediction:
+    """Staged variant: each member once per point of its tile and halo, taps from shared memory.
+
+    Staged intermediates are read by their consumers' taps from shared memory, a thread's
+    consecutive rows sharing the rows of the window.
+    """
+    from kfuse.codegen.kernels import ROWS_PER_THREAD, TILE_X, TILE_Y
+    from kfuse.codegen.staged import staged_members
+
+    tile = (TILE_Y * ROWS_PER_THREAD, TILE_X)
+    halos = staged_members(graph, tuple(members))
+    widest = max(halos.values(), key=lambda h: (tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]))
+    overhead = (tile[0] + 2 * widest[0]) * (tile[1] + 2 * widest[1]) / (tile[0] * tile[1])
+    group = set(members)
+    operations = 0.0
+    cached = 0.0
+    for name in members:
+        kernel = graph.kernel_by_name[name]
+        counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
+                                                                                 "sfu": 0}
+        factor = overhead if name in halos else 1.0
+        operations += (counts["alu"] + SFU_WEIGHT * counts["sfu"]) * points * factor
+        for access in kernel.accesses:
+            if graph.producer.get(access.buffer) in group and not access.is_point:
+                rows = {o[0] for o in access.offsets}
+                columns = {o[1] for o in access.offsets}
+                taps = (ROWS_PER_THREAD + len(rows) - 1) * len(columns) / ROWS_PER_THREAD
+                cached += taps * 4 * points
+            elif graph.producer.get(access.buffer) not in group:
+                cached += len(access.offsets) * 4 * points * factor
+    arithmetic_rate, cache_rate = _rates(profile)
+    times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
+             "arithmetic": operations / arithmetic_rate, "cache": cached / cache_rate}
+    bound = max(times, key=times.__getitem__)
+    return Prediction(times[bound] + profile.launch_overhead_s, dram, operations, cached, bound)
 
 
 def _distinct_loads(body) -> list[Load]:

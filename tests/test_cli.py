@@ -1,0 +1,70 @@
+"""The command line: demo, apps, run, plan (cpu backend; GPU commands report clearly)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kfuse.cli.main import main
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_demo_on_cpu_is_verified(capsys):
+    code, out, _ = run_cli(capsys, "demo", "--backend", "cpu")
+    assert code == 0
+    assert "verified" in out and "NOT verified" not in out
+
+
+def test_apps_lists_every_app(capsys):
+    from kfuse.apps import list_apps
+    code, out, _ = run_cli(capsys, "apps")
+    assert code == 0
+    for app in list_apps():
+        assert app.name in out
+
+
+@pytest.mark.parametrize("extra", [[], ["--unfused"], ["--boundary", "mirror"]])
+def test_run_json(capsys, extra):
+    code, out, _ = run_cli(capsys, "run", "sobel", "--backend", "cpu", "--json", *extra)
+    assert code == 0
+    result = json.loads(out)
+    assert result["app"] == "sobel" and result["backend"] == "cpu"
+    assert result["verified"] is True and result["max_rel_error"] <= 1e-5
+    assert result["size"] == [37, 53]  # the app's test size on the cpu backend
+    assert (result["groups"] is None) == ("--unfused" in extra)
+
+
+def test_run_with_size_and_show_source(capsys):
+    code, out, _ = run_cli(capsys, "run", "diffusion3d", "--backend", "cpu", "--size",
+                           "9x10x11", "--json")
+    assert code == 0 and json.loads(out)["size"] == [9, 10, 11]
+    code, out, _ = run_cli(capsys, "run", "harris", "--show-source")
+    assert code == 0 and "KF_KERNEL void" in out and "kfuse prelude" in out
+
+
+def test_plan_json_has_the_documented_keys(capsys, tmp_path):
+    dot = tmp_path / "harris.dot"
+    code, out, _ = run_cli(capsys, "plan", "harris", "--json", "--dot", str(dot))
+    assert code == 0
+    plan = json.loads(out)
+    for key in ("groups", "strategy", "model", "predicted_time_s", "unfused_predicted_time_s",
+                "rejected"):
+        assert key in plan
+    names = sorted(name for group in plan["groups"] for name in group)
+    assert names == sorted(["dx", "dy", "sx", "sy", "sxy", "gx", "gy", "gxy", "hc"])
+    assert dot.read_text().startswith('digraph "harris"')
+    code, out, _ = run_cli(capsys, "plan", "night")
+    assert code == 0 and "not fused atrous0 -> atrous1" in out
+
+
+def test_errors_are_reported_not_raised(capsys):
+    code, _, err = run_cli(capsys, "run", "nope", "--backend", "cpu")
+    assert code == 2 and "nope" in err and "harris" in err
+    code, _, err = run_cli(capsys, "run", "sobel", "--backend", "cpu", "--size", "ax")
+    assert code == 2 and "--size" in err
