@@ -23,6 +23,7 @@ CLOCK_HZ = 1.755e9
 ARITHMETIC_EFFICIENCY = 0.5   # generated code: index math, selects, no perfect FMA pairing
 SFU_WEIGHT = 4                # a special function costs about four simple operations
 L1_BYTES_PER_CLOCK_PER_SM = 32  # sustained cached-load bandwidth per SM (a quarter of peak)
+SHARED_BYTES_PER_CLOCK_PER_SM = 128  # shared memory: 32 banks of 4 bytes per clock
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
     group = set(members)
     operations = 0.0
     cached = 0.0
+    shared = 0.0
     for name in members:
         kernel = graph.kernel_by_name[name]
         counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
@@ -150,14 +152,17 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
                 rows = {o[0] for o in access.offsets}
                 columns = {o[1] for o in access.offsets}
                 taps = (ROWS_PER_THREAD + len(rows) - 1) * len(columns) / ROWS_PER_THREAD
-                cached += taps * 4 * points
+                shared += taps * 4 * points
             elif graph.producer.get(access.buffer) not in group:
                 cached += len(access.offsets) * 4 * points * factor
     arithmetic_rate, cache_rate = _rates(profile)
+    shared_rate = profile.sm_count * SHARED_BYTES_PER_CLOCK_PER_SM * CLOCK_HZ
     times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
-             "arithmetic": operations / arithmetic_rate, "cache": cached / cache_rate}
+             "arithmetic": operations / arithmetic_rate,
+             "cache": cached / cache_rate + shared / shared_rate}
     bound = max(times, key=times.__getitem__)
-    return Prediction(times[bound] + profile.launch_overhead_s, dram, operations, cached, bound)
+    return Prediction(times[bound] + profile.launch_overhead_s, dram, operations,
+                      cached + shared, bound)
 
 
 def _distinct_loads(body) -> list[Load]:
