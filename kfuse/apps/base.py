@@ -33,9 +33,9 @@ class App:
                         dict[str, np.ndarray]]
     make_inputs: Callable[[tuple[int, ...], np.random.Generator, str],
                           tuple[dict[str, np.ndarray], dict[str, float]]]
-    bench_size: tuple[int, ...]
-    test_size: tuple[int, ...]
-    ndim: int
+    bench_size: tuple[int, ...] = (8192, 8192)  # fills an H100/H200
+    test_size: tuple[int, ...] = (37, 53)      # odd, not a multiple of any block size
+    ndim: int = 2
 
 
 def pad(x: np.ndarray, radius: Sequence[int] | int, boundary: object) -> np.ndarray:

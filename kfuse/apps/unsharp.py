@@ -66,7 +66,4 @@ APP = App(
     build=build,
     reference=reference,
     make_inputs=make_inputs,
-    bench_size=(8192, 8192),
-    test_size=(37, 53),
-    ndim=2,
 )

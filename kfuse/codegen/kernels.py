@@ -139,9 +139,9 @@ class KernelGroup:
 
     # -- evaluation -------------------------------------------------------------------------
     def emitter(self, coords: tuple[Coordinate, ...], flat_index: str | None) -> ExprEmitter:
-        return ExprEmitter(self.graph, coords, self.domain, flat_index, self._answer_read)
+        return ExprEmitter(self.graph, coords, self.domain, flat_index, self.answer_read)
 
-    def _answer_read(self, load: Load, emitter: ExprEmitter) -> str | None:
+    def answer_read(self, load: Load, emitter: ExprEmitter) -> str | None:
         """Evaluate an intermediate of the group at the read's point (index exchange)."""
         producer = self.produced.get(load.buffer)
         if producer is None:
@@ -149,6 +149,14 @@ class KernelGroup:
         if load.is_centered:  # the producer at this very point
             emitter.state.evaluated.add((producer.name, emitter.coords))
             return emitter.emit(producer.body)  # type: ignore[arg-type]
+        coords, inside = self.mapped_point(load, emitter)
+        target = emitter.at(tuple((index, 0) for index in coords))
+        target.state.evaluated.add((producer.name, target.coords))
+        return self.guarded(load, emitter, target.emit(producer.body), inside)  # type: ignore[arg-type]
+
+    def mapped_point(self, load: Load, emitter: ExprEmitter) -> tuple[list[str], list[str]]:
+        """The read's point mapped by its boundary mode (index exchange), per axis, and the
+        inside flags that constant mode needs."""
         coords, inside = [], []
         buffer = self.graph.buffers[load.buffer]
         for axis, offset in enumerate(load.offsets):
@@ -157,14 +165,16 @@ class KernelGroup:
             coords.append(index)
             if flag:
                 inside.append(flag)
-        target = emitter.at(tuple((index, 0) for index in coords))
-        target.state.evaluated.add((producer.name, target.coords))
-        value = target.emit(producer.body)  # type: ignore[arg-type]
+        return coords, inside
+
+    @staticmethod
+    def guarded(load: Load, emitter: ExprEmitter, value: str, inside: list[str]) -> str:
+        """``value``, or the constant of a constant-mode read whose point is outside."""
         if not inside:
             return value
         constant = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
         return emitter.define(load.dtype, f"({' && '.join(inside)}) ? {value} : {constant}",
-                               prefix=f"x_{load.buffer}_")
+                              prefix=f"x_{load.buffer}_")
 
     def store_lines(self, emitter: ExprEmitter, address: str) -> list[str]:
         """Evaluate every map output at the emitter's point and store it."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kfuse.codegen.cexpr import ExprEmitter, c_name, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, LaunchSpec
-from kfuse.ir.expr import C_TYPES, Load, format_value
+from kfuse.ir.expr import C_TYPES, Load
 from kfuse.ir.graph import Graph
 
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -107,23 +107,14 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[list[str]
     def staged_read(load: Load, emitter: ExprEmitter, ready: set[str]) -> str | None:
         producer = group.produced.get(load.buffer)
         if producer is None or producer.name not in ready:
-            return group._answer_read(load, emitter)
-        indices, inside = [], []
-        buffer = graph.buffers[load.buffer]
-        for axis, offset in enumerate(load.offsets):
-            index, flag = emitter.index(emitter.coords[axis], offset,
-                                        size_var(buffer.shape[axis]), load)
-            indices.append(index)
-            if flag:
-                inside.append(flag)
+            return group.answer_read(load, emitter)
+        indices, inside = group.mapped_point(load, emitter)
         height, width = regions[producer.name]
         halo_y, halo_x = halos[producer.name]
-        text = (f"{smem(producer.name)}[({indices[0]} - (y0 - {halo_y})) * {width} + "
-                f"({indices[1]} - (x0 - {halo_x}))]")
-        if inside:
-            constant = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
-            text = (f"({' && '.join(inside)}) ? {text} : {constant}")
-        return emitter.define(load.dtype, text, prefix=f"s_{load.buffer}_")
+        value = emitter.define(load.dtype, f"{smem(producer.name)}[({indices[0]} - (y0 - "
+                               f"{halo_y})) * {width} + ({indices[1]} - (x0 - {halo_x}))]",
+                               prefix=f"s_{load.buffer}_")
+        return group.guarded(load, emitter, value, inside)
 
     body = ["const int x0 = blockIdx.x * " + str(tile[1]) + ";",
             "const int y0 = tile_row * " + str(tile[0]) + ";",
