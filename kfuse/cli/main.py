@@ -58,11 +58,12 @@ def command_demo(args: argparse.Namespace) -> int:
     image = synthetic_image(height, width)
     _, params = app.make_inputs((height, width), np.random.default_rng(0), "float32")
     graph = pipeline.graph()
-    console.print(f"[bold]kfuse demo[/bold]: Harris corners ({len(graph.kernels)} kernels) on a "
+    console.print(f"[bold]kfuse demo[/bold]: Harris corners ({len(graph.kernels)} operators) on a "
                   f"{height}x{width} synthetic image, backend [cyan]{backend}[/cyan]")
+    plan = pipeline.plan(sizes=_sizes_for(graph, app, (height, width)))
     started = time.perf_counter()
     with console.status("compiling and running the generated CUDA C..."):
-        outputs = pipeline.run(backend=backend, img=image, **params)
+        outputs = pipeline.run(backend=backend, plan=plan, img=image, **params)
     elapsed = time.perf_counter() - started
     response = np.asarray(_host(outputs["hc"]))
     reference = app.reference({"img": image.astype(np.float64)}, params, "clamp")["hc"]
@@ -71,10 +72,11 @@ def command_demo(args: argparse.Namespace) -> int:
     verified = bool(error <= 1e-5)
     from rich.table import Table
     table = Table(show_header=True)
-    for column in ("backend", "image", "kernels", "wall time", "corner pixels", "max_rel_error"):
+    for column in ("backend", "image", "operators", "fused kernels", "wall time",
+                   "corner pixels", "max_rel_error"):
         table.add_column(column)
-    table.add_row(backend, f"{height}x{width}", str(len(graph.kernels)), f"{elapsed:.2f} s",
-                  str(corners), f"{error:.2e}")
+    table.add_row(backend, f"{height}x{width}", str(len(graph.kernels)), str(len(plan.groups)),
+                  f"{elapsed:.2f} s", str(corners), f"{error:.2e}")
     console.print(table)
     console.print("[green]verified[/green]" if verified else "[red]NOT verified[/red]")
     return 0 if verified else 1
