@@ -176,3 +176,24 @@ def test_explain_names_every_edge():
     assert data["groups"] == [["a", "total"], ["b"]]
     assert {(r["producer"], r["consumer"]) for r in data["rejected"]} == {("a", "b"),
                                                                            ("total", "b")}
+
+
+def test_resources_are_checked_with_ptxas(monkeypatch):
+    from kfuse.codegen import resources
+    if not resources.nvcc_available():
+        pytest.skip("nvcc is not on PATH")
+    p = kf.Pipeline("big")
+    x = p.input("x", ndim=2)
+    a = kf.local(x.at(1, 0) + x.at(0, 1) + x, name="a")
+    b = kf.local(a.at(-1, 0) * a.at(0, -1) + a, name="b")
+    p.output(b)
+    p.fuse([["a", "b"]])  # fits
+    real = resources.kernel_resources
+
+    def pretend_spills(source, arch="sm_90"):
+        return {symbol: r.__class__(**{**r.__dict__, "spill_store_bytes": 64})
+                for symbol, r in real(source, arch).items()}
+
+    monkeypatch.setattr(resources, "kernel_resources", pretend_spills)
+    with pytest.raises(FusionError, match="resources.*spilled"):
+        p.fuse([["a", "b"]])

@@ -192,6 +192,7 @@ class KernelGroup:
 
 ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
 ROWS_PER_THREAD = 8   # points per thread along the outermost axis of tiled kernels
+RECOMPUTE_ROWS = 4    # fewer when producers are recomputed at taps (register pressure)
 
 
 def _domain_count(domain: tuple[str, ...]) -> str:
@@ -227,11 +228,11 @@ def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], s
     return emitter.lines + stores
 
 
-def map_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
+def map_kernel(group: KernelGroup, rows: int = ROWS_PER_THREAD) -> tuple[list[str], LaunchSpec]:
     """Point and stencil operators (fused or not): several points per thread."""
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group)
-    return _tiled_kernel(group)
+    return _tiled_kernel(group, rows)
 
 
 def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
@@ -265,14 +266,14 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def _tiled_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
+def _tiled_kernel(group: KernelGroup, rows: int) -> tuple[list[str], LaunchSpec]:
     """2-D/3-D tiles of TILE_X x TILE_Y threads over the two innermost axes.
 
-    Each thread computes ``ROWS_PER_THREAD`` consecutive points along the outermost axis
-    (rows of an image, planes of a volume): the stencil taps they share along that axis
-    are loaded once and kept in registers.
+    Each thread computes ``rows`` consecutive points along the outermost axis (rows of an
+    image, planes of a volume): the stencil taps they share along that axis are loaded
+    once and kept in registers.
     """
-    items = ROWS_PER_THREAD
+    items = rows
     sizes = tuple(size_var(s) for s in group.domain)
     outer = "iz" if group.ndim == 3 else "iy"
     if group.ndim == 2:
@@ -425,4 +426,9 @@ def group_kernel(group: KernelGroup, variant: str = "auto") -> tuple[list[str], 
     if variant == "staged":
         from kfuse.codegen.staged import staged_kernel
         return staged_kernel(group, ROWS_PER_THREAD, TILE_X, TILE_Y)
-    return map_kernel(group)
+    return map_kernel(group, rows_per_thread(variant))
+
+
+def rows_per_thread(variant: str) -> int:
+    """Points per thread along the outermost axis for a group of this variant."""
+    return RECOMPUTE_ROWS if variant == "recompute" else ROWS_PER_THREAD

@@ -17,6 +17,9 @@ from kfuse.errors import FusionError
 from kfuse.fusion.legality import Violation, group_violations, plan_violations
 from kfuse.ir.graph import Graph
 
+# Variants whose registers or shared memory can exceed the largest member's.
+GROWING_VARIANTS = ("recompute", "staged")
+
 
 @dataclass(frozen=True)
 class Group:
@@ -148,14 +151,14 @@ def group_variant(graph: Graph, members: Sequence[str]) -> str:
                          for name in members for access in graph.kernel_by_name[name].accesses)
     if not stencil_inside:
         return "registers"
-    from kfuse.codegen.kernels import ROWS_PER_THREAD, TILE_X, TILE_Y
+    from kfuse.codegen.kernels import RECOMPUTE_ROWS, ROWS_PER_THREAD, TILE_X, TILE_Y
     from kfuse.codegen.staged import can_stage
     from kfuse.model.roofline import evaluation_points
     if can_stage(graph, tuple(members), (TILE_Y * ROWS_PER_THREAD, TILE_X)) is not None:
         return "recompute"
     outputs = group_outputs(graph, members)
-    points = evaluation_points(graph, members, outputs, ROWS_PER_THREAD)
-    per_output = sum(len(p) for p in points.values()) / (ROWS_PER_THREAD * len(members))
+    points = evaluation_points(graph, members, outputs, RECOMPUTE_ROWS)
+    per_output = sum(len(p) for p in points.values()) / (RECOMPUTE_ROWS * len(members))
     return "staged" if per_output > 2.0 else "recompute"
 
 
@@ -186,11 +189,13 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
               model: str = "none", reasons: dict[tuple[str, str], str] | None = None,
               predicted_time_s: float | None = None,
               unfused_predicted_time_s: float | None = None,
-              where: str | None = None) -> FusionPlan:
+              where: str | None = None, check_resources: bool = True) -> FusionPlan:
     """Build a plan from groups (kernels left out get their own group); refuse illegal ones.
 
     ``reasons`` may say why an edge was left unfused, keyed by (producer, consumer);
-    ``where`` is the user's line that asked for the plan (for the error message).
+    ``where`` is the user's line that asked for the plan (for the error message);
+    ``check_resources`` compiles fused groups with nvcc (when present) to check registers,
+    spills and shared memory against the device limits.
     """
     listed = {name for group in groups for name in group}
     groups = [list(g) for g in groups if g] + [[k.name] for k in graph.kernels
@@ -203,6 +208,14 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
     reasons = reasons or {}
     built = [Group(members, group_outputs(graph, members), group_variant(graph, members))
              for members in ordered]
+    if check_resources:
+        from kfuse.fusion.resources import group_resource_violation
+        for group in (g for g in built if g.variant in GROWING_VARIANTS):
+            violation = group_resource_violation(graph, group.members, group.outputs,
+                                                 group.variant)
+            if violation:
+                raise FusionError(f"illegal fusion ({violation.rule}): group "
+                                  f"{list(group.members)}: {violation.reason}", where=where)
     decisions = []
     membership = {name: g for g in built for name in g.members}
     for source, target, data in graph.order_dag().edges(data=True):
@@ -239,4 +252,5 @@ def _unfused_reason(graph: Graph, producer_group: Sequence[str],
 
 def unfused_plan(graph: Graph) -> FusionPlan:
     """One kernel per operator."""
-    return make_plan(graph, [[k.name] for k in graph.kernels], strategy="none")
+    return make_plan(graph, [[k.name] for k in graph.kernels], strategy="none",
+                     check_resources=False)

@@ -77,7 +77,7 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
 def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                   sizes: Mapping[str, int], profile: DeviceProfile) -> Prediction:
     """Roofline time of the kernel that computes ``members`` and writes ``outputs``."""
-    from kfuse.codegen.kernels import ROWS_PER_THREAD
+    from kfuse.codegen.kernels import rows_per_thread
 
     group = set(members)
     kernels = [graph.kernel_by_name[name] for name in members]
@@ -85,9 +85,10 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     external = {b for k in kernels for b in k.reads if graph.producer.get(b) not in group}
     dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
     dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in outputs)
-    rows = ROWS_PER_THREAD if len(kernels[-1].domain) >= 2 else 1
-    if len(members) > 1 and _variant(graph, members) == "staged":
+    variant = _variant(graph, members) if len(members) > 1 else "single"
+    if variant == "staged":
         return _predict_staged(graph, members, points, dram, profile)
+    rows = rows_per_thread(variant) if len(kernels[-1].domain) >= 2 else 1
     evaluated = evaluation_points(graph, members, outputs, rows)
     operations = 0.0
     cached: set[tuple] = set()

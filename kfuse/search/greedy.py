@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kfuse.fusion.legality import group_violations
-from kfuse.fusion.plan import FusionPlan, check_groups, group_outputs, make_plan
+from kfuse.fusion.plan import (
+    GROWING_VARIANTS,
+    FusionPlan,
+    check_groups,
+    group_outputs,
+    group_variant,
+    make_plan,
+)
+from kfuse.fusion.resources import group_resource_violation
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
 from kfuse.model.roofline import predict_group
@@ -30,6 +38,7 @@ def greedy(graph: Graph, sizes: Mapping[str, int], profile: DeviceProfile) -> Fu
 
     position = {k.name: i for i, k in enumerate(graph.kernels)}
     reasons: dict[tuple[str, str], str] = {}
+    too_big: dict[frozenset, str] = {}  # merges whose kernel exceeds the device (ptxas)
     while True:
         best = None
         index = {name: i for i, g in enumerate(groups) for name in g}
@@ -45,6 +54,9 @@ def greedy(graph: Graph, sizes: Mapping[str, int], profile: DeviceProfile) -> Fu
             if violations:
                 reasons[(source, target)] = f"illegal: {violations[0]}"
                 continue
+            if frozenset(merged) in too_big:
+                reasons[(source, target)] = f"illegal: {too_big[frozenset(merged)]}"
+                continue
             apart, together = cost(groups[a]) + cost(groups[b]), cost(merged)
             gain = apart - together
             if gain <= 0:
@@ -57,8 +69,15 @@ def greedy(graph: Graph, sizes: Mapping[str, int], profile: DeviceProfile) -> Fu
         if best is None:
             break
         _, a, b, merged = best
+        if group_variant(graph, merged) in GROWING_VARIANTS:
+            violation = group_resource_violation(graph, merged, group_outputs(graph, merged),
+                                                 group_variant(graph, merged))
+            if violation:
+                too_big[frozenset(merged)] = str(violation)
+                continue
         groups = [g for i, g in enumerate(groups) if i not in (a, b)] + [merged]
     predicted = sum(cost(g) for g in groups)
     unfused = sum(cost((k.name,)) for k in graph.kernels)
     return make_plan(graph, groups, strategy="greedy", model="roofline", reasons=reasons,
-                     predicted_time_s=predicted, unfused_predicted_time_s=unfused)
+                     predicted_time_s=predicted, unfused_predicted_time_s=unfused,
+                     check_resources=False)

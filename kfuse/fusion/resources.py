@@ -1,0 +1,35 @@
+"""Resource legality of a fused group: shared memory per block and registers per thread.
+
+With ``nvcc`` on PATH the group's kernel is generated and compiled for sm_90 and the
+ptxas figures decide (seed 000 constraints 1.6 and 1.7); without it only the shared
+memory the generator itself allocates is checked. Results are cached on disk by source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kfuse.fusion.legality import Violation, resource_violation
+from kfuse.ir.graph import Graph
+
+
+def group_resource_violation(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+                             variant: str) -> Violation | None:
+    """Why the group's kernel would not fit the device, or ``None`` if it fits."""
+    from kfuse.codegen import generate
+    from kfuse.codegen.resources import kernel_resources, nvcc_available
+    from kfuse.errors import CompileError
+
+    if len(members) < 2 or not nvcc_available():
+        return None
+    program = generate(graph, [(tuple(members), tuple(outputs), variant)])
+    try:
+        figures = kernel_resources(program.source)
+    except CompileError as error:
+        return Violation("resources", f"the fused kernel does not compile: {error}")
+    (launch,) = program.launches
+    found = figures.get(launch.symbol)
+    if found is None:
+        return None
+    return resource_violation(found.registers, found.shared_bytes + launch.dynamic_shared_bytes,
+                              found.spill_store_bytes + found.spill_load_bytes)
