@@ -423,9 +423,10 @@ def group_kernel(group: KernelGroup, variant: str = "auto") -> tuple[list[str], 
         raise NotImplementedError("opaque user kernels arrive with the BLAS issue")
     if group.reduction is not None:
         return reduce_kernel(group)
-    if variant == "staged":
+    if variant in ("staged", "staged-inputs"):
         from kfuse.codegen.staged import staged_kernel
-        return staged_kernel(group, ROWS_PER_THREAD, TILE_X, TILE_Y)
+        return staged_kernel(group, ROWS_PER_THREAD, TILE_X, TILE_Y,
+                             stage_inputs=variant == "staged-inputs")
     return map_kernel(group, rows_per_thread(variant))
 
 

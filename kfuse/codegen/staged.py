@@ -30,30 +30,53 @@ class Stage:
     halo: tuple[int, int]
 
 
-def staged_members(graph: Graph, members: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """Members some other member reads at an offset, with the halo (y, x) each must cover.
+def _extents(graph: Graph, members: tuple[str, ...]
+             ) -> tuple[dict[str, tuple[int, int]], set[str], dict[str, tuple[int, int]]]:
+    """(extent of each member, members read at an offset, halo of each external input).
 
     A member is evaluated over the extent its consumers need: the output tile for the
-    outputs, grown by each consumer's reach for the producers it reads.
+    outputs, grown by each consumer's reach for the producers it reads; an external 2-D
+    input read at an offset must be staged over the reach of its readers.
     """
     group = set(members)
     extent = {name: (0, 0) for name in members}
     staged = set()
+    inputs: dict[str, tuple[int, int]] = {}
+    read_at_offset: set[str] = set()
     for name in reversed(members):  # consumers before their producers
         own = extent[name]
         for access in graph.kernel_by_name[name].accesses:
-            producer = graph.producer.get(access.buffer)
-            if producer not in group:
+            if len(access.dims) != 2:
                 continue
             reach = tuple(max(abs(o[axis]) for o in access.offsets) for axis in range(2))
-            extent[producer] = (max(extent[producer][0], own[0] + reach[0]),
-                                max(extent[producer][1], own[1] + reach[1]))
-            if not access.is_point:
-                staged.add(producer)
+            need = (own[0] + reach[0], own[1] + reach[1])
+            producer = graph.producer.get(access.buffer)
+            if producer in group:
+                extent[producer] = (max(extent[producer][0], need[0]),
+                                    max(extent[producer][1], need[1]))
+                if not access.is_point:
+                    staged.add(producer)
+            else:
+                old = inputs.get(access.buffer, (0, 0))
+                inputs[access.buffer] = (max(old[0], need[0]), max(old[1], need[1]))
+                if not access.is_point:
+                    read_at_offset.add(access.buffer)
+    return extent, staged, {b: h for b, h in inputs.items() if b in read_at_offset}
+
+
+def staged_members(graph: Graph, members: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """Members some other member reads at an offset, with the halo (y, x) each must cover."""
+    extent, staged, _ = _extents(graph, members)
     return {name: extent[name] for name in members if name in staged}
 
 
-def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int]) -> str | None:
+def staged_inputs(graph: Graph, members: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """External inputs read at an offset, with the halo (y, x) their tile must cover."""
+    return _extents(graph, members)[2]
+
+
+def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int],
+              stage_inputs: bool = False) -> str | None:
     """Why the staged variant cannot compute this group, or ``None`` if it can."""
     kernels = [graph.kernel_by_name[m] for m in members]
     if kernels[0].ndim != 2:
@@ -61,24 +84,32 @@ def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int]) -> 
     if any(k.reduction is not None for k in kernels):
         return "the group holds a reduction"
     halos = staged_members(graph, members)
-    if not halos:
-        return "no intermediate is read at an offset"
+    inputs = staged_inputs(graph, members) if stage_inputs else {}
+    if not halos and not inputs:
+        return "nothing is read at an offset"
     group = set(members)
     for kernel in kernels:
         for access in kernel.accesses:
-            if graph.producer.get(access.buffer) in group and not access.is_point and any(
+            staged = graph.producer.get(access.buffer) in group or access.buffer in inputs
+            if staged and not access.is_point and any(
                     b is not None and b.mode == "repeat" for b in access.boundaries):
                 return f"'{kernel.name}' reads '{access.buffer}' with periodic boundaries"
-            if access.dims != (0, 1):
+            if access.dims != (0, 1) and graph.buffers[access.buffer].ndim != 0:
                 return f"'{kernel.name}' reads '{access.buffer}' through a broadcast index"
-    shared = sum((tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]) * 4 for h in halos.values())
+    shared = sum((tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]) * 4
+                 for h in [*halos.values(), *inputs.values()])
     if shared > STATIC_SHARED_LIMIT:
         return f"needs {shared} bytes of shared memory per block"
     return None
 
 
-def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[list[str], LaunchSpec]:
-    """The kernel of ``group`` (a :class:`~kfuse.codegen.kernels.KernelGroup`) with stages."""
+def staged_kernel(group, rows: int, tile_x: int, tile_y: int, stage_inputs: bool = False
+                  ) -> tuple[list[str], LaunchSpec]:
+    """The kernel of ``group`` (a :class:`~kfuse.codegen.kernels.KernelGroup`) with stages.
+
+    With ``stage_inputs`` the external inputs read at offsets are first copied into shared
+    memory too (one coalesced sweep), and every tap reads them from there.
+    """
     from kfuse.codegen.kernels import _flat_address
 
     graph = group.graph
@@ -98,20 +129,23 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[list[str]
             stages.append(Stage((name,), halos[name]))
     sizes = tuple(size_var(s) for s in group.domain)
     rows_n, cols_n = sizes
-    regions = {name: (tile[0] + 2 * halos[name][0], tile[1] + 2 * halos[name][1])
-               for name in order}
+    inputs = staged_inputs(graph, members) if stage_inputs else {}
+    # shared tiles by buffer name: intermediates (by their producer) and staged inputs
+    tile_halo = {graph.kernel_by_name[name].output: halos[name] for name in order} | inputs
+    regions = {buffer: (tile[0] + 2 * h[0], tile[1] + 2 * h[1]) for buffer, h in tile_halo.items()}
 
     def smem(name: str) -> str:
-        return f"tile_{c_name(graph.kernel_by_name[name].output)}"
+        buffer = graph.kernel_by_name[name].output if name in graph.kernel_by_name else name
+        return f"tile_{c_name(buffer)}"
 
     def staged_read(load: Load, emitter: ExprEmitter, ready: set[str]) -> str | None:
         producer = group.produced.get(load.buffer)
-        if producer is None or producer.name not in ready:
+        if load.buffer not in inputs and (producer is None or producer.name not in ready):
             return group.answer_read(load, emitter)
         indices, inside = group.mapped_point(load, emitter)
-        height, width = regions[producer.name]
-        halo_y, halo_x = halos[producer.name]
-        value = emitter.define(load.dtype, f"{smem(producer.name)}[({indices[0]} - (y0 - "
+        height, width = regions[load.buffer]
+        halo_y, halo_x = tile_halo[load.buffer]
+        value = emitter.define(load.dtype, f"{smem(load.buffer)}[({indices[0]} - (y0 - "
                                f"{halo_y})) * {width} + ({indices[1]} - (x0 - {halo_x}))]",
                                prefix=f"s_{load.buffer}_")
         return group.guarded(load, emitter, value, inside)
@@ -121,6 +155,21 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[list[str]
             "const int tid = threadIdx.y * blockDim.x + threadIdx.x;",
             "const int threads = blockDim.x * blockDim.y;"]
     declarations = []
+    for buffer, (halo_y, halo_x) in inputs.items():
+        height, width = regions[buffer]
+        ctype = C_TYPES[graph.buffers[buffer].dtype]
+        declarations.append(f"__shared__ {ctype} {smem(buffer)}[{height * width}];")
+        body += [
+            f"// stage 0: input '{buffer}' over the tile and a halo of {halo_y} x {halo_x}",
+            f"for (int e = tid; e < {height * width}; e += threads) {{",
+            f"  const int gy = y0 - {halo_y} + e / {width};",
+            f"  const int gx = x0 - {halo_x} + e % {width};",
+            f"  if (gy >= 0 && gy < {rows_n} && gx >= 0 && gx < {cols_n})",
+            f"    {smem(buffer)}[e] = {c_name(buffer)}[(kf_index_t)gy * {cols_n} + gx];",
+            "}",
+        ]
+    if inputs:
+        body.append("__syncthreads();")
     ready: set[str] = set()
     for number, stage in enumerate(stages, start=1):
         halo_y, halo_x = stage.halo
@@ -185,7 +234,8 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[list[str]
                          GridAxis((group.domain[0],), tile[0], GRID_LIMITS[1]), GridAxis()),
                         uses_block_sync=True)
     lines = [*group.describe(),
-             f"//   variant: staged in shared memory ({len(stages)} stages)",
+             f"//   variant: staged in shared memory ({len(stages)} stages"
+             + (f", inputs {', '.join(inputs)} staged too)" if inputs else ")"),
              header, "{", *indent(declarations + body, 1), "}"]
     return lines, launch
 
