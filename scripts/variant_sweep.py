@@ -38,7 +38,7 @@ def main(names: list[str]) -> None:
             executable = backend.prepare(graph, given, program=generate(graph, groups))
             executable.launch_all()
             for spec in executable.program.launches:
-                timing = time_gpu(lambda s=spec: launch_one(executable, s), warmup=3, repeat=30)
+                timing = time_gpu(lambda s=spec, e=executable: launch_one(e, s), warmup=3, repeat=30)
                 nbytes = launch_bytes(graph, spec, executable.bound.sizes)
                 share = nbytes / timing.median_s / copy
                 print(f"{name:12s} {variant:14s} {spec.symbol:28s} {timing.median_s * 1e3:7.3f} ms"
