@@ -50,3 +50,26 @@ def test_staged_variant_on_many_tiles(size, boundary):
 
 def test_periodic_reads_of_an_intermediate_are_recomputed_not_staged():
     assert check_app("harris", "repeat", "all", (21, 23)) == "recompute"
+
+
+@pytest.mark.parametrize("boundary", ["clamp", "mirror", kf.constant(0.5)], ids=str)
+@pytest.mark.parametrize("size", [(70, 130), (5, 7)])
+def test_staged_inputs_variant(size, boundary):
+    """Inputs copied to shared memory first: single stencils and a whole app."""
+    from kfuse.codegen import generate
+    from kfuse.runtime import get_backend
+
+    app = get_app("harris")
+    graph = app.build(boundary=boundary).graph()
+    arrays, params = app.make_inputs(size, np.random.default_rng(5), "float32")
+    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                              boundary)
+    stencils = {"dx", "dy", "gx", "gy", "gxy"}
+    singles = [((k.name,), (k.output,), "staged-inputs" if k.name in stencils else "auto")
+               for k in graph.topological_kernels()]
+    whole = [(tuple(k.name for k in graph.kernels), graph.outputs, "staged-inputs")]
+    for groups in (singles, whole):
+        program = generate(graph, groups)
+        assert "stage 0: input" in program.source
+        out = get_backend("cpu").run(graph, {**arrays, **params}, program=program)
+        assert relative_error(out["hc"], reference["hc"]) <= 1e-5
