@@ -311,7 +311,7 @@ def launch_one(executable: Any, spec: Any) -> None:
     """Enqueue one launch of ``spec`` exactly as ``Executable.launch_all`` does."""
     for name, value in spec.initial_values:
         executable.fill(executable.buffers[name], value)
-    args = [executable._argument(spec, param) for param in spec.params]
+    args = [executable.argument(spec, param) for param in spec.params]
     executable.launch(spec, spec.grid_size(executable.bound.sizes), spec.block, args)
 
 

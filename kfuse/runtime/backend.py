@@ -54,10 +54,11 @@ class Executable(ABC):
         for spec in self.program.launches:
             for name, value in spec.initial_values:
                 self.fill(self.buffers[name], value)
-            args = [self._argument(spec, param) for param in spec.params]
+            args = [self.argument(spec, param) for param in spec.params]
             self.launch(spec, spec.grid_size(self.bound.sizes), spec.block, args)
 
-    def _argument(self, spec: LaunchSpec, param) -> Any:
+    def argument(self, spec: LaunchSpec, param) -> Any:
+        """The value passed for one kernel parameter: a buffer, a size or a scalar."""
         if param.role in ("input", "output"):
             return self.buffers[param.ref]
         if param.role == "size":
