@@ -19,6 +19,7 @@ Code shapes:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from kfuse.codegen.cexpr import (
@@ -225,7 +226,14 @@ def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], s
     for coords, flat in points:
         point = emitter.at(coords, flat)
         stores += group.store_lines(point, flat if flat else _flat_address(sizes, coords))
-    return emitter.lines + stores
+    loads = [line for line in emitter.lines if _LOAD_OR_INDEX.match(line)]
+    rest = [line for line in emitter.lines if not _LOAD_OR_INDEX.match(line)]
+    return loads + rest + stores
+
+
+# Index arithmetic and loads of memory: they depend on nothing computed, so they go first
+# and every load of a thread is in flight before the arithmetic needs it.
+_LOAD_OR_INDEX = re.compile(r"^const (?:int|bool) (?:i[xyz0-9]|in_)\w* = |^const \w+ ld_")
 
 
 def map_kernel(group: KernelGroup, rows: int = ROWS_PER_THREAD) -> tuple[list[str], LaunchSpec]:
