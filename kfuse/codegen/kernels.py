@@ -19,7 +19,6 @@ Code shapes:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from kfuse.codegen.cexpr import (
@@ -213,8 +212,7 @@ def _flat_address(sizes: tuple[str, ...], coords: tuple[Coordinate, ...]) -> str
 
 
 def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], str | None]],
-                sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]],
-                hoist_loads: bool = True) -> list[str]:
+                sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]]) -> list[str]:
     """Straight-line code computing the group's outputs at several points of one thread.
 
     Every point's loads and arithmetic come first and the stores last, so independent loads
@@ -227,35 +225,25 @@ def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], s
     for coords, flat in points:
         point = emitter.at(coords, flat)
         stores += group.store_lines(point, flat if flat else _flat_address(sizes, coords))
-    if not hoist_loads:  # recomputing producers at many taps: keep register pressure low
-        return emitter.lines + stores
-    loads = [line for line in emitter.lines if _LOAD_OR_INDEX.match(line)]
-    rest = [line for line in emitter.lines if not _LOAD_OR_INDEX.match(line)]
-    return loads + rest + stores
+    return emitter.lines + stores
 
 
-# Index arithmetic and loads of memory: they depend on nothing computed, so they go first
-# and every load of a thread is in flight before the arithmetic needs it.
-_LOAD_OR_INDEX = re.compile(r"^const (?:int|bool) (?:i[xyz0-9_]|in_)\w* = |^const \w+ ld_")
-
-
-def map_kernel(group: KernelGroup, rows: int = ROWS_PER_THREAD, hoist_loads: bool = True
-               ) -> tuple[list[str], LaunchSpec]:
+def map_kernel(group: KernelGroup, rows: int = ROWS_PER_THREAD) -> tuple[list[str], LaunchSpec]:
     """Point and stencil operators (fused or not): several points per thread."""
     if group.is_flat() or group.ndim <= 1:
-        return _linear_kernel(group, hoist_loads)
-    return _tiled_kernel(group, rows, hoist_loads)
+        return _linear_kernel(group)
+    return _tiled_kernel(group, rows)
 
 
-def _linear_kernel(group: KernelGroup, hoist_loads: bool) -> tuple[list[str], LaunchSpec]:
+def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     """A flat grid-stride loop; each thread takes points ``blockDim.x`` apart (coalesced)."""
     flat = group.is_flat()
     items = ITEMS_PER_THREAD
     sizes = tuple(size_var(s) for s in group.domain)
     fast_points = [(((f"i{k}", 0),), f"i{k}" if flat else None) for k in range(items)]
     fast = [f"const kf_index_t i{k} = base + {k} * (kf_index_t)blockDim.x;" for k in range(items)]
-    fast += _items_code(group, fast_points, sizes, {}, hoist_loads)
-    single = _items_code(group, [((("i", 0),), "i" if flat else None)], sizes, {}, hoist_loads)
+    fast += _items_code(group, fast_points, sizes, {})
+    single = _items_code(group, [((("i", 0),), "i" if flat else None)], sizes, {})
     header, params = group.signature(MAP_BLOCK_1D)
     body = [
         f"const kf_index_t count = {_domain_count(group.domain)};",
@@ -278,8 +266,7 @@ def _linear_kernel(group: KernelGroup, hoist_loads: bool) -> tuple[list[str], La
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def _tiled_kernel(group: KernelGroup, rows: int, hoist_loads: bool
-                  ) -> tuple[list[str], LaunchSpec]:
+def _tiled_kernel(group: KernelGroup, rows: int) -> tuple[list[str], LaunchSpec]:
     """2-D/3-D tiles of TILE_X x TILE_Y threads over the two innermost axes.
 
     Each thread computes ``rows`` consecutive points along the outermost axis (rows of an
@@ -295,8 +282,8 @@ def _tiled_kernel(group: KernelGroup, rows: int, hoist_loads: bool
     else:
         fast_points = [((("iz", k), ("iy", 0), ("ix", 0)), None) for k in range(items)]
         single_point = ((("iz_k", 0), ("iy", 0), ("ix", 0)), None)
-    fast = _items_code(group, fast_points, sizes, {outer: (0, items - 1)}, hoist_loads)
-    single = _items_code(group, [single_point], sizes, {}, hoist_loads)
+    fast = _items_code(group, fast_points, sizes, {outer: (0, items - 1)})
+    single = _items_code(group, [single_point], sizes, {})
     extent = sizes[0]
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
     block_count = "gridDim.y" if group.ndim == 2 else "gridDim.z"
@@ -440,7 +427,7 @@ def group_kernel(group: KernelGroup, variant: str = "auto") -> tuple[list[str], 
         from kfuse.codegen.staged import staged_kernel
         return staged_kernel(group, ROWS_PER_THREAD, TILE_X, TILE_Y,
                              stage_inputs=variant == "staged-inputs")
-    return map_kernel(group, rows_per_thread(variant), hoist_loads=variant != "recompute")
+    return map_kernel(group, rows_per_thread(variant))
 
 
 def rows_per_thread(variant: str) -> int:
