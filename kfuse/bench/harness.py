@@ -21,6 +21,7 @@ import numpy as np
 from kfuse.bench.floor import dram_floor_bytes, floor_seconds, launch_bytes
 from kfuse.bench.timing import Timing, input_sets_needed, time_gpu, time_host
 from kfuse.model.device import DeviceProfile, current_profile
+from kfuse.runtime.binding import to_numpy
 
 ERROR_TOLERANCE = 1e-4
 BASELINES = ("torch eager", "torch.compile")
@@ -282,7 +283,7 @@ def max_relative_error(result: Any, reference: Any) -> float:
         scale = float(b.abs().max().item()) if b.numel() else 0.0
         error = float((a - b).abs().max().item()) if b.numel() else 0.0
     else:
-        a, b = _host(result), _host(reference)
+        a, b = to_numpy(result), to_numpy(reference)
         if a.shape != b.shape:
             raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
         if a.dtype == np.bool_ or b.dtype == np.bool_:
@@ -293,14 +294,6 @@ def max_relative_error(result: Any, reference: Any) -> float:
         scale = float(np.abs(b).max()) if b.size else 0.0
         error = float(np.abs(a - b).max()) if b.size else 0.0
     return error / scale if scale > 0 else error
-
-
-def _host(array: Any) -> np.ndarray:
-    if hasattr(array, "get"):
-        return array.get()
-    if hasattr(array, "detach"):
-        return array.detach().cpu().numpy()
-    return np.asarray(array)
 
 
 # ---------------------------------------------------------------------------------------------

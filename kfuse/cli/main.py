@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kfuse.errors import KfuseError
+from kfuse.runtime.binding import to_numpy
 
 
 def _console():
@@ -65,7 +66,7 @@ def command_demo(args: argparse.Namespace) -> int:
     with console.status("compiling and running the generated CUDA C..."):
         outputs = pipeline.run(backend=backend, plan=plan, img=image, **params)
     elapsed = time.perf_counter() - started
-    response = np.asarray(_host(outputs["hc"]))
+    response = to_numpy(outputs["hc"])
     reference = app.reference({"img": image.astype(np.float64)}, params, "clamp")["hc"]
     error = relative_error(response, reference)
     corners = int(np.sum(response > 0.01 * float(np.max(response))))
@@ -80,14 +81,6 @@ def command_demo(args: argparse.Namespace) -> int:
     console.print(table)
     console.print("[green]verified[/green]" if verified else "[red]NOT verified[/red]")
     return 0 if verified else 1
-
-
-def _host(array):
-    if hasattr(array, "get"):
-        return array.get()
-    if hasattr(array, "detach"):
-        return array.detach().cpu().numpy()
-    return array
 
 
 # ------------------------------------------------------------------------------------------------
@@ -139,7 +132,7 @@ def command_run(args: argparse.Namespace) -> int:
     if args.verify or args.json:
         reference = app.reference({k: np.asarray(v, np.float64) for k, v in arrays.items()},
                                   params, args.boundary)
-        errors = {name: relative_error(np.asarray(_host(outputs[name])), reference[name])
+        errors = {name: relative_error(to_numpy(outputs[name]), reference[name])
                   for name in graph.outputs}
         worst = max(errors.values())
         result.update(max_rel_error=worst, verified=bool(worst <= 1e-5))

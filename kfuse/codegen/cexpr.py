@@ -198,8 +198,6 @@ class ExprEmitter:
                 return self.define(node.dtype, f"-{args[0]}")
             if node.op == "not":
                 return self.define(node.dtype, f"!{args[0]}")
-            if node.op == "rsqrt" and node.dtype == "int32":
-                raise TypeError("rsqrt of int")
             return self.define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
         if isinstance(node, Binary):
             if node.op in _INFIX:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import prod
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -53,7 +52,6 @@ class LaunchSpec:
     grid: tuple[GridAxis, GridAxis, GridAxis]
     initial_values: tuple[tuple[str, float], ...] = ()
     dynamic_shared_bytes: int = 0
-    uses_block_sync: bool = False
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         return tuple(axis.blocks(sizes) for axis in self.grid)  # type: ignore[return-value]
@@ -67,8 +65,3 @@ class Program:
     source: str
     launches: tuple[LaunchSpec, ...]
     wide_index: bool = False
-    notes: dict = field(default_factory=dict)
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]

@@ -7,7 +7,6 @@ Later models use these figures for occupancy; ``kfuse run --resources`` prints t
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kfuse.cache import cache_dir
 from kfuse.errors import BackendUnavailable, CompileError
 
 
@@ -79,8 +79,7 @@ def kernel_resources(source: str, arch: str = "sm_90") -> dict[str, KernelResour
     if not nvcc_available():
         raise BackendUnavailable("nvcc is not on PATH; resource figures need it")
     digest = hashlib.sha256(f"{arch}\0{source}".encode()).hexdigest()[:24]
-    root = Path(os.environ.get("KFUSE_CACHE_DIR") or Path.home() / ".cache" / "kfuse")
-    cache = root / "ptxas" / f"{digest}.log"
+    cache = cache_dir("ptxas") / f"{digest}.log"
     if cache.exists():
         return parse_ptxas(cache.read_text())
     with tempfile.TemporaryDirectory() as work:

@@ -231,8 +231,7 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int, stage_inputs: bool
     header, params = group.signature(tile_x * tile_y)
     launch = LaunchSpec(group.symbol, members, params, (tile_x, tile_y, 1),
                         (GridAxis((group.domain[1],), tile[1]),
-                         GridAxis((group.domain[0],), tile[0], GRID_LIMITS[1]), GridAxis()),
-                        uses_block_sync=True)
+                         GridAxis((group.domain[0],), tile[0], GRID_LIMITS[1]), GridAxis()))
     lines = [*group.describe(),
              f"//   variant: staged in shared memory ({len(stages)} stages"
              + (f", inputs {', '.join(inputs)} staged too)" if inputs else ")"),

@@ -127,7 +127,7 @@ class Pipeline:
         self._kernels: list[Kernel] = []
         self._outputs: list[str] = []
         self._parent: dict[str, str] = {}
-        self._fusion_groups: list[list[str]] | None = None
+        self._built: tuple[tuple, Graph] | None = None  # (version, graph)
 
     # -- declarations ----------------------------------------------------------------------
     def input(self, name: str, ndim: int | None = None, dtype: object = "float32",
@@ -278,7 +278,17 @@ class Pipeline:
 
     # -- the IR ----------------------------------------------------------------------------
     def graph(self) -> Graph:
-        """The validated IR graph of this pipeline."""
+        """The validated IR graph of this pipeline (built again only after a change).
+
+        Reusing the same graph lets a plan made earlier run without being checked again.
+        """
+        version = (len(self._kernels), len(self._inputs), len(self._params),
+                   tuple(self._outputs), len(self._parent))
+        if self._built is None or self._built[0] != version:
+            self._built = (version, self._build_graph())
+        return self._built[1]
+
+    def _build_graph(self) -> Graph:
         buffers = {name: Buffer(name, array.dtype, array.shape)
                    for name, array in self._arrays.items()}
         kernels = tuple(

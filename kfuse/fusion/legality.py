@@ -162,6 +162,17 @@ def resource_violation(registers: int, shared_bytes: int, spill_bytes: int,
     return None
 
 
+def quotient_graph(graph: Graph, groups: Sequence[Sequence[str]]) -> nx.DiGraph:
+    """Groups (by index) linked where a kernel of one feeds a kernel of another."""
+    index = {name: i for i, group in enumerate(groups) for name in group}
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(len(groups)))
+    for source, target in graph.order_dag().edges:
+        if index[source] != index[target]:
+            quotient.add_edge(index[source], index[target])
+    return quotient
+
+
 def plan_violations(graph: Graph, groups: Iterable[Sequence[str]]) -> list[Violation]:
     """Rules on the whole partition: every kernel once, and groups can run in some order."""
     groups = [list(g) for g in groups]
@@ -177,11 +188,7 @@ def plan_violations(graph: Graph, groups: Iterable[Sequence[str]]) -> list[Viola
         found.append(Violation("partition", f"{missing} are in no group"))
     if found:
         return found
-    quotient = nx.DiGraph()
-    quotient.add_nodes_from(range(len(groups)))
-    for source, target in graph.order_dag().edges:
-        if seen[source] != seen[target]:
-            quotient.add_edge(seen[source], seen[target])
+    quotient = quotient_graph(graph, groups)
     if not nx.is_directed_acyclic_graph(quotient):
         cycle = nx.find_cycle(quotient)
         names = [groups[edge[0]] for edge in cycle]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from kfuse.errors import FusionError
-from kfuse.fusion.legality import Violation, group_violations, plan_violations
+from kfuse.fusion.legality import Violation, group_violations, plan_violations, quotient_graph
 from kfuse.ir.graph import Graph
 
 # Variants whose registers or shared memory can exceed the largest member's.
@@ -166,12 +166,7 @@ def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[st
     """Groups in an executable order, members in program order."""
     position = {k.name: i for i, k in enumerate(graph.kernels)}
     groups = [tuple(sorted(g, key=position.__getitem__)) for g in groups]
-    index = {name: i for i, g in enumerate(groups) for name in g}
-    quotient = nx.DiGraph()
-    quotient.add_nodes_from(range(len(groups)))
-    for source, target in graph.order_dag().edges:
-        if index[source] != index[target]:
-            quotient.add_edge(index[source], index[target])
+    quotient = quotient_graph(graph, groups)
     order = nx.lexicographical_topological_sort(quotient, key=lambda i: position[groups[i][0]])
     return [groups[i] for i in order]
 

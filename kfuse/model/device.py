@@ -15,13 +15,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kfuse.cache import cache_dir
+
 LATEST = "latest.json"
 
 
 def devices_dir() -> Path:
     """The folder that holds the stored profiles (not created here)."""
-    root = os.environ.get("KFUSE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "kfuse")
-    return Path(root) / "devices"
+    return cache_dir("devices")
 
 
 def profile_filename(name: str) -> str:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from kfuse.errors import BindError, DtypeError
 from kfuse.ir.expr import normalize_dtype
 from kfuse.ir.graph import Graph
@@ -23,6 +25,15 @@ def dtype_name(array: Any) -> str:
         return normalize_dtype(text)
     except DtypeError as error:
         raise BindError(str(error)) from None
+
+
+def to_numpy(array: Any) -> np.ndarray:
+    """A NumPy copy of a CuPy array or PyTorch tensor; NumPy arrays as they are."""
+    if hasattr(array, "get"):  # CuPy
+        return array.get()
+    if hasattr(array, "detach"):  # PyTorch
+        return array.detach().cpu().numpy()
+    return np.asarray(array)
 
 
 @dataclass(frozen=True)

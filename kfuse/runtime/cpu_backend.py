@@ -7,17 +7,16 @@ threads. A small ``extern "C"`` launcher per kernel, appended here, lets ctypes 
 from __future__ import annotations
 
 import ctypes
-import shutil
 from typing import Any
 
 import numpy as np
 
 from kfuse.codegen.program import LaunchSpec, Program
-from kfuse.errors import LaunchError
+from kfuse.errors import BackendUnavailable, LaunchError
 from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import CompiledBackend, Executable
 from kfuse.runtime.binding import Bound
-from kfuse.runtime.host_compiler import compile_host_library, load_host_library
+from kfuse.runtime.host_compiler import compile_host_library, find_compiler, load_host_library
 
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
                  "bool": np.bool_}
@@ -99,5 +98,8 @@ class CpuBackend(CompiledBackend):
 
     @classmethod
     def available(cls) -> bool:
-        import os
-        return shutil.which(os.environ.get("CXX", "g++")) is not None
+        try:
+            find_compiler()
+        except BackendUnavailable:
+            return False
+        return True

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kfuse.cache import cache_dir as kfuse_cache_dir
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.errors import BackendUnavailable, CompileError, LaunchError
 from kfuse.ir.graph import Graph
@@ -37,8 +38,8 @@ def _cupy():
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("KFUSE_CACHE_DIR") or os.path.join(Path.home(), ".cache", "kfuse")
-    path = Path(root) / "cuda"
+    """Compiled cubins: ``$KFUSE_CACHE_DIR/cuda`` (created on first use)."""
+    path = kfuse_cache_dir("cuda")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

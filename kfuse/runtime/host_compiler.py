@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from kfuse.cache import cache_dir as kfuse_cache_dir
 from kfuse.errors import BackendUnavailable, CompileError
 
 __all__ = [
@@ -52,9 +53,7 @@ def shim_include_dir() -> Path:
 
 def cache_dir() -> Path:
     """Directory of compiled CPU libraries: ``$KFUSE_CACHE_DIR/cpu`` or ``~/.cache/kfuse/cpu``."""
-    root = os.environ.get("KFUSE_CACHE_DIR")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "kfuse"
-    return base / "cpu"
+    return kfuse_cache_dir("cpu")
 
 
 def find_compiler() -> list[str]:

@@ -172,16 +172,8 @@ class NumpyBackend(Backend):
     def run(self, graph: Graph, given: Mapping[str, Any], *, program: Any = None,
             plan: Any = None) -> dict[str, np.ndarray]:
         """The reference semantics; a plan changes nothing here (fusion preserves meaning)."""
-        from kfuse.runtime.binding import bind
+        from kfuse.runtime.binding import bind, to_numpy
         bound = bind(graph, given)
-        host = {name: _to_numpy(array) for name, array in bound.arrays.items()}
+        host = {name: to_numpy(array) for name, array in bound.arrays.items()}
         values = NumpyEvaluator(graph, self.precision).run(host, bound.params)
         return {name: values[name] for name in graph.outputs}
-
-
-def _to_numpy(array: Any) -> np.ndarray:
-    if hasattr(array, "get"):  # CuPy
-        return array.get()
-    if hasattr(array, "detach"):  # PyTorch
-        return array.detach().cpu().numpy()
-    return np.asarray(array)

@@ -74,9 +74,10 @@ def greedy(graph: Graph, sizes: Mapping[str, int], profile: DeviceProfile) -> Fu
         if best is None:
             break
         _, a, b, merged = best
-        if group_variant(graph, merged) in GROWING_VARIANTS:
+        variant = group_variant(graph, merged)
+        if variant in GROWING_VARIANTS:
             violation = group_resource_violation(graph, merged, group_outputs(graph, merged),
-                                                 group_variant(graph, merged))
+                                                 variant)
             if violation:
                 too_big[frozenset(merged)] = str(violation)
                 continue
