@@ -73,3 +73,28 @@ def test_staged_inputs_variant(size, boundary):
         assert "stage 0: input" in program.source
         out = get_backend("cpu").run(graph, {**arrays, **params}, program=program)
         assert relative_error(out["hc"], reference["hc"]) <= 1e-5
+
+
+@pytest.mark.parametrize("tile", [(3, 4), (8, 2), (1, 3)], ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_register_tiles_of_rows_and_columns(tile, boundary, monkeypatch):
+    """Threads computing several rows and columns (partial tiles at the right and bottom)
+    equal the reference, unfused and with every Harris operator recomputed in one kernel."""
+    from kfuse.codegen import generate, kernels
+    from kfuse.runtime import get_backend
+
+    monkeypatch.setattr(kernels, "ROWS_PER_THREAD", tile[0])
+    monkeypatch.setattr(kernels, "COLUMNS_PER_THREAD", tile[1])
+    monkeypatch.setattr(kernels, "RECOMPUTE_ROWS", tile[0])
+    monkeypatch.setattr(kernels, "RECOMPUTE_COLUMNS", tile[1])
+    app = get_app("harris")
+    graph = app.build(boundary=boundary).graph()
+    arrays, params = app.make_inputs((38, 71), np.random.default_rng(7), "float32")
+    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                              boundary)
+    whole = [(tuple(k.name for k in graph.kernels), graph.outputs, "recompute")]
+    for groups in (None, whole):
+        program = generate(graph, groups)
+        assert f"a {tile[0]} x {tile[1]} register tile" in program.source
+        outputs = get_backend("cpu").run(graph, arrays | params, program=program)
+        assert relative_error(outputs["hc"], reference["hc"]) <= 1e-5

@@ -237,6 +237,20 @@ class ExprEmitter:
             return f"({' && '.join(inside)}) ? {read} : {value}"
         return read
 
+    def shifted(self, coord: Coordinate, offset: int, size: str, load: Load
+                ) -> tuple[Coordinate, str | None]:
+        """The coordinate ``offset`` away from ``coord`` after the read's boundary mode.
+
+        A point the kernel knows to be inside stays a shift of the same base, so the same
+        point reached along different paths is one point (evaluated once).
+        """
+        base, shift = coord
+        low, high = self.state.in_range.get(base, (0, 0))
+        if low <= shift + offset <= high:
+            return (base, shift + offset), None
+        index, flag = self.index(coord, offset, size, load)
+        return (index, 0), flag
+
     def index(self, coord: Coordinate, offset: int, size: str, load: Load
               ) -> tuple[str, str | None]:
         """(index variable, inside-flag variable or None) for one axis of a read.

@@ -150,22 +150,23 @@ class KernelGroup:
             emitter.state.evaluated.add((producer.name, emitter.coords))
             return emitter.emit(producer.body)  # type: ignore[arg-type]
         coords, inside = self.mapped_point(load, emitter)
-        target = emitter.at(tuple((index, 0) for index in coords))
+        target = emitter.at(coords)
         target.state.evaluated.add((producer.name, target.coords))
         return self.guarded(load, emitter, target.emit(producer.body), inside)  # type: ignore[arg-type]
 
-    def mapped_point(self, load: Load, emitter: ExprEmitter) -> tuple[list[str], list[str]]:
+    def mapped_point(self, load: Load, emitter: ExprEmitter
+                     ) -> tuple[tuple[Coordinate, ...], list[str]]:
         """The read's point mapped by its boundary mode (index exchange), per axis, and the
         inside flags that constant mode needs."""
         coords, inside = [], []
         buffer = self.graph.buffers[load.buffer]
         for axis, offset in enumerate(load.offsets):
-            index, flag = emitter.index(emitter.coords[axis], offset,
-                                        size_var(buffer.shape[axis]), load)
-            coords.append(index)
+            coord, flag = emitter.shifted(emitter.coords[axis], offset,
+                                          size_var(buffer.shape[axis]), load)
+            coords.append(coord)
             if flag:
                 inside.append(flag)
-        return coords, inside
+        return tuple(coords), inside
 
     @staticmethod
     def guarded(load: Load, emitter: ExprEmitter, value: str, inside: list[str]) -> str:
@@ -191,8 +192,13 @@ class KernelGroup:
 
 
 ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
-ROWS_PER_THREAD = 8   # points per thread along the outermost axis of tiled kernels
-RECOMPUTE_ROWS = 4    # fewer when producers are recomputed at taps (register pressure)
+# Register tiles of tiled kernels: points per thread along the outermost axis (rows) and
+# the innermost axis (columns). Neighbouring points of one thread share stencil taps and
+# the intermediates fused producers compute for them.
+ROWS_PER_THREAD = 8
+COLUMNS_PER_THREAD = 1
+RECOMPUTE_ROWS = 4    # tiles of groups that recompute producers at taps
+RECOMPUTE_COLUMNS = 1
 
 
 def _domain_count(domain: tuple[str, ...]) -> str:
@@ -228,11 +234,12 @@ def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], s
     return emitter.lines + stores
 
 
-def map_kernel(group: KernelGroup, rows: int = ROWS_PER_THREAD) -> tuple[list[str], LaunchSpec]:
+def map_kernel(group: KernelGroup, rows: int = ROWS_PER_THREAD,
+               columns: int = 1) -> tuple[list[str], LaunchSpec]:
     """Point and stencil operators (fused or not): several points per thread."""
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group)
-    return _tiled_kernel(group, rows)
+    return _tiled_kernel(group, rows, columns)
 
 
 def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
@@ -266,57 +273,61 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def _tiled_kernel(group: KernelGroup, rows: int) -> tuple[list[str], LaunchSpec]:
+def _tiled_kernel(group: KernelGroup, rows: int, columns: int = 1
+                  ) -> tuple[list[str], LaunchSpec]:
     """2-D/3-D tiles of TILE_X x TILE_Y threads over the two innermost axes.
 
-    Each thread computes ``rows`` consecutive points along the outermost axis (rows of an
-    image, planes of a volume): the stencil taps they share along that axis are loaded
-    once and kept in registers.
+    Each thread computes a register tile of ``rows`` consecutive points along the
+    outermost axis (rows of an image, planes of a volume) by ``columns`` consecutive
+    points along the innermost axis: the stencil taps and intermediates its points share
+    are loaded or computed once and kept in registers.
     """
-    items = rows
     sizes = tuple(size_var(s) for s in group.domain)
     outer = "iz" if group.ndim == 3 else "iy"
-    if group.ndim == 2:
-        fast_points = [((("iy", k), ("ix", 0)), None) for k in range(items)]
-        single_point = ((("iy_k", 0), ("ix", 0)), None)
-    else:
-        fast_points = [((("iz", k), ("iy", 0), ("ix", 0)), None) for k in range(items)]
-        single_point = ((("iz_k", 0), ("iy", 0), ("ix", 0)), None)
-    fast = _items_code(group, fast_points, sizes, {outer: (0, items - 1)})
+    middle = (("iy", 0),) if group.ndim == 3 else ()
+    fast_points = [(((outer, k), *middle, ("ix", c)), None)
+                   for k in range(rows) for c in range(columns)]
+    single_point = (((f"{outer}_k", 0), *middle, ("ix_k", 0)), None)
+    fast = _items_code(group, fast_points, sizes,
+                       {outer: (0, rows - 1), "ix": (0, columns - 1)})
     single = _items_code(group, [single_point], sizes, {})
-    extent = sizes[0]
+    extent, width = sizes[0], sizes[-1]
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
     block_count = "gridDim.y" if group.ndim == 2 else "gridDim.z"
     thread = " * blockDim.y + threadIdx.y" if group.ndim == 2 else ""
-    step = f"{block_count} * blockDim.y * {items}" if group.ndim == 2 \
-        else f"{block_count} * {items}"
+    step = f"{block_count} * blockDim.y * {rows}" if group.ndim == 2 \
+        else f"{block_count} * {rows}"
+    last_column = f"ix + {columns - 1}" if columns > 1 else "ix"
     outer_loop = [
-        f"for (int {outer} = ({block_index}{thread}) * {items}; {outer} < {extent};",
+        f"for (int {outer} = ({block_index}{thread}) * {rows}; {outer} < {extent};",
         f"     {outer} += {step}) {{",
-        f"  if ({outer} + {items - 1} < {extent}) {{",
-        f"    // {outer} .. {outer}+{items - 1}: points along the outermost axis share taps",
+        f"  if ({outer} + {rows - 1} < {extent} && {last_column} < {width}) {{",
+        f"    // a {rows} x {columns} register tile: points share taps and intermediates",
         *indent(fast, 2),
         "  } else {",
-        f"    for (int {outer}_k = {outer}; {outer}_k < {extent}; ++{outer}_k) {{",
+        f"    for (int {outer}_k = {outer}; {outer}_k < {extent} && {outer}_k < {outer} + {rows};"
+        f" ++{outer}_k)",
+        f"    for (int ix_k = ix; ix_k < {width} && ix_k < ix + {columns}; ++ix_k) {{",
         *indent(single, 3),
         "    }",
         "  }",
         "}",
     ]
     header, params = group.signature(TILE_X * TILE_Y)
-    body = ["const int ix = blockIdx.x * blockDim.x + threadIdx.x;",
-            f"if (ix >= {sizes[-1]}) return;"]
+    first_column = f"(blockIdx.x * blockDim.x + threadIdx.x) * {columns}" if columns > 1 \
+        else "blockIdx.x * blockDim.x + threadIdx.x"
+    body = [f"const int ix = {first_column};", f"if (ix >= {width}) return;"]
     if group.ndim == 2:
         body += outer_loop
-        grid = (GridAxis((group.domain[1],), TILE_X),
-                GridAxis((group.domain[0],), TILE_Y * items, GRID_LIMITS[1]), GridAxis())
+        grid = (GridAxis((group.domain[1],), TILE_X * columns),
+                GridAxis((group.domain[0],), TILE_Y * rows, GRID_LIMITS[1]), GridAxis())
     else:
         body += [f"for (int iy = blockIdx.y * blockDim.y + threadIdx.y; iy < {sizes[1]}; "
                  "iy += gridDim.y * blockDim.y) {",
                  *indent(outer_loop, 1), "}"]
-        grid = (GridAxis((group.domain[2],), TILE_X),
+        grid = (GridAxis((group.domain[2],), TILE_X * columns),
                 GridAxis((group.domain[1],), TILE_Y, GRID_LIMITS[1]),
-                GridAxis((group.domain[0],), items, GRID_LIMITS[2]))
+                GridAxis((group.domain[0],), rows, GRID_LIMITS[2]))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (TILE_X, TILE_Y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
@@ -427,9 +438,11 @@ def group_kernel(group: KernelGroup, variant: str = "auto") -> tuple[list[str], 
         from kfuse.codegen.staged import staged_kernel
         return staged_kernel(group, ROWS_PER_THREAD, TILE_X, TILE_Y,
                              stage_inputs=variant == "staged-inputs")
-    return map_kernel(group, rows_per_thread(variant))
+    return map_kernel(group, *register_tile(variant))
 
 
-def rows_per_thread(variant: str) -> int:
-    """Points per thread along the outermost axis for a group of this variant."""
-    return RECOMPUTE_ROWS if variant == "recompute" else ROWS_PER_THREAD
+def register_tile(variant: str) -> tuple[int, int]:
+    """(rows, columns) of points one thread computes in a tiled kernel of this variant."""
+    if variant == "recompute":
+        return RECOMPUTE_ROWS, RECOMPUTE_COLUMNS
+    return ROWS_PER_THREAD, COLUMNS_PER_THREAD

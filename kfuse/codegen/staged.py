@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kfuse.codegen.cexpr import ExprEmitter, c_name, indent, size_var
+from kfuse.codegen.cexpr import ExprEmitter, c_name, coordinate_text, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, LaunchSpec
 from kfuse.ir.expr import C_TYPES, Load
 from kfuse.ir.graph import Graph
@@ -142,7 +142,8 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int, stage_inputs: bool
         producer = group.produced.get(load.buffer)
         if load.buffer not in inputs and (producer is None or producer.name not in ready):
             return group.answer_read(load, emitter)
-        indices, inside = group.mapped_point(load, emitter)
+        coords, inside = group.mapped_point(load, emitter)
+        indices = [coordinate_text(coord) for coord in coords]
         height, width = regions[load.buffer]
         halo_y, halo_x = tile_halo[load.buffer]
         value = emitter.define(load.dtype, f"{smem(load.buffer)}[({indices[0]} - (y0 - "

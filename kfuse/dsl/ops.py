@@ -66,18 +66,63 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
                        f"{coefficients.shape}", operator=name, where=str(line) if line else None)
     centre = tuple(n // 2 for n in coefficients.shape)
     bound = as_boundary(boundary)
-    body: Expr | None = None
-    for index in np.ndindex(*coefficients.shape):
-        weight = float(coefficients[index]) * scale
-        if weight == 0.0:
-            continue
-        offsets = tuple(i - c for i, c in zip(index, centre, strict=True))
-        term = Const(weight, x.dtype) * x.at(*offsets, boundary=bound)
-        body = term if body is None else body + term
+
+    def taps(weights: np.ndarray, leading: tuple[int, ...]) -> Expr | None:
+        terms = []
+        for index in np.ndindex(*weights.shape):
+            offsets = tuple(i - c for i, c in zip(leading + index, centre, strict=True))
+            terms.append((float(weights[index]), x.at(*offsets, boundary=bound)))
+        return _linear_combination(terms, x.dtype)
+
+    factors = _outermost_factors(coefficients)
+    if factors is None:
+        body = taps(coefficients, ())
+    else:
+        # separable along the outermost axis: sum_i v_i * (sum_j h_j x[i, j]); the inner
+        # sums of one row are shared by the points above and below that read it
+        outer_weights, inner = factors
+        body = _linear_combination([(weight, taps(inner, (i,)))
+                                    for i, weight in enumerate(outer_weights)], x.dtype)
+    if body is not None and scale != 1.0:
+        body = Const(scale, x.dtype) * body
     if body is None:
         raise DslError("the mask has no non-zero coefficient", operator=name,
                        where=str(line) if line else None)
     return x.pipeline.add_kernel("local", body, name=name, line=line, default_boundary=bound)
+
+
+def _linear_combination(terms: list[tuple[float, Expr | None]], dtype: str) -> Expr | None:
+    """sum(weight * term), skipping zero weights and multiplying only by weights not +-1."""
+    terms = [(w, t) for w, t in terms if w != 0.0 and t is not None]
+    terms.sort(key=lambda term: term[0] < 0)  # start from a positive term where there is one
+    total: Expr | None = None
+    for weight, term in terms:
+        if total is not None and weight == -1.0:
+            total = total - term
+            continue
+        scaled = term if weight == 1.0 else Const(weight, dtype) * term
+        total = scaled if total is None else total + scaled
+    return total
+
+
+def _outermost_factors(mask: np.ndarray) -> tuple[list[float], np.ndarray] | None:
+    """(v, H) with ``mask[i] == v[i] * H`` for every slice i along axis 0, if it is so.
+
+    Only for masks of two or more axes with at least two non-zero slices; None otherwise.
+    """
+    if mask.ndim < 2:
+        return None
+    slices = [i for i in range(mask.shape[0]) if np.any(mask[i] != 0.0)]
+    if len(slices) < 2:
+        return None
+    pivot = max(slices, key=lambda i: float(np.abs(mask[i]).max()))
+    position = next(p for p in np.ndindex(*mask[pivot].shape) if mask[pivot][p] != 0.0)
+    inner = mask[pivot] / mask[pivot][position]  # first non-zero weight 1: one multiply less
+    weights = [float(mask[i][position]) for i in range(mask.shape[0])]
+    rebuilt = np.stack([w * inner for w in weights])
+    if not np.allclose(rebuilt, mask, rtol=1e-12, atol=0.0):
+        return None
+    return weights, inner
 
 
 def reduce(expr: object, op: str = "sum", axis: int | None = None, *,

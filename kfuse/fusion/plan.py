@@ -151,14 +151,15 @@ def group_variant(graph: Graph, members: Sequence[str]) -> str:
                          for name in members for access in graph.kernel_by_name[name].accesses)
     if not stencil_inside:
         return "registers"
-    from kfuse.codegen.kernels import RECOMPUTE_ROWS, ROWS_PER_THREAD, TILE_X, TILE_Y
+    from kfuse.codegen.kernels import ROWS_PER_THREAD, TILE_X, TILE_Y, register_tile
     from kfuse.codegen.staged import can_stage
     from kfuse.model.roofline import evaluation_points
     if can_stage(graph, tuple(members), (TILE_Y * ROWS_PER_THREAD, TILE_X)) is not None:
         return "recompute"
     outputs = group_outputs(graph, members)
-    points = evaluation_points(graph, members, outputs, RECOMPUTE_ROWS)
-    per_output = sum(len(p) for p in points.values()) / (RECOMPUTE_ROWS * len(members))
+    tile = register_tile("recompute")
+    points = evaluation_points(graph, members, outputs, tile)
+    per_output = sum(len(p) for p in points.values()) / (tile[0] * tile[1] * len(members))
     return "staged" if per_output > 2.0 else "recompute"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import product
 from math import prod
 
 from kfuse.ir.expr import ITEM_SIZE, Load, count_operations, loads
@@ -43,21 +44,22 @@ class Prediction:
 
 
 def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str],
-                      rows_per_thread: int = 1) -> dict[str, set[tuple[int, ...]]]:
+                      tile: tuple[int, int] = (1, 1)) -> dict[str, set[tuple[int, ...]]]:
     """The points (offsets from a thread's first point) at which each member is evaluated.
 
-    A thread computes ``rows_per_thread`` consecutive points along the outermost axis; a
-    member written to memory is evaluated at each of them, and a producer read by a consumer in the group at offsets
-    is evaluated at every composed offset (each distinct point once).
+    A thread computes a register tile of ``tile = (rows, columns)`` points along the
+    outermost and innermost axes; a member written to memory is evaluated at each of them,
+    and a producer read by a consumer in the group at offsets is evaluated at every
+    composed offset (each distinct point once).
     """
     group = set(members)
     kernel = graph.kernel_by_name[members[0]]
     ndim = kernel.ndim
     rows = []
-    for k in range(rows_per_thread if ndim >= 2 else 1):
+    for k, c in product(*(range(n) for n in thread_tile(ndim, tile))):
         point = [0] * ndim
         if ndim >= 2:
-            point[0] = k
+            point[0], point[-1] = k, c
         rows.append(tuple(point))
     offsets: dict[str, set[tuple[int, ...]]] = {name: set() for name in members}
     for name in members:
@@ -74,10 +76,15 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
     return offsets
 
 
+def thread_tile(ndim: int, tile: tuple[int, int]) -> tuple[int, int]:
+    """The register tile a kernel of ``ndim`` axes really uses (1-D kernels: one point)."""
+    return tile if ndim >= 2 else (1, 1)
+
+
 def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                   sizes: Mapping[str, int], profile: DeviceProfile) -> Prediction:
     """Roofline time of the kernel that computes ``members`` and writes ``outputs``."""
-    from kfuse.codegen.kernels import rows_per_thread
+    from kfuse.codegen.kernels import register_tile
 
     group = set(members)
     kernels = [graph.kernel_by_name[name] for name in members]
@@ -88,8 +95,9 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     variant = _variant(graph, members) if len(members) > 1 else "single"
     if variant == "staged":
         return _predict_staged(graph, members, points, dram, profile)
-    rows = rows_per_thread(variant) if len(kernels[-1].domain) >= 2 else 1
-    evaluated = evaluation_points(graph, members, outputs, rows)
+    tile = thread_tile(len(kernels[-1].domain), register_tile(variant))
+    rows = tile[0] * tile[1]  # points per thread
+    evaluated = evaluation_points(graph, members, outputs, tile)
     operations = 0.0
     cached: set[tuple] = set()
     for kernel in kernels:

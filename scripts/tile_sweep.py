@@ -1,0 +1,100 @@
+"""Time every app on the GPU over several register tiles (rows x columns per thread).
+
+For each tile: the unfused program (each kernel timed alone too, as % of copy bandwidth),
+the greedy plan, and everything in one kernel (recompute and staged variants where legal).
+Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/benchmarks.md.
+
+Usage on the device machine: TILES=8x1,8x4 PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import cupy
+import numpy as np
+
+import kfuse.codegen.kernels as kernels
+from kfuse.apps import get_app, list_apps
+from kfuse.apps.check import relative_error
+from kfuse.bench.floor import dram_floor_bytes, launch_bytes
+from kfuse.bench.harness import launch_one
+from kfuse.bench.timing import time_gpu
+from kfuse.codegen import generate
+from kfuse.fusion.plan import group_outputs, make_plan
+from kfuse.runtime import get_backend
+from kfuse.search import search
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
+    source = cupy.ones(2**28, dtype=cupy.float32)
+    target = cupy.empty_like(source)
+    timing = time_gpu(lambda: cupy.copyto(target, source), warmup=3, repeat=20)
+    return 2 * source.nbytes / timing.median_s
+
+
+def programs(graph, sizes):
+    yield "unfused", generate(graph)
+    plan = search(graph, sizes=sizes)
+    yield "greedy[" + ",".join(g.variant for g in plan.groups if len(g.members) > 1) + "]", \
+        generate(graph, plan.kernel_groups)
+    everything = tuple(k.name for k in graph.kernels)
+    try:
+        make_plan(graph, [everything], check_resources=False)
+    except Exception:  # noqa: BLE001 - an illegal grouping is simply not timed
+        return
+    outputs = group_outputs(graph, everything)
+    for variant in ("recompute", "staged"):
+        try:
+            yield f"all-{variant}", generate(graph, [(everything, outputs, variant)])
+        except Exception as error:  # noqa: BLE001 - variant not applicable
+            print(f"    all-{variant}: {error}")
+
+
+def sweep(names: list[str], bandwidth: float) -> None:
+    backend = get_backend("cuda")
+    for name in names:
+        app = get_app(name)
+        graph = app.build().graph()
+        arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
+        given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
+        reference = None
+        floor_s = None
+        for label, program in programs(graph, graph.bind_shapes(
+                {n: app.bench_size for n in graph.inputs})):
+            executable = backend.prepare(graph, given, program=program)
+            sizes = executable.bound.sizes
+            floor_s = floor_s or dram_floor_bytes(graph, sizes) / bandwidth
+            executable.launch_all()
+            result = {k: executable.buffers[k].get() for k in graph.outputs}
+            reference = reference or result
+            error = max(relative_error(result[k], reference[k]) for k in graph.outputs)
+            timing = time_gpu(executable.launch_all, warmup=5, repeat=30)
+            print(f"  {name:12s} {label:28s} {timing.median_s * 1e3:8.3f} ms "
+                  f"{timing.median_s / floor_s:5.2f}x floor  err {error:.1e}", flush=True)
+            if label == "unfused":
+                for spec in program.launches:
+                    one = time_gpu(lambda spec=spec, run=executable: launch_one(run, spec),
+                                   warmup=3,
+                                   repeat=30)
+                    share = launch_bytes(graph, spec, sizes) / one.median_s / bandwidth
+                    print(f"      {spec.symbol:36s} {one.median_s * 1e3:7.3f} ms "
+                          f"{100 * share:5.1f}% of copy", flush=True)
+
+
+def main(names: list[str]) -> None:
+    bandwidth = copy_bandwidth()
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    names = names or [a.name for a in list_apps()]
+    for tile in os.environ.get("TILES", "8x1").split(","):
+        rows, columns = (int(t) for t in tile.split("x"))
+        kernels.ROWS_PER_THREAD = kernels.RECOMPUTE_ROWS = rows
+        kernels.COLUMNS_PER_THREAD = kernels.RECOMPUTE_COLUMNS = columns
+        print(f"== register tile {rows} x {columns}", flush=True)
+        sweep(names, bandwidth)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
