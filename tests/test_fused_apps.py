@@ -75,13 +75,21 @@ def test_staged_inputs_variant(size, boundary):
         assert relative_error(out["hc"], reference["hc"]) <= 1e-5
 
 
+@pytest.mark.parametrize("width", [71, 72])
 @pytest.mark.parametrize("tile", [(3, 4), (8, 2), (1, 3)], ids=lambda t: f"{t[0]}x{t[1]}")
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
-def test_register_tiles_of_rows_and_columns(tile, boundary, monkeypatch):
+def test_register_tiles_of_rows_and_columns(tile, boundary, width, monkeypatch):
     """Threads computing several rows and columns (partial tiles at the right and bottom)
-    equal the reference, unfused and with every Harris operator recomputed in one kernel."""
+    equal the reference, unfused and with every Harris operator recomputed in one kernel.
+
+    Width 71 takes the scalar path; at width 72 the vector path (one vector load or store
+    per row of a thread's columns) is forced, so a wrong vector path cannot hide.
+    """
     from kfuse.codegen import generate, kernels
     from kfuse.runtime import get_backend
+
+    if width % tile[1] == 0 and tile[1] in (2, 4):
+        monkeypatch.setattr(kernels, "_vector_condition", lambda group, columns: "true")
 
     monkeypatch.setattr(kernels, "ROWS_PER_THREAD", tile[0])
     monkeypatch.setattr(kernels, "COLUMNS_PER_THREAD", tile[1])
@@ -89,12 +97,42 @@ def test_register_tiles_of_rows_and_columns(tile, boundary, monkeypatch):
     monkeypatch.setattr(kernels, "RECOMPUTE_COLUMNS", tile[1])
     app = get_app("harris")
     graph = app.build(boundary=boundary).graph()
-    arrays, params = app.make_inputs((38, 71), np.random.default_rng(7), "float32")
+    arrays, params = app.make_inputs((38, width), np.random.default_rng(7), "float32")
     reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
                               boundary)
     whole = [(tuple(k.name for k in graph.kernels), graph.outputs, "recompute")]
     for groups in (None, whole):
         program = generate(graph, groups)
         assert f"a {tile[0]} x {tile[1]} register tile" in program.source
+        if width == 72 and tile[1] in (2, 4):
+            assert f"float{tile[1]} vec_" in program.source
         outputs = get_backend("cpu").run(graph, arrays | params, program=program)
         assert relative_error(outputs["hc"], reference["hc"]) <= 1e-5
+
+
+@pytest.mark.parametrize("shape", [(9, 11, 13), (7, 6, 12)], ids=str)
+@pytest.mark.parametrize("tile", [(3, 2, 4), (2, 3, 1)], ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_register_tiles_in_three_dimensions(tile, boundary, shape, monkeypatch):
+    """3-D register tiles (planes x rows x columns per thread), unfused and both diffusion
+    steps in one kernel; the 12-wide volume takes the vector path."""
+    from kfuse.codegen import generate, kernels
+    from kfuse.runtime import get_backend
+
+    for axis, value in zip(("ROWS", "MIDDLE", "COLUMNS"), tile, strict=True):
+        monkeypatch.setattr(kernels, f"{axis}_PER_THREAD", value)
+        monkeypatch.setattr(kernels, f"RECOMPUTE_{axis}", value)
+    if shape[-1] % tile[-1] == 0 and tile[-1] in (2, 4):
+        monkeypatch.setattr(kernels, "_vector_condition", lambda group, columns: "true")
+    app = get_app("diffusion3d")
+    graph = app.build(boundary=boundary).graph()
+    arrays, params = app.make_inputs(shape, np.random.default_rng(11), "float32")
+    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                              boundary)
+    whole = [(tuple(k.name for k in graph.kernels), graph.outputs, "recompute")]
+    for groups in (None, whole):
+        program = generate(graph, groups)
+        assert f"a {' x '.join(map(str, tile))} register tile" in program.source
+        outputs = get_backend("cpu").run(graph, arrays | params, program=program)
+        for name, expected in reference.items():
+            assert relative_error(outputs[name], expected) <= 1e-5, name

@@ -47,6 +47,10 @@ _GENERATED_NAME = re.compile(r"^(v\d+|ld_\w*|n_\w*|p_\w*|i[xyz]?|i[xyz]_\w*|in_\
 
 Coordinate = tuple[str, int]  # (C variable, constant shift)
 
+# 8- and 16-byte vector types by (element dtype, elements): one load for a thread's columns
+VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("float64", 2): "double2",
+                ("int32", 2): "int2", ("int32", 4): "int4"}
+
 
 def coordinate_text(coord: Coordinate) -> str:
     base, shift = coord
@@ -109,6 +113,7 @@ class EmitState:
     in_range: dict[str, tuple[int, int]] = field(default_factory=dict)  # base -> safe shifts
     texts: dict[tuple[str, str], str] = field(default_factory=dict)  # C text -> variable
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
+    vector_columns: int = 0  # >1: reads of columns ix .. ix+n-1 of one row are one vector load
 
     def evaluations(self) -> dict[str, int]:
         """How many distinct points each operator was evaluated at, per thread iteration."""
@@ -221,17 +226,20 @@ class ExprEmitter:
         identity = load.dims == tuple(range(len(self.domain))) and load.is_centered
         if identity and self.flat_index is not None:
             return f"{pointer}[{self.flat_index}]"
+        vector = load.dims == tuple(range(len(self.domain))) and self.vector_column(load)
         indices, inside = [], []
         for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
+            if vector and axis == buffer.ndim - 1:
+                break  # the column is the vector's component
             size = size_var(buffer.shape[axis])
             index, flag = self.index(self.coords[dim], offset, size, load)
             indices.append(index)
             if flag:
                 inside.append(flag)
-        address = indices[0] if buffer.ndim == 1 else f"(kf_index_t){indices[0]}"
-        for axis in range(1, buffer.ndim):
-            address = f"({address}) * {size_var(buffer.shape[axis])} + {indices[axis]}"
-        read = f"{pointer}[{address}]"
+        if vector:
+            read = self.vector_component(load, indices, vector[0], vector[1])
+        else:
+            read = f"{pointer}[{self.address(load.buffer, indices)}]"
         if inside:
             value = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
             return f"({' && '.join(inside)}) ? {read} : {value}"
@@ -250,6 +258,37 @@ class ExprEmitter:
             return (base, shift + offset), None
         index, flag = self.index(coord, offset, size, load)
         return (index, 0), flag
+
+    def address(self, name: str, indices: list[str]) -> str:
+        """Row-major element address of ``indices`` in buffer ``name``."""
+        buffer = self.graph.buffers[name]
+        address = indices[0] if buffer.ndim == 1 else f"(kf_index_t){indices[0]}"
+        for axis in range(1, buffer.ndim):
+            address = f"({address}) * {size_var(buffer.shape[axis])} + {indices[axis]}"
+        return address
+
+    def vector_column(self, load: Load) -> tuple[str, int] | None:
+        """(vector type, component) when the read is one component of a vector load of the
+        thread's columns ``ix .. ix+n-1`` (vector mode only: the kernel checked alignment)."""
+        width = self.state.vector_columns
+        base, shift = self.coords[-1]
+        column = shift + load.offsets[-1]
+        vector_type = VECTOR_TYPES.get((load.dtype, width))
+        if width < 2 or base != "ix" or not 0 <= column < width or vector_type is None:
+            return None
+        return vector_type, column
+
+    def vector_component(self, load: Load, row_indices: list[str], vector_type: str,
+                         column: int) -> str:
+        """The component ``column`` of the vector load (emitted once) of the read's row."""
+        row = self.address(load.buffer, [*row_indices, "ix"])
+        key = (vector_type, f"{c_name(load.buffer)}[{row}]")
+        if key not in self.state.texts:
+            name = self.fresh(f"vec_{load.buffer}_")
+            self.lines.append(f"const {vector_type} {name} = *reinterpret_cast<const "
+                              f"{vector_type}*>(&{key[1]});")
+            self.state.texts[key] = name
+        return f"{self.state.texts[key]}.{'xyzw'[column]}"
 
     def index(self, coord: Coordinate, offset: int, size: str, load: Load
               ) -> tuple[str, str | None]:

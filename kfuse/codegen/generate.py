@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kfuse.codegen import mapreduce
 from kfuse.codegen.kernels import KernelGroup, group_kernel
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.program import Program
@@ -25,8 +26,12 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
              f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
     launches = []
     for members, outputs, *variant in groups:
-        lines, launch = group_kernel(KernelGroup(graph, members, outputs),
-                                     variant[0] if variant else "auto")
+        if mapreduce.claims(graph, members, variant[0] if variant else "auto"):
+            lines, launch = mapreduce.group_kernel(graph, members, outputs,
+                                                   variant[0] if variant else "auto")
+        else:
+            lines, launch = group_kernel(KernelGroup(graph, members, outputs),
+                                         variant[0] if variant else "auto")
         parts.extend([*lines, ""])
         launches.append(launch)
     return Program(graph.name, "\n".join(parts), tuple(launches), wide_index)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kfuse.codegen.cexpr import (
+    VECTOR_TYPES,
     Coordinate,
     ExprEmitter,
     c_name,
@@ -32,7 +33,7 @@ from kfuse.codegen.cexpr import (
     sizes_of,
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
-from kfuse.ir.expr import C_TYPES, Coord, Load, format_value
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load, format_value
 from kfuse.ir.graph import Graph, Kernel
 
 MAP_BLOCK_1D = 256
@@ -177,18 +178,21 @@ class KernelGroup:
         return emitter.define(load.dtype, f"({' && '.join(inside)}) ? {value} : {constant}",
                               prefix=f"x_{load.buffer}_")
 
-    def store_lines(self, emitter: ExprEmitter, address: str) -> list[str]:
-        """Evaluate every map output at the emitter's point and store it."""
-        stores = []
+    def store_values(self, emitter: ExprEmitter) -> list[tuple[str, str]]:
+        """Evaluate every map output at the emitter's point: (buffer, C value) pairs."""
+        values = []
         for name in self.outputs:
             kernel = self.produced[name]
             if kernel is self.reduction:
                 continue
             emitter.state.evaluated.add((kernel.name, emitter.coords))
-            value = emitter.emit(kernel.body)  # type: ignore[arg-type]
-            ctype = C_TYPES[self.graph.buffers[name].dtype]
-            stores.append(f"{c_name(name)}[{address}] = ({ctype}){value};")
-        return stores
+            values.append((name, emitter.emit(kernel.body)))  # type: ignore[arg-type]
+        return values
+
+    def store_lines(self, emitter: ExprEmitter, address: str) -> list[str]:
+        """Evaluate every map output at the emitter's point and store it."""
+        return [f"{c_name(name)}[{address}] = ({C_TYPES[self.graph.buffers[name].dtype]})"
+                f"{value};" for name, value in self.store_values(emitter)]
 
 
 ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
@@ -196,8 +200,10 @@ ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
 # the innermost axis (columns). Neighbouring points of one thread share stencil taps and
 # the intermediates fused producers compute for them.
 ROWS_PER_THREAD = 8
+MIDDLE_PER_THREAD = 1  # 3-D kernels: points along the middle axis
 COLUMNS_PER_THREAD = 1
 RECOMPUTE_ROWS = 4    # tiles of groups that recompute producers at taps
+RECOMPUTE_MIDDLE = 1
 RECOMPUTE_COLUMNS = 1
 
 
@@ -218,28 +224,45 @@ def _flat_address(sizes: tuple[str, ...], coords: tuple[Coordinate, ...]) -> str
 
 
 def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], str | None]],
-                sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]]) -> list[str]:
+                sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]],
+                vector_columns: int = 0) -> list[str]:
     """Straight-line code computing the group's outputs at several points of one thread.
 
     Every point's loads and arithmetic come first and the stores last, so independent loads
     are in flight together; values shared between points (rows of a stencil) are computed
-    once.
+    once. With ``vector_columns`` (points in rows of that many consecutive columns, from
+    ``ix``, alignment checked by the caller) each row of an input is one vector load and
+    each row of an output one vector store.
     """
     emitter = group.emitter(points[0][0], points[0][1])
     emitter.state.in_range.update(in_range)
+    emitter.state.vector_columns = vector_columns
     stores = []
+    rows: dict[tuple, dict[str, list[str]]] = {}
     for coords, flat in points:
         point = emitter.at(coords, flat)
-        stores += group.store_lines(point, flat if flat else _flat_address(sizes, coords))
+        if vector_columns:
+            for name, value in group.store_values(point):
+                rows.setdefault(coords[:-1], {}).setdefault(name, []).append(value)
+        else:
+            stores += group.store_lines(point, flat if flat else _flat_address(sizes, coords))
+    for row, outputs in rows.items():
+        address = _flat_address(sizes, (*row, ("ix", 0)))
+        for name, values in outputs.items():
+            dtype = group.graph.buffers[name].dtype
+            vector_type = VECTOR_TYPES[(dtype, vector_columns)]
+            cast = ", ".join(f"({C_TYPES[dtype]}){v}" for v in values)
+            stores.append(f"*reinterpret_cast<{vector_type}*>(&{c_name(name)}[{address}]) = "
+                          f"{vector_type}{{{cast}}};")
     return emitter.lines + stores
 
 
-def map_kernel(group: KernelGroup, rows: int = ROWS_PER_THREAD,
-               columns: int = 1) -> tuple[list[str], LaunchSpec]:
+def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None
+               ) -> tuple[list[str], LaunchSpec]:
     """Point and stencil operators (fused or not): several points per thread."""
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group)
-    return _tiled_kernel(group, rows, columns)
+    return _tiled_kernel(group, tile or register_tile("single", group.ndim))
 
 
 def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
@@ -273,23 +296,32 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def _tiled_kernel(group: KernelGroup, rows: int, columns: int = 1
-                  ) -> tuple[list[str], LaunchSpec]:
+def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str], LaunchSpec]:
     """2-D/3-D tiles of TILE_X x TILE_Y threads over the two innermost axes.
 
-    Each thread computes a register tile of ``rows`` consecutive points along the
-    outermost axis (rows of an image, planes of a volume) by ``columns`` consecutive
-    points along the innermost axis: the stencil taps and intermediates its points share
-    are loaded or computed once and kept in registers.
+    Each thread computes a register tile of points: ``tile[0]`` consecutive points along
+    the outermost axis (rows of an image, planes of a volume), ``tile[-1]`` along the
+    innermost axis and, in 3-D, ``tile[1]`` along the middle axis. The stencil taps and
+    intermediates its points share are loaded or computed once and kept in registers.
     """
+    rows, columns = tile[0], tile[-1]
+    middle_count = tile[1] if group.ndim == 3 else 1
     sizes = tuple(size_var(s) for s in group.domain)
     outer = "iz" if group.ndim == 3 else "iy"
-    middle = (("iy", 0),) if group.ndim == 3 else ()
-    fast_points = [(((outer, k), *middle, ("ix", c)), None)
-                   for k in range(rows) for c in range(columns)]
+    fast_points = [(((outer, k), *((("iy", m),) if group.ndim == 3 else ()), ("ix", c)), None)
+                   for k in range(rows) for m in range(middle_count) for c in range(columns)]
+    middle = (("iy_k", 0),) if group.ndim == 3 else ()
     single_point = (((f"{outer}_k", 0), *middle, ("ix_k", 0)), None)
-    fast = _items_code(group, fast_points, sizes,
-                       {outer: (0, rows - 1), "ix": (0, columns - 1)})
+    in_range = {outer: (0, rows - 1), "ix": (0, columns - 1)}
+    if group.ndim == 3:
+        in_range["iy"] = (0, middle_count - 1)
+    fast = _items_code(group, fast_points, sizes, in_range)
+    aligned = _vector_condition(group, columns)
+    if aligned:
+        vector = _items_code(group, fast_points, sizes, in_range, columns)
+        fast = [f"if ({aligned}) {{",
+                f"  // rows of {columns} columns: one vector load or store each",
+                *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
     single = _items_code(group, [single_point], sizes, {})
     extent, width = sizes[0], sizes[-1]
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
@@ -298,15 +330,24 @@ def _tiled_kernel(group: KernelGroup, rows: int, columns: int = 1
     step = f"{block_count} * blockDim.y * {rows}" if group.ndim == 2 \
         else f"{block_count} * {rows}"
     last_column = f"ix + {columns - 1}" if columns > 1 else "ix"
+    inside = f"{outer} + {rows - 1} < {extent} && {last_column} < {width}"
+    middle_loop = []
+    if group.ndim == 3:
+        inside += f" && iy + {middle_count - 1} < {sizes[1]}"
+        middle_loop = [f"    for (int iy_k = iy; iy_k < {sizes[1]} && iy_k < iy + "
+                       f"{middle_count}; ++iy_k)"]
+    shape = " x ".join(str(n) for n in (rows, *([middle_count] if group.ndim == 3 else []),
+                                          columns))
     outer_loop = [
         f"for (int {outer} = ({block_index}{thread}) * {rows}; {outer} < {extent};",
         f"     {outer} += {step}) {{",
-        f"  if ({outer} + {rows - 1} < {extent} && {last_column} < {width}) {{",
-        f"    // a {rows} x {columns} register tile: points share taps and intermediates",
+        f"  if ({inside}) {{",
+        f"    // a {shape} register tile: points share taps and intermediates",
         *indent(fast, 2),
         "  } else {",
         f"    for (int {outer}_k = {outer}; {outer}_k < {extent} && {outer}_k < {outer} + {rows};"
         f" ++{outer}_k)",
+        *middle_loop,
         f"    for (int ix_k = ix; ix_k < {width} && ix_k < ix + {columns}; ++ix_k) {{",
         *indent(single, 3),
         "    }",
@@ -322,15 +363,33 @@ def _tiled_kernel(group: KernelGroup, rows: int, columns: int = 1
         grid = (GridAxis((group.domain[1],), TILE_X * columns),
                 GridAxis((group.domain[0],), TILE_Y * rows, GRID_LIMITS[1]), GridAxis())
     else:
-        body += [f"for (int iy = blockIdx.y * blockDim.y + threadIdx.y; iy < {sizes[1]}; "
-                 "iy += gridDim.y * blockDim.y) {",
+        first_row = "(blockIdx.y * blockDim.y + threadIdx.y)" + (
+            f" * {middle_count}" if middle_count > 1 else "")
+        body += [f"for (int iy = {first_row}; iy < {sizes[1]}; "
+                 f"iy += gridDim.y * blockDim.y * {middle_count}) {{",
                  *indent(outer_loop, 1), "}"]
         grid = (GridAxis((group.domain[2],), TILE_X * columns),
-                GridAxis((group.domain[1],), TILE_Y, GRID_LIMITS[1]),
+                GridAxis((group.domain[1],), TILE_Y * middle_count, GRID_LIMITS[1]),
                 GridAxis((group.domain[0],), rows, GRID_LIMITS[2]))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (TILE_X, TILE_Y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+
+
+def _vector_condition(group: KernelGroup, columns: int) -> str | None:
+    """C condition under which a thread's columns of every domain-shaped buffer it reads or
+    writes are one aligned vector (None where vectors do not apply)."""
+    buffers = [name for name in [*group.reads, *group.outputs]
+               if group.graph.buffers[name].shape == group.domain]
+    dtypes = {group.graph.buffers[name].dtype for name in buffers}
+    if not buffers or any((dtype, columns) not in VECTOR_TYPES for dtype in dtypes):
+        return None
+    width = size_var(group.domain[-1])
+    terms = [f"{width} % {columns} == 0"]
+    for name in buffers:
+        vector_bytes = columns * ITEM_SIZE[group.graph.buffers[name].dtype]
+        terms.append(f"(unsigned long long){c_name(name)} % {vector_bytes} == 0")
+    return " && ".join(terms)
 
 
 def _decode(flat: str, axes: list[int], domain: tuple[str, ...], coords: tuple[str, ...]
@@ -438,11 +497,18 @@ def group_kernel(group: KernelGroup, variant: str = "auto") -> tuple[list[str], 
         from kfuse.codegen.staged import staged_kernel
         return staged_kernel(group, ROWS_PER_THREAD, TILE_X, TILE_Y,
                              stage_inputs=variant == "staged-inputs")
-    return map_kernel(group, *register_tile(variant))
+    return map_kernel(group, register_tile(variant, group.ndim))
 
 
-def register_tile(variant: str) -> tuple[int, int]:
-    """(rows, columns) of points one thread computes in a tiled kernel of this variant."""
+def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
+    """Points one thread computes per axis in a tiled kernel of this variant.
+
+    (rows, columns) in 2-D, (rows, middle, columns) in 3-D; 1-D kernels are flat: (1,).
+    """
+    if ndim < 2:
+        return (1,) * ndim
     if variant == "recompute":
-        return RECOMPUTE_ROWS, RECOMPUTE_COLUMNS
-    return ROWS_PER_THREAD, COLUMNS_PER_THREAD
+        tile = (RECOMPUTE_ROWS, RECOMPUTE_MIDDLE, RECOMPUTE_COLUMNS)
+    else:
+        tile = (ROWS_PER_THREAD, MIDDLE_PER_THREAD, COLUMNS_PER_THREAD)
+    return tile if ndim == 3 else (tile[0], tile[2])

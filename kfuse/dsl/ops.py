@@ -119,6 +119,8 @@ def _outermost_factors(mask: np.ndarray) -> tuple[list[float], np.ndarray] | Non
     position = next(p for p in np.ndindex(*mask[pivot].shape) if mask[pivot][p] != 0.0)
     inner = mask[pivot] / mask[pivot][position]  # first non-zero weight 1: one multiply less
     weights = [float(mask[i][position]) for i in range(mask.shape[0])]
+    if next(w for w in weights if w != 0.0) < 0:  # keep the outer sum free of negations
+        weights, inner = [-w for w in weights], -inner
     rebuilt = np.stack([w * inner for w in weights])
     if not np.allclose(rebuilt, mask, rtol=1e-12, atol=0.0):
         return None

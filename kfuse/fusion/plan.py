@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from math import prod
 
 import networkx as nx
 
@@ -157,9 +158,9 @@ def group_variant(graph: Graph, members: Sequence[str]) -> str:
     if can_stage(graph, tuple(members), (TILE_Y * ROWS_PER_THREAD, TILE_X)) is not None:
         return "recompute"
     outputs = group_outputs(graph, members)
-    tile = register_tile("recompute")
+    tile = register_tile("recompute", graph.kernel_by_name[members[0]].ndim)
     points = evaluation_points(graph, members, outputs, tile)
-    per_output = sum(len(p) for p in points.values()) / (tile[0] * tile[1] * len(members))
+    per_output = sum(len(p) for p in points.values()) / (prod(tile) * len(members))
     return "staged" if per_output > 2.0 else "recompute"
 
 

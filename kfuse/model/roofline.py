@@ -44,23 +44,17 @@ class Prediction:
 
 
 def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str],
-                      tile: tuple[int, int] = (1, 1)) -> dict[str, set[tuple[int, ...]]]:
+                      tile: tuple[int, ...] | None = None) -> dict[str, set[tuple[int, ...]]]:
     """The points (offsets from a thread's first point) at which each member is evaluated.
 
-    A thread computes a register tile of ``tile = (rows, columns)`` points along the
-    outermost and innermost axes; a member written to memory is evaluated at each of them,
+    A thread computes a register tile of ``tile[d]`` consecutive points along each axis d
+    (one point when left out); a member written to memory is evaluated at each of them,
     and a producer read by a consumer in the group at offsets is evaluated at every
     composed offset (each distinct point once).
     """
     group = set(members)
-    kernel = graph.kernel_by_name[members[0]]
-    ndim = kernel.ndim
-    rows = []
-    for k, c in product(*(range(n) for n in thread_tile(ndim, tile))):
-        point = [0] * ndim
-        if ndim >= 2:
-            point[0], point[-1] = k, c
-        rows.append(tuple(point))
+    ndim = graph.kernel_by_name[members[0]].ndim
+    rows = list(product(*(range(n) for n in (tile or (1,) * ndim))))
     offsets: dict[str, set[tuple[int, ...]]] = {name: set() for name in members}
     for name in members:
         if graph.kernel_by_name[name].output in outputs:
@@ -74,11 +68,6 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
                 for offset in access.offsets:
                     offsets[producer].add(tuple(b + o for b, o in zip(base, offset, strict=True)))
     return offsets
-
-
-def thread_tile(ndim: int, tile: tuple[int, int]) -> tuple[int, int]:
-    """The register tile a kernel of ``ndim`` axes really uses (1-D kernels: one point)."""
-    return tile if ndim >= 2 else (1, 1)
 
 
 def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
@@ -95,8 +84,8 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     variant = _variant(graph, members) if len(members) > 1 else "single"
     if variant == "staged":
         return _predict_staged(graph, members, points, dram, profile)
-    tile = thread_tile(len(kernels[-1].domain), register_tile(variant))
-    rows = tile[0] * tile[1]  # points per thread
+    tile = register_tile(variant, len(kernels[-1].domain))
+    rows = prod(tile)  # points per thread
     evaluated = evaluation_points(graph, members, outputs, tile)
     operations = 0.0
     cached: set[tuple] = set()

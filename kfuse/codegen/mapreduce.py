@@ -1,0 +1,939 @@
+"""Fused map / reduce / nested map-reduce kernels for BLAS-1/2 groups (seed 004, §5).
+
+A *map/reduce group* (see :func:`kfuse.fusion.legality.mapreduce_shape_reason`) iterates
+over a vector or a row-major matrix; its members are maps and reductions read at the point
+itself (vectors broadcast along the rows or the columns of the matrix). All members share
+one thread-to-data and one block-to-data mapping, which is what makes them fusible (F1):
+
+- **vector** (or a matrix read only elementwise): each thread takes ``V`` consecutive
+  elements (one 16-byte load where the pointers are aligned, ``V`` scalar loads otherwise
+  and at the end), ``iters`` chunks per block (serial iterations), ``threads`` apart;
+- **matrix**: a block of 32 x ``by`` threads owns a column tile of ``TN = 32 V`` columns and
+  walks ``iters`` tiles of ``TM`` rows (serial iterations along the rows, §5.1). Thread
+  ``(tx, ty)`` owns the columns ``(bx*32 + tx)*V ..`` and the rows ``ty, ty+by, ..`` of each
+  tile: every row of the matrix is read by one warp, 16 bytes per thread, coalesced.
+  Vectors indexed by column are *invariant loads*, read once per block into registers;
+  vectors indexed by row are read once per row.
+
+Reductions are combined from on-chip partial results with atomics into outputs the launcher
+sets to the identity first (``LaunchSpec.initial_values``):
+
+- along a row (``A x``): the row's ``V`` values per thread, then either warp shuffles
+  (``rowsum="shuffle"``) or the paper's tile in shared memory (``rowsum="smem"``: the values
+  are staged in a ``32 x (TN + pad)`` tile, padded so that both the column-wise staging and
+  the row-wise sums are free of bank conflicts, summed row by row; a ``by x 32`` buffer
+  combines the warps); one atomic per row and column tile;
+- along a column (``Aᵀ y``): accumulated in registers across all rows a thread visits (an
+  *accumulated* reduction, zeroed before the loop and stored after it, §5.1), combined over
+  the block's warps in shared memory, one atomic per column and block;
+- over everything (``dot``): a block reduction, one atomic per block.
+
+Shared memory is one array per kernel; elements get offsets by lifetime (interval
+allocation, §3.4) and ``__syncthreads()`` goes exactly where the paper's rules B1 (a routine
+reads an element written with another thread-to-data mapping) and B2 (a routine writes
+storage that overlaps an element accessed since the last barrier) ask for it (§3.3).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kfuse.codegen.cexpr import (
+    ExprEmitter,
+    c_name,
+    indent,
+    param_list,
+    size_var,
+    sizes_of,
+)
+from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
+from kfuse.errors import FusionError
+from kfuse.fusion.legality import mapreduce_shape_reason
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load, format_value
+from kfuse.ir.graph import Graph, Kernel
+
+VARIANT_PREFIX = "mapreduce"
+ROWSUM_MODES = ("shuffle", "smem")
+WARP = 32
+SMEM_TILE_ROWS = 32          # rowsum="smem": lane tx sums row tx of the tile
+STATIC_SHARED_LIMIT = 48 * 1024
+MAX_SYMBOL_LENGTH = 64
+OP_CODE = {"sum": 0, "min": 1, "max": 2}
+
+HELPERS = r"""#ifndef KF_MAPREDUCE_HELPERS
+#define KF_MAPREDUCE_HELPERS
+// ----- kfuse map-reduce helpers (kfuse.codegen.mapreduce) -----
+KF_DEVICE bool kf_mr_aligned(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
+
+// Load V consecutive elements: one 16-byte load when allowed and all V exist, else
+// 'count' scalar loads (the rest read as 0: callers mask them).
+template <int V, typename T>
+KF_DEVICE void kf_mr_load(const T* p, int count, bool vec, T (&v)[V]) {
+  if (V > 1 && V * sizeof(T) == 16 && vec && count == V) {
+    union { uint4 w; T e[V]; } u;
+    u.w = *reinterpret_cast<const uint4*>(p);
+    for (int k = 0; k < V; ++k) v[k] = u.e[k];
+  } else {
+    for (int k = 0; k < V; ++k) v[k] = k < count ? p[k] : T(0);
+  }
+}
+
+// Store the first 'count' of V consecutive elements (one 16-byte store when allowed).
+template <int V, typename T>
+KF_DEVICE void kf_mr_store(T* p, int count, bool vec, const T (&v)[V]) {
+  if (V > 1 && V * sizeof(T) == 16 && vec && count == V) {
+    union { uint4 w; T e[V]; } u;
+    for (int k = 0; k < V; ++k) u.e[k] = v[k];
+    *reinterpret_cast<uint4*>(p) = u.w;
+  } else {
+    for (int k = 0; k < V; ++k) if (k < count) p[k] = v[k];
+  }
+}
+
+// Combine a value over the 32 lanes of a warp (every lane gets the result).
+template <int OP, typename T>
+KF_DEVICE T kf_mr_warp_reduce(T v) {
+  for (int d = 16; d > 0; d >>= 1) v = kf_combine<OP, T>(v, __shfl_xor_sync(0xffffffffu, v, d));
+  return v;
+}
+#endif  // KF_MAPREDUCE_HELPERS"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MapReduceVariant:
+    """One implementation of a map/reduce group (seed 004 §4, the implementation space).
+
+    ``threads``: (x, y) threads per block (matrices: x is 32, one warp per row);
+    ``rows``: rows per thread per tile (tile height ``threads[1] * rows``; matrices only);
+    ``iters``: serial iterations, tiles (matrices) or chunks (vectors) per block;
+    ``wide``: 16-byte loads and stores where aligned; ``rowsum``: how row reductions
+    combine the values of a row (``shuffle`` or ``smem``, the padded tile);
+    ``order``: calling order of the row reductions' sums (``smem`` only).
+    """
+
+    threads: tuple[int, int] = (256, 1)
+    rows: int = 1
+    iters: int = 1
+    wide: bool = True
+    rowsum: str = "shuffle"
+    order: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        bx, by = self.threads
+        if bx < 1 or by < 1 or bx * by > 1024 or (bx * by) % WARP:
+            raise FusionError(f"variant: {bx}x{by} threads is not a whole number of warps "
+                              "up to 1024")
+        if self.rows < 1 or self.iters < 1:
+            raise FusionError("variant: rows and iters must be positive")
+        if self.rowsum not in ROWSUM_MODES:
+            raise FusionError(f"variant: rowsum must be one of {ROWSUM_MODES}")
+
+    def text(self) -> str:
+        """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
+        parts = [VARIANT_PREFIX, f"{self.threads[0]}x{self.threads[1]}", f"r{self.rows}",
+                 f"i{self.iters}", "w" if self.wide else "s", self.rowsum]
+        if self.order:
+            parts.append("o=" + ",".join(self.order))
+        return ":".join(parts)
+
+    __str__ = text
+
+    @classmethod
+    def parse(cls, text: str) -> MapReduceVariant:
+        """Read :meth:`text` back; a :class:`FusionError` names what is malformed."""
+        parts = text.split(":")
+        if parts[0] != VARIANT_PREFIX or len(parts) < 6:
+            raise FusionError(f"not a map-reduce variant: {text!r}")
+        match = re.fullmatch(r"(\d+)x(\d+)", parts[1])
+        rows = re.fullmatch(r"r(\d+)", parts[2])
+        iters = re.fullmatch(r"i(\d+)", parts[3])
+        if not (match and rows and iters and parts[4] in ("w", "s")):
+            raise FusionError(f"malformed map-reduce variant {text!r}")
+        order: tuple[str, ...] = ()
+        if len(parts) > 6 and parts[6].startswith("o="):
+            order = tuple(n for n in parts[6][2:].split(",") if n)
+        return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
+                   int(iters.group(1)), parts[4] == "w", parts[5], order)
+
+    def width(self, item_size: int | None) -> int:
+        """Elements per thread and access: 16 bytes' worth when wide, else 1."""
+        if not self.wide or item_size not in (4, 8):
+            return 1
+        return 16 // item_size
+
+
+def is_variant_text(variant: object) -> bool:
+    return isinstance(variant, str) and variant.startswith(VARIANT_PREFIX + ":")
+
+
+# ---------------------------------------------------------------------------------------------
+# The group
+# ---------------------------------------------------------------------------------------------
+
+def identity_value(op: str, dtype: str) -> float:
+    """The value a reduction output starts from before the atomics combine into it."""
+    if op == "sum":
+        return 0
+    if dtype == "int32":
+        return 2**31 - 1 if op == "min" else -(2**31)
+    return float("inf") if op == "min" else float("-inf")
+
+
+def identity_text(op: str, dtype: str) -> str:
+    if dtype == "int32" and op != "sum":
+        return "KF_INT_MAX" if op == "min" else "KF_INT_MIN"
+    return format_value(identity_value(op, dtype), dtype)
+
+
+@dataclass
+class Reduce:
+    """One reduction of the group: its kernel, where it folds and its C type."""
+
+    kernel: Kernel
+    kind: str  # "row" (over the columns), "col" (over the rows), "all"
+    op: str
+    dtype: str
+
+    @property
+    def ctype(self) -> str:
+        return C_TYPES[self.dtype]
+
+    @property
+    def code(self) -> int:
+        return OP_CODE[self.op]
+
+    @property
+    def identity(self) -> str:
+        return identity_text(self.op, self.dtype)
+
+    @property
+    def var(self) -> str:
+        return c_name(self.kernel.output)
+
+
+class MapReduceGroup:
+    """The members of one map/reduce kernel and how each read is served.
+
+    ``tile_inputs`` are read at the point itself (matrices in a matrix group, vectors in a
+    vector group); ``col_inputs`` are vectors read along the columns of a matrix (loaded
+    once per block); every other read (a vector along the rows, a 0-d value, a transposed
+    matrix) is an ordinary load.
+    """
+
+    def __init__(self, graph: Graph, members: Sequence[str], outputs: Sequence[str]):
+        reason = mapreduce_shape_reason(graph, members)
+        if reason is not None:
+            raise FusionError(f"group {list(members)} is not a map/reduce group: {reason}")
+        self.graph = graph
+        self.members = tuple(graph.kernel_by_name[name] for name in members)
+        self.outputs = tuple(outputs)
+        self.produced = {kernel.output: kernel for kernel in self.members}
+        self.domain = self.members[0].domain
+        self.ndim = len(self.domain)
+        self.reductions: list[Reduce] = []
+        for kernel in self.members:
+            if kernel.reduction is None:
+                continue
+            axes = kernel.reduction.axes
+            if len(axes) == self.ndim:
+                kind = "all"
+            else:
+                kind = "row" if axes == (1,) else "col"
+            self.reductions.append(Reduce(kernel, kind, kernel.reduction.op,
+                                          graph.buffers[kernel.output].dtype))
+        for reduce in self.reductions:
+            readers = [k.name for k in self.members if reduce.kernel.output in k.reads]
+            if readers:
+                raise FusionError(f"'{readers[0]}' reads the reduction "
+                                  f"'{reduce.kernel.name}' inside its own kernel")
+        self.stores = [name for name in self.outputs
+                       if self.produced[name].reduction is None]
+        identity = tuple(range(self.ndim))
+        self.tile_inputs: list[str] = []
+        self.col_inputs: list[str] = []
+        self.generic = False
+        for kernel in self.members:
+            for node in kernel.body.walk():  # type: ignore[union-attr]
+                if isinstance(node, Coord):
+                    self.generic = True
+                if not isinstance(node, Load) or node.buffer in self.produced:
+                    continue
+                if node.dims == identity:
+                    if node.buffer not in self.tile_inputs:
+                        self.tile_inputs.append(node.buffer)
+                elif self.ndim == 2 and node.dims == (1,):
+                    if node.buffer not in self.col_inputs:
+                        self.col_inputs.append(node.buffer)
+                elif node.dims:
+                    self.generic = True  # a vector along the rows, or a transposed read
+        kinds = {r.kind for r in self.reductions}
+        # A matrix read only elementwise (no row or column reduction, no broadcast) is a
+        # long vector: the vector kernel serves it over rows * cols elements.
+        self.flat = self.ndim == 1 or (not self.generic and not self.col_inputs
+                                       and kinds <= {"all"})
+        sized = self.tile_inputs + self.col_inputs + self.stores
+        sizes = {ITEM_SIZE[graph.buffers[name].dtype] for name in sized}
+        self.item_size = sizes.pop() if len(sizes) == 1 else None
+
+    # -- naming -------------------------------------------------------------------------------
+    @property
+    def symbol(self) -> str:
+        names = [k.name for k in self.members]
+        text = "_".join(names)
+        if len(text) > MAX_SYMBOL_LENGTH:
+            text = "_".join(names[:3]) + f"_and_{len(names) - 3}_more"
+        return c_name(f"{self.graph.name}_{text}")
+
+    @property
+    def reads(self) -> list[str]:
+        """External buffers read by any member, in order of first use."""
+        result: list[str] = []
+        for kernel in self.members:
+            for name in kernel.reads:
+                if name not in self.produced and name not in result:
+                    result.append(name)
+        return result
+
+    @property
+    def params(self) -> list[str]:
+        return sorted({p.name for k in self.members for p in k.params})
+
+    def row_reductions(self) -> list[Reduce]:
+        return [r for r in self.reductions if r.kind == "row"]
+
+    def col_reductions(self) -> list[Reduce]:
+        return [r for r in self.reductions if r.kind == "col"]
+
+    def all_reductions(self) -> list[Reduce]:
+        return [r for r in self.reductions if r.kind == "all"]
+
+    # -- variants -----------------------------------------------------------------------------
+    def default_variant(self) -> MapReduceVariant:
+        """The variant used when a plan names none (a good choice on Hopper at large sizes)."""
+        if self.flat:
+            return MapReduceVariant((256, 1), 1, 4, True, "shuffle")
+        return MapReduceVariant((32, 8), 4, 8, True, "shuffle")
+
+    def normalize(self, variant: MapReduceVariant) -> MapReduceVariant:
+        """The variant adjusted to this group (or a FusionError saying why it cannot apply)."""
+        bx, by = variant.threads
+        if self.flat:
+            if by != 1:
+                raise FusionError(f"variant {variant}: a vector kernel takes N x 1 threads")
+            return MapReduceVariant((bx, 1), 1, variant.iters, variant.wide, "shuffle", ())
+        if bx != WARP:
+            raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads")
+        rows = variant.rows
+        order: tuple[str, ...] = ()
+        rowsum = variant.rowsum if self.row_reductions() else "shuffle"
+        if rowsum == "smem":
+            if SMEM_TILE_ROWS % by:
+                raise FusionError(f"variant {variant}: the 32-row tile needs a divisor of 32 "
+                                  "as threads in y")
+            rows = SMEM_TILE_ROWS // by
+            names = [r.kernel.name for r in self.row_reductions()]
+            order = tuple(variant.order) or tuple(names)
+            if sorted(order) != sorted(names):
+                raise FusionError(f"variant {variant}: the order must name the row "
+                                  f"reductions {names}")
+        result = MapReduceVariant((bx, by), rows, variant.iters, variant.wide, rowsum, order)
+        if self.shared_bytes(result) > STATIC_SHARED_LIMIT:
+            raise FusionError(f"variant {result}: needs {self.shared_bytes(result)} bytes of "
+                              f"shared memory, more than {STATIC_SHARED_LIMIT}")
+        return result
+
+    def width(self, variant: MapReduceVariant) -> int:
+        return variant.width(self.item_size)
+
+    def tile(self, variant: MapReduceVariant) -> tuple[int, int]:
+        """(rows, columns) of one tile of a matrix kernel; (1, elements) of a vector chunk."""
+        v = self.width(variant)
+        if self.flat:
+            return (1, variant.threads[0] * v)
+        return (variant.threads[1] * variant.rows, WARP * v)
+
+    # -- shared memory (interval allocation, seed 004 §3.4) --------------------------------------
+    def shared_layout(self, variant: MapReduceVariant) -> dict[str, SharedElement]:
+        """Offsets of the shared elements: loop-time tiles first, end-time buffers reuse them."""
+        if self.flat:
+            return {}
+        v = self.width(variant)
+        bx, by = variant.threads
+        tm, tn = self.tile(variant)
+        layout: dict[str, SharedElement] = {}
+        offset = 0
+        if variant.rowsum == "smem":
+            for reduce in self.row_reductions():
+                size = ITEM_SIZE[reduce.dtype]
+                tile_bytes = tm * (tn + _pad(v)) * size
+                layout[f"tile_{reduce.var}"] = SharedElement(f"tile_{reduce.var}", offset,
+                                                             tile_bytes)
+                offset = _align(offset + tile_bytes)
+                part_bytes = by * WARP * size
+                layout[f"rowpart_{reduce.var}"] = SharedElement(f"rowpart_{reduce.var}",
+                                                                offset, part_bytes)
+                offset = _align(offset + part_bytes)
+        offset = 0  # buffers of the end live after the loop: they reuse the loop's storage
+        if by > 1:
+            for reduce in self.col_reductions():
+                size = ITEM_SIZE[reduce.dtype]
+                layout[f"colpart_{reduce.var}"] = SharedElement(f"colpart_{reduce.var}",
+                                                                offset, by * tn * size)
+                offset = _align(offset + by * tn * size)
+        return layout
+
+    def shared_bytes(self, variant: MapReduceVariant) -> int:
+        layout = self.shared_layout(variant)
+        return max((e.offset + e.size for e in layout.values()), default=0)
+
+
+def _pad(v: int) -> int:
+    """Row padding of a shared tile, in elements: one 16-byte vector (one element if V=1)."""
+    return v
+
+
+def _align(offset: int) -> int:
+    return (offset + 15) // 16 * 16
+
+
+# ---------------------------------------------------------------------------------------------
+# Barriers: the paper's two rules (seed 004 §3.3)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SharedElement:
+    """An on-chip element in the kernel's one shared array: its byte range."""
+
+    name: str
+    offset: int
+    size: int
+
+    def overlaps(self, other: SharedElement) -> bool:
+        return self.offset < other.offset + other.size and other.offset < self.offset + self.size
+
+
+@dataclass(frozen=True)
+class SharedAccess:
+    """A routine's read or write of a shared element under one thread-to-data mapping."""
+
+    element: SharedElement
+    write: bool
+    mapping: str
+
+
+@dataclass
+class Routine:
+    """A piece of the kernel (load, compute, stage, sum, store) and its shared accesses."""
+
+    name: str
+    lines: list[str]
+    accesses: tuple[SharedAccess, ...] = ()
+    barrier_inside: bool = False  # ends with its own __syncthreads (block reductions)
+
+
+def barrier_reason(routine: Routine, since: Sequence[tuple[str, SharedAccess]]) -> str | None:
+    """Why ``routine`` needs a ``__syncthreads()`` first, or ``None`` (rules B1 and B2).
+
+    ``since`` holds (routine name, access) of everything since the last barrier.
+    B1: the routine reads an element an earlier routine wrote with another mapping.
+    B2: the routine writes shared storage overlapping an element accessed since the last
+    barrier (another element, or the same one under another mapping).
+    """
+    for access in routine.accesses:
+        for name, earlier in since:
+            if (not access.write and earlier.write and earlier.element == access.element
+                    and earlier.mapping != access.mapping):
+                return (f"B1: reads '{access.element.name}' written by '{name}' with "
+                        "another thread-to-data mapping")
+            if access.write and earlier.element.overlaps(access.element) and (
+                    earlier.element != access.element or earlier.mapping != access.mapping):
+                return (f"B2: writes '{access.element.name}' over '{earlier.element.name}', "
+                        f"accessed by '{name}' since the last barrier")
+    return None
+
+
+def place_barriers(routines: Sequence[Routine], *, loop: bool = False,
+                   entry: Sequence[tuple[str, SharedAccess]] = ()
+                   ) -> tuple[list[str], list[tuple[str, SharedAccess]]]:
+    """The routines' lines with barriers where B1/B2 ask; and the accesses since the last one.
+
+    ``loop``: the routines are a loop body, so the accesses of one iteration also precede
+    the next (the body is checked twice).
+    """
+    needed: dict[int, str] = {}
+    state = list(entry)
+    for _ in range(2 if loop else 1):
+        for index, routine in enumerate(routines):
+            reason = needed.get(index) or barrier_reason(routine, state)
+            if reason:
+                needed[index] = reason
+                state = []
+            state += [(routine.name, access) for access in routine.accesses]
+            if routine.barrier_inside:
+                state = []
+    lines: list[str] = []
+    for index, routine in enumerate(routines):
+        if index in needed:
+            lines.append(f"__syncthreads();  // {needed[index]}")
+        lines += routine.lines
+    return lines, state
+
+
+# ---------------------------------------------------------------------------------------------
+# Code generation
+# ---------------------------------------------------------------------------------------------
+
+def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bool:
+    """True when this module generates the group's kernel.
+
+    Always for a map-reduce variant string; by default for map/reduce groups with a
+    reduction that the general templates do not cover well: a vector reduction, a matrix
+    reduced along one axis, or several reductions.
+    """
+    if is_variant_text(variant):
+        return True
+    if mapreduce_shape_reason(graph, members) is not None:
+        return False
+    kernels = [graph.kernel_by_name[name] for name in members]
+    reductions = [k for k in kernels if k.reduction is not None]
+    if not reductions:
+        return False
+    if len(reductions) > 1 or kernels[0].ndim == 1:
+        return True
+    return any(len(k.reduction.axes) == 1 for k in reductions)  # type: ignore[union-attr]
+
+
+def group_kernel(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+                 variant: object = "auto") -> tuple[list[str], LaunchSpec]:
+    """The CUDA C lines (helpers, comments, kernel) and the launch of one map/reduce group."""
+    group = MapReduceGroup(graph, members, outputs)
+    chosen = MapReduceVariant.parse(variant) if is_variant_text(variant) \
+        else group.default_variant()
+    chosen = group.normalize(chosen)
+    builder = _Builder(group, chosen)
+    return builder.build()
+
+
+@dataclass
+class _Builder:
+    group: MapReduceGroup
+    variant: MapReduceVariant
+    lines: list[str] = field(default_factory=list)
+
+    # -- shared pieces --------------------------------------------------------------------------
+    @property
+    def v(self) -> int:
+        return self.group.width(self.variant)
+
+    def describe(self) -> list[str]:
+        group, variant = self.group, self.variant
+        tm, tn = group.tile(variant)
+        kinds = {"row": "along each row (A x)", "col": "along each column (A^T y)",
+                 "all": "over all elements"}
+        fused = len(group.members) > 1
+        lines = [f"// kfuse {'fused ' if fused else ''}map-reduce kernel of pipeline "
+                 f"'{group.graph.name}': {', '.join(k.name for k in group.members)}"]
+        for kernel in group.members:
+            prefix = f"//   [{kernel.name}] " if fused else "//   "
+            role = "map"
+            for reduce in group.reductions:
+                if reduce.kernel is kernel:
+                    role = f"{reduce.op}-reduction {kinds[reduce.kind]}"
+            lines.append(f"{prefix}{role}" + (f", written at {kernel.where}"
+                                              if kernel.where else ""))
+        shape = "vector" if group.ndim == 1 else "matrix"
+        if group.flat:
+            lines.append(f"//   {shape} of {' x '.join(group.domain)}: {self.v} elements per "
+                         f"thread, {variant.iters} chunk(s) per block of {variant.threads[0]}"
+                         " threads")
+        else:
+            lines.append(f"//   matrix tiles of {tm} x {tn}, {variant.iters} per block of "
+                         f"{variant.threads[0]} x {variant.threads[1]} threads; row "
+                         f"reductions by {variant.rowsum}")
+        lines.append(f"//   variant {variant}; writes {', '.join(repr(o) for o in group.outputs)}")
+        return lines
+
+    def signature(self) -> tuple[str, tuple[KernelParam, ...]]:
+        group = self.group
+        symbols = sizes_of(group.graph, group.reads + list(group.outputs), group.domain)
+        params = param_list(group.graph, group.reads, list(group.outputs), symbols,
+                            group.params)
+        text = ", ".join(f"{ctype} {name}" for name, ctype, *_ in params)
+        threads = self.variant.threads[0] * self.variant.threads[1]
+        header = f"KF_KERNEL void __launch_bounds__({threads}) {group.symbol}({text})"
+        return header, tuple(KernelParam(*p) for p in params)
+
+    def aligned_flag(self, buffers: Sequence[str], stride: str | None) -> str:
+        """C condition for 16-byte accesses: pointers aligned (and rows a whole number of V)."""
+        if self.v == 1 or not buffers:
+            return "false"
+        terms = [f"({stride} % {self.v} == 0)"] if stride else []
+        terms += [f"kf_mr_aligned({c_name(name)})" for name in buffers]
+        return " && ".join(terms)
+
+    def hook(self, load: Load, emitter: ExprEmitter) -> str | None:
+        """Answer a read: intermediates evaluated in registers, tiles and invariants loaded."""
+        group = self.group
+        producer = group.produced.get(load.buffer)
+        if producer is not None:
+            emitter.state.evaluated.add((producer.name, emitter.coords))
+            return emitter.emit(producer.body)  # type: ignore[arg-type]
+        element = emitter.coords[-1][1]
+        if load.dims == tuple(range(group.ndim)) and load.buffer in group.tile_inputs:
+            return f"kf_ld_{c_name(load.buffer)}[{element}]"
+        if group.ndim == 2 and load.dims == (1,) and load.buffer in group.col_inputs \
+                and not group.flat:
+            return f"kf_col_{c_name(load.buffer)}[{element}]"
+        return None
+
+    def points(self, coords_of: Callable[[int], tuple]) -> tuple[list[str], dict[str, list[str]]]:
+        """Straight-line code evaluating every stored map and reduction at the V points.
+
+        ``coords_of(e)`` gives the emitter coordinates of element ``e``. Returns the lines
+        and, per output buffer, the C variable of its value at each element.
+        """
+        group = self.group
+        emitter = ExprEmitter(group.graph, coords_of(0), group.domain, None, self.hook)
+        values: dict[str, list[str]] = {}
+        for element in range(self.v):
+            point = emitter.at(coords_of(element))
+            for kernel in group.members:
+                if kernel.output not in group.outputs:
+                    continue
+                point.state.evaluated.add((kernel.name, point.coords))
+                values.setdefault(kernel.output, []).append(
+                    point.emit(kernel.body))  # type: ignore[arg-type]
+        return emitter.lines, values
+
+    def store_lines(self, values: dict[str, list[str]], address: str, count: str,
+                    vec: str) -> list[str]:
+        lines = []
+        for name in self.group.stores:
+            ctype = C_TYPES[self.group.graph.buffers[name].dtype]
+            items = ", ".join(f"({ctype}){value}" for value in values[name])
+            lines.append(f"{{ const {ctype} kf_st[{self.v}] = {{{items}}}; "
+                         f"kf_mr_store<{self.v}>({c_name(name)} + {address}, {count}, {vec}, "
+                         "kf_st); }")
+        return lines
+
+    def tile_loads(self, address: str, count: str, vec: str) -> list[str]:
+        lines = []
+        for name in self.group.tile_inputs:
+            ctype = C_TYPES[self.group.graph.buffers[name].dtype]
+            var = c_name(name)
+            lines.append(f"{ctype} kf_ld_{var}[{self.v}]; kf_mr_load<{self.v}>({var} + "
+                         f"{address}, {count}, {vec}, kf_ld_{var});")
+        return lines
+
+    def launch(self, params: tuple[KernelParam, ...], grid: tuple[GridAxis, GridAxis, GridAxis]
+               ) -> LaunchSpec:
+        group = self.group
+        initial = tuple((r.kernel.output, identity_value(r.op, r.dtype))
+                        for r in group.reductions)
+        return LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
+                          (self.variant.threads[0], self.variant.threads[1], 1), grid, initial)
+
+    def build(self) -> tuple[list[str], LaunchSpec]:
+        header, params = self.signature()
+        if self.group.flat:
+            body, grid = self.vector_body()
+        else:
+            body, grid = self.matrix_body()
+        lines = [HELPERS, "", *self.describe(), header, "{", *indent(body, 1), "}"]
+        return lines, self.launch(params, grid)
+
+    # -- vectors (and matrices read elementwise) --------------------------------------------------
+    def vector_body(self) -> tuple[list[str], tuple[GridAxis, GridAxis, GridAxis]]:
+        group, variant, v = self.group, self.variant, self.v
+        bx, iters = variant.threads[0], variant.iters
+        count = " * ".join(["(kf_index_t)" + size_var(group.domain[0])]
+                           + [size_var(s) for s in group.domain[1:]])
+        coords = tuple((name, 0) for name in ("iy", "ix")[-group.ndim:])
+
+        def coords_of(element: int) -> tuple:
+            return coords[:-1] + (("i", element),)
+
+        code, values = self.points(coords_of)
+        reductions = group.all_reductions()
+        accumulate = []
+        for reduce in reductions:
+            for element, value in enumerate(values[reduce.kernel.output]):
+                guard = f"if ({element} < kf_count) " if element else ""
+                accumulate.append(f"{guard}kf_acc_{reduce.var} = kf_combine<{reduce.code}, "
+                                  f"{reduce.ctype}>(kf_acc_{reduce.var}, "
+                                  f"({reduce.ctype}){value});")
+        vec = self.aligned_flag(group.tile_inputs + group.stores, None)
+        body = [
+            "// thread-to-data mapping shared by every member (seed 004 F1): thread t of a",
+            f"// block takes {v} consecutive element(s) of each of {iters} chunk(s) of "
+            f"{bx * v}",
+            f"const kf_index_t kf_n = {count};",
+            f"const bool kf_vec = {vec};  // 16-byte loads and stores where aligned",
+            f"const kf_index_t kf_chunk = (kf_index_t){bx * v};",
+            f"const kf_index_t kf_blocks = (kf_n + kf_chunk * {iters} - 1) / (kf_chunk * "
+            f"{iters});",
+            "for (kf_index_t kf_b = blockIdx.x; kf_b < kf_blocks; kf_b += gridDim.x) {",
+        ]
+        inner = [f"{r.ctype} kf_acc_{r.var} = {r.identity};  // partial {r.op} of "
+                 f"'{r.kernel.name}'" for r in reductions]
+        inner += [
+            f"for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{",
+            f"  const kf_index_t i = (kf_b * {iters} + kf_it) * kf_chunk + "
+            f"(kf_index_t)threadIdx.x * {v};",
+            f"  const int kf_count = i < kf_n ? (int)(kf_n - i < {v} ? kf_n - i : {v}) : 0;",
+            "  if (kf_count > 0) {",
+            "    // stage 1: load",
+            *indent(self.tile_loads("i", "kf_count", "kf_vec"), 2),
+            "    // stage 2: compute every member at each element",
+            *indent(code, 2),
+            "    // stage 3: store the maps, accumulate the reductions",
+            *indent(self.store_lines(values, "i", "kf_count", "kf_vec"), 2),
+            *indent(accumulate, 2),
+            "  }",
+            "}",
+        ]
+        for reduce in reductions:
+            inner += [f"// combine '{reduce.kernel.name}' over the block, one atomic per block",
+                      f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
+                      f"kf_acc_{reduce.var}, {reduce.identity});",
+                      f"if (threadIdx.x == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
+                      f"kf_acc_{reduce.var});"]
+        body += [*indent(inner, 1), "}"]
+        grid = (GridAxis(group.domain, bx * v * iters), GridAxis(), GridAxis())
+        return body, grid
+
+    # -- matrices ------------------------------------------------------------------------------
+    def matrix_body(self) -> tuple[list[str], tuple[GridAxis, GridAxis, GridAxis]]:
+        group, variant, v = self.group, self.variant, self.v
+        bx, by = variant.threads
+        tm, tn = group.tile(variant)
+        iters, rows = variant.iters, variant.rows
+        rows_symbol, cols_symbol = group.domain
+        n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
+        layout = group.shared_layout(variant)
+
+        def coords_of(element: int) -> tuple:
+            return (("iy", 0), ("ix", element))
+
+        code, values = self.points(coords_of)
+        address = f"(kf_index_t)iy * {n_cols} + ix"
+        row_lines = [
+            "// stage 1: this row's elements (16-byte loads where aligned)",
+            *self.tile_loads(address, "kf_cols", "kf_vec"),
+            "// stage 2: every member at each element (intermediates stay in registers)",
+            *code,
+            "// stage 3: store the maps, accumulate the reductions",
+            *self.store_lines(values, address, "kf_cols", "kf_vec"),
+        ]
+        for reduce in group.col_reductions():
+            for element, value in enumerate(values[reduce.kernel.output]):
+                row_lines.append(f"if ({element} < kf_cols) kf_acc_{reduce.var}[{element}] = "
+                                 f"kf_combine<{reduce.code}, {reduce.ctype}>("
+                                 f"kf_acc_{reduce.var}[{element}], ({reduce.ctype}){value});")
+        for reduce in group.all_reductions():
+            for element, value in enumerate(values[reduce.kernel.output]):
+                row_lines.append(f"if ({element} < kf_cols) kf_acc_{reduce.var} = "
+                                 f"kf_combine<{reduce.code}, {reduce.ctype}>("
+                                 f"kf_acc_{reduce.var}, ({reduce.ctype}){value});")
+        for reduce in group.row_reductions():
+            masked = [f"{element} < kf_cols ? ({reduce.ctype}){value} : {reduce.identity}"
+                      for element, value in enumerate(values[reduce.kernel.output])]
+            if variant.rowsum == "shuffle":
+                row_lines.append(f"{{  // '{reduce.kernel.name}': this row's values over the "
+                                 "warp (shuffles), one atomic per row and tile")
+                row_lines.append(f"  {reduce.ctype} kf_part = {masked[0]};")
+                for item in masked[1:]:
+                    row_lines.append(f"  kf_part = kf_combine<{reduce.code}, {reduce.ctype}>("
+                                     f"kf_part, {item});")
+                row_lines += [f"  kf_part = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
+                              "(kf_part);",
+                              f"  if (kf_tx == 0) kf_atomic_{reduce.op}(&{reduce.var}[iy], "
+                              "kf_part);", "}"]
+            else:
+                ld = tn + _pad(v)
+                items = ", ".join(masked)
+                row_lines.append(f"{{ const {reduce.ctype} kf_st[{v}] = {{{items}}};  // stage "
+                                 f"'{reduce.kernel.name}' in its tile")
+                row_lines.append(f"  kf_mr_store<{v}>(kf_tile_{reduce.var} + (kf_ty + kf_k * "
+                                 f"{by}) * {ld} + kf_tx * {v}, {v}, true, kf_st); }}")
+        compute_accesses = tuple(
+            SharedAccess(layout[f"tile_{r.var}"], True, "column")
+            for r in group.row_reductions() if variant.rowsum == "smem")
+        compute = Routine("compute", [
+            "#pragma unroll",
+            f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+            f"  const int iy = kf_row0 + kf_ty + kf_k * {by};",
+            f"  if (iy < {n_rows}) {{  // the same for the whole warp: a warp owns one row",
+            *indent(row_lines, 2),
+            "  }",
+            "}",
+        ], compute_accesses)
+        loop_routines = [compute]
+        if variant.rowsum == "smem":
+            by_name = {r.kernel.name: r for r in group.row_reductions()}
+            for name in variant.order:
+                loop_routines += self.smem_row_sum(by_name[name], layout, tn)
+        loop_lines, state = place_barriers(loop_routines, loop=True)
+        end_routines = self.column_flush(layout) + self.all_flush()
+        end_lines, _ = place_barriers(end_routines, entry=state)
+
+        smem = group.shared_bytes(variant)
+        accumulators = []
+        for reduce in group.col_reductions():
+            accumulators.append(f"{reduce.ctype} kf_acc_{reduce.var}[{v}];  // accumulated "
+                                f"partial {reduce.op} of '{reduce.kernel.name}' (per column)")
+            accumulators.append(f"for (int e = 0; e < {v}; ++e) kf_acc_{reduce.var}[e] = "
+                                f"{reduce.identity};")
+        for reduce in group.all_reductions():
+            accumulators.append(f"{reduce.ctype} kf_acc_{reduce.var} = {reduce.identity};")
+        invariant = []
+        for name in group.col_inputs:
+            ctype = C_TYPES[group.graph.buffers[name].dtype]
+            var = c_name(name)
+            flag = self.aligned_flag([name], None)
+            invariant.append(f"{ctype} kf_col_{var}[{v}]; kf_mr_load<{v}>({var} + ix, kf_cols, "
+                             f"{flag}, kf_col_{var});")
+        body = [
+            "// thread-to-data mapping shared by every member (seed 004 F1): thread (tx, ty)",
+            f"// owns columns (bx*32 + tx)*{v} .. +{v - 1} and rows ty, ty+{by}, .. of each "
+            f"{tm}-row tile",
+            "const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;",
+            f"const bool kf_vec = {self.aligned_flag(group.tile_inputs + group.stores, n_cols)};"
+            "  // 16-byte accesses where aligned",
+            f"const int kf_col_blocks = ({n_cols} + {tn - 1}) / {tn};",
+            f"const int kf_row_blocks = ({n_rows} + {tm * iters - 1}) / {tm * iters};",
+        ]
+        if smem:
+            body.append(f"__shared__ __align__(16) unsigned char kf_smem[{smem}];  // one array, "
+                        "elements at offsets (interval allocation)")
+            for element in layout.values():
+                ctype = self.shared_ctype(element.name)
+                body.append(f"{ctype}* const kf_{element.name} = ({ctype}*)(kf_smem + "
+                            f"{element.offset});  // {element.size} bytes")
+        body += [
+            "for (int kf_bx = blockIdx.x; kf_bx < kf_col_blocks; kf_bx += gridDim.x) {",
+            f"  const int ix = (kf_bx * {WARP} + kf_tx) * {v};",
+            f"  const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;",
+        ]
+        if invariant:
+            body += ["  // stage 0: invariant loads (vectors indexed by column: once per block)",
+                     *indent(invariant, 1)]
+        by_loop = [
+            "for (int kf_by = blockIdx.y; kf_by < kf_row_blocks; kf_by += gridDim.y) {",
+        ]
+        if smem:
+            by_loop.append("  __syncthreads();  // B2: a new block of tiles reuses shared "
+                           "storage")
+        by_loop += indent(accumulators, 1)
+        by_loop += [
+            f"  for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{  // serial iterations",
+            f"    const int kf_row0 = (kf_by * {iters} + kf_it) * {tm};",
+            f"    if (kf_row0 >= {n_rows}) break;  // the same for the whole block",
+            *indent(loop_lines, 2),
+            "  }",
+            *indent(end_lines, 1),
+            "}",
+        ]
+        body += [*indent(by_loop, 1), "}"]
+        grid = (GridAxis((cols_symbol,), tn),
+                GridAxis((rows_symbol,), tm * iters, GRID_LIMITS[1]), GridAxis())
+        return body, grid
+
+    def shared_ctype(self, element: str) -> str:
+        for reduce in self.group.reductions:
+            if element.endswith("_" + reduce.var) and element.split("_", 1)[1] == reduce.var:
+                return reduce.ctype
+        return "float"
+
+    def smem_row_sum(self, reduce: Reduce, layout: dict[str, SharedElement], tn: int
+                     ) -> list[Routine]:
+        """The row reduction's tile summed row by row (lane tx: row tx), then one atomic."""
+        v, by = self.v, self.variant.threads[1]
+        ld = tn + _pad(v)
+        tile = layout[f"tile_{reduce.var}"]
+        part = layout[f"rowpart_{reduce.var}"]
+        n_rows = size_var(self.group.domain[0])
+        combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+        total = [f"{reduce.ctype} kf_total = kf_rowpart_{reduce.var}[kf_tx];"]
+        if by > 1:
+            total.append(f"for (int j = 1; j < {by}; ++j) kf_total = {combine}(kf_total, "
+                         f"kf_rowpart_{reduce.var}[j * {WARP} + kf_tx]);")
+        sum_lines = [
+            f"{{  // '{reduce.kernel.name}': lane tx sums row tx of the tile (padded rows: no "
+            "bank conflicts), warps split the columns",
+            f"  {reduce.ctype} kf_part = {reduce.identity};",
+            f"  for (int c = kf_ty; c < {WARP}; c += {by}) {{",
+            f"    {reduce.ctype} kf_w[{v}]; kf_mr_load<{v}>(kf_tile_{reduce.var} + kf_tx * "
+            f"{ld} + c * {v}, {v}, true, kf_w);",
+            f"    for (int e = 0; e < {v}; ++e) kf_part = {combine}(kf_part, kf_w[e]);",
+            "  }",
+            f"  kf_rowpart_{reduce.var}[kf_ty * {WARP} + kf_tx] = kf_part;",
+            "}",
+        ]
+        flush_lines = [
+            f"if (kf_ty == 0) {{  // '{reduce.kernel.name}': combine the warps, one atomic "
+            "per row and tile",
+            *indent(total, 1),
+            "  const int iy = kf_row0 + kf_tx;",
+            f"  if (iy < {n_rows}) kf_atomic_{reduce.op}(&{reduce.var}[iy], kf_total);",
+            "}",
+        ]
+        return [
+            Routine(f"sum {reduce.kernel.name}", sum_lines,
+                    (SharedAccess(tile, False, "row"), SharedAccess(part, True, "row"))),
+            Routine(f"store {reduce.kernel.name}", flush_lines,
+                    (SharedAccess(part, False, "lane"),)),
+        ]
+
+    def column_flush(self, layout: dict[str, SharedElement]) -> list[Routine]:
+        """Column reductions: the warps' partial results combined, one atomic per column."""
+        v, by = self.v, self.variant.threads[1]
+        tn = self.group.tile(self.variant)[1]
+        routines = []
+        for reduce in self.group.col_reductions():
+            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+            if by == 1:
+                routines.append(Routine(f"store {reduce.kernel.name}", [
+                    f"for (int e = 0; e < {v}; ++e) if (e < kf_cols) "
+                    f"kf_atomic_{reduce.op}(&{reduce.var}[ix + e], kf_acc_{reduce.var}[e]);"]))
+                continue
+            element = layout[f"colpart_{reduce.var}"]
+            routines.append(Routine(f"stage {reduce.kernel.name}", [
+                f"// '{reduce.kernel.name}': each warp's partial results per column",
+                f"kf_mr_store<{v}>(kf_colpart_{reduce.var} + kf_ty * {tn} + kf_tx * {v}, {v}, "
+                f"true, kf_acc_{reduce.var});"],
+                (SharedAccess(element, True, "column"),)))
+            routines.append(Routine(f"store {reduce.kernel.name}", [
+                f"if (kf_ty == 0) {{  // '{reduce.kernel.name}': combine the warps, one atomic "
+                "per column and block",
+                f"  for (int e = 0; e < {v}; ++e) {{",
+                f"    {reduce.ctype} kf_total = kf_colpart_{reduce.var}[kf_tx * {v} + e];",
+                f"    for (int j = 1; j < {by}; ++j) kf_total = {combine}(kf_total, "
+                f"kf_colpart_{reduce.var}[j * {tn} + kf_tx * {v} + e]);",
+                f"    if (e < kf_cols) kf_atomic_{reduce.op}(&{reduce.var}[ix + e], kf_total);",
+                "  }",
+                "}"],
+                (SharedAccess(element, False, "lane"),)))
+        return routines
+
+    def all_flush(self) -> list[Routine]:
+        routines = []
+        for reduce in self.group.all_reductions():
+            routines.append(Routine(f"store {reduce.kernel.name}", [
+                f"// '{reduce.kernel.name}': combine over the block, one atomic per block",
+                f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
+                f"kf_acc_{reduce.var}, {reduce.identity});",
+                f"if (kf_tx == 0 && kf_ty == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
+                f"kf_acc_{reduce.var});"], barrier_inside=True))
+        return routines
+
+
+__all__ = ["HELPERS", "MapReduceGroup", "MapReduceVariant", "Routine", "SharedAccess",
+           "SharedElement", "barrier_reason", "claims", "group_kernel", "identity_value",
+           "is_variant_text", "place_barriers"]
