@@ -4,7 +4,7 @@ For each tile: the unfused program (each kernel timed alone too, as % of copy ba
 the greedy plan, and everything in one kernel (recompute and staged variants where legal).
 Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/benchmarks.md.
 
-Usage on the device machine: TILES=8x1,8x4,8x2x4 PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
+Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps) PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
 """
 
 from __future__ import annotations
@@ -89,13 +89,10 @@ def main(names: list[str]) -> None:
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     names = names or [a.name for a in list_apps()]
     for tile in os.environ.get("TILES", "8x1").split(","):
-        shape = [int(t) for t in tile.split("x")]
-        rows, middle, columns = shape if len(shape) == 3 else (shape[0], 1, shape[1])
-        kernels.ROWS_PER_THREAD = kernels.RECOMPUTE_ROWS = rows
-        kernels.MIDDLE_PER_THREAD = kernels.RECOMPUTE_MIDDLE = middle
-        kernels.COLUMNS_PER_THREAD = kernels.RECOMPUTE_COLUMNS = columns
-        print(f"== register tile {rows} x {middle} x {columns} (3-D; 2-D: rows x columns)",
-              flush=True)
+        shape = tuple(int(t) for t in tile.split("x"))
+        for variant in ("single", "recompute"):
+            kernels.REGISTER_TILES[(variant, len(shape))] = shape
+        print(f"== register tile {' x '.join(map(str, shape))}", flush=True)
         sweep(names, bandwidth)
 
 

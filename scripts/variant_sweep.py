@@ -15,12 +15,12 @@ from kfuse.bench.floor import launch_bytes
 from kfuse.bench.harness import launch_one
 from kfuse.bench.timing import time_gpu
 from kfuse.codegen import generate
-from kfuse.codegen.kernels import ROWS_PER_THREAD, TILE_X, TILE_Y
+from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y
 from kfuse.codegen.staged import can_stage
 from kfuse.model.device import current_profile
 from kfuse.runtime import get_backend
 
-TILE = (TILE_Y * ROWS_PER_THREAD, TILE_X)
+TILE = (TILE_Y * STAGED_ROWS, TILE_X)
 
 
 def main(names: list[str]) -> None:

@@ -45,7 +45,19 @@ def test_everything_in_one_kernel_matches_reference(app, boundary):
 @pytest.mark.parametrize("size", [(70, 130), (5, 7), (33, 65)])
 @pytest.mark.parametrize("boundary", ["clamp", "mirror", kf.constant(-0.25)], ids=str)
 def test_staged_variant_on_many_tiles(size, boundary):
-    assert check_app("harris", boundary, "all", size) == "staged"
+    from kfuse.codegen import generate
+    from kfuse.runtime import get_backend
+
+    app = get_app("harris")
+    graph = app.build(boundary=boundary).graph()
+    arrays, params = app.make_inputs(size, np.random.default_rng(5), "float32")
+    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                              boundary)
+    program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs,
+                                "staged")])
+    assert "__shared__" in program.source
+    outputs = get_backend("cpu").run(graph, arrays | params, program=program)
+    assert relative_error(outputs["hc"], reference["hc"]) <= 1e-5
 
 
 def test_periodic_reads_of_an_intermediate_are_recomputed_not_staged():
@@ -91,10 +103,8 @@ def test_register_tiles_of_rows_and_columns(tile, boundary, width, monkeypatch):
     if width % tile[1] == 0 and tile[1] in (2, 4):
         monkeypatch.setattr(kernels, "_vector_condition", lambda group, columns: "true")
 
-    monkeypatch.setattr(kernels, "ROWS_PER_THREAD", tile[0])
-    monkeypatch.setattr(kernels, "COLUMNS_PER_THREAD", tile[1])
-    monkeypatch.setattr(kernels, "RECOMPUTE_ROWS", tile[0])
-    monkeypatch.setattr(kernels, "RECOMPUTE_COLUMNS", tile[1])
+    for variant in ("single", "recompute"):
+        monkeypatch.setitem(kernels.REGISTER_TILES, (variant, 2), tile)
     app = get_app("harris")
     graph = app.build(boundary=boundary).graph()
     arrays, params = app.make_inputs((38, width), np.random.default_rng(7), "float32")
@@ -119,9 +129,8 @@ def test_register_tiles_in_three_dimensions(tile, boundary, shape, monkeypatch):
     from kfuse.codegen import generate, kernels
     from kfuse.runtime import get_backend
 
-    for axis, value in zip(("ROWS", "MIDDLE", "COLUMNS"), tile, strict=True):
-        monkeypatch.setattr(kernels, f"{axis}_PER_THREAD", value)
-        monkeypatch.setattr(kernels, f"RECOMPUTE_{axis}", value)
+    for variant in ("single", "recompute"):
+        monkeypatch.setitem(kernels.REGISTER_TILES, (variant, 3), tile)
     if shape[-1] % tile[-1] == 0 and tile[-1] in (2, 4):
         monkeypatch.setattr(kernels, "_vector_condition", lambda group, columns: "true")
     app = get_app("diffusion3d")

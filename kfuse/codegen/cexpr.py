@@ -77,6 +77,8 @@ def function_name(op: str, dtype: str) -> str:
     """The C math function for ``op`` on ``dtype`` (float32 gets the ``f`` suffix)."""
     if dtype == "int32":
         return {"abs": "abs", "min": "min", "max": "max"}[op]
+    if op == "pow" and dtype == "float32":
+        return "kf_powf"  # see the prelude: exp2(y log2 x) where that is exact enough
     base = _FLOAT_FUNCTIONS[op]
     return base + "f" if dtype == "float32" else base
 
@@ -268,27 +270,36 @@ class ExprEmitter:
         return address
 
     def vector_column(self, load: Load) -> tuple[str, int] | None:
-        """(vector type, component) when the read is one component of a vector load of the
-        thread's columns ``ix .. ix+n-1`` (vector mode only: the kernel checked alignment)."""
+        """(vector type, column) when the read is a component of an aligned vector load.
+
+        Vector mode only (the kernel checked alignment, and that every column it reads
+        within ``in_range['ix']`` is inside the array): the thread's columns
+        ``ix .. ix+n-1`` are one vector, and halo columns come from the aligned vectors
+        beside it.
+        """
         width = self.state.vector_columns
         base, shift = self.coords[-1]
         column = shift + load.offsets[-1]
+        low, high = self.state.in_range.get("ix", (0, 0))
         vector_type = VECTOR_TYPES.get((load.dtype, width))
-        if width < 2 or base != "ix" or not 0 <= column < width or vector_type is None:
+        if width < 2 or base != "ix" or not low <= column <= high or vector_type is None:
             return None
         return vector_type, column
 
     def vector_component(self, load: Load, row_indices: list[str], vector_type: str,
                          column: int) -> str:
-        """The component ``column`` of the vector load (emitted once) of the read's row."""
-        row = self.address(load.buffer, [*row_indices, "ix"])
+        """Column ``column`` (from ``ix``) of the read's row, from the aligned vector load
+        (emitted once) that holds it."""
+        width = self.state.vector_columns
+        start = column // width * width
+        row = self.address(load.buffer, [*row_indices, coordinate_text(("ix", start))])
         key = (vector_type, f"{c_name(load.buffer)}[{row}]")
         if key not in self.state.texts:
             name = self.fresh(f"vec_{load.buffer}_")
             self.lines.append(f"const {vector_type} {name} = *reinterpret_cast<const "
                               f"{vector_type}*>(&{key[1]});")
             self.state.texts[key] = name
-        return f"{self.state.texts[key]}.{'xyzw'[column]}"
+        return f"{self.state.texts[key]}.{'xyzw'[column - start]}"
 
     def index(self, coord: Coordinate, offset: int, size: str, load: Load
               ) -> tuple[str, str | None]:

@@ -13,7 +13,8 @@ from kfuse.ir.graph import Graph
 
 def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
              *, wide_index: bool = False) -> Program:
-    """CUDA C for ``graph``; ``groups`` lists (members, written buffers[, variant]) in order.
+    """CUDA C for ``graph``; ``groups`` lists (members, written buffers[, variant[, register
+    tile]]) in order.
 
     Without groups every operator gets its own kernel (the unfused program).
     """
@@ -25,13 +26,13 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
              f"kernels ({fused} fused).",
              f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
     launches = []
-    for members, outputs, *variant in groups:
-        if mapreduce.claims(graph, members, variant[0] if variant else "auto"):
-            lines, launch = mapreduce.group_kernel(graph, members, outputs,
-                                                   variant[0] if variant else "auto")
+    for members, outputs, *how in groups:
+        variant = how[0] if how else "auto"
+        tile = how[1] if len(how) > 1 else None  # register tile (None: the default)
+        if mapreduce.claims(graph, members, variant):
+            lines, launch = mapreduce.group_kernel(graph, members, outputs, variant)
         else:
-            lines, launch = group_kernel(KernelGroup(graph, members, outputs),
-                                         variant[0] if variant else "auto")
+            lines, launch = group_kernel(KernelGroup(graph, members, outputs), variant, tile)
         parts.extend([*lines, ""])
         launches.append(launch)
     return Program(graph.name, "\n".join(parts), tuple(launches), wide_index)

@@ -196,15 +196,21 @@ class KernelGroup:
 
 
 ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
-# Register tiles of tiled kernels: points per thread along the outermost axis (rows) and
-# the innermost axis (columns). Neighbouring points of one thread share stencil taps and
-# the intermediates fused producers compute for them.
-ROWS_PER_THREAD = 8
-MIDDLE_PER_THREAD = 1  # 3-D kernels: points along the middle axis
-COLUMNS_PER_THREAD = 1
-RECOMPUTE_ROWS = 4    # tiles of groups that recompute producers at taps
-RECOMPUTE_MIDDLE = 1
-RECOMPUTE_COLUMNS = 1
+# Register tiles of tiled kernels: points per thread along the outermost axis (rows of an
+# image, planes of a volume), the middle axis (3-D) and the innermost axis (columns), for
+# one operator alone ("single") and for groups recomputing producers at taps. The points
+# of one thread share stencil taps and the intermediates of fused producers; columns make
+# aligned vector loads. Chosen by scripts/tile_sweep.py on an H200 (docs/benchmarks.md).
+REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
+    ("single", 2): (8, 4), ("recompute", 2): (8, 4),
+    ("single", 3): (16, 1, 4), ("recompute", 3): (8, 2, 4),
+}
+# Smaller register tiles for fused groups whose kernel would not fit the registers
+# (ptxas decides, see kfuse.fusion.resources), in order of preference.
+FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
+    2: ((4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
+}
+STAGED_ROWS = 8  # points per thread along the outermost axis of staged kernels
 
 
 def _domain_count(domain: tuple[str, ...]) -> str:
@@ -318,9 +324,16 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
     fast = _items_code(group, fast_points, sizes, in_range)
     aligned = _vector_condition(group, columns)
     if aligned:
-        vector = _items_code(group, fast_points, sizes, in_range, columns)
-        fast = [f"if ({aligned}) {{",
-                f"  // rows of {columns} columns: one vector load or store each",
+        # threads away from the left and right edges read their halo columns as whole
+        # aligned vectors too, with no boundary mode to apply along the rows
+        left, right = _column_reach(group, tile)
+        left, right = -(-left // columns) * columns, -(-right // columns) * columns
+        interior = [f"ix >= {left}"] if left else []
+        interior += [f"ix + {columns + right} <= {sizes[-1]}"] if right else []
+        vector = _items_code(group, fast_points, sizes,
+                             in_range | {"ix": (-left, columns - 1 + right)}, columns)
+        fast = [f"if ({' && '.join([aligned, *interior])}) {{",
+                f"  // rows of {columns} columns: one aligned vector load or store each",
                 *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
     single = _items_code(group, [single_point], sizes, {})
     extent, width = sizes[0], sizes[-1]
@@ -374,6 +387,24 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (TILE_X, TILE_Y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+
+
+def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
+    """How many columns left of a thread's first and right of its last column the thread
+    evaluates a member at or loads an input from."""
+    from kfuse.model.roofline import evaluation_points
+
+    members = tuple(k.name for k in group.members)
+    points = evaluation_points(group.graph, members, group.outputs, tile)
+    columns = {p[-1] for evaluated in points.values() for p in evaluated}
+    for kernel in group.members:
+        for access in kernel.accesses:
+            if access.buffer in group.produced or not access.dims or \
+                    access.dims[-1] != group.ndim - 1:
+                continue  # intermediates are evaluated points; others read no column
+            columns |= {p[-1] + offset[-1] for p in points[kernel.name]
+                        for offset in access.offsets}
+    return max(0, -min(columns)), max(0, max(columns) - (tile[-1] - 1))
 
 
 def _vector_condition(group: KernelGroup, columns: int) -> str | None:
@@ -487,7 +518,8 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def group_kernel(group: KernelGroup, variant: str = "auto") -> tuple[list[str], LaunchSpec]:
+def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...] | None = None
+                 ) -> tuple[list[str], LaunchSpec]:
     """The kernel of one group: reduction, staged (shared memory) or map template."""
     if any(k.kind == "opaque" for k in group.members):
         raise NotImplementedError("opaque user kernels arrive with the BLAS issue")
@@ -495,9 +527,17 @@ def group_kernel(group: KernelGroup, variant: str = "auto") -> tuple[list[str], 
         return reduce_kernel(group)
     if variant in ("staged", "staged-inputs"):
         from kfuse.codegen.staged import staged_kernel
-        return staged_kernel(group, ROWS_PER_THREAD, TILE_X, TILE_Y,
+        return staged_kernel(group, STAGED_ROWS, TILE_X, TILE_Y,
                              stage_inputs=variant == "staged-inputs")
-    return map_kernel(group, register_tile(variant, group.ndim))
+    return map_kernel(group, tile or register_tile(variant, group.ndim))
+
+
+def tile_choices(variant: str, ndim: int) -> list[tuple[int, ...] | None]:
+    """Register tiles to try for a group, best first (None: the variant has no tile)."""
+    if variant != "recompute" or ndim < 2:
+        return [None]
+    first = register_tile(variant, ndim)
+    return [first, *(tile for tile in FALLBACK_TILES[ndim] if tile != first)]
 
 
 def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
@@ -507,8 +547,4 @@ def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
     """
     if ndim < 2:
         return (1,) * ndim
-    if variant == "recompute":
-        tile = (RECOMPUTE_ROWS, RECOMPUTE_MIDDLE, RECOMPUTE_COLUMNS)
-    else:
-        tile = (ROWS_PER_THREAD, MIDDLE_PER_THREAD, COLUMNS_PER_THREAD)
-    return tile if ndim == 3 else (tile[0], tile[2])
+    return REGISTER_TILES[("recompute" if variant == "recompute" else "single", ndim)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 
 import networkx as nx
@@ -36,6 +36,7 @@ class Group:
     outputs: tuple[str, ...]
     variant: str
     reason: str = ""
+    tile: tuple[int, ...] | None = None  # register tile of a recompute kernel (None: default)
 
     @property
     def name(self) -> str:
@@ -72,9 +73,9 @@ class FusionPlan:
         raise KeyError(kernel)
 
     @property
-    def kernel_groups(self) -> list[tuple[tuple[str, ...], tuple[str, ...], str]]:
-        """(members, outputs, variant) per group, the form code generation takes."""
-        return [(g.members, g.outputs, g.variant) for g in self.groups]
+    def kernel_groups(self) -> list[tuple]:
+        """(members, outputs, variant, register tile) per group, as code generation takes."""
+        return [(g.members, g.outputs, g.variant, g.tile) for g in self.groups]
 
     def explain(self) -> str:
         """Every group and every edge's decision, in words."""
@@ -85,7 +86,9 @@ class FusionPlan:
                          f"{self.unfused_predicted_time_s * 1e3:.3f} ms unfused")
         for group in self.groups:
             outputs = ", ".join(group.outputs)
-            lines.append(f"  kernel [{' + '.join(group.members)}] ({group.variant}) "
+            variant = group.variant + (f", {'x'.join(map(str, group.tile))} points per thread"
+                                       if group.tile else "")
+            lines.append(f"  kernel [{' + '.join(group.members)}] ({variant}) "
                          f"writes {outputs}" + (f": {group.reason}" if group.reason else ""))
         for decision in self.decisions:
             mark = "fused   " if decision.fused else "not fused"
@@ -152,10 +155,10 @@ def group_variant(graph: Graph, members: Sequence[str]) -> str:
                          for name in members for access in graph.kernel_by_name[name].accesses)
     if not stencil_inside:
         return "registers"
-    from kfuse.codegen.kernels import ROWS_PER_THREAD, TILE_X, TILE_Y, register_tile
+    from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y, register_tile
     from kfuse.codegen.staged import can_stage
     from kfuse.model.roofline import evaluation_points
-    if can_stage(graph, tuple(members), (TILE_Y * ROWS_PER_THREAD, TILE_X)) is not None:
+    if can_stage(graph, tuple(members), (TILE_Y * STAGED_ROWS, TILE_X)) is not None:
         return "recompute"
     outputs = group_outputs(graph, members)
     tile = register_tile("recompute", graph.kernel_by_name[members[0]].ndim)
@@ -192,7 +195,8 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
     ``reasons`` may say why an edge was left unfused, keyed by (producer, consumer);
     ``where`` is the user's line that asked for the plan (for the error message);
     ``check_resources`` compiles fused groups with nvcc (when present) to check registers,
-    spills and shared memory against the device limits.
+    spills and shared memory against the device limits; the register tile of a recompute
+    group is always the largest that fits.
     """
     listed = {name for group in groups for name in group}
     groups = [list(g) for g in groups if g] + [[k.name] for k in graph.kernels
@@ -205,14 +209,17 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
     reasons = reasons or {}
     built = [Group(members, group_outputs(graph, members), group_variant(graph, members))
              for members in ordered]
-    if check_resources:
-        from kfuse.fusion.resources import group_resource_violation
-        for group in (g for g in built if g.variant in GROWING_VARIANTS):
-            violation = group_resource_violation(graph, group.members, group.outputs,
-                                                 group.variant)
-            if violation:
-                raise FusionError(f"illegal fusion ({violation.rule}): group "
-                                  f"{list(group.members)}: {violation.reason}", where=where)
+    from kfuse.fusion.resources import fitting_tile
+    for index, group in enumerate(built):
+        if group.variant not in GROWING_VARIANTS:
+            continue
+        # the largest register tile that fits (ptxas figures, cached; searches that checked
+        # the groups already pass check_resources=False and only get the tile)
+        tile, violation = fitting_tile(graph, group.members, group.outputs, group.variant)
+        if violation and check_resources:
+            raise FusionError(f"illegal fusion ({violation.rule}): group "
+                              f"{list(group.members)}: {violation.reason}", where=where)
+        built[index] = replace(group, tile=tile)
     decisions = []
     membership = {name: g for g in built for name in g.members}
     for source, target, data in graph.order_dag().edges(data=True):

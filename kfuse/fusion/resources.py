@@ -15,14 +15,35 @@ from kfuse.ir.graph import Graph
 
 def group_resource_violation(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                              variant: str) -> Violation | None:
-    """Why the group's kernel would not fit the device, or ``None`` if it fits."""
+    """Why the group's kernel would not fit the device with any register tile, or None."""
+    return fitting_tile(graph, members, outputs, variant)[1]
+
+
+def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], variant: str
+                 ) -> tuple[tuple[int, ...] | None, Violation | None]:
+    """(the largest register tile whose kernel fits the device, None) or (None, why not).
+
+    Without nvcc nothing is measured: the default tile, no violation.
+    """
+    from kfuse.codegen.kernels import tile_choices
+
+    violation = None
+    for tile in tile_choices(variant, graph.kernel_by_name[members[0]].ndim):
+        violation = _tile_violation(graph, members, outputs, variant, tile)
+        if violation is None:
+            return tile, None
+    return None, violation
+
+
+def _tile_violation(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+                    variant: str, tile: tuple[int, ...] | None) -> Violation | None:
     from kfuse.codegen import generate
     from kfuse.codegen.resources import kernel_resources, nvcc_available
     from kfuse.errors import CompileError
 
     if len(members) < 2 or not nvcc_available():
         return None
-    program = generate(graph, [(tuple(members), tuple(outputs), variant)])
+    program = generate(graph, [(tuple(members), tuple(outputs), variant, tile)])
     try:
         figures = kernel_resources(program.source)
     except CompileError as error:

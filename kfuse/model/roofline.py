@@ -128,10 +128,10 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
     Staged intermediates are read by their consumers' taps from shared memory, a thread's
     consecutive rows sharing the rows of the window.
     """
-    from kfuse.codegen.kernels import ROWS_PER_THREAD, TILE_X, TILE_Y
+    from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y
     from kfuse.codegen.staged import staged_members
 
-    tile = (TILE_Y * ROWS_PER_THREAD, TILE_X)
+    tile = (TILE_Y * STAGED_ROWS, TILE_X)
     halos = staged_members(graph, tuple(members))
     widest = max(halos.values(), key=lambda h: (tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]))
     overhead = (tile[0] + 2 * widest[0]) * (tile[1] + 2 * widest[1]) / (tile[0] * tile[1])
@@ -149,7 +149,7 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
             if graph.producer.get(access.buffer) in group and not access.is_point:
                 rows = {o[0] for o in access.offsets}
                 columns = {o[1] for o in access.offsets}
-                taps = (ROWS_PER_THREAD + len(rows) - 1) * len(columns) / ROWS_PER_THREAD
+                taps = (STAGED_ROWS + len(rows) - 1) * len(columns) / STAGED_ROWS
                 shared += taps * 4 * points
             elif graph.producer.get(access.buffer) not in group:
                 cached += len(access.offsets) * 4 * points * factor
