@@ -33,7 +33,7 @@ from kfuse.codegen.cexpr import (
     sizes_of,
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
-from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load, format_value
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load, count_operations, format_value
 from kfuse.ir.graph import Graph, Kernel
 
 MAP_BLOCK_1D = 256
@@ -202,9 +202,12 @@ ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
 # of one thread share stencil taps and the intermediates of fused producers; columns make
 # aligned vector loads. Chosen by scripts/tile_sweep.py on an H200 (docs/benchmarks.md).
 REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
-    ("single", 2): (8, 4), ("recompute", 2): (8, 4),
-    ("single", 3): (16, 1, 4), ("recompute", 3): (8, 2, 4),
+    ("single", 2): (8, 4), ("recompute", 2): (8, 4), ("arithmetic", 2): (8, 1),
+    ("single", 3): (16, 1, 4), ("recompute", 3): (8, 2, 4), ("arithmetic", 3): (8, 1, 1),
 }
+# Operators above this many operations per point are arithmetic-bound on an H100/H200
+# (about 60 per 8 bytes moved at the machine balance): they get the "arithmetic" tiles.
+ARITHMETIC_HEAVY_OPERATIONS = 80
 # Smaller register tiles for fused groups whose kernel would not fit the registers
 # (ptxas decides, see kfuse.fusion.resources), in order of preference.
 FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
@@ -268,7 +271,28 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None
     """Point and stencil operators (fused or not): several points per thread."""
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group)
-    return _tiled_kernel(group, tile or register_tile("single", group.ndim))
+    if tile is None or is_arithmetic_heavy(group):
+        tile = register_tile("arithmetic" if is_arithmetic_heavy(group) else "single",
+                             group.ndim)
+    return _tiled_kernel(group, tile)
+
+
+def is_arithmetic_heavy(group: KernelGroup) -> bool:
+    """True if a member does so much arithmetic per point that it, not memory, is the limit.
+
+    Register tiles save loads, not arithmetic: such kernels get narrow tiles and keep
+    their registers for the arithmetic (measured on the Night filter's bilateral passes).
+    """
+    return any(operations_per_point(kernel) > ARITHMETIC_HEAVY_OPERATIONS
+               for kernel in group.members)
+
+
+def operations_per_point(kernel: Kernel) -> float:
+    """Arithmetic of one evaluation of ``kernel``, special functions weighted."""
+    from kfuse.model.roofline import SFU_WEIGHT
+
+    counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0, "sfu": 0}
+    return counts["alu"] + SFU_WEIGHT * counts["sfu"]
 
 
 def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
@@ -324,9 +348,10 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
     fast = _items_code(group, fast_points, sizes, in_range)
     aligned = _vector_condition(group, columns)
     if aligned:
-        # threads away from the left and right edges read their halo columns as whole
-        # aligned vectors too, with no boundary mode to apply along the rows
-        left, right = _column_reach(group, tile)
+        # in 2-D, threads away from the left and right edges read their halo columns as
+        # whole aligned vectors too, with no boundary mode to apply along the rows (in 3-D
+        # rows are short: the threads at the edges, on the other path, would be too many)
+        left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
         interior = [f"ix >= {left}"] if left else []
         interior += [f"ix + {columns + right} <= {sizes[-1]}"] if right else []
@@ -547,4 +572,5 @@ def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
     """
     if ndim < 2:
         return (1,) * ndim
-    return REGISTER_TILES[("recompute" if variant == "recompute" else "single", ndim)]
+    kind = variant if variant in ("recompute", "arithmetic") else "single"
+    return REGISTER_TILES[(kind, ndim)]
