@@ -27,8 +27,10 @@ PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
 // float32 pow: exp2(y * log2(x)) for a positive finite base, several times faster than
 // powf with a relative error of a few ulp times |y log2 x| (at most about 1e-5 before the
 // result overflows); the exact powf for zero, negative, infinite and NaN bases.
+__device__ __noinline__ float kf_powf_exact(float x, float y) { return powf(x, y); }
 KF_DEVICE float kf_powf(float x, float y) {
-  return (x > 0.0f && x < INFINITY) ? exp2f(y * log2f(x)) : powf(x, y);
+  if (x > 0.0f && x < INFINITY) return exp2f(y * log2f(x));
+  return kf_powf_exact(x, y);  // out of line: keeps the common path short
 }
 #define KF_INT_MAX 2147483647
 #define KF_INT_MIN (-2147483647 - 1)
