@@ -7,7 +7,8 @@ one thread-to-data and one block-to-data mapping, which is what makes them fusib
 
 - **vector** (or a matrix read only elementwise): each thread takes ``V`` consecutive
   elements (one 16-byte load where the pointers are aligned, ``V`` scalar loads otherwise
-  and at the end), ``iters`` chunks per block (serial iterations), ``threads`` apart;
+  and at the end), ``iters`` chunks per block (serial iterations), ``threads`` apart; a
+  variant may cap the grid at what the device holds at once (a persistent grid);
 - **matrix**: a block of 32 x ``by`` threads owns a column tile of ``TN = 32 V`` columns and
   walks ``iters`` tiles of ``TM`` rows (serial iterations along the rows, §5.1). Thread
   ``(tx, ty)`` owns the columns ``(bx*32 + tx)*V ..`` and the rows ``ty, ty+by, ..`` of each
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kfuse.codegen.cexpr import (
     ExprEmitter,
@@ -114,7 +115,10 @@ class MapReduceVariant:
     ``iters``: serial iterations, tiles (matrices) or chunks (vectors) per block;
     ``wide``: 16-byte loads and stores where aligned; ``rowsum``: how row reductions
     combine the values of a row (``shuffle`` or ``smem``, the padded tile);
-    ``order``: calling order of the row reductions' sums (``smem`` only).
+    ``order``: calling order of the row reductions' sums (``smem`` only); ``blocks``: at
+    most this many blocks, each looping over the chunks (a persistent grid sized to the
+    device: no last-wave tail, fewer partial results; vector kernels only; 0: one block
+    per ``iters`` chunks).
     """
 
     threads: tuple[int, int] = (256, 1)
@@ -123,6 +127,7 @@ class MapReduceVariant:
     wide: bool = True
     rowsum: str = "shuffle"
     order: tuple[str, ...] = ()
+    blocks: int = 0
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -133,11 +138,15 @@ class MapReduceVariant:
             raise FusionError("variant: rows and iters must be positive")
         if self.rowsum not in ROWSUM_MODES:
             raise FusionError(f"variant: rowsum must be one of {ROWSUM_MODES}")
+        if self.blocks < 0:
+            raise FusionError("variant: blocks must be 0 (as many as needed) or positive")
 
     def text(self) -> str:
         """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
         parts = [VARIANT_PREFIX, f"{self.threads[0]}x{self.threads[1]}", f"r{self.rows}",
                  f"i{self.iters}", "w" if self.wide else "s", self.rowsum]
+        if self.blocks:
+            parts.append(f"g{self.blocks}")
         if self.order:
             parts.append("o=" + ",".join(self.order))
         return ":".join(parts)
@@ -156,10 +165,16 @@ class MapReduceVariant:
         if not (match and rows and iters and parts[4] in ("w", "s")):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
-        if len(parts) > 6 and parts[6].startswith("o="):
-            order = tuple(n for n in parts[6][2:].split(",") if n)
+        blocks = 0
+        for extra in parts[6:]:
+            if extra.startswith("o="):
+                order = tuple(n for n in extra[2:].split(",") if n)
+            elif re.fullmatch(r"g\d+", extra):
+                blocks = int(extra[1:])
+            else:
+                raise FusionError(f"malformed map-reduce variant {text!r}")
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
-                   int(iters.group(1)), parts[4] == "w", parts[5], order)
+                   int(iters.group(1)), parts[4] == "w", parts[5], order, blocks)
 
     def width(self, item_size: int | None) -> int:
         """Elements per thread and access: 16 bytes' worth when wide, else 1."""
@@ -326,7 +341,10 @@ class MapReduceGroup:
         if self.flat:
             if by != 1:
                 raise FusionError(f"variant {variant}: a vector kernel takes N x 1 threads")
-            return MapReduceVariant((bx, 1), 1, variant.iters, variant.wide, "shuffle", ())
+            return MapReduceVariant((bx, 1), 1, variant.iters, variant.wide, "shuffle", (),
+                                    variant.blocks)
+        if variant.blocks:
+            raise FusionError(f"variant {variant}: a persistent grid is for vector kernels")
         if bx != WARP:
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads")
         rows = variant.rows
@@ -492,17 +510,19 @@ def place_barriers(routines: Sequence[Routine], *, loop: bool = False,
 def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bool:
     """True when this module generates the group's kernel.
 
-    Always for a map-reduce variant string; by default for map/reduce groups with a
-    reduction that the general templates do not cover well: a vector reduction, a matrix
-    reduced along one axis, or several reductions.
+    Never for plain maps; for a group with a reduction always under a map-reduce variant
+    string, and by default when the general templates do not cover it well: a vector
+    reduction, a matrix reduced along one axis, or several reductions.
     """
-    if is_variant_text(variant):
-        return True
-    if mapreduce_shape_reason(graph, members) is not None:
-        return False
     kernels = [graph.kernel_by_name[name] for name in members]
     reductions = [k for k in kernels if k.reduction is not None]
     if not reductions:
+        # plain maps: kfuse's flat and tiled kernels reach the copy bandwidth (measured on
+        # an H200: SSCAL and MADD 5-7% faster than this module's map kernel)
+        return False
+    if is_variant_text(variant):
+        return True
+    if mapreduce_shape_reason(graph, members) is not None:
         return False
     if len(reductions) > 1 or kernels[0].ndim == 1:
         return True
@@ -524,7 +544,7 @@ def group_kernel(graph: Graph, members: Sequence[str], outputs: Sequence[str],
 class _Builder:
     group: MapReduceGroup
     variant: MapReduceVariant
-    lines: list[str] = field(default_factory=list)
+    row_index: str = ""  # matrices: tile loads are kept per row of the thread ("[kf_k]")
 
     # -- shared pieces --------------------------------------------------------------------------
     @property
@@ -586,7 +606,7 @@ class _Builder:
             return emitter.emit(producer.body)  # type: ignore[arg-type]
         element = emitter.coords[-1][1]
         if load.dims == tuple(range(group.ndim)) and load.buffer in group.tile_inputs:
-            return f"kf_ld_{c_name(load.buffer)}[{element}]"
+            return f"kf_ld_{c_name(load.buffer)}{self.row_index}[{element}]"
         if group.ndim == 2 and load.dims == (1,) and load.buffer in group.col_inputs \
                 and not group.flat:
             return f"kf_col_{c_name(load.buffer)}[{element}]"
@@ -622,13 +642,15 @@ class _Builder:
                          "kf_st); }")
         return lines
 
-    def tile_loads(self, address: str, count: str, vec: str) -> list[str]:
+    def tile_loads(self, address: str, count: str, vec: str, declare: bool = True
+                   ) -> list[str]:
         lines = []
         for name in self.group.tile_inputs:
             ctype = C_TYPES[self.group.graph.buffers[name].dtype]
             var = c_name(name)
-            lines.append(f"{ctype} kf_ld_{var}[{self.v}]; kf_mr_load<{self.v}>({var} + "
-                         f"{address}, {count}, {vec}, kf_ld_{var});")
+            prefix = f"{ctype} kf_ld_{var}[{self.v}]; " if declare else ""
+            lines.append(f"{prefix}kf_mr_load<{self.v}>({var} + {address}, {count}, {vec}, "
+                         f"kf_ld_{var}{self.row_index});")
         return lines
 
     def launch(self, params: tuple[KernelParam, ...], grid: tuple[GridAxis, GridAxis, GridAxis]
@@ -705,7 +727,8 @@ class _Builder:
                       f"if (threadIdx.x == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
                       f"kf_acc_{reduce.var});"]
         body += [*indent(inner, 1), "}"]
-        grid = (GridAxis(group.domain, bx * v * iters), GridAxis(), GridAxis())
+        cap = variant.blocks or GRID_LIMITS[0]  # a persistent grid loops over the chunks
+        grid = (GridAxis(group.domain, bx * v * iters, cap), GridAxis(), GridAxis())
         return body, grid
 
     # -- matrices ------------------------------------------------------------------------------
@@ -721,11 +744,24 @@ class _Builder:
         def coords_of(element: int) -> tuple:
             return (("iy", 0), ("ix", element))
 
+        self.row_index = "[kf_k]"
         code, values = self.points(coords_of)
         address = f"(kf_index_t)iy * {n_cols} + ix"
+        declarations = [f"{C_TYPES[group.graph.buffers[name].dtype]} kf_ld_{c_name(name)}"
+                        f"[{rows}][{v}];" for name in group.tile_inputs]
+        load_rows = [
+            "// stage 1: the elements of all this thread's rows of the tile first (loads in",
+            "// flight together; 16-byte loads where aligned)",
+            *declarations,
+            "#pragma unroll",
+            f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+            f"  const int iy = kf_row0 + kf_ty + kf_k * {by};",
+            f"  if (iy < {n_rows}) {{",
+            *indent(self.tile_loads(address, "kf_cols", "kf_vec", declare=False), 2),
+            "  }",
+            "}",
+        ] if group.tile_inputs else []
         row_lines = [
-            "// stage 1: this row's elements (16-byte loads where aligned)",
-            *self.tile_loads(address, "kf_cols", "kf_vec"),
             "// stage 2: every member at each element (intermediates stay in registers)",
             *code,
             "// stage 3: store the maps, accumulate the reductions",
@@ -766,6 +802,7 @@ class _Builder:
             SharedAccess(layout[f"tile_{r.var}"], True, "column")
             for r in group.row_reductions() if variant.rowsum == "smem")
         compute = Routine("compute", [
+            *load_rows,
             "#pragma unroll",
             f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
             f"  const int iy = kf_row0 + kf_ty + kf_k * {by};",

@@ -98,7 +98,7 @@ class NumpyEvaluator:
         if kernel.reduction is not None:
             fold = _REDUCE[kernel.reduction.op]
             return np.asarray(fold(result, axis=kernel.reduction.axes), dtype=dtype)
-        return np.ascontiguousarray(result, dtype=dtype)
+        return np.array(result, dtype=dtype, order="C")  # (ascontiguousarray makes 0-d 1-d)
 
     def _node(self, node: Expr, memo: Mapping[int, np.ndarray], values: Mapping[str, np.ndarray],
               scalars: Mapping[str, np.ndarray], domain: tuple[int, ...]) -> np.ndarray:
