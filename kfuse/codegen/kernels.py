@@ -205,9 +205,9 @@ REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
     ("single", 2): (8, 4), ("recompute", 2): (8, 4), ("arithmetic", 2): (8, 1),
     ("single", 3): (16, 1, 4), ("recompute", 3): (8, 2, 4), ("arithmetic", 3): (8, 1, 1),
 }
-# Operators above this many operations per point are arithmetic-bound on an H100/H200
-# (about 60 per 8 bytes moved at the machine balance): they get the "arithmetic" tiles.
-ARITHMETIC_HEAVY_OPERATIONS = 80
+# Operators above this many operations per point (special functions weighted as in the
+# roofline model) are arithmetic-bound on an H100/H200: they get the "arithmetic" tiles.
+ARITHMETIC_HEAVY_OPERATIONS = 100
 # Smaller register tiles for fused groups whose kernel would not fit the registers
 # (ptxas decides, see kfuse.fusion.resources), in order of preference.
 FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
