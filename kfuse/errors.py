@@ -65,3 +65,10 @@ class BackendUnavailable(KfuseError):
 
 class LaunchError(KfuseError):
     """A generated kernel failed while running."""
+
+
+class MetadataError(KfuseError):
+    """A codeless application description (YAML/JSON kernel metadata) is malformed.
+
+    The message names the file, the kernel or array, and the field at fault.
+    """

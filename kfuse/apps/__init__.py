@@ -3,12 +3,15 @@
 ``list_apps()`` gives every :class:`App`; ``get_app(name)`` one of them. Each app module
 (``harris``, ``shi_tomasi``, ``sobel``, ``unsharp``, ``enhance``, ``night``,
 ``diffusion3d``) defines ``build``, ``reference``, ``make_inputs`` and its ``APP`` entry.
+The eleven BLAS-1/2 sequences of seed 004 (``kfuse.apps.blas``) form a second family:
+``list_apps("blas")`` or ``list_apps("all")``; ``get_app`` finds apps of every family.
 """
 
 from __future__ import annotations
 
 from kfuse.apps import diffusion3d, enhance, harris, night, shi_tomasi, sobel, unsharp
 from kfuse.apps.base import App
+from kfuse.apps.blas import BLAS_APPS, BlasApp
 from kfuse.apps.check import relative_error
 from kfuse.errors import DslError
 
@@ -18,17 +21,28 @@ _APPS: dict[str, App] = {
 }
 
 
-def list_apps() -> list[App]:
-    """Every registered app, in a fixed order (Hipacc's six, then diffusion3d)."""
-    return list(_APPS.values())
+_BLAS_APPS: dict[str, App] = {app.name: app for app in BLAS_APPS}
+FAMILIES = ("image", "blas", "all")
+
+
+def list_apps(family: str = "image") -> list[App]:
+    """Registered apps in a fixed order: ``image`` (Hipacc's six, then diffusion3d; the
+    default), ``blas`` (seed 004's eleven sequences) or ``all`` (both)."""
+    if family not in FAMILIES:
+        raise DslError(f"unknown app family {family!r}; choose one of {', '.join(FAMILIES)}")
+    chosen = {"image": [_APPS], "blas": [_BLAS_APPS], "all": [_APPS, _BLAS_APPS]}[family]
+    return [app for registry in chosen for app in registry.values()]
 
 
 def get_app(name: str) -> App:
     """The app called ``name``; a :class:`~kfuse.errors.DslError` naming the choices if none."""
-    try:
-        return _APPS[name]
-    except (KeyError, TypeError):
-        raise DslError(f"unknown app {name!r}; choose one of {', '.join(_APPS)}") from None
+    for registry in (_APPS, _BLAS_APPS):
+        try:
+            return registry[name]
+        except (KeyError, TypeError):
+            continue
+    names = ", ".join([*_APPS, *_BLAS_APPS])
+    raise DslError(f"unknown app {name!r}; choose one of {names}") from None
 
 
-__all__ = ["App", "get_app", "list_apps", "relative_error"]
+__all__ = ["App", "BlasApp", "FAMILIES", "get_app", "list_apps", "relative_error"]

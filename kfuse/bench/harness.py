@@ -4,7 +4,11 @@ For each app: build the float32 pipeline, make random inputs on the device (seve
 when one set fits in L2), prepare the kfuse executable and time ``launch_all``; run PyTorch
 eager and ``torch.compile`` on the very same arrays (zero-copy), check kfuse's result
 against eager, time each generated kernel alone with its own DRAM traffic, and compare
-everything with the floor at the measured copy bandwidth.
+everything with the floor at the measured copy bandwidth. BLAS sequences (seed 004) are
+also timed as their cuBLAS call sequence (``kfuse.bench.cublas_baseline``), and apps with
+a ``planner`` (the BLAS apps: the implementation space of ``kfuse.search.variants``) get
+their plan from it; ``autotune=k`` times the k best-predicted implementations and keeps
+the fastest.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from kfuse.model.device import DeviceProfile, current_profile
 from kfuse.runtime.binding import to_numpy
 
 ERROR_TOLERANCE = 1e-4
-BASELINES = ("torch eager", "torch.compile")
+BASELINES = ("torch eager", "torch.compile", "cublas")
 
 
 @dataclass
@@ -70,6 +74,10 @@ class BenchRow:
     bandwidth_measured: bool = True
     timings: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cublas_ms: float | None = None       # the app's cuBLAS call sequence (BLAS apps)
+    cublas_error: float | None = None    # cuBLAS vs kfuse: max|a - b| / max|b|
+    cublas_calls: str | None = None
+    autotune: list[dict[str, Any]] = field(default_factory=list)  # implementations timed
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -88,6 +96,10 @@ class BenchRow:
     @property
     def compile_over_kfuse(self) -> float | None:
         return _ratio(self.compile_ms, self.kfuse_ms)
+
+    @property
+    def cublas_over_kfuse(self) -> float | None:
+        return _ratio(self.cublas_ms, self.kfuse_ms)
 
     @property
     def fusion_speedup(self) -> float | None:
@@ -112,7 +124,8 @@ class BenchRow:
         data = asdict(self)
         data["size"] = list(self.size)
         for name in ("kfuse_gbps", "kfuse_over_floor", "eager_over_kfuse",
-                     "compile_over_kfuse", "error_ok", "fusion_speedup", "unfused_over_floor"):
+                     "compile_over_kfuse", "error_ok", "fusion_speedup", "unfused_over_floor",
+                     "cublas_over_kfuse"):
             data[name] = getattr(self, name)
         return _finite(data)
 
@@ -317,7 +330,8 @@ def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
                baselines: bool | Sequence[str] = True, progress: bool = True, warmup: int = 5,
                repeat: int = 50, sets: int | None = None, seed: int = 0,
                compile_mode: str | None = None,
-               program: Callable[[Any], Any] | None = None) -> list[BenchRow]:
+               program: Callable[[Any], Any] | None = None,
+               autotune: int = 0) -> list[BenchRow]:
     """Benchmark apps (names from :mod:`kfuse.apps`, or ``App`` objects); one row each.
 
     ``size`` defaults to each app's ``bench_size``; ``profile`` to a fresh calibration on
@@ -326,8 +340,9 @@ def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
     ``compile_mode`` overrides :data:`~kfuse.bench.torch_baseline.COMPILE_MODE`.
     ``program(graph) -> Program`` picks what kfuse runs (e.g. a fused plan's code); left
     out, the unfused program. Kernel rows always time the unfused program's kernels.
-    ``sets`` overrides how many input sets are rotated. An app that fails gets a row whose
-    notes say why; the others still run.
+    ``sets`` overrides how many input sets are rotated. ``autotune=k`` (k > 0) times the
+    k best-predicted implementations of :mod:`kfuse.search.variants` and runs the fastest.
+    An app that fails gets a row whose notes say why; the others still run.
     """
     if baselines is True:
         chosen = BASELINES
@@ -357,7 +372,7 @@ def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
             try:
                 _bench_one(app, row, env, profile, baselines=chosen, status=status,
                            warmup=warmup, repeat=repeat, sets=sets, seed=seed,
-                           compile_mode=compile_mode, program=program)
+                           compile_mode=compile_mode, program=program, autotune=autotune)
             except Exception as error:  # one failing app must not lose the others
                 row.notes.append(f"failed: {type(error).__name__}: {error}")
                 frames = traceback.extract_tb(error.__traceback__)
@@ -407,7 +422,7 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
                baselines: tuple[str, ...],
                status: Callable[[str], None], warmup: int, repeat: int, sets: int | None,
                seed: int, compile_mode: str | None = None,
-               program: Callable[[Any], Any] | None = None) -> None:
+               program: Callable[[Any], Any] | None = None, autotune: int = 0) -> None:
     from kfuse.runtime import get_backend
 
     status("building")
@@ -431,8 +446,7 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
         row.notes.append(f"kfuse runs program '{chosen.name}' ({len(chosen.launches)} "
                          "launches)")
     else:
-        from kfuse.search import search
-        plan = search(graph, sizes=sizes, profile=profile)
+        plan = _choose_plan(app, graph, given, sizes, profile, env, row, autotune)
         row.plan_groups = [list(group.members) for group in plan.groups]
         executable = backend.prepare(graph, given, plan=plan)
     row.floor_bytes = dram_floor_bytes(graph, sizes)
@@ -457,10 +471,13 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
         if error > ERROR_TOLERANCE:
             row.notes.append(f"unfused and fused '{name}' differ: {error:.1e}")
 
-    if baselines:
+    if set(baselines) & {"torch eager", "torch.compile"}:
         _bench_torch(graph, row, env, input_sets, params, outputs, status=status,
                      warmup=warmup, repeat=repeat, with_compile="torch.compile" in baselines,
                      compile_mode=compile_mode)
+    if "cublas" in baselines:
+        _bench_cublas(app, graph, row, env, input_sets, params, outputs, status=status,
+                      warmup=warmup, repeat=repeat)
     del outputs
 
     status("timing each kernel")
@@ -475,6 +492,54 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
         row.kernels.append(KernelRow(spec.symbol, tuple(spec.operators), seconds * 1e3, nbytes,
                                      gbps, gbps * 1e9 / profile.copy_bandwidth_bytes_per_s))
     status("done")
+
+
+def _choose_plan(app: Any, graph, given: dict[str, Any], sizes: dict[str, int],
+                 profile: DeviceProfile, env: _Env, row: BenchRow, autotune: int) -> Any:
+    """The plan kfuse runs: autotuned, the app's own planner, or the default search."""
+    if autotune:
+        from kfuse.search.variants import autotune as tune
+        result = tune(graph, given, autotune, backend=env.backend, sizes=sizes,
+                      profile=profile)
+        row.autotune = result.table()
+        best = result.best
+        row.notes.append(f"autotuned: {len(result.measured)} of {result.count} "
+                         f"implementations timed; the fastest was predicted #{best.rank}")
+        return result.plan
+    planner = getattr(app, "planner", None)
+    if planner is not None:
+        return planner(graph, sizes, profile)
+    from kfuse.search import search
+    return search(graph, sizes=sizes, profile=profile)
+
+
+def _bench_cublas(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any]],
+                  params: dict[str, Any], outputs: dict[str, Any], *,
+                  status: Callable[[str], None], warmup: int, repeat: int) -> None:
+    """Time the app's cuBLAS call sequence (BLAS apps on the cuda backend only)."""
+    from kfuse.bench.cublas_baseline import has_sequence, prepare
+    if not has_sequence(app.name):
+        return
+    if env.backend != "cuda":
+        row.notes.append("cuBLAS baseline skipped: it needs the cuda backend")
+        return
+    status("cuBLAS sequence")
+    try:
+        sequences = [prepare(app.name, one, params) for one in input_sets]
+    except Exception as error:  # no CuPy cuBLAS bindings: keep the row
+        row.notes.append(f"cuBLAS baseline unavailable: {type(error).__name__}: {error}")
+        return
+    sequences[0].run()
+    row.cublas_calls = sequences[0].describe()
+    row.cublas_error = max((max_relative_error(sequences[0].outputs[name], outputs[name])
+                            for name in graph.outputs), default=0.0)
+    if row.cublas_error > ERROR_TOLERANCE:
+        row.notes.append(f"cuBLAS and kfuse differ: max relative error {row.cublas_error:.3g}")
+    current = [sequences[0]]
+    rotate = [_chooser(current, one) for one in sequences]  # type: ignore[arg-type]
+    timing = env.timer(lambda: current[0].run(), warmup=warmup, repeat=repeat, rotate=rotate)
+    row.cublas_ms = timing.median_s * 1e3
+    row.timings["cublas"] = _timing_dict(timing)
 
 
 def _setter(buffers: dict[str, Any], arrays: dict[str, Any]) -> Callable[[], None]:
@@ -550,4 +615,5 @@ def _to_torch(array: Any, device: str) -> Any:
         return array
     if device == "cuda":
         return torch.as_tensor(array, device="cuda")
-    return torch.from_numpy(np.ascontiguousarray(array))
+    host = np.asarray(array)
+    return torch.from_numpy(np.ascontiguousarray(host).reshape(host.shape))  # keeps 0-d

@@ -1,4 +1,5 @@
-"""The ``kfuse`` command: demo, apps, run, bench, calibrate."""
+"""The ``kfuse`` command: demo, apps, run, plan, bench, calibrate, project, synth, fidelity,
+model-check."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def command_apps(args: argparse.Namespace) -> int:
     table = Table(title="kfuse apps")
     for column in ("name", "kernels", "what", "benchmark size", "test size", "from"):
         table.add_column(column)
-    for app in list_apps():
+    for app in list_apps("all"):
         kernels = len(app.build().graph().kernels)
         table.add_row(app.name, str(kernels), app.title, "x".join(map(str, app.bench_size)),
                       "x".join(map(str, app.test_size)), app.origin)
@@ -113,7 +114,7 @@ def command_run(args: argparse.Namespace) -> int:
     size = _parse_size(args.size) or (app.bench_size if backend == "cuda" else app.test_size)
     pipeline = app.build(boundary=args.boundary)
     graph = pipeline.graph()
-    plan = None if args.unfused else search(graph, sizes=_sizes_for(graph, app, size))
+    plan = None if args.unfused else _plan_for(app, graph, size, args, backend, search)
     groups = plan.kernel_groups if plan else None
     if args.show_source:
         print(generate(graph, groups).source)
@@ -135,7 +136,8 @@ def command_run(args: argparse.Namespace) -> int:
         errors = {name: relative_error(to_numpy(outputs[name]), reference[name])
                   for name in graph.outputs}
         worst = max(errors.values())
-        result.update(max_rel_error=worst, verified=bool(worst <= 1e-5))
+        tolerance = getattr(app, "tolerance", 1e-5)  # BLAS reductions: 1e-4
+        result.update(max_rel_error=worst, verified=bool(worst <= tolerance))
     if args.json:
         print(json.dumps(result))
     else:
@@ -148,8 +150,31 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _sizes_for(graph, app, size: tuple[int, ...]) -> dict[str, int]:
-    """Size symbols of an app's graph bound from its input size (apps' inputs share it)."""
+    """Size symbols of an app's graph bound from its input size (apps' inputs share it;
+    BLAS apps bind vectors and matrices from one ``(n,)`` or ``(M, N)``)."""
+    if hasattr(app, "sizes"):
+        return app.sizes(graph, size)
     return graph.bind_shapes({name: size for name in graph.inputs})
+
+
+def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backend: str,
+              search):
+    """``kfuse run``'s plan: autotuned (``--autotune K``), the app's planner, or the search."""
+    sizes = _sizes_for(graph, app, size)
+    if getattr(args, "autotune", 0):
+        from kfuse.search.variants import autotune
+        arrays, params = app.make_inputs(size, np.random.default_rng(args.seed), "float32")
+        result = autotune(graph, {**arrays, **params}, args.autotune, backend=backend,
+                          sizes=sizes)
+        if not getattr(args, "json", False):
+            for row in result.table():
+                print(f"  #{row['rank']}: predicted {row['predicted_ms']:.3f} ms, measured "
+                      f"{row['measured_ms']:.3f} ms  {row['implementation']}")
+        return result.plan
+    planner = getattr(app, "planner", None)
+    if planner is not None:
+        return planner(graph, sizes)
+    return search(graph, sizes=sizes)
 
 
 def _print_resources(graph, groups=None) -> int:
@@ -176,7 +201,11 @@ def command_plan(args: argparse.Namespace) -> int:
     app = get_app(args.app)
     graph = app.build().graph()
     size = _parse_size(args.size) or app.bench_size
-    plan = search(graph, args.strategy, args.model, sizes=_sizes_for(graph, app, size))
+    if args.strategy == "variants":  # seed 004's implementation space (kfuse.search.variants)
+        from kfuse.search.variants import best_plan
+        plan = best_plan(graph, _sizes_for(graph, app, size))
+    else:
+        plan = search(graph, args.strategy, args.model, sizes=_sizes_for(graph, app, size))
     if args.dot:
         with open(args.dot, "w") as handle:
             handle.write(plan.to_dot() + "\n")
@@ -195,7 +224,8 @@ def command_bench(args: argparse.Namespace) -> int:
     from kfuse.bench import bench_apps, plot, print_report, to_json
     from kfuse.runtime import get_backend
     get_backend("cuda")  # a clear error when no GPU is usable
-    rows = bench_apps(args.apps, size=_parse_size(args.size), baselines=not args.no_baselines)
+    rows = bench_apps(args.apps, size=_parse_size(args.size), baselines=not args.no_baselines,
+                      autotune=args.autotune)
     print_report(rows)
     if args.json:
         to_json(rows, args.json)
@@ -211,6 +241,165 @@ def command_calibrate(args: argparse.Namespace) -> int:
     _console().print(profile)
     _console().print(f"saved to {path}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# kfuse project / synth / fidelity / model-check
+# ------------------------------------------------------------------------------------------------
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise KfuseError(f"{option} takes numbers like 20,30,40, got {text!r}") from None
+    if not values:
+        raise KfuseError(f"{option} needs at least one number")
+    return values
+
+
+def command_project(args: argparse.Namespace) -> int:
+    from kfuse.project import load_app, project_app
+
+    app = load_app(args.app)
+    result = project_app(app, args.strategy, args.model, seed=args.seed,
+                         progress=args.progress and not args.json)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(result.explain())
+    return 0
+
+
+def command_synth(args: argparse.Namespace) -> int:
+    from kfuse.project.metadata import dump_app
+    from kfuse.project.synth import SynthSpec, synthesize
+
+    spec = SynthSpec(kernels=args.kernels, arrays=args.arrays, copies=args.copies,
+                     sharing=args.sharing, thread_load=args.thread_load, kinship=args.kinship,
+                     seed=args.seed, device=args.device)
+    app = synthesize(spec)
+    if not args.output:
+        import yaml
+        print(yaml.safe_dump(app.to_dict(), sort_keys=False, default_flow_style=None,
+                             width=100), end="")
+        return 0
+    path = dump_app(app, args.output)
+    achieved = app.synth["achieved"]
+    print(f"wrote {path}: {len(app.kernels)} kernels, {len(app.arrays)} arrays, "
+          f"{achieved['copies']} copies, mean sharing set {achieved['mean_sharing_set']}, "
+          f"mean thread load {achieved['mean_thread_load']}, kinship {achieved['kinship']}")
+    return 0
+
+
+def command_fidelity(args: argparse.Namespace) -> int:
+    from kfuse.project.fidelity import format_table, run_fidelity
+    from kfuse.project.synth import SynthSpec
+
+    base = SynthSpec(copies=args.copies, sharing=args.sharing, thread_load=args.thread_load,
+                     kinship=args.kinship, seed=args.seed, device=args.device)
+    console = _console()
+    status = None if args.json else console.status("solving...")
+
+    def show(spec) -> None:
+        if status is not None:
+            status.update(f"solving {spec.name} with {args.strategy} and {args.reference}")
+
+    if status is not None:
+        status.start()
+    try:
+        rows = run_fidelity(_int_list(args.kernels, "--kernels"),
+                            _int_list(args.arrays, "--arrays"), args.instances, base,
+                            strategy=args.strategy, reference=args.reference,
+                            model=args.model, tolerance=args.tolerance, seed=args.seed,
+                            on_instance=show)
+    finally:
+        if status is not None:
+            status.stop()
+    if args.json:
+        print(json.dumps([row.to_dict() for row in rows]))
+    else:
+        console.print(format_table(rows, args.strategy, args.reference))
+    return 0
+
+
+def command_model_check(args: argparse.Namespace) -> int:
+    from kfuse.apps import get_app
+    from kfuse.fusion.legality import group_violations
+    from kfuse.model.device import current_profile
+    from kfuse.model.measured import GroupTimer, check_groups, cuda_backend, summarize
+    from kfuse.search import search
+
+    if not args.no_measure:
+        try:
+            cuda_backend()
+        except KfuseError as error:
+            raise type(error)(f"{error}; pass --no-measure to print the predictions only") \
+                from None
+    profile = current_profile()
+    report = []
+    for name in args.apps:
+        app = get_app(name)
+        graph = app.build().graph()
+        size = _parse_size(args.size) or app.bench_size
+        sizes = _sizes_for(graph, app, size)
+        plan = search(graph, args.strategy, args.model, sizes=sizes)
+        groups = [g.members for g in plan.groups if len(g.members) > 1]
+        if args.candidates == "pairs":
+            for source, target in graph.order_dag().edges:
+                pair = tuple(sorted((source, target), key=[k.name for k in graph.kernels].index))
+                if pair not in groups and not group_violations(graph, list(pair)):
+                    groups.append(pair)
+        timer = None
+        if not args.no_measure:
+            arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+            timer = GroupTimer(graph, sizes, {**arrays, **params})
+        for row in check_groups(graph, groups, sizes, profile, timer):
+            report.append({"app": app.name, "size": list(size), **row})
+    summary = summarize(report)
+    if args.json:
+        print(json.dumps({"device": profile.name, "groups": report, "summary": summary}))
+        return 0
+    _print_model_check(report, summary, profile, measured=not args.no_measure)
+    return 0
+
+
+def _print_model_check(report, summary, profile, measured: bool) -> None:
+    from rich.table import Table
+
+    from kfuse.bench.timing import format_seconds
+    table = Table(title=f"model check on {profile.name}: predicted vs "
+                        f"{'measured' if measured else '(not measured)'} per fused group")
+    columns = ["app", "group", "roofline", "wahib", "qiao"]
+    if measured:
+        columns += ["measured", "speedup r/w/q/meas"]
+    else:
+        columns += ["speedup r/w/q"]
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in report:
+        cells = [row["app"], "+".join(row["group"])]
+        speedups = []
+        for model in ("roofline", "wahib", "qiao"):
+            entry = row["predicted"][model]
+            cells.append(format_seconds(entry["fused_s"]) if entry["fused_s"] is not None
+                         else "infeasible")
+            speedups.append(f"{entry['speedup']:.2f}" if entry["speedup"] else "-")
+        if measured:
+            cells.append(format_seconds(row["measured"]["fused_s"]))
+            speedups.append(f"{row['measured']['speedup']:.2f}")
+        cells.append(" / ".join(speedups))
+        table.add_row(*cells)
+    console = _console()
+    console.print(table)
+    if not report:
+        console.print("no fused groups in these plans")
+    if measured:
+        for model, figures in summary.items():
+            error = figures["median_rel_error"]
+            rho = figures["spearman_speedup"]
+            console.print(f"{model}: median |pred - meas| / meas "
+                          f"{'-' if error is None else f'{error:.1%}'}, Spearman of speedups "
+                          f"{'-' if rho is None else f'{rho:.2f}'} over {figures['groups']} groups")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,11 +430,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resources", action="store_true",
                      help="registers, shared memory, spills per kernel (needs nvcc)")
     run.add_argument("--unfused", action="store_true", help="one kernel per operator")
+    run.add_argument("--autotune", type=int, default=0, metavar="K",
+                     help="time the K best-predicted implementations, run the fastest")
     run.set_defaults(handler=command_run)
 
     plan = commands.add_parser("plan", help="show the fusion plan of an app and why")
     plan.add_argument("app")
-    plan.add_argument("--strategy", default="greedy")
+    plan.add_argument("--strategy", default="greedy",
+                      help="a search strategy, or 'variants' (fusions x implementations, "
+                           "seed 004)")
     plan.add_argument("--model", default="roofline")
     plan.add_argument("--size", help="sizes to predict with (default: the app's benchmark size)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
@@ -258,10 +451,72 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json")
     bench.add_argument("--plot")
     bench.add_argument("--no-baselines", action="store_true")
+    bench.add_argument("--autotune", type=int, default=0, metavar="K",
+                       help="time the K best-predicted implementations, keep the fastest")
     bench.set_defaults(handler=command_bench)
 
     calibrate = commands.add_parser("calibrate", help="measure the GPU (copy bandwidth, ...)")
     calibrate.set_defaults(handler=command_calibrate)
+
+    project = commands.add_parser("project", help="plan an application described by kernel "
+                                  "metadata (YAML/JSON) and project its speedup, no code")
+    project.add_argument("app", help="application file (see docs/projection.md)")
+    project.add_argument("--strategy", default="gga",
+                         help="exhaustive, exact, greedy, edges, mincut or gga (default)")
+    project.add_argument("--model", default="wahib",
+                         choices=("wahib", "wahib-norm", "qiao", "roofline"))
+    project.add_argument("--seed", type=int, default=0)
+    project.add_argument("--json", action="store_true", help="print one JSON object")
+    project.add_argument("--progress", action="store_true", help="show the search's progress")
+    project.set_defaults(handler=command_project)
+
+    synth = commands.add_parser("synth", help="generate a synthetic application (seed 000 "
+                                "Table V attributes)")
+    synth.add_argument("--kernels", type=int, default=20)
+    synth.add_argument("--arrays", type=int, default=40)
+    synth.add_argument("--copies", type=int, default=2, help="host<->device data copies")
+    synth.add_argument("--sharing", type=int, default=4, help="sharing-set size")
+    synth.add_argument("--thread-load", type=float, default=8.0, help="average thread load")
+    synth.add_argument("--kinship", type=int, default=3, help="largest degree of kinship")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--device", default="k20x",
+                       help="k20x (default), k40, gtx750ti, h100, h200 or current")
+    synth.add_argument("-o", "--output", help="file to write (.yaml or .json); default stdout")
+    synth.set_defaults(handler=command_synth)
+
+    fidelity = commands.add_parser("fidelity", help="GGA against the exact optimum over a "
+                                   "grid of synthetic instances")
+    fidelity.add_argument("--kernels", default="20,30,40,50", help="kernel counts of the grid")
+    fidelity.add_argument("--arrays", default="20,40,60", help="array counts of the grid")
+    fidelity.add_argument("--instances", type=int, default=10, help="instances per cell")
+    fidelity.add_argument("--copies", type=int, default=2)
+    fidelity.add_argument("--sharing", type=int, default=4)
+    fidelity.add_argument("--thread-load", type=float, default=8.0)
+    fidelity.add_argument("--kinship", type=int, default=3)
+    fidelity.add_argument("--device", default="k20x")
+    fidelity.add_argument("--model", default="wahib",
+                          choices=("wahib", "wahib-norm", "qiao", "roofline"))
+    fidelity.add_argument("--strategy", default="gga", help="strategy under test")
+    fidelity.add_argument("--reference", default="exact", help="strategy giving the optimum")
+    fidelity.add_argument("--tolerance", type=float, default=0.01,
+                          help="relative gap still counted optimal (seed 001: 1%%)")
+    fidelity.add_argument("--seed", type=int, default=0)
+    fidelity.add_argument("--json", action="store_true", help="print the rows as JSON")
+    fidelity.set_defaults(handler=command_fidelity)
+
+    check = commands.add_parser("model-check", help="predicted (roofline, wahib, qiao) vs "
+                                "measured time per fused group (measuring needs a GPU)")
+    check.add_argument("apps", nargs="+")
+    check.add_argument("--size", help="sizes to predict and measure at (default: the app's "
+                       "benchmark size)")
+    check.add_argument("--strategy", default="greedy", help="search that picks the groups")
+    check.add_argument("--model", default="roofline", help="model that search plans with")
+    check.add_argument("--candidates", default="plan", choices=("plan", "pairs"),
+                       help="the plan's fused groups, or also every legal producer-consumer "
+                       "pair")
+    check.add_argument("--no-measure", action="store_true", help="print predictions only")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.set_defaults(handler=command_model_check)
     return parser
 
 

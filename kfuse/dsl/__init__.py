@@ -1,5 +1,21 @@
-"""The kfuse DSL: pipelines of point, local (stencil) and reduce operators."""
+"""The kfuse DSL: pipelines of point, local (stencil) and reduce operators, and BLAS-1/2."""
 
+from kfuse.dsl.blas import (
+    Transposed,
+    along,
+    asum,
+    axpby,
+    axpy,
+    dot,
+    geam,
+    gemv,
+    ger,
+    matvec,
+    matvec_t,
+    nrm2,
+    outer,
+    scal,
+)
 from kfuse.dsl.functions import (
     abs,
     astype,
@@ -34,4 +50,7 @@ __all__ = [
     "cos", "eq", "exp", "floor", "local", "log", "max", "maximum", "min", "minimum", "mirror",
     "ne", "point", "pow", "reduce", "reduce_max", "reduce_min", "reduce_sum", "repeat",
     "rsqrt", "sin", "sqrt", "tanh", "where",
+    # BLAS-1/2 (kfuse.dsl.blas)
+    "Transposed", "along", "asum", "axpby", "axpy", "dot", "geam", "gemv", "ger", "matvec",
+    "matvec_t", "nrm2", "outer", "scal",
 ]

@@ -1,35 +1,59 @@
-"""Search strategies: ``search(graph, ...) -> FusionPlan`` behind one interface."""
+"""Search strategies: ``search(graph, ...) -> FusionPlan`` behind one interface.
+
+Every strategy runs on a :class:`~kfuse.search.problem.FusionProblem` (kernels, order DAG,
+sharing graph, legality, cost) through :func:`~kfuse.search.problem.solve`:
+
+- ``exhaustive``: every legal partition (small graphs, at most 12 kernels);
+- ``exact``: set partitioning solved with HiGHS (ground truth up to ~60 kernels);
+- ``greedy``: apply the most profitable legal merge until none helps;
+- ``edges``: seed 002's basic search along producer-consumer chains;
+- ``mincut``: seed 002's recursive Stoer-Wagner min-cut (Algorithm 2);
+- ``gga``: seed 001's grouped genetic algorithm with oracle penalty and tabu restarts.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from kfuse.errors import KfuseError
-from kfuse.fusion.plan import FusionPlan
+from kfuse.fusion.plan import FusionPlan, make_plan
 from kfuse.ir.graph import Graph
-from kfuse.model.device import DeviceProfile, current_profile
-from kfuse.model.roofline import nominal_sizes
-from kfuse.search.greedy import greedy
+from kfuse.model.device import DeviceProfile
+from kfuse.search.problem import (
+    GRAPH_MODELS,
+    STRATEGY_NAMES,
+    FusionProblem,
+    SearchResult,
+    problem_from_graph,
+    random_problem,
+    solve,
+)
 
-STRATEGIES = {"greedy": greedy}
-MODELS = ("roofline",)
+STRATEGIES = STRATEGY_NAMES
+MODELS = GRAPH_MODELS  # name -> model; other modules register theirs here
 
 
 def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
            sizes: Mapping[str, int] | None = None,
-           profile: DeviceProfile | None = None) -> FusionPlan:
+           profile: DeviceProfile | None = None, seed: int = 0,
+           **options: Any) -> FusionPlan:
     """A fusion plan for ``graph`` found by ``strategy`` under ``model``.
 
     ``sizes`` binds the size symbols for prediction (nominal sizes when left out);
-    ``profile`` is the device (the calibrated one, else nominal H100 figures).
+    ``profile`` is the device (the calibrated one, else nominal H100 figures); ``seed``
+    makes the randomised strategies repeatable; ``options`` go to the strategy.
     """
-    if strategy not in STRATEGIES:
+    if strategy not in STRATEGY_NAMES:
         raise KfuseError(f"unknown search strategy {strategy!r}; available: "
-                         f"{', '.join(STRATEGIES)}")
-    if model not in MODELS:
-        raise KfuseError(f"unknown model {model!r}; available: {', '.join(MODELS)}")
-    return STRATEGIES[strategy](graph, sizes or nominal_sizes(graph),
-                                profile or current_profile())
+                         f"{', '.join(STRATEGY_NAMES)}")
+    problem = problem_from_graph(graph, model, sizes, profile)
+    result = solve(problem, strategy, seed=seed, **options)
+    return make_plan(graph, result.groups, strategy=strategy, model=model,
+                     reasons=result.reasons, predicted_time_s=result.predicted_time_s,
+                     unfused_predicted_time_s=result.unfused_predicted_time_s,
+                     check_resources=False)
 
 
-__all__ = ["MODELS", "STRATEGIES", "search"]
+__all__ = ["GRAPH_MODELS", "MODELS", "STRATEGIES", "FusionProblem", "SearchResult",
+           "problem_from_graph", "random_problem", "search", "solve"]

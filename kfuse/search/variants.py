@@ -1,0 +1,497 @@
+"""The implementation space of seed 004 (§2.4, §4): fusions x variants, ranked by prediction.
+
+For a pipeline of map/reduce operators (BLAS-1/2 sequences):
+
+1. **fusions**: every legal subset of operators (rules F1-F5 of :mod:`kfuse.fusion.legality`:
+   connected through data or shared inputs, convex, no reduction consumed in its own
+   kernel, equal nesting depth), singletons included;
+2. **implementations of a fusion**: every :class:`~kfuse.codegen.mapreduce.MapReduceVariant`
+   (block size, tile shape, serial iterations, 16-byte accesses, how row reductions are
+   combined, calling order; vector kernels also a persistent grid sized to the device),
+   pruned as the paper says: duplicates, variants that cannot run
+   (shared memory), and variants *dominated* by one identical except for its calling order
+   that uses no more on-chip memory; the general templates' own kernel (``auto``) is one
+   more implementation where they can run the group;
+3. **combinations**: exact covers of the operators by fusions with an acyclic quotient
+   graph, each fusion with one implementation, enumerated best-first by the predicted sum
+   (k-best; nothing is thrown away: low-ranked implementations appear in later ones).
+
+The prediction is analytic (:func:`predict_variant`): DRAM bytes at the calibrated copy
+bandwidth, derated by how many bytes a variant keeps in flight (Little's law with the
+occupancy its block size and shared memory allow) and by the last wave's tail; the L2
+traffic of re-read vectors; arithmetic; plus what streaming does not hide: the atomics
+that combine partial reductions (in part), the serialised atomics on one address, each
+block's fixed prologue and epilogue, one launch and one fill per atomically combined output
+(the outputs are set to the identity first). :func:`autotune` times the top ``k`` on the device and keeps the fastest.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kfuse.codegen.mapreduce import (
+    MapReduceGroup,
+    MapReduceVariant,
+    claims,
+    is_variant_text,
+)
+from kfuse.errors import FusionError, KfuseError
+from kfuse.fusion.legality import group_violations, mapreduce_shape_reason, plan_violations
+from kfuse.fusion.plan import FusionPlan, group_outputs, make_plan
+from kfuse.ir.expr import ITEM_SIZE, count_operations
+from kfuse.ir.graph import Graph
+from kfuse.model.device import DeviceProfile, current_profile
+
+# The searched ranges (seed 004 §7.5 adopts iterations {1, 2, 4, 8, 16}).
+VECTOR_THREADS = (128, 256, 512)
+MATRIX_THREADS_Y = (4, 8, 16)          # blocks of 32 x y threads
+MATRIX_ROWS = (1, 2, 4)                # rows per thread and tile (shuffle row sums)
+ITERATIONS = (1, 2, 4, 8, 16)
+PERSISTENT_ITERATIONS = (1, 4)         # chunks per loop step of a persistent vector grid
+MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
+
+# Model constants (Hopper-class GPUs; the copy bandwidth and launch cost come from the profile).
+MEMORY_LATENCY_S = 800e-9              # loaded DRAM latency: bytes in flight = bandwidth x this
+L2_BANDWIDTH_FACTOR = 2.5              # L2 hits stream this many times faster than DRAM
+ATOMIC_RATE_PER_S = 2.0e11             # distinct-address reductions (red.global) per second
+SAME_ADDRESS_RATE_PER_S = 1.0e9        # atomics on one address serialise in its L2 slice
+CLOCK_HZ = 1.755e9
+FP_OPS_PER_SM_PER_S = 128 * CLOCK_HZ * 0.5
+ATOMIC_EXPOSED = 0.5                   # share of the atomics' time streaming does not hide
+BLOCK_CYCLES = 400                     # fixed cost of a block: index math, invariant loads
+EPILOGUE_CYCLES = 800                  # barriers and flushes of partial reductions
+BASE_REGISTERS = 32
+MAX_BLOCKS_PER_SM = 32
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants of one fusion
+# ---------------------------------------------------------------------------------------------
+
+def _auto_equivalent(group: MapReduceGroup) -> MapReduceVariant:
+    """The general templates' kernel described as a variant, so that one model ranks both."""
+    if group.flat:
+        return MapReduceVariant((256, 1), 1, 4, False, "shuffle")
+    return MapReduceVariant((32, 8), 4, 1, False, "shuffle")
+
+
+def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = None
+                       ) -> list[MapReduceVariant]:
+    """Every implementation of a map/reduce group, before pruning (normalised, may repeat).
+
+    With a device ``profile``, vector kernels also get persistent grids: as many blocks as
+    the device holds at once, each looping over the chunks.
+    """
+    result: list[MapReduceVariant] = []
+    wides = (True, False) if group.item_size in (4, 8) else (False,)
+    if group.flat:
+        for threads, iters, wide in itertools.product(VECTOR_THREADS, ITERATIONS, wides):
+            result.append(MapReduceVariant((threads, 1), 1, iters, wide, "shuffle"))
+            if profile is not None and iters in PERSISTENT_ITERATIONS:
+                resident = min(MAX_BLOCKS_PER_SM, profile.max_threads_per_sm // threads)
+                result.append(MapReduceVariant((threads, 1), 1, iters, wide, "shuffle", (),
+                                               resident * profile.sm_count))
+        return result
+    row_names = [r.kernel.name for r in group.row_reductions()]
+    for by, iters, wide in itertools.product(MATRIX_THREADS_Y, ITERATIONS, wides):
+        for rows in MATRIX_ROWS:
+            result.append(MapReduceVariant((32, by), rows, iters, wide, "shuffle"))
+        if row_names:
+            for order in itertools.permutations(row_names):
+                result.append(MapReduceVariant((32, by), 32 // by, iters, wide, "smem",
+                                               tuple(order)))
+    return result
+
+
+def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
+                   ) -> list[MapReduceVariant]:
+    """Drop duplicates, variants that cannot run, and dominated ones (seed 004 §4).
+
+    Dominance (§7.10 of the notes): among implementations identical except for the calling
+    order, keep one using the least on-chip memory (the first in program order on ties).
+    """
+    kept: dict[tuple, tuple[int, MapReduceVariant]] = {}
+    for variant in variants:
+        try:
+            normal = group.normalize(variant)
+        except FusionError:
+            continue  # e.g. more shared memory than a block may use
+        key = replace(normal, order=()).text()
+        memory = group.shared_bytes(normal)
+        if key not in kept or memory < kept[key][0]:
+            kept[key] = (memory, normal)
+    return [variant for _, variant in kept.values()]
+
+
+def group_variants(graph: Graph, members: Sequence[str],
+                   outputs: Sequence[str] | None = None,
+                   profile: DeviceProfile | None = None) -> list[str]:
+    """The implementations of one fusion as plan variant strings (``"auto"``: the templates).
+
+    A group the map-reduce generator does not serve has the one implementation ``auto``;
+    ``profile`` adds the device-sized persistent grids.
+    """
+    if mapreduce_shape_reason(graph, members) is not None:
+        return ["auto"]
+    outputs = tuple(outputs) if outputs is not None else group_outputs(graph, members)
+    group = MapReduceGroup(graph, members, outputs)
+    texts = [v.text() for v in prune_variants(group, enumerate_variants(group, profile))]
+    if not claims(graph, members, "auto"):
+        texts.append("auto")  # the general templates run it too
+    return texts
+
+
+# ---------------------------------------------------------------------------------------------
+# Prediction
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VariantPrediction:
+    """Predicted time of one implementation of one fusion, and what it is made of."""
+
+    time_s: float
+    dram_bytes: float
+    l2_bytes: float
+    atomics: float
+    operations: float
+    efficiency: float        # fraction of the copy bandwidth the variant can draw
+    blocks: int
+    blocks_per_sm: int
+    shared_bytes: int
+    launches: int
+    bound: str
+
+
+def _numel(graph: Graph, buffer: str, sizes: Mapping[str, int]) -> int:
+    return math.prod(sizes[s] for s in graph.buffers[buffer].shape)
+
+
+def predict_variant(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+                    variant: str, sizes: Mapping[str, int],
+                    profile: DeviceProfile | None = None) -> VariantPrediction:
+    """Predicted time of ``members`` run as ``variant`` at ``sizes`` on ``profile``."""
+    profile = profile or current_profile()
+    if mapreduce_shape_reason(graph, members) is not None:
+        return _roofline(graph, members, outputs, sizes, profile)
+    group = MapReduceGroup(graph, members, outputs)
+    if is_variant_text(variant):
+        chosen = group.normalize(MapReduceVariant.parse(variant))
+    elif claims(graph, members, variant):
+        chosen = group.normalize(group.default_variant())
+    else:
+        chosen = group.normalize(_auto_equivalent(group))
+    return _predict(group, chosen, sizes, profile)
+
+
+def _roofline(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+              sizes: Mapping[str, int], profile: DeviceProfile) -> VariantPrediction:
+    from kfuse.model.roofline import predict_group
+    found = predict_group(graph, members, outputs, sizes, profile)
+    return VariantPrediction(found.time_s, found.dram_bytes, 0.0, 0.0, found.operations, 1.0,
+                             0, 0, 0, 1, found.bound)
+
+
+def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[str, int],
+             profile: DeviceProfile) -> VariantPrediction:
+    graph = group.graph
+    v = group.width(variant)
+    item = group.item_size or 4
+    threads = variant.threads[0] * variant.threads[1]
+    points = math.prod(sizes[s] for s in group.domain)
+    tile_rows, tile_cols = group.tile(variant)
+    if group.flat:
+        blocks = max(1, math.ceil(points / (tile_cols * variant.iters)))
+        if variant.blocks:
+            blocks = min(blocks, variant.blocks)
+        col_blocks, row_blocks = blocks, 1
+    else:
+        rows, cols = (sizes[s] for s in group.domain)
+        col_blocks = math.ceil(cols / tile_cols)
+        row_blocks = math.ceil(rows / (tile_rows * variant.iters))
+        blocks = col_blocks * row_blocks
+    external = [b for b in group.reads]
+    dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
+    dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype]
+                for b in group.outputs)
+    l2 = 0.0
+    atomics = 0.0
+    serial = 0.0
+    if not group.flat:
+        for name in group.col_inputs:  # each block re-reads its slice of the vector
+            l2 += _numel(graph, name, sizes) * ITEM_SIZE[graph.buffers[name].dtype] * row_blocks
+        for kernel in group.members:  # vectors along the rows: once per row and tile
+            for access in kernel.accesses:
+                if access.dims == (0,) and access.buffer not in group.produced:
+                    l2 += sizes[group.domain[0]] * 4 * col_blocks
+        atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
+        atomics += sizes[group.domain[1]] * row_blocks * len(group.col_reductions())
+    serial += blocks * len(group.all_reductions())
+    # occupancy: threads, shared memory, registers
+    shared = group.shared_bytes(variant)
+    per_sm = min(MAX_BLOCKS_PER_SM, profile.max_threads_per_sm // threads)
+    if shared:
+        per_sm = min(per_sm, profile.shared_memory_per_sm // (shared + 1024))
+    tile_inputs = len(group.tile_inputs)
+    rows_in_flight = variant.rows if not group.flat else min(variant.iters, 4)
+    registers = (BASE_REGISTERS + v * rows_in_flight * (tile_inputs + len(group.stores))
+                 + v * (len(group.col_inputs) + len(group.col_reductions())))
+    per_sm = max(1, min(per_sm, profile.registers_per_sm // (registers * threads)))
+    resident = min(blocks, per_sm * profile.sm_count)
+    in_flight = resident * threads * v * item * max(tile_inputs, 1) * rows_in_flight
+    needed = profile.copy_bandwidth_bytes_per_s * MEMORY_LATENCY_S
+    efficiency = min(1.0, in_flight / needed) if needed > 0 else 1.0
+    waves = blocks / (per_sm * profile.sm_count)
+    if 1 <= waves < 8:  # the last wave leaves slots idle (below one wave: bytes in flight)
+        efficiency *= waves / math.ceil(waves)
+    efficiency = max(efficiency, 1e-3)
+    operations = 0.0
+    for kernel in group.members:
+        counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
+                                                                                 "sfu": 0}
+        operations += (counts["alu"] + 4 * counts["sfu"] + (1 if kernel.reduction else 0)) \
+            * points
+    if variant.rowsum == "shuffle":
+        operations += 2 * 5 * points / v * len(group.row_reductions())
+    times = {
+        "memory": dram / (profile.copy_bandwidth_bytes_per_s * efficiency),
+        "l2": l2 / (profile.copy_bandwidth_bytes_per_s * L2_BANDWIDTH_FACTOR),
+        "arithmetic": operations / (FP_OPS_PER_SM_PER_S * profile.sm_count),
+    }
+    bound = max(times, key=times.__getitem__)
+    launches = 1 + len(group.reductions)  # the kernel and one fill per reduction output
+    # What streaming does not hide: half the atomics' time, the atomics on one address, and
+    # each block's fixed work (prologue, epilogue barriers and flushes) per resident slot.
+    cycles = BLOCK_CYCLES + (EPILOGUE_CYCLES if group.reductions or shared else 0)
+    exposed = (ATOMIC_EXPOSED * atomics / ATOMIC_RATE_PER_S + serial / SAME_ADDRESS_RATE_PER_S
+               + blocks * cycles / CLOCK_HZ / (per_sm * profile.sm_count))
+    total = times[bound] + exposed + launches * profile.launch_overhead_s
+    return VariantPrediction(total, dram, l2, atomics + serial, operations, efficiency, blocks,
+                             per_sm, shared, launches, bound)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fusions and combinations
+# ---------------------------------------------------------------------------------------------
+
+def fusible_groups(graph: Graph) -> list[tuple[str, ...]]:
+    """Every legal fusion (rules F1-F5), singletons included, members in program order."""
+    names = [k.name for k in graph.kernels]
+    if len(names) > MAX_EXHAUSTIVE_KERNELS:
+        raise KfuseError(f"the implementation space enumerates fusions of at most "
+                         f"{MAX_EXHAUSTIVE_KERNELS} operators; '{graph.name}' has {len(names)}")
+    result = []
+    for size in range(1, len(names) + 1):
+        for members in itertools.combinations(names, size):
+            if size == 1 or not group_violations(graph, list(members)):
+                result.append(members)
+    return result
+
+
+def covers(graph: Graph, groups: Sequence[tuple[str, ...]]) -> Iterator[tuple[tuple[str, ...], ...]]:
+    """Exact covers of the operators by ``groups`` whose quotient graph is acyclic."""
+    names = [k.name for k in graph.kernels]
+    containing: dict[str, list[tuple[str, ...]]] = {n: [] for n in names}
+    for group in groups:
+        containing[group[0]].append(group)  # a cover picks each group at its first member
+
+    def extend(covered: frozenset[str], chosen: list[tuple[str, ...]]
+               ) -> Iterator[tuple[tuple[str, ...], ...]]:
+        missing = [n for n in names if n not in covered]
+        if not missing:
+            if not plan_violations(graph, chosen):
+                yield tuple(chosen)
+            return
+        first = missing[0]
+        for group in containing[first]:
+            if covered.isdisjoint(group):
+                yield from extend(covered | set(group), [*chosen, group])
+
+    yield from extend(frozenset(), [])
+
+
+@dataclass(frozen=True)
+class GroupChoice:
+    """One fusion with one implementation and its prediction."""
+
+    members: tuple[str, ...]
+    outputs: tuple[str, ...]
+    variant: str
+    prediction: VariantPrediction
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """A combination: every operator covered once, each fusion with an implementation."""
+
+    choices: tuple[GroupChoice, ...]
+    predicted_s: float
+
+    def describe(self) -> str:
+        return " | ".join(f"[{'+'.join(c.members)}] {c.variant}" for c in self.choices)
+
+    def plan(self, graph: Graph, *, unfused_predicted_time_s: float | None = None
+             ) -> FusionPlan:
+        """The fusion plan of this combination (variants set per group)."""
+        groups = [list(choice.members) for choice in self.choices]
+        plan = make_plan(graph, groups, strategy="variants", model="mapreduce",
+                         predicted_time_s=self.predicted_s,
+                         unfused_predicted_time_s=unfused_predicted_time_s,
+                         check_resources=False)
+        chosen = {frozenset(c.members): c for c in self.choices}
+        new_groups = []
+        for group in plan.groups:
+            choice = chosen.get(frozenset(group.members))
+            if choice is not None and is_variant_text(choice.variant):
+                found = choice.prediction
+                reason = (f"predicted {found.time_s * 1e3:.3f} ms ({found.bound}-bound, "
+                          f"{found.efficiency:.0%} of the copy bandwidth drawn)")
+                group = replace(group, variant=choice.variant, reason=group.reason or reason)
+            new_groups.append(group)
+        return replace(plan, groups=tuple(new_groups))
+
+
+class ImplementationSpace:
+    """Fusions, their implementations and the combinations of one graph at given sizes."""
+
+    def __init__(self, graph: Graph, sizes: Mapping[str, int] | None = None,
+                 profile: DeviceProfile | None = None):
+        from kfuse.model.roofline import nominal_sizes
+        self.graph = graph
+        self.sizes = dict(sizes) if sizes else nominal_sizes(graph)
+        self.profile = profile or current_profile()
+        self.fusions = fusible_groups(graph)
+        self._ranked: dict[tuple[str, ...], list[GroupChoice]] = {}
+
+    def choices(self, members: tuple[str, ...]) -> list[GroupChoice]:
+        """The fusion's implementations, best predicted first."""
+        if members not in self._ranked:
+            outputs = group_outputs(self.graph, members)
+            found = []
+            for variant in group_variants(self.graph, members, outputs, self.profile):
+                prediction = predict_variant(self.graph, members, outputs, variant,
+                                             self.sizes, self.profile)
+                found.append(GroupChoice(members, outputs, variant, prediction))
+            found.sort(key=lambda c: c.prediction.time_s)
+            self._ranked[members] = found
+        return self._ranked[members]
+
+    def covers(self) -> list[tuple[tuple[str, ...], ...]]:
+        return list(covers(self.graph, self.fusions))
+
+    def count(self) -> int:
+        """How many implementations (combinations) the space holds after pruning."""
+        return sum(math.prod(len(self.choices(g)) for g in cover) for cover in self.covers())
+
+    def unfused_time(self) -> float:
+        return sum(self.choices((k.name,))[0].prediction.time_s for k in self.graph.kernels)
+
+    def ranked(self, limit: int | None = None) -> list[Implementation]:
+        """Combinations best-first by predicted time (k-best over covers and variants)."""
+        streams = [self._cover_stream(cover) for cover in self.covers()]
+        merged = heapq.merge(*streams, key=lambda item: item.predicted_s)
+        return list(itertools.islice(merged, limit))
+
+    def best(self) -> Implementation:
+        return self.ranked(1)[0]
+
+    def _cover_stream(self, cover: tuple[tuple[str, ...], ...]) -> Iterator[Implementation]:
+        """One cover's combinations in ascending predicted time (lazy k-best of sums)."""
+        lists = [self.choices(group) for group in cover]
+        start = (0,) * len(lists)
+
+        def total(index: tuple[int, ...]) -> float:
+            return sum(lists[g][i].prediction.time_s for g, i in enumerate(index))
+
+        heap = [(total(start), start)]
+        seen = {start}
+        while heap:
+            time_s, index = heapq.heappop(heap)
+            yield Implementation(tuple(lists[g][i] for g, i in enumerate(index)), time_s)
+            for g in range(len(lists)):
+                if index[g] + 1 < len(lists[g]):
+                    following = index[:g] + (index[g] + 1,) + index[g + 1:]
+                    if following not in seen:
+                        seen.add(following)
+                        heapq.heappush(heap, (total(following), following))
+
+
+def best_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
+              profile: DeviceProfile | None = None) -> FusionPlan:
+    """The predicted-best combination of the implementation space, as a fusion plan."""
+    space = ImplementationSpace(graph, sizes, profile)
+    return space.best().plan(graph, unfused_predicted_time_s=space.unfused_time())
+
+
+# ---------------------------------------------------------------------------------------------
+# Empirical search
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Measured:
+    """One timed implementation: its predicted rank, prediction and measured time."""
+
+    rank: int
+    implementation: Implementation
+    measured_s: float
+
+
+@dataclass(frozen=True)
+class AutotuneResult:
+    """The top-k implementations timed on the device; ``plan`` is the fastest."""
+
+    plan: FusionPlan
+    measured: tuple[Measured, ...]
+    count: int  # implementations in the whole space
+
+    @property
+    def best(self) -> Measured:
+        return min(self.measured, key=lambda m: m.measured_s)
+
+    def table(self) -> list[dict[str, Any]]:
+        return [{"rank": m.rank, "predicted_ms": m.implementation.predicted_s * 1e3,
+                 "measured_ms": m.measured_s * 1e3, "implementation": m.implementation.describe()}
+                for m in self.measured]
+
+
+def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "cuda",
+             sizes: Mapping[str, int] | None = None, profile: DeviceProfile | None = None,
+             warmup: int = 3, repeat: int = 20,
+             space: ImplementationSpace | None = None) -> AutotuneResult:
+    """Compile and time the ``k`` best-predicted implementations; keep the fastest.
+
+    ``given`` holds the inputs and parameters (device arrays for ``cuda``). On ``cuda`` the
+    time is measured with CUDA events, on ``cpu`` with the wall clock (which says nothing
+    about the GPU: use it to exercise the code path).
+    """
+    from kfuse.bench.timing import time_gpu, time_host
+    from kfuse.runtime import get_backend
+    from kfuse.runtime.binding import bind
+
+    if k < 1:
+        raise KfuseError(f"--autotune takes a positive number of implementations, got {k}")
+    chosen = get_backend(backend)
+    if space is None:
+        if sizes is None:
+            sizes = bind(graph, given).sizes
+        space = ImplementationSpace(graph, sizes, profile)
+    timer = time_gpu if chosen.name == "cuda" else time_host
+    measured = []
+    for rank, implementation in enumerate(space.ranked(k), start=1):
+        plan = implementation.plan(graph)
+        executable = chosen.prepare(graph, given, plan=plan)  # type: ignore[attr-defined]
+        timing = timer(executable.launch_all, warmup=warmup, repeat=repeat)
+        measured.append(Measured(rank, implementation, timing.median_s))
+    fastest = min(measured, key=lambda m: m.measured_s)
+    plan = fastest.implementation.plan(graph, unfused_predicted_time_s=space.unfused_time())
+    return AutotuneResult(plan, tuple(measured), space.count())
+
+
+__all__ = ["AutotuneResult", "GroupChoice", "Implementation", "ImplementationSpace",
+           "Measured", "VariantPrediction", "autotune", "best_plan", "covers",
+           "enumerate_variants", "fusible_groups", "group_variants", "predict_variant",
+           "prune_variants"]

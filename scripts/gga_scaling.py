@@ -1,0 +1,97 @@
+"""GGA scaling: time per problem size and gap to the exact optimum where exact is feasible.
+
+Problems come from :func:`kfuse.search.problem.random_problem` (a random dataflow DAG
+with a roofline-like cost and a monotone shared-memory rule), not from ``kfuse synth``.
+Each instance is solved by ``gga`` on one core and, up to ``--exact-max`` kernels, by
+``exact`` (HiGHS) on a fresh copy of the problem (so neither reuses the other's memoised
+evaluations); greedy is shown for scale.
+
+    python scripts/gga_scaling.py                       # 50, 100 and 1000 kernels
+    python scripts/gga_scaling.py --sizes 50 100 --instances 10 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from kfuse.errors import KfuseError
+from kfuse.search.problem import random_problem, solve
+
+
+def measure(n: int, seed: int, exact_max: int, options: dict) -> dict:
+    """One instance: gga, greedy and (small enough) exact times and objectives."""
+    row: dict = {"kernels": n, "seed": seed}
+    started = time.perf_counter()
+    gga = solve(random_problem(n, seed=seed), "gga", seed=seed, **options)
+    row["gga_s"] = time.perf_counter() - started
+    row["gga_time_s"] = gga.predicted_time_s
+    row["gga_stats"] = {k: gga.stats[k] for k in ("runs", "generations", "evaluations",
+                                                  "stopped")}
+    row["speedup"] = gga.speedup
+    row["greedy_time_s"] = solve(random_problem(n, seed=seed), "greedy").predicted_time_s
+    if n <= exact_max:
+        started = time.perf_counter()
+        try:
+            exact = solve(random_problem(n, seed=seed), "exact")
+        except KfuseError as error:
+            row["exact_error"] = str(error)
+        else:
+            row["exact_s"] = time.perf_counter() - started
+            row["exact_time_s"] = exact.predicted_time_s
+            row["gap"] = gga.predicted_time_s / exact.predicted_time_s - 1
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 1000])
+    parser.add_argument("--instances", type=int, default=3)
+    parser.add_argument("--exact-max", type=int, default=150,
+                        help="largest size solved by exact for the gap (default 150)")
+    parser.add_argument("--option", action="append", default=[],
+                        help="gga option NAME=VALUE (JSON value), e.g. region_size=16")
+    parser.add_argument("--json", help="write every row to this file")
+    args = parser.parse_args(argv)
+    options = {}
+    for item in args.option:
+        name, _, value = item.partition("=")
+        options[name] = json.loads(value)
+    rows = []
+    print(f"{'kernels':>7} {'seed':>4} {'gga s':>8} {'gap %':>8} {'exact s':>8} "
+          f"{'greedy gap %':>12} {'speedup':>8} {'runs':>5} {'evals':>8}")
+    for n in args.sizes:
+        for seed in range(args.instances):
+            row = measure(n, seed, args.exact_max, options)
+            rows.append(row)
+            reference = row.get("exact_time_s", row["gga_time_s"])
+            gap = f"{row['gap'] * 100:8.3f}" if "gap" in row else f"{'-':>8}"
+            exact_s = f"{row['exact_s']:8.2f}" if "exact_s" in row else f"{'-':>8}"
+            print(f"{n:>7} {seed:>4} {row['gga_s']:8.2f} {gap} {exact_s} "
+                  f"{(row['greedy_time_s'] / reference - 1) * 100:12.2f} "
+                  f"{row['speedup']:8.3f} {row['gga_stats']['runs']:>5} "
+                  f"{row['gga_stats']['evaluations']:>8}", flush=True)
+    print()
+    for n in args.sizes:
+        sized = [r for r in rows if r["kernels"] == n]
+        gaps = [r["gap"] for r in sized if "gap" in r]
+        times = [r["gga_s"] for r in sized]
+        summary = (f"{n} kernels: gga mean {statistics.mean(times):.2f} s, "
+                   f"max {max(times):.2f} s")
+        if gaps:
+            optimal = sum(g <= 1e-9 for g in gaps)
+            summary += (f"; optimal {optimal}/{len(gaps)}, within 1% "
+                        f"{sum(g <= 0.01 for g in gaps)}/{len(gaps)}, "
+                        f"worst gap {max(gaps) * 100:.3f}%")
+        print(summary)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,490 @@
+"""BLAS-1/2 fusion (seed 004): DSL operators, fusibility, map-reduce code, the implementation
+space, and the eleven sequences of Table 1 on the cpu backend against float64 references."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import kfuse as kf
+from kfuse.apps import get_app, list_apps
+from kfuse.apps.check import relative_error
+from kfuse.codegen import generate
+from kfuse.codegen.mapreduce import (
+    MapReduceGroup,
+    MapReduceVariant,
+    Routine,
+    SharedAccess,
+    SharedElement,
+    barrier_reason,
+    claims,
+    place_barriers,
+)
+from kfuse.errors import FusionError, ShapeError
+from kfuse.fusion.legality import group_violations, rule_same_nesting_depth
+from kfuse.fusion.plan import check_groups
+from kfuse.runtime import get_backend
+from kfuse.search.variants import (
+    ImplementationSpace,
+    autotune,
+    covers,
+    enumerate_variants,
+    fusible_groups,
+    group_variants,
+    prune_variants,
+)
+
+BLAS = [app.name for app in list_apps("blas")]
+TABLE_1 = ["axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd",
+           "vadd", "waxpby"]
+
+
+def cpu_or_skip():
+    from kfuse.runtime.cpu_backend import CpuBackend
+    if not CpuBackend.available():
+        pytest.skip("no host C++ compiler")
+
+
+def random_size(app, rng: np.random.Generator, aligned: bool) -> tuple[int, ...]:
+    """Non-square, not a multiple of 32; ``aligned``: rows a multiple of 4 (16-byte path)."""
+    def draw(low: int, high: int) -> int:
+        while True:
+            n = int(rng.integers(low, high))
+            if n % 32 and (n % 4 == 0) == aligned:
+                return n
+    if app.ndim == 1:
+        return (draw(1500, 7000),)
+    rows = draw(33, 170)
+    while True:
+        cols = draw(33, 300)
+        if cols != rows:
+            return (rows, cols)
+
+
+def check(app, plan, size, seed: int = 0) -> None:
+    pipeline = app.build()
+    arrays, params = app.make_inputs(size, np.random.default_rng(seed), "float32")
+    outputs = pipeline.run(backend="cpu", plan=plan, **arrays, **params)
+    reference = app.reference(arrays, params, None)
+    for name, expected in reference.items():
+        error = relative_error(outputs[name], expected)
+        assert error <= app.tolerance, f"{app.name} {size} '{name}': {error:.2e}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The eleven sequences
+# ---------------------------------------------------------------------------------------------
+
+def test_table_1_is_registered():
+    assert BLAS == TABLE_1
+    assert [a.name for a in list_apps()] == ["harris", "shi_tomasi", "sobel", "unsharp",
+                                             "enhance", "night", "diffusion3d"]
+    assert [a.name for a in list_apps("all")][-11:] == TABLE_1
+    for name in TABLE_1:
+        app = get_app(name)
+        assert app.family == "blas" and app.operations and app.reference
+        assert len(app.test_size) == len(app.bench_size) == app.ndim
+        assert all(n % 32 for n in app.test_size)
+    assert get_app("bicgk").bench_size == (16384, 16384)
+    assert get_app("axpydot").bench_size == (2**27,)
+
+
+@pytest.mark.parametrize("name", TABLE_1)
+def test_sequence_matches_reference_fused_and_unfused(name):
+    """The predicted-best plan at the benchmark size (what the GPU runs) and the unfused
+    program, on random non-square sizes that are not multiples of 32, both alignments."""
+    cpu_or_skip()
+    app = get_app(name)
+    graph = app.build().graph()
+    fused = app.planner(graph, app.sizes(graph, app.bench_size))
+    rng = np.random.default_rng(TABLE_1.index(name))
+    for aligned in (False, True):
+        size = random_size(app, rng, aligned)
+        check(app, "unfused", size)
+        check(app, fused, size, seed=1)
+
+
+def test_fusions_the_paper_expects():
+    """BiCGK reads A once; GEMVER makes three passes; ATAX and SGEMVT cannot fuse (F2)."""
+    expected = {
+        "bicgk": [["q", "s"]],
+        "axpydot": [["z", "r"]],
+        "vadd": [["wy", "x"]],
+        "waxpby": [["by", "w"]],
+        "gemver": [["B", "x_prod"], ["x"], ["w"]],
+        "atax": [["t"], ["y"]],
+        "gesummv": [["Ax", "Bx"], ["y"]],
+    }
+    for name, groups in expected.items():
+        app = get_app(name)
+        graph = app.build().graph()
+        plan = app.planner(graph, app.sizes(graph, app.bench_size))
+        assert [list(g.members) for g in plan.groups] == groups, name
+
+
+@pytest.mark.parametrize("name", TABLE_1)
+def test_fused_traffic_is_table_3(name):
+    """DRAM words of the predicted-best plan equal seed 004's fused words (vectors aside)."""
+    app = get_app(name)
+    graph = app.build().graph()
+    space = ImplementationSpace(graph, app.sizes(graph, app.bench_size))
+    best = space.best()
+    words = sum(choice.prediction.dram_bytes for choice in best.choices) / 4
+    expected = app.words(app.bench_size)
+    assert expected <= words <= expected * 1.01, (words, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# DSL
+# ---------------------------------------------------------------------------------------------
+
+def test_matvec_is_a_nested_map_reduce():
+    p = kf.Pipeline("mv")
+    a = p.input("A", ndim=2)
+    x = p.input("x", ndim=1)
+    r = p.input("r", ndim=1)
+    q = a @ x
+    s = a.T @ r
+    p.output(q, s)
+    graph = p.graph()
+    qk, sk = graph.kernels
+    assert (qk.name, sk.name) == ("q", "s")
+    assert qk.domain == sk.domain == graph.buffers["A"].shape
+    assert qk.reduction.axes == (1,) and sk.reduction.axes == (0,)
+    assert {a.buffer: a.dims for a in qk.accesses} == {"A": (0, 1), "x": (1,)}
+    assert {a.buffer: a.dims for a in sk.accesses} == {"A": (0, 1), "r": (0,)}
+    assert graph.buffers["x"].shape == (graph.buffers["A"].shape[1],)
+    assert graph.buffers["s"].shape == (graph.buffers["A"].shape[1],)
+    assert "test_blas.py" in qk.where
+
+
+def test_level_1_and_rank_1_operators_compute_numpy():
+    p = kf.Pipeline("ops")
+    a = p.input("A", ndim=2)
+    u = p.input("u", shape=(a.shape[0],))
+    v = p.input("v", shape=(a.shape[1],))
+    alpha = p.param("alpha")
+    b = kf.ger(a, u, v, alpha, name="b")
+    c = kf.point(a + kf.outer(u, v), name="c")
+    d = kf.geam(2.0, a, -1.0, b, name="d")
+    n = kf.nrm2(u, name="n")
+    scaled = kf.scal(alpha, u, name="scaled")
+    t = kf.dot(scaled, u, name="t")
+    w = kf.axpby(alpha, v, 0.5, v, name="w")
+    g = kf.gemv(a, v, alpha, 0.5, u, name="g")
+    h = kf.matvec_t(a, u, name="h")
+    p.output(b, c, d, n, t, w, g, h)
+    rng = np.random.default_rng(0)
+    A, U, V = rng.random((5, 7)), rng.random(5), rng.random(7)
+    out = p.run(backend="numpy", A=A.astype(np.float32), u=U.astype(np.float32),
+                v=V.astype(np.float32), alpha=0.5)
+    expected = {"b": A + 0.5 * np.outer(U, V), "c": A + np.outer(U, V),
+                "d": 2 * A - (A + 0.5 * np.outer(U, V)), "n": np.linalg.norm(U),
+                "t": 0.5 * U @ U, "w": V, "g": 0.5 * A @ V + 0.5 * U, "h": A.T @ U}
+    for name, value in expected.items():
+        # (the numpy backend returns a 0-d point kernel's value with shape (1,))
+        assert relative_error(np.reshape(out[name], np.shape(value)), value) < 1e-6, name
+    names = [k.name for k in p.graph().kernels]
+    assert "n_ss" in names and "g_prod" in names
+
+
+def test_dsl_errors_name_the_operator_and_line():
+    p = kf.Pipeline("bad")
+    a = p.input("A", ndim=2)
+    x = p.input("x", ndim=1)
+    with pytest.raises(ShapeError) as caught:
+        kf.dot(a, x, name="d")
+    assert "operator 'd'" in str(caught.value) and "test_blas.py" in str(caught.value)
+    assert "must be a vector" in str(caught.value)
+    with pytest.raises(ShapeError, match="needs a matrix"):
+        x @ x  # noqa: B018
+    with pytest.raises(ShapeError, match="must be a matrix"):
+        kf.matvec(x, x)
+    with pytest.raises(kf.DslError, match="offset"):
+        kf.matvec(a.at(1, 0, boundary="clamp"), x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fusibility (seed 004 F1-F5)
+# ---------------------------------------------------------------------------------------------
+
+def test_reduction_consumed_in_its_own_kernel_is_refused_with_the_reason():
+    pipeline = get_app("atax").build()
+    with pytest.raises(FusionError) as caught:
+        pipeline.fuse([["t", "y"]])
+    text = str(caught.value)
+    assert "no_reduction_consumed_inside" in text
+    assert "'y' reads the reduction 't'" in text and "global barrier" in text
+    assert "test_blas.py" in text  # the user's line that asked for it
+    graph = get_app("sgemvt").build().graph()
+    reasons = [v.rule for v in group_violations(graph, ["x_prod", "x", "w"])]
+    assert "no_reduction_consumed_inside" in reasons
+
+
+def test_sibling_reductions_fuse_only_in_map_reduce_groups():
+    graph = get_app("bicgk").build().graph()
+    assert group_violations(graph, ["q", "s"]) == []
+    p = kf.Pipeline("sib")
+    x = p.input("x", ndim=1)
+    blur = kf.local(x.at(-1) + x.at(1), name="blur")
+    a = kf.reduce_sum(blur, name="a")
+    b = kf.reduce_max(blur, name="b")
+    p.output(a, b)
+    (violation, *_) = group_violations(p.graph(), ["blur", "a", "b"])
+    assert violation.rule == "reductions_fusible" and "stencil" in violation.reason
+    assert group_violations(p.graph(), ["blur", "a"]) == []
+
+
+def test_different_nesting_depth_is_never_fused():
+    graph = get_app("gemver").build().graph()
+    assert "nesting depth" in rule_same_nesting_depth(graph, ["x", "w"])
+    assert check_groups(graph, [["B", "x_prod", "x"], ["w"]])
+
+
+def test_fusible_groups_and_covers_of_bicgk():
+    graph = get_app("bicgk").build().graph()
+    assert fusible_groups(graph) == [("q",), ("s",), ("q", "s")]
+    assert sorted(covers(graph, fusible_groups(graph))) == [(("q",), ("s",)), (("q", "s"),)]
+    gemver = get_app("gemver").build().graph()
+    groups = fusible_groups(gemver)
+    assert groups == [("B",), ("x_prod",), ("x",), ("w",), ("B", "x_prod")]
+    # (B, w) is not convex (the path B -> x_prod -> x -> w leaves it); x_prod -> x is F2/F3
+
+
+# ---------------------------------------------------------------------------------------------
+# Code generation
+# ---------------------------------------------------------------------------------------------
+
+def bicgk_source(variant: str) -> str:
+    graph = get_app("bicgk").build().graph()
+    return generate(graph, [(("q", "s"), ("q", "s"), variant)]).source
+
+
+def test_bicgk_reads_a_once_with_16_byte_loads():
+    source = bicgk_source("mapreduce:32x8:r4:i8:w:shuffle")
+    assert "KF_KERNEL void __launch_bounds__(256) bicgk_q_s(" in source
+    assert source.count("kf_mr_load<4>(A + ") == 1
+    assert "kf_mr_warp_reduce<0, float>" in source and "kf_atomic_sum(&s[ix + e]" in source
+    assert "(n_A_1 % 4 == 0) && kf_mr_aligned(A)" in source  # scalar fallback otherwise
+    assert source.count("kfuse prelude: shared by every generated kernel") == 1
+
+
+def test_smem_variant_pads_the_tile_and_places_barriers_by_rule():
+    source = bicgk_source("mapreduce:32x4:r8:i2:w:smem")
+    assert "kf_tile_q + (kf_ty + kf_k * 4) * 132" in source  # 128 columns + 4 padding
+    assert "__syncthreads();  // B1: reads 'tile_q'" in source
+    assert "__syncthreads();  // B1: reads 'rowpart_q'" in source
+    assert "__shared__ __align__(16) unsigned char kf_smem[" in source
+    scalar = bicgk_source("mapreduce:32x8:r4:i1:s:smem")
+    assert "* 33 + kf_tx * 1" in scalar  # one float of padding for scalar tiles
+
+
+@pytest.mark.parametrize("variant", ["mapreduce:32x4:r8:i2:w:smem", "mapreduce:32x16:r2:i1:s:smem",
+                                     "mapreduce:32x8:r1:i3:w:shuffle",
+                                     "mapreduce:32x4:r4:i1:s:shuffle"])
+def test_bicgk_variants_compute_the_reference(variant):
+    cpu_or_skip()
+    app = get_app("bicgk")
+    graph = app.build().graph()
+    program = generate(graph, [(("q", "s"), ("q", "s"), variant)])
+    for size in ((67, 150), (97, 52), (5, 9)):
+        arrays, params = app.make_inputs(size, np.random.default_rng(2), "float32")
+        out = get_backend("cpu").run(graph, arrays, program=program)
+        reference = app.reference(arrays, params, None)
+        for name in ("q", "s"):
+            assert relative_error(out[name], reference[name]) <= 1e-5, (variant, size, name)
+
+
+@pytest.mark.parametrize("variant", ["mapreduce:128x1:r1:i2:w:shuffle:g3",
+                                     "mapreduce:256x1:r1:i1:s:shuffle"])
+def test_vector_variants_compute_the_reference(variant):
+    """A persistent grid of 3 blocks looping over the chunks; scalar loads."""
+    cpu_or_skip()
+    app = get_app("axpydot")
+    graph = app.build().graph()
+    program = generate(graph, [(("z", "r"), ("z", "r"), variant)])
+    assert program.launches[0].grid_size({"w.0": 10**6})[0] == (3 if "g3" in variant else 3907)
+    for size in ((5001,), (3,)):
+        arrays, params = app.make_inputs(size, np.random.default_rng(2), "float32")
+        out = get_backend("cpu").run(graph, {**arrays, **params}, program=program)
+        reference = app.reference(arrays, params, None)
+        for name in ("z", "r"):
+            assert relative_error(out[name], reference[name]) <= 1e-5, (variant, size, name)
+
+
+def test_min_max_int_and_double_reductions():
+    cpu_or_skip()
+    p = kf.Pipeline("mixed")
+    m = p.input("m", ndim=2, dtype="float64")
+    k = p.input("k", shape=m.shape, dtype="int32")
+    v = p.input("v", shape=(m.shape[1],), dtype="float64")
+    lo = kf.reduce_min(m * kf.along(v, 1) + k, axis=1, name="lo")
+    hi = kf.reduce_max(m - kf.along(v, 1), axis=0, name="hi")
+    total = kf.reduce_sum(k, name="total")
+    top = kf.reduce_max(k, axis=1, name="top")
+    p.output(lo, hi, total, top)
+    graph = p.graph()
+    assert claims(graph, ["lo", "hi", "total", "top"])
+    rng = np.random.default_rng(4)
+    data = {"m": rng.normal(size=(37, 101)), "k": rng.integers(-50, 50, (37, 101)).astype(np.int32),
+            "v": rng.normal(size=101)}
+    plan = p.fuse([["lo", "hi", "total", "top"]])
+    out = get_backend("cpu").run(graph, data, plan=plan)
+    np.testing.assert_allclose(out["lo"], (data["m"] * data["v"] + data["k"]).min(axis=1))
+    np.testing.assert_allclose(out["hi"], (data["m"] - data["v"]).max(axis=0))
+    assert out["total"] == data["k"].sum() and (out["top"] == data["k"].max(axis=1)).all()
+
+
+def test_generated_map_reduce_code_is_valid_cuda():
+    from kfuse.codegen.resources import kernel_resources, nvcc_available
+    if not nvcc_available():
+        pytest.skip("nvcc is not on PATH")
+    for variant in ("mapreduce:32x4:r8:i8:w:smem", "mapreduce:32x8:r4:i8:w:shuffle"):
+        figures = kernel_resources(bicgk_source(variant))
+        assert figures["bicgk_q_s"].spill_store_bytes == 0
+        assert figures["bicgk_q_s"].stack_bytes == 0  # the 16-byte unions stay in registers
+    graph = get_app("gemver").build().graph()
+    plan = get_app("gemver").planner(graph, {s: 16384 for s in ("A.0", "A.1")})
+    program = generate(graph, plan.kernel_groups)
+    figures = kernel_resources(program.source)
+    assert all(figures[launch.symbol].spill_store_bytes == 0 for launch in program.launches)
+
+
+# ---------------------------------------------------------------------------------------------
+# Barrier rules (seed 004 §3.3)
+# ---------------------------------------------------------------------------------------------
+
+def test_barrier_rules_b1_and_b2():
+    tile = SharedElement("tile", 0, 1024)
+    part = SharedElement("part", 1024, 128)
+    other = SharedElement("other", 512, 1024)
+    stage = Routine("stage", ["stage();"], (SharedAccess(tile, True, "column"),))
+    same = Routine("same", ["same();"], (SharedAccess(tile, False, "column"),))
+    rows = Routine("rows", ["rows();"], (SharedAccess(tile, False, "row"),
+                                         SharedAccess(part, True, "row")))
+    reuse = Routine("reuse", ["reuse();"], (SharedAccess(other, True, "column"),))
+    assert barrier_reason(same, [("stage", stage.accesses[0])]) is None  # same mapping
+    assert barrier_reason(rows, [("stage", stage.accesses[0])]).startswith("B1")
+    assert barrier_reason(reuse, [("rows", rows.accesses[0])]).startswith("B2")
+    lines, state = place_barriers([stage, rows, reuse])
+    assert lines == ["stage();", "__syncthreads();  // B1: reads 'tile' written by 'stage' with "
+                     "another thread-to-data mapping", "rows();",
+                     "__syncthreads();  // B2: writes 'other' over 'tile', accessed by 'rows' "
+                     "since the last barrier", "reuse();"]
+    # in a loop, the next iteration's staging must wait for this iteration's row sums
+    lines, _ = place_barriers([stage, rows], loop=True)
+    assert lines[0].startswith("__syncthreads();  // B2")
+
+
+# ---------------------------------------------------------------------------------------------
+# The implementation space (seed 004 §4)
+# ---------------------------------------------------------------------------------------------
+
+def test_variant_text_round_trip_and_errors():
+    variant = MapReduceVariant((32, 8), 4, 16, True, "smem", ("q", "w"))
+    assert variant.text() == "mapreduce:32x8:r4:i16:w:smem:o=q,w"
+    assert MapReduceVariant.parse(variant.text()) == variant
+    persistent = MapReduceVariant.parse("mapreduce:256x1:r1:i4:w:shuffle:g1056")
+    assert persistent.blocks == 1056 and persistent.text().endswith(":g1056")
+    for bad in ("mapreduce:32x8:r4", "mapreduce:axb:r4:i1:w:shuffle", "other:32x8:r1:i1:w:x"):
+        with pytest.raises(FusionError):
+            MapReduceVariant.parse(bad)
+    with pytest.raises(FusionError, match="warps"):
+        MapReduceVariant((48, 1))
+    graph = get_app("bicgk").build().graph()
+    with pytest.raises(FusionError, match="32 x N"):
+        generate(graph, [(("q", "s"), ("q", "s"), "mapreduce:256x1:r1:i1:w:shuffle")])
+
+
+def test_enumeration_prunes_duplicates_and_dominated_orders():
+    graph = get_app("gesummv").build().graph()
+    group = MapReduceGroup(graph, ["Ax", "Bx"], ["Ax", "Bx"])
+    raw = enumerate_variants(group)
+    kept = prune_variants(group, raw)
+    smem_raw = [v for v in raw if v.rowsum == "smem"]
+    smem_kept = [v for v in kept if v.rowsum == "smem"]
+    assert {v.order for v in smem_raw} == {("Ax", "Bx"), ("Bx", "Ax")}
+    assert len(smem_kept) == len(smem_raw) // 2  # equal on-chip memory: one order survives
+    assert len({v.text() for v in kept}) == len(kept)
+    assert all(group.shared_bytes(v) <= 48 * 1024 for v in kept)
+    texts = group_variants(graph, ["Ax", "Bx"])
+    assert len(texts) == len(kept) and "auto" not in texts  # the templates cannot run it
+    assert "auto" in group_variants(graph, ["y"])  # a plain vector map: the templates can
+    vector = get_app("vadd").build().graph()
+    assert len(group_variants(vector, ["wy", "x"])) == 3 * 5 * 2 + 1
+
+
+def test_combinations_are_ranked_best_first_and_counted():
+    app = get_app("axpydot")
+    graph = app.build().graph()
+    space = ImplementationSpace(graph, app.sizes(graph, app.bench_size))
+    everything = []
+    for cover in space.covers():
+        for pick in itertools.product(*(space.choices(g) for g in cover)):
+            everything.append(sum(c.prediction.time_s for c in pick))
+    assert space.count() == len(everything)
+    ranked = space.ranked(25)
+    assert [i.predicted_s for i in ranked] == pytest.approx(sorted(everything)[:25])
+    assert space.best().predicted_s == min(everything)
+
+
+def test_prediction_prefers_reading_the_matrix_once():
+    app = get_app("bicgk")
+    graph = app.build().graph()
+    space = ImplementationSpace(graph, app.sizes(graph, app.bench_size))
+    fused = space.choices(("q", "s"))[0].prediction
+    apart = [space.choices((n,))[0].prediction for n in ("q", "s")]
+    assert fused.dram_bytes == pytest.approx(16384 * 16384 * 4, rel=1e-3)
+    assert fused.time_s < 0.6 * sum(p.time_s for p in apart)
+    worst = space.choices(("q", "s"))[-1].prediction
+    assert worst.time_s > fused.time_s  # the ranking means something
+
+
+def test_autotune_times_the_top_implementations():
+    cpu_or_skip()
+    app = get_app("waxpby")
+    graph = app.build().graph()
+    arrays, params = app.make_inputs((3001,), np.random.default_rng(0), "float32")
+    result = autotune(graph, {**arrays, **params}, 2, backend="cpu", warmup=0, repeat=1)
+    assert [m.rank for m in result.measured] == [1, 2]
+    assert all(m.measured_s > 0 for m in result.measured)
+    assert result.count > 2 and result.plan.strategy == "variants"
+    assert result.plan.groups[0].variant == result.best.implementation.choices[0].variant
+    check(app, result.plan, (3001,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and the command line
+# ---------------------------------------------------------------------------------------------
+
+def test_every_sequence_has_a_cublas_baseline():
+    from kfuse.bench.cublas_baseline import SEQUENCES, has_sequence
+    assert sorted(SEQUENCES) == sorted(TABLE_1)
+    assert all(has_sequence(name) for name in TABLE_1) and not has_sequence("harris")
+
+
+@pytest.mark.parametrize("name", ["bicgk", "gemver", "axpydot"])
+def test_torch_translation_of_blas_ops(name):
+    torch = pytest.importorskip("torch")
+    from kfuse.bench.torch_baseline import translate
+    app = get_app(name)
+    arrays, params = app.make_inputs(app.test_size, np.random.default_rng(0), "float32")
+    out = translate(app.build().graph())(**{k: torch.from_numpy(v) for k, v in arrays.items()},
+                                         **params)
+    for key, value in app.reference(arrays, params, None).items():
+        assert relative_error(out[key].numpy(), value) <= app.tolerance
+
+
+def test_cli_runs_a_blas_app(capsys):
+    import json
+
+    from kfuse.cli.main import main
+    cpu_or_skip()
+    assert main(["run", "bicgk", "--backend", "cpu", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["verified"] and result["groups"] == [["q", "s"]]
+    assert result["size"] == [75, 133]
+    assert main(["apps"]) == 0
+    assert "gemver" in capsys.readouterr().out
