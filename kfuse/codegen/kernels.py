@@ -59,17 +59,13 @@ def identity_text(op: str, dtype: str) -> str:
     return format_value(identity_value(op, dtype), dtype)
 
 
-class KernelGroup:
-    """The operators one generated kernel computes, and the buffers it writes to memory."""
+class GroupNames:
+    """What every generated kernel's group says about itself: its C name, the external
+    buffers and the parameters it reads (from ``graph``, ``members`` and ``produced``)."""
 
-    def __init__(self, graph: Graph, members: Sequence[str], outputs: Sequence[str]):
-        self.graph = graph
-        self.members = tuple(graph.kernel_by_name[name] for name in members)
-        self.outputs = tuple(outputs)
-        self.produced = {kernel.output: kernel for kernel in self.members}
-        reductions = [k for k in self.members if k.reduction is not None]
-        self.reduction: Kernel | None = reductions[0] if reductions else None
-        self.domain = self.members[-1].domain
+    graph: Graph
+    members: tuple[Kernel, ...]
+    produced: dict[str, Kernel]
 
     @property
     def symbol(self) -> str:
@@ -92,6 +88,20 @@ class KernelGroup:
     @property
     def params(self) -> list[str]:
         return sorted({p.name for k in self.members for p in k.params})
+
+
+class KernelGroup(GroupNames):
+    """The operators one generated kernel computes, and the buffers it writes to memory."""
+
+    def __init__(self, graph: Graph, members: Sequence[str], outputs: Sequence[str]):
+        self.graph = graph
+        self.members = tuple(graph.kernel_by_name[name] for name in members)
+        self.outputs = tuple(outputs)
+        self.produced = {kernel.output: kernel for kernel in self.members}
+        reductions = [k for k in self.members if k.reduction is not None]
+        self.reduction: Kernel | None = reductions[0] if reductions else None
+        self.domain = self.members[-1].domain
+
 
     @property
     def ndim(self) -> int:

@@ -49,6 +49,7 @@ from kfuse.codegen.cexpr import (
     size_var,
     sizes_of,
 )
+from kfuse.codegen.kernels import GroupNames
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import mapreduce_shape_reason
@@ -60,7 +61,6 @@ ROWSUM_MODES = ("shuffle", "smem")
 WARP = 32
 SMEM_TILE_ROWS = 32          # rowsum="smem": lane tx sums row tx of the tile
 STATIC_SHARED_LIMIT = 48 * 1024
-MAX_SYMBOL_LENGTH = 64
 OP_CODE = {"sum": 0, "min": 1, "max": 2}
 
 HELPERS = r"""#ifndef KF_MAPREDUCE_HELPERS
@@ -232,7 +232,7 @@ class Reduce:
         return c_name(self.kernel.output)
 
 
-class MapReduceGroup:
+class MapReduceGroup(GroupNames):
     """The members of one map/reduce kernel and how each read is served.
 
     ``tile_inputs`` are read at the point itself (matrices in a matrix group, vectors in a
@@ -297,27 +297,6 @@ class MapReduceGroup:
         self.item_size = sizes.pop() if len(sizes) == 1 else None
 
     # -- naming -------------------------------------------------------------------------------
-    @property
-    def symbol(self) -> str:
-        names = [k.name for k in self.members]
-        text = "_".join(names)
-        if len(text) > MAX_SYMBOL_LENGTH:
-            text = "_".join(names[:3]) + f"_and_{len(names) - 3}_more"
-        return c_name(f"{self.graph.name}_{text}")
-
-    @property
-    def reads(self) -> list[str]:
-        """External buffers read by any member, in order of first use."""
-        result: list[str] = []
-        for kernel in self.members:
-            for name in kernel.reads:
-                if name not in self.produced and name not in result:
-                    result.append(name)
-        return result
-
-    @property
-    def params(self) -> list[str]:
-        return sorted({p.name for k in self.members for p in k.params})
 
     def row_reductions(self) -> list[Reduce]:
         return [r for r in self.reductions if r.kind == "row"]
