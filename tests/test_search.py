@@ -165,6 +165,37 @@ def test_strategies_legal_on_random_problems(strategy):
         assert sorted(k for g in result.groups for k in g) == sorted(problem.kernels)
 
 
+def _full_scan_greedy(problem, tie_tolerance=0.02):
+    """The greedy as first written: rescan every edge after each merge."""
+    bits = problem.bits
+    groups = [1 << i for i in range(bits.n)]
+    while True:
+        best = None
+        index = {i: g for g, m in enumerate(groups) for i in range(bits.n) if m >> i & 1}
+        for s, t in problem.order_dag.edges:
+            a, b = index[bits.index[s]], index[bits.index[t]]
+            if a == b:
+                continue
+            merged = groups[a] | groups[b]
+            trial = [m for g, m in enumerate(groups) if g not in (a, b)] + [merged]
+            if not bits.legal(merged) or not bits.acyclic(trial):
+                continue
+            apart = bits.time(groups[a]) + bits.time(groups[b])
+            gain = apart - bits.time(merged)
+            if gain > -tie_tolerance * apart and (best is None or gain > best[0]):
+                best = (gain, a, b, merged)
+        if best is None:
+            return sorted(bits.members(m) for m in groups)
+        _, a, b, merged = best
+        groups = [m for g, m in enumerate(groups) if g not in (a, b)] + [merged]
+
+
+def test_greedy_heap_matches_full_scan():
+    for n, seed in [(8, 0), (15, 1), (25, 2), (40, 3), (60, 4)]:
+        expected = _full_scan_greedy(random_problem(n, seed=seed))
+        assert sorted(solve(random_problem(n, seed=seed), "greedy").groups) == expected
+
+
 # -- the optimum ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n,seed", [(6, 0), (8, 1), (9, 2), (10, 3), (10, 4), (11, 5)])

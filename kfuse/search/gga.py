@@ -73,6 +73,7 @@ class GGAConfig:
     max_evaluations: int = 100_000_000  # M_f
     time_limit_s: float | None = 100.0  # M_t (a safety net; see the module notes)
     polish: bool = True
+    child_search: float = 0.2       # chance a changed child gets a short local search
     region_size: int = 16           # kernels re-partitioned exactly by the sub-solution search
     region_nodes: int = 20000       # branch-and-bound nodes per region (then the best so far)
     seed_greedy: bool = True
@@ -234,7 +235,9 @@ class _GGA:
         order = []
         rng = self.rng
         while ready:
-            k = ready.pop(rng.randrange(len(ready)))
+            pick = rng.randrange(len(ready))
+            ready[pick], ready[-1] = ready[-1], ready[pick]
+            k = ready.pop()
             order.append(k)
             for j in iter_bits(bits.succ[k]):
                 indegree[j] -= 1
@@ -317,22 +320,19 @@ class _GGA:
         bits = self.bits
         here = 1 << k
         own = child.gid[k]
-        best = None
+        options = []
         for g in sorted({child.gid[j] for j in iter_bits(bits.nbr[k] & ~pending)} - {own}):
             z = child.groups[g] | here
-            if not bits.legal(z):
-                continue
-            shared = popcount(bits.nbr[k] & child.groups[g])
-            added = bits.time(z) - bits.time(child.groups[g])
-            score = (-shared, added)
-            if best is not None and score >= best[0]:
-                continue
+            if bits.legal(z):
+                shared = popcount(bits.nbr[k] & child.groups[g])
+                added = bits.time(z) - bits.time(child.groups[g])
+                options.append((-shared, added, g, z))
+        options.sort()
+        for _, _, g, z in options:
             if bits.merge_ok(child.gid, child.groups, z, (g, own)):
-                best = (score, g, z)
-        if best is not None:
-            _, g, z = best
-            child.set_group(g, z)
-            child.remove_group(own)
+                child.set_group(g, z)
+                child.remove_group(own)
+                return
 
     # -- mutation --------------------------------------------------------------------------------
     def split(self, parent: _Individual) -> _Individual:
@@ -346,9 +346,7 @@ class _GGA:
         members = list(iter_bits(group))
         for _ in range(self.cfg.split_tries):
             target = rng.randint(1, len(members) - 1)
-            start = rng.choice(members)
-            part = 1 << start
-            frontier = [start]
+            part = 1 << rng.choice(members)
             while popcount(part) < target:
                 reachable = [j for j in iter_bits(group & ~part)
                              if bits.nbr[j] & part]
@@ -364,7 +362,6 @@ class _GGA:
             child.set_group(g, part)
             child.add_group(rest)
             child.touch()
-            del frontier
             return child
         return parent
 
@@ -397,7 +394,8 @@ class _GGA:
         return parent
 
     # -- local search ----------------------------------------------------------------------------
-    def local_search(self, start: _Individual, max_passes: int = 50) -> _Individual:
+    def local_search(self, start: _Individual, max_passes: int = 50,
+                     regions: bool = True, focus: int | None = None) -> _Individual:
         """Seed 001's local search "in sub-solution space": first improvement over
         single-kernel moves (to a neighbouring group or alone) and merges of groups sharing
         data, then exact re-partitioning of small regions, until none improves."""
@@ -410,7 +408,7 @@ class _GGA:
             if not self.budget_left():
                 break
             improved = False
-            order = list(range(self.n))
+            order = list(range(self.n)) if focus is None else list(iter_bits(focus))
             rng.shuffle(order)
             for k in order:
                 here = 1 << k
@@ -458,6 +456,9 @@ class _GGA:
             g = 0
             while g < len(ind.groups):
                 mask = ind.groups[g]
+                if focus is not None and not mask & focus:
+                    g += 1
+                    continue
                 around = 0
                 for i in iter_bits(mask):
                     around |= bits.nbr[i]
@@ -475,7 +476,7 @@ class _GGA:
                         break
                 if not merged:
                     g += 1
-            if not improved and self.cfg.region_size > 1:
+            if not improved and regions and self.cfg.region_size > 1:
                 ind.touch()
                 improved = self.region_sweep(ind)
             if not improved:
@@ -577,7 +578,7 @@ class _GGA:
 
         raw: list[list[tuple[float, int, float, int]]] = [[] for _ in range(m)]
         cost_bound = [math.inf] * m
-        candidates, _ = enumerate_groups(self.problem, within=region)
+        candidates, _ = enumerate_groups(self.problem, within=region, remember=True)
         for glob in candidates:
             sub = to_local(glob)
             if sub & (sub - 1) and _loops_back(sub, reach, via):
@@ -696,11 +697,20 @@ class _GGA:
                 pair = (ranked[first], ranked[second])
                 if rng.random() < cfg.crossover:
                     pair = self.crossover(*pair)
-                for child in pair:
+                for parent, child in zip((ranked[first], ranked[second]), pair, strict=True):
                     if rng.random() < rate:
                         child = self.split(child)
                     if rng.random() < rate:
                         child = self.merge(child)
+                    if child is not parent and rng.random() < cfg.child_search:
+                        changed = 0
+                        for mask in set(child.groups) - set(parent.groups):
+                            changed |= mask
+                        around = changed
+                        for i in iter_bits(changed):
+                            around |= self.bits.nbr[i]
+                        child = self.local_search(child, max_passes=3, regions=False,
+                                                  focus=around)
                     children.append(self.evaluate(child))
             population = children[:size]
             improved = False

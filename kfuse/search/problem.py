@@ -31,7 +31,7 @@ import networkx as nx
 from kfuse.errors import FusionError, KfuseError
 
 GroupRule = Callable[[tuple[str, ...]], "str | None"]
-MEMO_LIMIT = 2_000_000  # masks whose descendants/ancestors are remembered
+MEMO_LIMIT = 200_000  # masks whose descendants/ancestors are remembered
 GroupCost = Callable[[tuple[str, ...]], float]
 
 
@@ -167,7 +167,7 @@ def iter_bits(mask: int) -> Iterator[int]:
 
 
 def popcount(mask: int) -> int:
-    return bin(mask).count("1")
+    return mask.bit_count()
 
 
 class Bits:
@@ -286,8 +286,11 @@ class Bits:
         return reached == mask
 
     # -- legality and time, memoised -----------------------------------------------------------
-    def legal(self, mask: int) -> bool:
-        """The group may be fused (cheap rules plus groups already found illegal)."""
+    def legal(self, mask: int, remember: bool = True) -> bool:
+        """The group may be fused (cheap rules plus groups already found illegal).
+
+        ``remember=False`` keeps an illegal answer out of the memo (enumeration looks at
+        each set once; remembering millions of rejects only costs memory)."""
         found = self._legal.get(mask)
         if found is None:
             if mask & (mask - 1) == 0:
@@ -296,7 +299,8 @@ class Bits:
                 found = False
             else:
                 found = self._rule(mask) is None and not math.isinf(self.time(mask))
-            self._legal[mask] = found
+            if remember or found:
+                self._legal[mask] = found
         return found
 
     def reason(self, mask: int) -> str | None:
@@ -467,7 +471,8 @@ class TooManyCandidates(KfuseError):
 
 def enumerate_groups(problem: FusionProblem, max_size: int | None = None,
                      max_candidates: int = 200_000, max_visits: int = 5_000_000,
-                     within: int | None = None) -> tuple[list[int], dict]:
+                     within: int | None = None, remember: bool = False
+                     ) -> tuple[list[int], dict]:
     """Every legal group (as masks), singletons included, and enumeration statistics.
 
     Only convex sets are generated: from a set ``S`` (lowest kernel ``v``) grow
@@ -478,7 +483,8 @@ def enumerate_groups(problem: FusionProblem, max_size: int | None = None,
     can be legal then). Raises :class:`TooManyCandidates` past ``max_candidates`` legal
     groups or ``max_visits`` convex sets looked at. ``stats['size_capped']`` tells whether
     ``max_size`` cut off some set that could have grown into a legal group. ``within``
-    restricts groups to the kernels of that mask.
+    restricts groups to the kernels of that mask; ``remember`` keeps rejected sets in the
+    legality memo (worth it when the same region is enumerated again).
     """
     bits = problem.bits
     hereditary = problem.hereditary_reason
@@ -495,7 +501,8 @@ def enumerate_groups(problem: FusionProblem, max_size: int | None = None,
         found = dead_cache.get(mask)
         if found is None:
             found = hereditary(bits.members(mask)) is not None
-            dead_cache[mask] = found
+            if len(dead_cache) < MEMO_LIMIT:
+                dead_cache[mask] = found
         return found
 
     for v in iter_bits(region):
@@ -521,7 +528,7 @@ def enumerate_groups(problem: FusionProblem, max_size: int | None = None,
                     continue
                 if dead(grown):
                     continue
-                if bits.legal(grown):
+                if bits.legal(grown, remember):
                     result.append(grown)
                     if len(result) > max_candidates:
                         raise TooManyCandidates(
