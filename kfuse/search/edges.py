@@ -7,7 +7,9 @@ into linear lists. Each list is split where a consecutive pair cannot fuse (gran
 and the other pair rules), then the tail kernel is dropped until the list is legal
 (resources); a dropped tail of two or more becomes a new list (the worklist the printed
 algorithm lacks). kfuse reading: a pair whose seed 002 benefit is not positive does not
-qualify either (L6), which is what keeps Night's Atrous0 -> Atrous1 apart as in the thesis.
+qualify either (L6), which is what keeps Night's Atrous0 -> Atrous1 apart as in the thesis,
+and a list the problem's own model predicts slower than its kernels apart (1.1) loses its
+tail like an illegal one.
 
 Without an IR graph the degrees come from the order DAG and the benefit from the
 problem's model (the time a pair saves).
@@ -92,9 +94,10 @@ def edges_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
                 parts.append([t])
         for part in parts:
             kept, dropped = list(part), []
-            while len(kept) >= 2 and hipacc.block_reason(kept, profitability=False):
+            while len(kept) >= 2 and (why := hipacc.block_reason(kept, profitability=False)
+                                      or hipacc.model_reason(kept)):
                 reasons[(kept[-2], kept[-1])] = (
-                    f"illegal: {hipacc.block_reason(kept, profitability=False)}")
+                    f"{'unprofitable' if why.startswith('(1.1)') else 'illegal'}: {why}")
                 dropped.insert(0, kept.pop())
             if len(kept) >= 2:
                 found.append(kept)

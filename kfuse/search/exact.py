@@ -43,7 +43,8 @@ def exact_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
     started = time.perf_counter()
     bits = problem.bits
     n = bits.n
-    candidates, stats = enumerate_groups(problem, max_group_size, max_candidates, max_visits)
+    candidates, stats = enumerate_groups(problem, max_group_size, max_candidates, max_visits,
+                                         deadline=started + time_limit_s)
     enumerated = time.perf_counter() - started
     costs = np.array([bits.time(m) for m in candidates])
     scale = float(np.mean(costs[:n])) or 1.0  # singletons come first

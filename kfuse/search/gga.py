@@ -18,21 +18,31 @@
   (normalised by the unfused time) and the residual of constraint (1.1) (a fused group
   slower than its kernels apart); structural and resource rules are never broken (every
   operator keeps individuals legal).
-- **Tabu restarts** (seed 001 Algorithm 1): runs restart from a fresh population seeded
-  (fraction ``proximity``) with mutants of the best; after ``restart_after`` runs without
-  improvement a run's best is locally searched and, if that does not help, made tabu:
-  individuals within partition distance ``tabu_radius`` of a tabu entry are penalised by
-  ``tabu_penalty``.
+- **Tabu restarts** (seed 001 Algorithm 1): runs restart from a fresh random population
+  of which a fraction ``proximity`` are mutants (1..``tabu_radius`` split/merge mutations)
+  of the best; after ``restart_after`` runs without improvement a run's best is locally
+  searched and, if that does not help, made tabu: individuals within partition distance
+  ``tabu_radius`` of a tabu entry are penalised by ``tabu_penalty``.
+- **Local search "in sub-solution space"** (the seed names it without defining it):
+  first-improvement single-kernel moves (to a group sharing data, or alone) and merges of
+  groups sharing data, then every *region* (a group and neighbouring groups, at most
+  ``region_size`` kernels) is re-partitioned exactly, the rest of the plan fixed
+  (branch and bound over the region's legal groups; paths through the fixed groups are
+  followed so the plan stays acyclic).
 
 kfuse additions, for speed and accuracy (the seeds ran C++ on 8 cores for minutes):
 memoised group times and legality per bitmask; a merge partner is drawn among groups that
 share data (the paper draws any group and retries, which almost never succeeds on large
-instances); each run's best is polished by first-improvement local search (single-kernel
-moves and pair merges) when ``polish`` is set; the first population holds the greedy plan
-and the unfused plan when ``seed_greedy`` is set. A run stops after ``stall_generations``
-generations without improvement; the search after ``stall_runs`` runs without improvement,
-``max_runs`` runs, ``max_evaluations`` model evaluations or ``time_limit_s`` seconds (only
-the last depends on the machine, and the stats say which limit stopped it).
+instances); a child changed by crossover or mutation gets, with probability
+``child_search``, a short move-based local search around the genes that changed (a
+memetic step: without it runs stall in poor local optima; with it the 50-kernel random
+instances of ``scripts/gga_scaling.py`` went from 6/10 to 10/10 optimal); each run's best
+is polished by the full local search when ``polish`` is set; the first population holds
+the greedy plan and the unfused plan when ``seed_greedy`` is set. A run stops after
+``stall_generations`` generations without improvement; the search after ``stall_runs``
+runs without improvement, ``max_runs`` runs, ``max_evaluations`` model evaluations or
+``time_limit_s`` seconds (a safety net, 100 s by default: only this limit depends on the
+machine, and ``stats['stopped']`` says which limit ended the search).
 """
 
 from __future__ import annotations
@@ -142,7 +152,6 @@ class _GGA:
         self.n = self.bits.n
         self.unfused = problem.unfused_time() or 1.0
         self.single = [self.bits.time(1 << i) for i in range(self.n)]
-        self._sum: dict[int, float] = {}
         self._res: dict[int, float] = {}
         self.started = time.perf_counter()
         self.stopped = ""
@@ -424,8 +433,10 @@ class _GGA:
                 for h in targets:
                     other = ind.groups[h]
                     z = other | here
+                    if not bits.legal(z):  # legality first: models may not price illegal groups
+                        continue
                     new = (time_of(rest) if rest else 0.0) + time_of(z)
-                    if new >= base + time_of(other) - eps or not bits.legal(z):
+                    if new >= base + time_of(other) - eps:
                         continue
                     if alone:
                         ok = bits.merge_ok(ind.gid, ind.groups, z, (g, h))
@@ -465,9 +476,11 @@ class _GGA:
                 merged = False
                 for h in sorted({ind.gid[j] for j in iter_bits(around & ~mask)}):
                     z = mask | ind.groups[h]
+                    if not bits.legal(z):
+                        continue
                     if time_of(z) >= time_of(mask) + time_of(ind.groups[h]) - eps:
                         continue
-                    if bits.legal(z) and bits.merge_ok(ind.gid, ind.groups, z, (g, h)):
+                    if bits.merge_ok(ind.gid, ind.groups, z, (g, h)):
                         ind.set_group(g, z)
                         for i in iter_bits(ind.groups[h]):
                             ind.gid[i] = g

@@ -15,7 +15,9 @@ given, ``gamma = 0``; image sizes normalised by the largest buffer; ambiguity A1
 ``c_Mshared = 2`` times; the sum rule when a producer is inlined into a local consumer),
 L6 (every internal edge's raw benefit positive) and the kfuse chain check with redundant
 evaluations ``A(v) - 1``, plus the problem's own rules (``FusionProblem`` legality,
-resources included); L5's occupancy ratio is left to that resource check.
+resources included) and constraint (1.1) under the problem's model (a block the chosen
+model predicts slower than its kernels apart is split further); L5's occupancy ratio is
+left to the resource check.
 
 A problem without an IR graph (codeless or synthetic) is cut with weights from its own
 model: the time a pair saves fused, ``epsilon`` for illegal or unprofitable pairs; a block
@@ -198,6 +200,21 @@ class Hipacc:
                     return f"L6: fusing {s} -> {t} costs more than it saves"
             if self._chain_gain(members, inner, exits[0]) <= 0:
                 return "L6: recomputation along the chain outweighs the saved traffic"
+            return self.model_reason(members)
+        return None
+
+    def model_reason(self, members: Iterable[str]) -> str | None:
+        """Constraint (1.1) under the problem's own model: the block must not be slower
+        than its kernels apart (kfuse: the plan is priced with the model the user chose)."""
+        bits = self.bits
+        mask = bits.mask(members)
+        if mask & (mask - 1) == 0:
+            return None
+        apart = sum(bits.time(1 << i) for i in range(bits.n) if mask >> i & 1)
+        together = bits.time(mask)
+        if together >= apart:
+            return (f"(1.1): the {self.problem.model} model predicts {together * 1e3:.3f} ms "
+                    f"fused vs {apart * 1e3:.3f} ms apart")
         return None
 
     def _staging(self, name: str) -> float:

@@ -471,8 +471,8 @@ class TooManyCandidates(KfuseError):
 
 def enumerate_groups(problem: FusionProblem, max_size: int | None = None,
                      max_candidates: int = 200_000, max_visits: int = 5_000_000,
-                     within: int | None = None, remember: bool = False
-                     ) -> tuple[list[int], dict]:
+                     within: int | None = None, remember: bool = False,
+                     deadline: float | None = None) -> tuple[list[int], dict]:
     """Every legal group (as masks), singletons included, and enumeration statistics.
 
     Only convex sets are generated: from a set ``S`` (lowest kernel ``v``) grow
@@ -484,7 +484,8 @@ def enumerate_groups(problem: FusionProblem, max_size: int | None = None,
     groups or ``max_visits`` convex sets looked at. ``stats['size_capped']`` tells whether
     ``max_size`` cut off some set that could have grown into a legal group. ``within``
     restricts groups to the kernels of that mask; ``remember`` keeps rejected sets in the
-    legality memo (worth it when the same region is enumerated again).
+    legality memo (worth it when the same region is enumerated again). Past ``deadline``
+    (a ``time.perf_counter()`` value) it raises :class:`TooManyCandidates` too.
     """
     bits = problem.bits
     hereditary = problem.hereditary_reason
@@ -523,6 +524,10 @@ def enumerate_groups(problem: FusionProblem, max_size: int | None = None,
                     raise TooManyCandidates(
                         f"more than {max_visits} convex kernel sets to look at; limit the "
                         "group size (max_group_size) or use the gga strategy")
+                if deadline is not None and visits % 256 == 0 and time.perf_counter() > deadline:
+                    raise TooManyCandidates(
+                        f"ran out of time enumerating candidate groups ({visits} convex sets "
+                        f"looked at, {len(result)} legal); use the gga strategy")
                 if max_size is not None and popcount(grown) > max_size:
                     capped = capped or not dead(grown)
                     continue
@@ -552,6 +557,7 @@ def edge_reasons(problem: FusionProblem, groups: Sequence[Sequence[str]]
     bits = problem.bits
     masks = [bits.mask(g) for g in groups]
     gid = {name: g for g, group in enumerate(groups) for name in group}
+    index_gid = [gid[name] for name in bits.names]
     reasons: dict[tuple[str, str], str] = {}
     for source, target in problem.order_dag.edges:
         a, b = gid[source], gid[target]
@@ -559,10 +565,11 @@ def edge_reasons(problem: FusionProblem, groups: Sequence[Sequence[str]]
             continue
         merged = masks[a] | masks[b]
         reason = bits.reason(merged)
-        if reason is None:
-            trial = [m for g, m in enumerate(masks) if g not in (a, b)] + [merged]
-            cycle = bits.quotient_cycle(trial)
-            if cycle:
+        if reason is None and not bits.merge_ok(index_gid, masks, merged, (a, b)):
+            reason = "acyclic: the two groups would depend on each other in a cycle"
+            if bits.n <= 300:
+                trial = [m for g, m in enumerate(masks) if g not in (a, b)] + [merged]
+                cycle = bits.quotient_cycle(trial) or []
                 reason = ("acyclic: groups "
                           f"{[list(bits.members(m)) for m in cycle]} would depend on each "
                           "other in a cycle")
@@ -598,6 +605,14 @@ def _roofline(graph: Any, members: Sequence[str], outputs: Sequence[str],
 # giving seconds. A model may return math.inf, or raise FusionError with the reason, for a
 # group it cannot run; the group is then illegal.
 GRAPH_MODELS: dict[str, GraphModel] = {"roofline": _roofline}
+
+
+# Rules of kfuse.fusion.legality that a superset of a failing group fails too (the failing
+# members, or their pair, are still there); only those of GROUP_RULES are used for pruning.
+HEREDITARY_GRAPH_RULES = frozenset({
+    "rule_no_opaque", "rule_same_iteration_space", "rule_no_reduction_consumed_inside",
+    "rule_one_reduction", "rule_reductions_fusible", "rule_internal_reads_aligned",
+    "rule_same_nesting_depth"})
 
 
 def problem_from_graph(graph: Any, model: str = "roofline",
@@ -645,12 +660,15 @@ def problem_from_graph(graph: Any, model: str = "roofline",
             return str(violations[0])
         return model_reasons.get(members)
 
+    from kfuse.fusion import legality
+    inherited = [rule for rule in legality.GROUP_RULES
+                 if rule.__name__ in HEREDITARY_GRAPH_RULES]
+
     def hereditary_reason(members: tuple[str, ...]) -> str | None:
-        from kfuse.fusion import legality
-        for rule in (legality.rule_no_opaque, legality.rule_same_iteration_space,
-                     legality.rule_no_reduction_consumed_inside, legality.rule_one_reduction,
-                     legality.rule_internal_reads_aligned):
-            reason = rule(graph, members) if len(members) > 1 else None
+        if len(members) < 2:
+            return None
+        for rule in inherited:
+            reason = rule(graph, members)
             if reason:
                 return reason
         return None
