@@ -30,6 +30,16 @@ def check_app(name: str, boundary, plan_kind: str, size=None) -> str:
     return plan.groups[-1].variant
 
 
+def harris_case(size, boundary, seed):
+    """Harris's graph, random inputs of ``size`` and the float64 reference outputs."""
+    app = get_app("harris")
+    graph = app.build(boundary=boundary).graph()
+    arrays, params = app.make_inputs(size, np.random.default_rng(seed), "float32")
+    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                              boundary)
+    return graph, arrays, params, reference
+
+
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
 @pytest.mark.parametrize("app", [a.name for a in list_apps()])
 def test_default_plan_matches_reference(app, boundary):
@@ -48,11 +58,7 @@ def test_staged_variant_on_many_tiles(size, boundary):
     from kfuse.codegen import generate
     from kfuse.runtime import get_backend
 
-    app = get_app("harris")
-    graph = app.build(boundary=boundary).graph()
-    arrays, params = app.make_inputs(size, np.random.default_rng(5), "float32")
-    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
-                              boundary)
+    graph, arrays, params, reference = harris_case(size, boundary, 5)
     program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs,
                                 "staged")])
     assert "__shared__" in program.source
@@ -71,11 +77,7 @@ def test_staged_inputs_variant(size, boundary):
     from kfuse.codegen import generate
     from kfuse.runtime import get_backend
 
-    app = get_app("harris")
-    graph = app.build(boundary=boundary).graph()
-    arrays, params = app.make_inputs(size, np.random.default_rng(5), "float32")
-    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
-                              boundary)
+    graph, arrays, params, reference = harris_case(size, boundary, 5)
     stencils = {"dx", "dy", "gx", "gy", "gxy"}
     singles = [((k.name,), (k.output,), "staged-inputs" if k.name in stencils else "auto")
                for k in graph.topological_kernels()]

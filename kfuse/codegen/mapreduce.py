@@ -49,11 +49,11 @@ from kfuse.codegen.cexpr import (
     size_var,
     sizes_of,
 )
-from kfuse.codegen.kernels import GroupNames
+from kfuse.codegen.kernels import GroupNames, identity_text, identity_value
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import mapreduce_shape_reason
-from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load, format_value
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph, Kernel
 
 VARIANT_PREFIX = "mapreduce"
@@ -191,19 +191,6 @@ def is_variant_text(variant: object) -> bool:
 # The group
 # ---------------------------------------------------------------------------------------------
 
-def identity_value(op: str, dtype: str) -> float:
-    """The value a reduction output starts from before the atomics combine into it."""
-    if op == "sum":
-        return 0
-    if dtype == "int32":
-        return 2**31 - 1 if op == "min" else -(2**31)
-    return float("inf") if op == "min" else float("-inf")
-
-
-def identity_text(op: str, dtype: str) -> str:
-    if dtype == "int32" and op != "sum":
-        return "KF_INT_MAX" if op == "min" else "KF_INT_MIN"
-    return format_value(identity_value(op, dtype), dtype)
 
 
 @dataclass
