@@ -77,8 +77,8 @@ def function_name(op: str, dtype: str) -> str:
     """The C math function for ``op`` on ``dtype`` (float32 gets the ``f`` suffix)."""
     if dtype == "int32":
         return {"abs": "abs", "min": "min", "max": "max"}[op]
-    if op == "pow" and dtype == "float32":
-        return "kf_powf"  # see the prelude: exp2(y log2 x) where that is exact enough
+    if op in ("pow", "sqrt") and dtype == "float32":
+        return f"kf_{op}f"  # see the prelude: branch-free forms, accuracy stated there
     base = _FLOAT_FUNCTIONS[op]
     return base + "f" if dtype == "float32" else base
 
@@ -207,6 +207,8 @@ class ExprEmitter:
                 return self.define(node.dtype, f"!{args[0]}")
             return self.define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
         if isinstance(node, Binary):
+            if node.op == "div" and node.dtype == "float32":
+                return self.define(node.dtype, f"kf_divf({args[0]}, {args[1]})")
             if node.op in _INFIX:
                 return self.define(node.dtype, f"{args[0]} {_INFIX[node.op]} {args[1]}")
             operand = node.a.dtype

@@ -24,13 +24,37 @@ PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
 #ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
 #endif
-// float32 pow: exp2(y * log2(x)) for a positive finite base, several times faster than
-// powf with a relative error of a few ulp times |y log2 x| (at most about 1e-5 before the
-// result overflows); the exact powf for zero, negative, infinite and NaN bases.
-__device__ __noinline__ float kf_powf_exact(float x, float y) { return powf(x, y); }
+// float32 division and square root the way Triton (torch.compile) emits them:
+// div.full.f32 (at most 2 ulp over the full range) and sqrt.approx.f32. Both are
+// branch-free; IEEE division and sqrtf branch to an out-of-line slow path, which keeps the
+// compiler from issuing a thread's loads together (measured: Unsharp, Shi-Tomasi, Sobel).
+// float64 keeps IEEE division and sqrt. The host compiler computes them exactly.
+#if defined(__CUDACC__)
+KF_DEVICE float kf_divf(float a, float b) {
+  float q;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(q) : "f"(a), "f"(b));
+  return q;
+}
+KF_DEVICE float kf_sqrtf(float x) {
+  float r;
+  asm("sqrt.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+#else
+KF_DEVICE float kf_divf(float a, float b) { return a / b; }
+KF_DEVICE float kf_sqrtf(float x) { return sqrtf(x); }
+#endif
+// float32 pow: |x|^y = exp2(y * log2|x|), several times faster than powf, with a relative
+// error of a few ulp times |y log2 x| (at most about 1e-5 before the result overflows).
+// Branch-free: the special cases of C99 pow (signs of negative bases, NaN for a negative
+// base and a non-integer exponent, pow(x, 0) = pow(1, y) = pow(-1, +-inf) = 1) are selects.
 KF_DEVICE float kf_powf(float x, float y) {
-  if (x > 0.0f && x < INFINITY) return exp2f(y * log2f(x));
-  return kf_powf_exact(x, y);  // out of line: keeps the common path short
+  const float magnitude = exp2f(y * log2f(fabsf(x)));
+  const bool integer = floorf(y) == y;  // false for NaN, true for +-inf
+  const bool odd = integer && fabsf(y) < 16777216.0f && ((int)y & 1);
+  float result = (__float_as_int(x) < 0 && odd) ? -magnitude : magnitude;
+  result = (x < 0.0f && x > -INFINITY && !integer) ? NAN : result;
+  return (y == 0.0f || x == 1.0f || (x == -1.0f && fabsf(y) == INFINITY)) ? 1.0f : result;
 }
 #define KF_INT_MAX 2147483647
 #define KF_INT_MIN (-2147483647 - 1)
