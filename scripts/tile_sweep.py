@@ -4,7 +4,9 @@ For each tile: the unfused program (each kernel timed alone too, as % of copy ba
 the greedy plan, and everything in one kernel (recompute and staged variants where legal).
 Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/benchmarks.md.
 
-Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps) PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
+Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps)
+ITEMS=4,8 (points per thread of flat kernels with special functions, swept first)
+PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
 """
 
 from __future__ import annotations
@@ -88,7 +90,12 @@ def main(names: list[str]) -> None:
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     names = names or [a.name for a in list_apps()]
-    for tile in os.environ.get("TILES", "8x1").split(","):
+    for items in os.environ.get("ITEMS", "").split(","):
+        if items:  # points per thread of flat kernels with special functions
+            kernels.ITEMS_PER_THREAD_SPECIAL = int(items)
+            print(f"== {items} points per thread (flat kernels with special functions)")
+            sweep(names, bandwidth)
+    for tile in filter(None, os.environ.get("TILES", "8x1").split(",")):
         shape = tuple(int(t) for t in tile.split("x"))
         for variant in ("single", "recompute"):
             kernels.REGISTER_TILES[(variant, len(shape))] = shape

@@ -206,6 +206,9 @@ class KernelGroup(GroupNames):
 
 
 ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
+# Flat kernels with special functions (pow, exp, division...) keep a thread busy longer
+# after its loads return; more points per thread keep more loads in flight.
+ITEMS_PER_THREAD_SPECIAL = 8
 # Register tiles of tiled kernels: points per thread along the outermost axis (rows of an
 # image, planes of a volume), the middle axis (3-D) and the innermost axis (columns), for
 # one operator alone ("single") and for groups recomputing producers at taps. The points
@@ -308,7 +311,8 @@ def operations_per_point(kernel: Kernel) -> float:
 def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     """A flat grid-stride loop; each thread takes points ``blockDim.x`` apart (coalesced)."""
     flat = group.is_flat()
-    items = ITEMS_PER_THREAD
+    special = any(count_operations(k.body)["sfu"] for k in group.members if k.body is not None)
+    items = ITEMS_PER_THREAD_SPECIAL if special else ITEMS_PER_THREAD
     sizes = tuple(size_var(s) for s in group.domain)
     fast_points = [(((f"i{k}", 0),), f"i{k}" if flat else None) for k in range(items)]
     fast = [f"const kf_index_t i{k} = base + {k} * (kf_index_t)blockDim.x;" for k in range(items)]
