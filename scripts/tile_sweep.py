@@ -6,6 +6,7 @@ Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/bench
 
 Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps)
 ITEMS=4,8 (points per thread of flat kernels with special functions, swept first)
+BLOCKS=64x4x0,32x4x4 (threads along x and y per block, blocks per SM asked of the compiler)
 PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
 """
 
@@ -95,12 +96,17 @@ def main(names: list[str]) -> None:
             kernels.ITEMS_PER_THREAD_SPECIAL = int(items)
             print(f"== {items} points per thread (flat kernels with special functions)")
             sweep(names, bandwidth)
-    for tile in filter(None, os.environ.get("TILES", "8x1").split(",")):
-        shape = tuple(int(t) for t in tile.split("x"))
-        for variant in ("single", "recompute"):
-            kernels.REGISTER_TILES[(variant, len(shape))] = shape
-        print(f"== register tile {' x '.join(map(str, shape))}", flush=True)
-        sweep(names, bandwidth)
+    for block in os.environ.get("BLOCKS", "").split(",") or [""]:
+        if block:  # threads along x, along y, blocks per SM asked of the compiler
+            kernels.TILE_X, kernels.TILE_Y, kernels.TILE_MIN_BLOCKS = map(int, block.split("x"))
+        for tile in filter(None, os.environ.get("TILES", "8x1").split(",")):
+            shape = tuple(int(t) for t in tile.split("x"))
+            for variant in ("single", "recompute"):
+                kernels.REGISTER_TILES[(variant, len(shape))] = shape
+            print(f"== register tile {' x '.join(map(str, shape))}, blocks of "
+                  f"{kernels.TILE_X} x {kernels.TILE_Y} threads, at least "
+                  f"{kernels.TILE_MIN_BLOCKS} per SM", flush=True)
+            sweep(names, bandwidth)
 
 
 if __name__ == "__main__":

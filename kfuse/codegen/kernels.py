@@ -38,6 +38,9 @@ from kfuse.ir.graph import Graph, Kernel
 
 MAP_BLOCK_1D = 256
 TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/benchmarks.md)
+# Blocks per SM that tiled kernels ask the compiler to fit (__launch_bounds__; 0: no
+# request, the compiler may use up to 255 registers per thread)
+TILE_MIN_BLOCKS = 0
 REDUCE_BLOCK = 256
 REDUCE_OP_CODE = {"sum": 0, "min": 1, "max": 2}
 MAX_SYMBOL_LENGTH = 64
@@ -141,11 +144,13 @@ class KernelGroup(GroupNames):
         lines.append(f"//   writes {', '.join(repr(o) for o in self.outputs)}")
         return lines
 
-    def signature(self, block_threads: int) -> tuple[str, tuple[KernelParam, ...]]:
+    def signature(self, block_threads: int, min_blocks: int = 0
+                  ) -> tuple[str, tuple[KernelParam, ...]]:
         symbols = sizes_of(self.graph, self.reads + list(self.outputs), self.domain)
         params = param_list(self.graph, self.reads, list(self.outputs), symbols, self.params)
         text = ", ".join(f"{ctype} {name}" for name, ctype, *_ in params)
-        header = f"KF_KERNEL void __launch_bounds__({block_threads}) {self.symbol}({text})"
+        bounds = f"{block_threads}, {min_blocks}" if min_blocks else str(block_threads)
+        header = f"KF_KERNEL void __launch_bounds__({bounds}) {self.symbol}({text})"
         return header, tuple(KernelParam(*p) for p in params)
 
     # -- evaluation -------------------------------------------------------------------------
@@ -208,7 +213,7 @@ class KernelGroup(GroupNames):
 ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
 # Flat kernels with special functions (pow, exp, division...) keep a thread busy longer
 # after its loads return; more points per thread keep more loads in flight.
-ITEMS_PER_THREAD_SPECIAL = 8
+ITEMS_PER_THREAD_SPECIAL = 16
 # Register tiles of tiled kernels: points per thread along the outermost axis (rows of an
 # image, planes of a volume), the middle axis (3-D) and the innermost axis (columns), for
 # one operator alone ("single") and for groups recomputing producers at taps. The points
@@ -406,7 +411,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
         "  }",
         "}",
     ]
-    header, params = group.signature(TILE_X * TILE_Y)
+    header, params = group.signature(TILE_X * TILE_Y, TILE_MIN_BLOCKS)
     first_column = f"(blockIdx.x * blockDim.x + threadIdx.x) * {columns}" if columns > 1 \
         else "blockIdx.x * blockDim.x + threadIdx.x"
     body = [f"const int ix = {first_column};", f"if (ix >= {width}) return;"]
