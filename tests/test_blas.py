@@ -488,3 +488,111 @@ def test_cli_runs_a_blas_app(capsys):
     assert result["size"] == [75, 133]
     assert main(["apps"]) == 0
     assert "gemver" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# The stream mapping (warps walk along their rows: A x without column reductions)
+# ---------------------------------------------------------------------------------------------
+
+STREAM_GROUPS = [("gesummv", ("Ax", "Bx")), ("sgemv", ("z_prod",)), ("atax", ("t",)),
+                 ("gemver", ("w",)), ("sgemvt", ("w",))]
+
+
+def run_group_variant(name: str, members: tuple[str, ...], variant: str,
+                      sizes: list[tuple[int, int]]) -> None:
+    """The app with one group under ``variant`` (the others unfused) against the reference."""
+    from kfuse.fusion.plan import group_outputs
+    app = get_app(name)
+    graph = app.build().graph()
+    groups = [(members, group_outputs(graph, members), variant)]
+    groups += [((k.name,), group_outputs(graph, (k.name,)), "auto") for k in graph.kernels
+               if k.name not in members]
+    order = {k.name: i for i, k in enumerate(graph.kernels)}
+    groups.sort(key=lambda group: order[group[0][0]])
+    program = generate(graph, groups)
+    for size in sizes:
+        arrays, params = app.make_inputs(size, np.random.default_rng(5), "float32")
+        out = get_backend("cpu").run(graph, {**arrays, **params}, program=program)
+        for key, value in app.reference(arrays, params, None).items():
+            assert relative_error(out[key], value) <= 1e-5, (name, variant, size, key)
+
+
+@pytest.mark.parametrize("variant", [
+    "mapreduce:32x4:r2:i1:w:stream:u4",          # whole rows, two rows per warp
+    "mapreduce:32x2:r3:i2:w:stream:u2:c256",     # spans, 3 rows, 2 row groups per block
+    "mapreduce:32x4:r1:i1:s:stream:u3",          # scalar loads
+    "mapreduce:32x8:r1:i3:w:stream:u1:c128",     # more warps than rows at small sizes
+])
+@pytest.mark.parametrize("name,members", STREAM_GROUPS)
+def test_stream_variants_compute_the_reference(name, members, variant):
+    """Odd sizes (masked tails, unaligned rows), rows a multiple of 4 with a tail step, and
+    sizes with several whole 16-byte steps and a partial one."""
+    cpu_or_skip()
+    run_group_variant(name, members, variant,
+                      [(67, 150), (5, 9), (33, 1031), (130, 516), (9, 1536)])
+
+
+def test_stream_source_issues_every_load_of_a_step_first():
+    graph = get_app("gesummv").build().graph()
+    source = generate(graph, [(("Ax", "Bx"), ("Ax", "Bx"),
+                               "mapreduce:32x4:r2:i1:w:stream:u4")]).source
+    kernel = source[source.index("gesummv_Ax_Bx("):]
+    assert "float kf_ld_A[2][4][4];" in kernel and "float kf_ld_B[2][4][4];" in kernel
+    assert "kf_mr_load<4>(A + (kf_index_t)iy * n_A_1 + ix, kf_cols, true," in kernel
+    assert "for (; kf_cs + 512 <= kf_c1; kf_cs += 512)" in kernel  # whole aligned steps
+    assert "kf_atomic_sum(&Ax[kf_row0 + kf_k], kf_part)" in kernel
+    assert "__syncthreads" not in kernel and "kf_smem" not in kernel
+    program = generate(graph, [(("Ax", "Bx"), ("Ax", "Bx"),
+                                "mapreduce:32x4:r2:i1:w:stream:u4:c1000")])
+    (launch,) = program.launches
+    assert launch.grid_size({"A.0": 16384, "A.1": 16384}) == (2048, 16, 1)  # span 1024
+
+
+def test_stream_mapping_is_refused_for_column_reductions_and_enumerated_without():
+    graph = get_app("bicgk").build().graph()
+    with pytest.raises(FusionError, match="cannot keep the column reductions"):
+        generate(graph, [(("q", "s"), ("q", "s"), "mapreduce:32x4:r1:i1:w:stream:u4")])
+    assert not any("stream" in v for v in group_variants(graph, ["q", "s"]))
+    gesummv = get_app("gesummv").build().graph()
+    streams = [v for v in group_variants(gesummv, ["Ax", "Bx"]) if "stream" in v]
+    assert streams and all(MapReduceVariant.parse(v).rows * 2 <= 4 for v in streams)
+    variant = MapReduceVariant.parse("mapreduce:32x8:r2:i1:w:stream:u4:c4096")
+    assert (variant.unroll, variant.span) == (4, 4096)
+    assert variant.text() == "mapreduce:32x8:r2:i1:w:stream:u4:c4096"
+    with pytest.raises(FusionError, match="stream mapping"):
+        MapReduceVariant((32, 8), 4, 1, True, "shuffle", (), 0, 2)
+    group = MapReduceGroup(gesummv, ["Ax", "Bx"], ["Ax", "Bx"])
+    assert group.normalize(MapReduceVariant.parse("mapreduce:32x4:r1:i1:w:stream:u4:c600")
+                           ).span == 1024  # whole steps of 512 columns
+
+
+def test_stream_mapping_with_stores_row_vectors_dots_and_other_types():
+    """The guarded path: a stored map, a vector read along the rows, a dot, min/max, int and
+    double (two elements per 16-byte load)."""
+    cpu_or_skip()
+    p = kf.Pipeline("streamed")
+    m = p.input("m", ndim=2, dtype="float64")
+    k = p.input("k", shape=m.shape, dtype="int32")
+    v = p.input("v", shape=(m.shape[1],), dtype="float64")
+    u = p.input("u", shape=(m.shape[0],), dtype="float64")
+    scaled = kf.point(m * kf.along(v, 1) + kf.along(u, 0), name="scaled")
+    lo = kf.reduce_min(scaled + k, axis=1, name="lo")
+    total = kf.reduce_sum(scaled, name="total")
+    top = kf.reduce_max(k, axis=1, name="top")
+    p.output(scaled, lo, total, top)
+    graph = p.graph()
+    members = ("scaled", "lo", "total", "top")
+    rng = np.random.default_rng(6)
+    for variant in ("mapreduce:32x4:r2:i2:w:stream:u2", "mapreduce:32x2:r1:i1:s:stream:u3:c64"):
+        program = generate(graph, [(members, members, variant)])
+        for rows, cols in ((37, 101), (12, 260), (3, 5)):
+            data = {"m": rng.normal(size=(rows, cols)),
+                    "k": rng.integers(-50, 50, (rows, cols)).astype(np.int32),
+                    "v": rng.normal(size=cols), "u": rng.normal(size=rows)}
+            out = get_backend("cpu").run(graph, data, program=program)
+            expected = data["m"] * data["v"] + data["u"][:, None]
+            np.testing.assert_allclose(out["scaled"], expected, rtol=1e-12)
+            np.testing.assert_allclose(out["lo"], (expected + data["k"]).min(axis=1),
+                                       rtol=1e-12)
+            np.testing.assert_allclose(out["total"], expected.sum(), rtol=1e-9, atol=1e-9)
+            assert (out["top"] == data["k"].max(axis=1)).all()

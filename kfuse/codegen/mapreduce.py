@@ -57,7 +57,7 @@ from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph, Kernel
 
 VARIANT_PREFIX = "mapreduce"
-ROWSUM_MODES = ("shuffle", "smem")
+ROWSUM_MODES = ("shuffle", "smem", "stream")
 WARP = 32
 SMEM_TILE_ROWS = 32          # rowsum="smem": lane tx sums row tx of the tile
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -119,6 +119,14 @@ class MapReduceVariant:
     most this many blocks, each looping over the chunks (a persistent grid sized to the
     device: no last-wave tail, fewer partial results; vector kernels only; 0: one block
     per ``iters`` chunks).
+
+    ``rowsum="stream"`` is another thread-to-data mapping for matrix groups without column
+    reductions (``A x``, maps, dots): warp ``ty`` owns ``rows`` consecutive rows and walks
+    along them, ``unroll`` coalesced 16-byte loads per row and thread in flight per step
+    (``32 * V * unroll`` columns), partial row results kept in registers across the whole
+    walk and combined over the warp once at the end; ``span``: columns per block (0: whole
+    rows, one atomic per row; else a multiple of the step, one atomic per row and span);
+    ``iters``: groups of ``threads[1] * rows`` rows per block.
     """
 
     threads: tuple[int, int] = (256, 1)
@@ -128,6 +136,8 @@ class MapReduceVariant:
     rowsum: str = "shuffle"
     order: tuple[str, ...] = ()
     blocks: int = 0
+    unroll: int = 1
+    span: int = 0
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -140,6 +150,11 @@ class MapReduceVariant:
             raise FusionError(f"variant: rowsum must be one of {ROWSUM_MODES}")
         if self.blocks < 0:
             raise FusionError("variant: blocks must be 0 (as many as needed) or positive")
+        if self.unroll < 1 or self.span < 0:
+            raise FusionError("variant: unroll must be positive and span 0 (whole rows) or "
+                              "positive")
+        if self.rowsum != "stream" and (self.unroll != 1 or self.span):
+            raise FusionError("variant: unroll and span belong to the stream mapping")
 
     def text(self) -> str:
         """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
@@ -147,6 +162,10 @@ class MapReduceVariant:
                  f"i{self.iters}", "w" if self.wide else "s", self.rowsum]
         if self.blocks:
             parts.append(f"g{self.blocks}")
+        if self.unroll != 1:
+            parts.append(f"u{self.unroll}")
+        if self.span:
+            parts.append(f"c{self.span}")
         if self.order:
             parts.append("o=" + ",".join(self.order))
         return ":".join(parts)
@@ -165,16 +184,21 @@ class MapReduceVariant:
         if not (match and rows and iters and parts[4] in ("w", "s")):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
-        blocks = 0
+        blocks, unroll, span = 0, 1, 0
         for extra in parts[6:]:
             if extra.startswith("o="):
                 order = tuple(n for n in extra[2:].split(",") if n)
             elif re.fullmatch(r"g\d+", extra):
                 blocks = int(extra[1:])
+            elif re.fullmatch(r"u\d+", extra):
+                unroll = int(extra[1:])
+            elif re.fullmatch(r"c\d+", extra):
+                span = int(extra[1:])
             else:
                 raise FusionError(f"malformed map-reduce variant {text!r}")
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
-                   int(iters.group(1)), parts[4] == "w", parts[5], order, blocks)
+                   int(iters.group(1)), parts[4] == "w", parts[5], order, blocks, unroll,
+                   span)
 
     def width(self, item_size: int | None) -> int:
         """Elements per thread and access: 16 bytes' worth when wide, else 1."""
@@ -313,6 +337,8 @@ class MapReduceGroup(GroupNames):
             raise FusionError(f"variant {variant}: a persistent grid is for vector kernels")
         if bx != WARP:
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads")
+        if variant.rowsum == "stream":
+            return self._normalize_stream(variant)
         rows = variant.rows
         order: tuple[str, ...] = ()
         rowsum = variant.rowsum if self.row_reductions() else "shuffle"
@@ -332,20 +358,40 @@ class MapReduceGroup(GroupNames):
                               f"shared memory, more than {STATIC_SHARED_LIMIT}")
         return result
 
+    def _normalize_stream(self, variant: MapReduceVariant) -> MapReduceVariant:
+        """The stream mapping: no column reductions (a warp walks along its rows, so no
+        thread keeps a column); the span rounded up to a whole number of steps."""
+        if self.col_reductions():
+            names = [r.kernel.name for r in self.col_reductions()]
+            raise FusionError(f"variant {variant}: the stream mapping walks along rows and "
+                              f"cannot keep the column reductions {names}")
+        step = self.step(variant)
+        span = -(-variant.span // step) * step if variant.span else 0
+        return MapReduceVariant(variant.threads, variant.rows, variant.iters, variant.wide,
+                                "stream", (), 0, variant.unroll, span)
+
     def width(self, variant: MapReduceVariant) -> int:
         return variant.width(self.item_size)
 
+    def step(self, variant: MapReduceVariant) -> int:
+        """Columns a warp covers per step of the stream mapping (32 x V x unroll)."""
+        return WARP * self.width(variant) * variant.unroll
+
     def tile(self, variant: MapReduceVariant) -> tuple[int, int]:
-        """(rows, columns) of one tile of a matrix kernel; (1, elements) of a vector chunk."""
+        """(rows, columns) of one tile of a matrix kernel; (1, elements) of a vector chunk.
+
+        Stream mapping: the rows of one iteration and the columns of one step."""
         v = self.width(variant)
         if self.flat:
             return (1, variant.threads[0] * v)
+        if variant.rowsum == "stream":
+            return (variant.threads[1] * variant.rows, self.step(variant))
         return (variant.threads[1] * variant.rows, WARP * v)
 
     # -- shared memory (interval allocation, seed 004 §3.4) --------------------------------------
     def shared_layout(self, variant: MapReduceVariant) -> dict[str, SharedElement]:
         """Offsets of the shared elements: loop-time tiles first, end-time buffers reuse them."""
-        if self.flat:
+        if self.flat or variant.rowsum == "stream":
             return {}
         v = self.width(variant)
         bx, by = variant.threads
@@ -511,6 +557,7 @@ class _Builder:
     group: MapReduceGroup
     variant: MapReduceVariant
     row_index: str = ""  # matrices: tile loads are kept per row of the thread ("[kf_k]")
+    col_index: str = ""  # stream mapping: column vectors are kept per step chunk ("[kf_u]")
 
     # -- shared pieces --------------------------------------------------------------------------
     @property
@@ -575,7 +622,7 @@ class _Builder:
             return f"kf_ld_{c_name(load.buffer)}{self.row_index}[{element}]"
         if group.ndim == 2 and load.dims == (1,) and load.buffer in group.col_inputs \
                 and not group.flat:
-            return f"kf_col_{c_name(load.buffer)}[{element}]"
+            return f"kf_col_{c_name(load.buffer)}{self.col_index}[{element}]"
         return None
 
     def points(self, coords_of: Callable[[int], tuple]) -> tuple[list[str], dict[str, list[str]]]:
@@ -631,6 +678,8 @@ class _Builder:
         header, params = self.signature()
         if self.group.flat:
             body, grid = self.vector_body()
+        elif self.variant.rowsum == "stream":
+            body, grid = self.stream_body()
         else:
             body, grid = self.matrix_body()
         lines = [HELPERS, "", *self.describe(), header, "{", *indent(body, 1), "}"]
@@ -846,6 +895,161 @@ class _Builder:
         body += [*indent(by_loop, 1), "}"]
         grid = (GridAxis((cols_symbol,), tn),
                 GridAxis((rows_symbol,), tm * iters, GRID_LIMITS[1]), GridAxis())
+        return body, grid
+
+    # -- matrices, the stream mapping -----------------------------------------------------------
+    def stream_body(self) -> tuple[list[str], tuple[GridAxis, GridAxis, GridAxis]]:
+        """Warps walk along their rows: every load of a step in flight, row results in
+        registers until the end of the walk (no column reductions in such a group)."""
+        group, variant, v = self.group, self.variant, self.v
+        by, rows, unroll, iters = variant.threads[1], variant.rows, variant.unroll, variant.iters
+        step = group.step(variant)
+        rows_symbol, cols_symbol = group.domain
+        n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
+
+        def coords_of(element: int) -> tuple:
+            return (("iy", 0), ("ix", element))
+
+        self.row_index, self.col_index = "[kf_k][kf_u]", "[kf_u]"
+        code, values = self.points(coords_of)
+        address = f"(kf_index_t)iy * {n_cols} + ix"
+        row_reductions, all_reductions = group.row_reductions(), group.all_reductions()
+        # a row past the end must not store, nor read a vector by row, nor feed a dot
+        guarded = bool(group.stores or group.generic or all_reductions)
+
+        def step_lines(full: bool) -> list[str]:
+            """One step: U chunks of V columns of each of the warp's rows. ``full``: every
+            chunk inside and 16-byte aligned (straight 16-byte loads, no masks)."""
+            vec = "true" if full else "kf_vec"
+            cols = (f"const int kf_cols = {v};" if full else
+                    f"const int kf_cols = ix < kf_c1 ? min({v}, kf_c1 - ix) : 0;")
+            chunk = [f"const int ix = kf_cs + (kf_u * {WARP} + kf_tx) * {v};", cols]
+            loads = [f"{C_TYPES[group.graph.buffers[name].dtype]} kf_ld_{c_name(name)}"
+                     f"[{rows}][{unroll}][{v}];" for name in group.tile_inputs]
+            loads += [f"{C_TYPES[group.graph.buffers[name].dtype]} kf_col_{c_name(name)}"
+                      f"[{unroll}][{v}];" for name in group.col_inputs]
+            loads += ["#pragma unroll", f"for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
+                      *indent(chunk, 1)]
+            for name in group.col_inputs:
+                loads.append(f"  kf_mr_load<{v}>({c_name(name)} + ix, kf_cols, {vec}, "
+                             f"kf_col_{c_name(name)}[kf_u]);")
+            if group.tile_inputs:
+                loads += ["  #pragma unroll", f"  for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                          f"    const int iy = min(kf_row0 + kf_k, {n_rows} - 1);  // clamped: "
+                          "loads stay inside",
+                          *indent(self.tile_loads(address, "kf_cols", vec, declare=False), 2),
+                          "  }"]
+            loads.append("}")
+            accumulate = []
+            for reduce in row_reductions:
+                for element, value in enumerate(values[reduce.kernel.output]):
+                    item = (f"({reduce.ctype}){value}" if full else
+                            f"{element} < kf_cols ? ({reduce.ctype}){value} : {reduce.identity}")
+                    accumulate.append(f"kf_racc_{reduce.var}[kf_k][kf_u] = kf_combine<"
+                                      f"{reduce.code}, {reduce.ctype}>(kf_racc_{reduce.var}"
+                                      f"[kf_k][kf_u], {item});")
+            for reduce in all_reductions:
+                for element, value in enumerate(values[reduce.kernel.output]):
+                    guard = "" if full else f"if ({element} < kf_cols) "
+                    accumulate.append(f"{guard}kf_acc_{reduce.var} = kf_combine<{reduce.code}, "
+                                      f"{reduce.ctype}>(kf_acc_{reduce.var}, "
+                                      f"({reduce.ctype}){value});")
+            work = [*code, *self.store_lines(values, address, "kf_cols", vec), *accumulate]
+            if guarded:
+                work = [f"if (iy < {n_rows}) {{  // the same for the whole warp: a warp owns "
+                        "its rows", *indent(work, 1), "}"]
+            else:  # rows past the end only feed accumulators that are never flushed
+                work = ["// (no stores or row-indexed reads: rows past the end are computed "
+                        "on clamped loads, never flushed)", *work]
+            compute = [
+                "#pragma unroll", f"for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
+                *indent(chunk, 1), "  (void)ix; (void)kf_cols;  // (unused by some groups)",
+                "  #pragma unroll", f"  for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                "    const int iy = kf_row0 + kf_k;" if guarded else "",
+                *indent(work, 2), "  }", "}"]
+            compute = [line for line in compute if line]
+            return ["// stage 1: every load of the step first (in flight together)", *loads,
+                    "// stage 2: every member at each element, row results accumulated",
+                    *compute]
+
+        accumulators = [f"{r.ctype} kf_racc_{r.var}[{rows}][{unroll}];  // partial {r.op} of "
+                        f"'{r.kernel.name}' per row and chunk"
+                        for r in row_reductions]
+        if row_reductions:
+            accumulators += [
+                "#pragma unroll", f"for (int kf_k = 0; kf_k < {rows}; ++kf_k)",
+                "  #pragma unroll", f"  for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
+                *[f"    kf_racc_{r.var}[kf_k][kf_u] = {r.identity};" for r in row_reductions],
+                "  }"]
+        flush = []
+        for reduce in row_reductions:
+            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+            flush += [
+                "#pragma unroll",
+                f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{  // '{reduce.kernel.name}': "
+                "each row over the warp, one atomic per row and span",
+                f"  {reduce.ctype} kf_part = kf_racc_{reduce.var}[kf_k][0];",
+                "  #pragma unroll",
+                f"  for (int kf_u = 1; kf_u < {unroll}; ++kf_u) kf_part = {combine}(kf_part, "
+                f"kf_racc_{reduce.var}[kf_k][kf_u]);",
+                f"  kf_part = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>(kf_part);",
+                f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) kf_atomic_{reduce.op}("
+                f"&{reduce.var}[kf_row0 + kf_k], kf_part);",
+                "}"]
+        walk = [
+            f"for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{  // serial iterations: row groups",
+            f"  const int kf_row0 = (kf_by * {iters} + kf_it) * {by * rows} + kf_ty * {rows};",
+            f"  if (kf_row0 >= {n_rows}) break;  // the same for the whole warp (no barrier "
+            "inside)",
+            *indent(accumulators, 1),
+            "  int kf_cs = kf_c0;",
+            "  if (kf_vec) {  // whole aligned steps: straight 16-byte loads",
+            f"    for (; kf_cs + {step} <= kf_c1; kf_cs += {step}) {{",
+            *indent(step_lines(True), 3),
+            "    }",
+            "  }",
+            f"  for (; kf_cs < kf_c1; kf_cs += {step}) {{  // the rest: masked (and unaligned)",
+            *indent(step_lines(False), 2),
+            "  }",
+            *indent(flush, 1),
+            "}",
+        ]
+        inner = [f"{r.ctype} kf_acc_{r.var} = {r.identity};  // partial {r.op} of "
+                 f"'{r.kernel.name}'" for r in all_reductions]
+        inner += walk
+        for reduce in all_reductions:
+            inner += [f"// '{reduce.kernel.name}': combine over the block, one atomic per block",
+                      f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
+                      f"kf_acc_{reduce.var}, {reduce.identity});",
+                      f"if (kf_tx == 0 && kf_ty == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
+                      f"kf_acc_{reduce.var});"]
+        vec = self.aligned_flag(group.tile_inputs + group.stores + group.col_inputs, n_cols)
+        span_text = f"{variant.span}"
+        spans = [f"const int kf_spans = ({n_cols} + {span_text} - 1) / {span_text};",
+                 "for (int kf_bs = blockIdx.y; kf_bs < kf_spans; "
+                 "kf_bs += gridDim.y) {",
+                 f"  const int kf_c0 = kf_bs * {span_text};",
+                 f"  const int kf_c1 = min({n_cols}, kf_c0 + {span_text});"]
+        if not variant.span:
+            spans = ["{  // one span: whole rows", "  const int kf_c0 = 0;",
+                     f"  const int kf_c1 = {n_cols};"]
+        body = [
+            "// stream mapping: warp ty owns rows row0 + ty * "
+            f"{rows} .. +{rows - 1} and walks along them, {unroll} x {v} column(s) per row, "
+            "thread and step",
+            "const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;",
+            f"const bool kf_vec = {vec};  // 16-byte accesses where aligned",
+            f"const int kf_row_blocks = ({n_rows} + {by * rows * iters - 1}) / "
+            f"{by * rows * iters};",
+            "for (int kf_by = blockIdx.x; kf_by < kf_row_blocks; kf_by += gridDim.x) {",
+            *indent(spans, 1),
+            *indent(inner, 2),
+            "  }",
+            "}",
+        ]
+        grid = (GridAxis((rows_symbol,), by * rows * iters),
+                GridAxis((cols_symbol,), variant.span, GRID_LIMITS[1]) if variant.span
+                else GridAxis(), GridAxis())
         return body, grid
 
     def shared_ctype(self, element: str) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kfuse.codegen.mapreduce import (
+    WARP,
     MapReduceGroup,
     MapReduceVariant,
     claims,
@@ -53,6 +54,11 @@ MATRIX_THREADS_Y = (4, 8, 16)          # blocks of 32 x y threads
 MATRIX_ROWS = (1, 2, 4)                # rows per thread and tile (shuffle row sums)
 ITERATIONS = (1, 2, 4, 8, 16)
 PERSISTENT_ITERATIONS = (1, 4)         # chunks per loop step of a persistent vector grid
+STREAM_THREADS_Y = (4, 8)              # stream mapping: warps per block, one row group each
+STREAM_ROWS = (1, 2, 4)                # rows per warp walked together
+STREAM_UNROLL = (2, 4, 8)              # 16-byte loads per row, thread and step
+STREAM_SPANS = (0, 4096)               # columns per block (0: whole rows)
+STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (registers)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
 
 # Model constants (Hopper-class GPUs; the copy bandwidth and launch cost come from the profile).
@@ -98,6 +104,13 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
                                                resident * profile.sm_count))
         return result
     row_names = [r.kernel.name for r in group.row_reductions()]
+    if not group.col_reductions():  # the stream mapping: warps walk along their rows
+        inputs = max(1, len(group.tile_inputs))
+        for by, rows, unroll, span in itertools.product(STREAM_THREADS_Y, STREAM_ROWS,
+                                                        STREAM_UNROLL, STREAM_SPANS):
+            if rows * unroll * inputs <= STREAM_MAX_LOADS and rows * inputs <= 4:
+                result.append(MapReduceVariant((32, by), rows, 1, wides[0], "stream", (), 0,
+                                               unroll, span))
     for by, iters, wide in itertools.product(MATRIX_THREADS_Y, ITERATIONS, wides):
         for rows in MATRIX_ROWS:
             result.append(MapReduceVariant((32, by), rows, iters, wide, "shuffle"))
@@ -204,6 +217,7 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     threads = variant.threads[0] * variant.threads[1]
     points = math.prod(sizes[s] for s in group.domain)
     tile_rows, tile_cols = group.tile(variant)
+    stream = variant.rowsum == "stream" and not group.flat
     if group.flat:
         blocks = max(1, math.ceil(points / (tile_cols * variant.iters)))
         if variant.blocks:
@@ -213,6 +227,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         rows, cols = (sizes[s] for s in group.domain)
         col_blocks = math.ceil(cols / tile_cols)
         row_blocks = math.ceil(rows / (tile_rows * variant.iters))
+        if stream:  # one block per row group and span; a step of columns per iteration
+            col_blocks = math.ceil(cols / variant.span) if variant.span else 1
         blocks = col_blocks * row_blocks
     external = [b for b in group.reads]
     dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
@@ -221,7 +237,18 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     l2 = 0.0
     atomics = 0.0
     serial = 0.0
-    if not group.flat:
+    if stream:
+        # each warp re-reads the column vectors once per its rows (L1 shares them in part)
+        warps_rows = sizes[group.domain[0]] / variant.rows
+        for name in group.col_inputs:
+            l2 += _numel(graph, name, sizes) * ITEM_SIZE[graph.buffers[name].dtype] \
+                * warps_rows / variant.threads[1]
+        for kernel in group.members:  # vectors along the rows: once per row and span
+            for access in kernel.accesses:
+                if access.dims == (0,) and access.buffer not in group.produced:
+                    l2 += sizes[group.domain[0]] * 4 * col_blocks
+        atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
+    elif not group.flat:
         for name in group.col_inputs:  # each block re-reads its slice of the vector
             l2 += _numel(graph, name, sizes) * ITEM_SIZE[graph.buffers[name].dtype] * row_blocks
         for kernel in group.members:  # vectors along the rows: once per row and tile
@@ -240,13 +267,27 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     rows_in_flight = variant.rows if not group.flat else min(variant.iters, 4)
     registers = (BASE_REGISTERS + v * rows_in_flight * (tile_inputs + len(group.stores))
                  + v * (len(group.col_inputs) + len(group.col_reductions())))
+    if stream:  # rows x unroll loads of each matrix in flight, column vectors per chunk
+        rows_in_flight = variant.rows * variant.unroll
+        registers = (BASE_REGISTERS + v * rows_in_flight * (tile_inputs + len(group.stores))
+                     + variant.unroll * (v * len(group.col_inputs)
+                                         + variant.rows * len(group.row_reductions())))
     per_sm = max(1, min(per_sm, profile.registers_per_sm // (registers * threads)))
     resident = min(blocks, per_sm * profile.sm_count)
     in_flight = resident * threads * v * item * max(tile_inputs, 1) * rows_in_flight
     needed = profile.copy_bandwidth_bytes_per_s * MEMORY_LATENCY_S
     efficiency = min(1.0, in_flight / needed) if needed > 0 else 1.0
     waves = blocks / (per_sm * profile.sm_count)
-    if 1 <= waves < 8:  # the last wave leaves slots idle (below one wave: bytes in flight)
+    tail = waves - math.floor(waves)
+    if stream:
+        if waves >= 1 and tail > 0 and efficiency > 0:
+            # the last, partial wave: its blocks alone keep tail x the bytes in flight,
+            # which may still saturate DRAM (long blocks, many loads each) or not
+            tail_efficiency = min(1.0, tail * in_flight / needed) if needed > 0 else 1.0
+            efficiency = waves / (math.floor(waves) / efficiency
+                                  + tail / max(tail_efficiency, 1e-3))
+    elif 1 <= waves < 8:  # the last wave leaves slots idle (below one wave: bytes in flight)
+        # (kept for the tile mapping and vectors: their choices were checked on an H200)
         efficiency *= waves / math.ceil(waves)
     efficiency = max(efficiency, 1e-3)
     operations = 0.0
@@ -257,6 +298,9 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
             * points
     if variant.rowsum == "shuffle":
         operations += 2 * 5 * points / v * len(group.row_reductions())
+    elif stream:  # one warp reduction per row and span
+        operations += 2 * 5 * sizes[group.domain[0]] * col_blocks * WARP \
+            * len(group.row_reductions())
     times = {
         "memory": dram / (profile.copy_bandwidth_bytes_per_s * efficiency),
         "l2": l2 / (profile.copy_bandwidth_bytes_per_s * L2_BANDWIDTH_FACTOR),
