@@ -99,6 +99,8 @@ def main(names: list[str]) -> None:
     for block in os.environ.get("BLOCKS", "").split(",") or [""]:
         if block:  # threads along x, along y, blocks per SM asked of the compiler
             kernels.TILE_X, kernels.TILE_Y, kernels.TILE_MIN_BLOCKS = map(int, block.split("x"))
+            kernels.TILED_BLOCKS.update({2: (kernels.TILE_X, kernels.TILE_Y),
+                                         3: (kernels.TILE_X, kernels.TILE_Y)})
         for tile in filter(None, os.environ.get("TILES", "8x1").split(",")):
             shape = tuple(int(t) for t in tile.split("x"))
             for variant in ("single", "recompute"):

@@ -38,6 +38,10 @@ from kfuse.ir.graph import Graph, Kernel
 
 MAP_BLOCK_1D = 256
 TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/benchmarks.md)
+# Threads per block (x, y) of register-tiled kernels by dimensionality; 3-D tiles run
+# best in blocks of 128 threads (H200, scripts/tile_sweep.py: 7-point stencils 95% of
+# copy vs 88% in blocks of 64 x 4).
+TILED_BLOCKS: dict[int, tuple[int, int]] = {2: (TILE_X, TILE_Y), 3: (32, 4)}
 # Blocks per SM that tiled kernels ask the compiler to fit (__launch_bounds__; 0: no
 # request, the compiler may use up to 255 registers per thread)
 TILE_MIN_BLOCKS = 0
@@ -346,7 +350,7 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
 
 
 def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str], LaunchSpec]:
-    """2-D/3-D tiles of TILE_X x TILE_Y threads over the two innermost axes.
+    """2-D/3-D blocks of ``TILED_BLOCKS[ndim]`` threads over the two innermost axes.
 
     Each thread computes a register tile of points: ``tile[0]`` consecutive points along
     the outermost axis (rows of an image, planes of a volume), ``tile[-1]`` along the
@@ -354,6 +358,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
     intermediates its points share are loaded or computed once and kept in registers.
     """
     rows, columns = tile[0], tile[-1]
+    block_x, block_y = TILED_BLOCKS[group.ndim]
     middle_count = tile[1] if group.ndim == 3 else 1
     sizes = tuple(size_var(s) for s in group.domain)
     outer = "iz" if group.ndim == 3 else "iy"
@@ -411,25 +416,25 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
         "  }",
         "}",
     ]
-    header, params = group.signature(TILE_X * TILE_Y, TILE_MIN_BLOCKS)
+    header, params = group.signature(block_x * block_y, TILE_MIN_BLOCKS)
     first_column = f"(blockIdx.x * blockDim.x + threadIdx.x) * {columns}" if columns > 1 \
         else "blockIdx.x * blockDim.x + threadIdx.x"
     body = [f"const int ix = {first_column};", f"if (ix >= {width}) return;"]
     if group.ndim == 2:
         body += outer_loop
-        grid = (GridAxis((group.domain[1],), TILE_X * columns),
-                GridAxis((group.domain[0],), TILE_Y * rows, GRID_LIMITS[1]), GridAxis())
+        grid = (GridAxis((group.domain[1],), block_x * columns),
+                GridAxis((group.domain[0],), block_y * rows, GRID_LIMITS[1]), GridAxis())
     else:
         first_row = "(blockIdx.y * blockDim.y + threadIdx.y)" + (
             f" * {middle_count}" if middle_count > 1 else "")
         body += [f"for (int iy = {first_row}; iy < {sizes[1]}; "
                  f"iy += gridDim.y * blockDim.y * {middle_count}) {{",
                  *indent(outer_loop, 1), "}"]
-        grid = (GridAxis((group.domain[2],), TILE_X * columns),
-                GridAxis((group.domain[1],), TILE_Y * middle_count, GRID_LIMITS[1]),
+        grid = (GridAxis((group.domain[2],), block_x * columns),
+                GridAxis((group.domain[1],), block_y * middle_count, GRID_LIMITS[1]),
                 GridAxis((group.domain[0],), rows, GRID_LIMITS[2]))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
-                        (TILE_X, TILE_Y, 1), grid)
+                        (block_x, block_y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
