@@ -11,8 +11,11 @@ choice:
 - ``tile``: the best-predicted variant of the tile mapping (what the planner chose before
   the stream mapping existed: 32 x by threads own a 128-column tile and walk down the rows);
 - ``rank<i>``: the ``--top`` best-predicted variants;
-- ``pick``: hand-picked configurations (stream: warps walking along their rows with 2-8
-  16-byte loads per row and thread in flight; tile: more rows in flight per thread).
+- ``pick``: hand-picked configurations (stream: warps walking along their rows with 2-16
+  16-byte loads per row and thread in flight, 2-16 warps per block, persistent grids of a
+  multiple of the SM count looping over the rows (``g``); tile: more rows in flight per
+  thread). Stream variants without a column span (``:c``) store whole rows plainly: no
+  atomics and no fill of their outputs.
 
 Each candidate's group time is the median of ``--repeat`` CUDA-event timings (after
 warm-up) of its kernel launch plus the fills of its atomically combined outputs; GB/s counts
@@ -26,8 +29,9 @@ Usage (repo root, on the GPU machine)::
 
     PYTHONPATH=. python3 scripts/blas_experiments.py [apps ...] [--size 16384] [--top 8]
         [--repeat 30] [--budget 210] [--no-calibrate] [--resources] [--json out.json]
-    PYTHONPATH=. python3 scripts/blas_experiments.py --dry-run [--resources]
-        # no GPU: plans, candidates, generated sources (--resources: registers via nvcc)
+    PYTHONPATH=. python3 scripts/blas_experiments.py --dry-run [--h200] [--resources]
+        # no GPU: plans, candidates, generated sources (--resources: registers via nvcc;
+        # --h200: rank with an H200-like profile, copy 4275 GB/s)
 
 Writes ``$OUT/blas_experiments.json`` when ``$OUT`` is set (or ``--json``).
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -68,9 +73,14 @@ TOLERANCE = 1e-5
 SAMPLE_ROWS = 512          # rows compared for outputs larger than BIG elements
 BIG = 1 << 24
 
-STREAM_PICKS = ("32x4:r1:i1:w:stream:u4", "32x4:r1:i1:w:stream:u8", "32x4:r2:i1:w:stream:u4",
-                "32x8:r1:i1:w:stream:u4", "32x8:r2:i1:w:stream:u2", "32x4:r4:i1:w:stream:u2",
-                "32x4:r1:i1:w:stream:u4:c4096", "32x4:r2:i1:w:stream:u4:c8192")
+STREAM_PICKS = ("32x4:r1:i1:w:stream:u4", "32x4:r1:i1:w:stream:u8", "32x8:r1:i1:w:stream:u4",
+                "32x4:r4:i1:w:stream:u2", "32x4:r1:i1:w:stream:u4:c4096",
+                # round 2: 8 warps x u8, u16, 2 warps per block, persistent grids (GSMS:
+                # the device's SM count times the number after it), 2 row groups per block
+                "32x8:r1:i1:w:stream:u8", "32x4:r1:i1:w:stream:u16", "32x2:r1:i1:w:stream:u4",
+                "32x2:r1:i1:w:stream:u8", "32x8:r1:i2:w:stream:u4",
+                "32x4:r1:i1:w:stream:GSMS8:u4", "32x8:r1:i1:w:stream:GSMS4:u4",
+                "32x4:r1:i1:w:stream:GSMS4:u8", "32x16:r1:i1:w:stream:u4")
 TILE_PICKS = ("32x8:r2:i16:w:shuffle", "32x4:r4:i16:w:shuffle", "32x8:r4:i8:w:shuffle",
               "32x4:r8:i8:w:shuffle", "32x8:r8:i4:w:shuffle", "32x16:r4:i4:w:shuffle")
 
@@ -112,7 +122,7 @@ def matrix_groups(graph, plan) -> list[tuple[tuple[str, ...], tuple[str, ...], s
 
 
 def candidates_for(graph, space: ImplementationSpace, members, outputs, plan_variant: str,
-                   top: int) -> list[Candidate]:
+                   top: int, sms: int = 132) -> list[Candidate]:
     choices = space.choices(members)
     predicted = {c.variant: (i + 1, c.prediction.time_s * 1e3) for i, c in enumerate(choices)}
     result: list[Candidate] = []
@@ -145,6 +155,7 @@ def candidates_for(graph, space: ImplementationSpace, members, outputs, plan_var
     group = MapReduceGroup(graph, members, outputs)
     picks = TILE_PICKS if group.col_reductions() else STREAM_PICKS + TILE_PICKS[:2]
     for pick in picks:
+        pick = re.sub(r"GSMS(\d+)", lambda m: f"g{int(m.group(1)) * sms}", pick)
         add("pick", "mapreduce:" + pick)
     return result
 
@@ -202,7 +213,8 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
     studies = []
     for members, outputs, variant in matrix_groups(graph, plan):
         study = GroupStudy(members, outputs, variant,
-                           candidates_for(graph, space, members, outputs, variant, args.top))
+                           candidates_for(graph, space, members, outputs, variant, args.top,
+                                          profile.sm_count))
         studies.append(study)
         log(f"  group [{'+'.join(members)}]: {len(study.candidates)} candidates "
             f"({len(space.choices(members))} in the space)")
@@ -336,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("apps", nargs="*", help=f"default: {' '.join(APPS)}")
     parser.add_argument("--size", type=int, default=16384, help="matrices are SIZE x SIZE")
-    parser.add_argument("--top", type=int, default=6, help="best-predicted variants timed")
+    parser.add_argument("--top", type=int, default=4, help="best-predicted variants timed")
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--no-calibrate", action="store_true",
@@ -347,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="no GPU: plans, candidates and generated sources only")
     parser.add_argument("--budget", type=float, default=210.0,
                         help="seconds: candidates not started by then are skipped")
+    parser.add_argument("--h200", action="store_true",
+                        help="with --dry-run or --no-calibrate: rank with an H200-like profile "
+                             "(132 SMs, copy bandwidth 4275 GB/s as measured by the lead)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     args.deadline = time.monotonic() + args.budget
@@ -354,12 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = os.environ.get("OUT")
     target = args.json or (os.path.join(out_dir, "blas_experiments.json") if out_dir else None)
     started = time.perf_counter()
-    if args.dry_run:
+    if args.dry_run or args.no_calibrate:
         from kfuse.model.device import current_profile
         profile = current_profile()
-    elif args.no_calibrate:
-        from kfuse.model.device import current_profile
-        profile = current_profile()
+        if args.h200:
+            from dataclasses import replace
+            profile = replace(profile, name="NVIDIA H200 (like: copy as measured)",
+                              sm_count=132, copy_bandwidth_bytes_per_s=4.275e12,
+                              peak_bandwidth_bytes_per_s=4.8e12)
     else:
         from kfuse.bench.calibrate import calibrate
         log("calibrating ...")

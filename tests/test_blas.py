@@ -540,12 +540,15 @@ def test_stream_source_issues_every_load_of_a_step_first():
     assert "float kf_ld_A[2][4][4];" in kernel and "float kf_ld_B[2][4][4];" in kernel
     assert "kf_mr_load<4>(A + (kf_index_t)iy * n_A_1 + ix, kf_cols, true," in kernel
     assert "for (; kf_cs + 512 <= kf_c1; kf_cs += 512)" in kernel  # whole aligned steps
-    assert "kf_atomic_sum(&Ax[kf_row0 + kf_k], kf_part)" in kernel
+    # the warp owns whole rows: plain stores, no atomics, no fill of the outputs
+    assert "Ax[kf_row0 + kf_k] = kf_part;" in kernel and "kf_atomic" not in kernel
     assert "__syncthreads" not in kernel and "kf_smem" not in kernel
     program = generate(graph, [(("Ax", "Bx"), ("Ax", "Bx"),
                                 "mapreduce:32x4:r2:i1:w:stream:u4:c1000")])
     (launch,) = program.launches
     assert launch.grid_size({"A.0": 16384, "A.1": 16384}) == (2048, 16, 1)  # span 1024
+    assert "kf_atomic_sum(&Ax[kf_row0 + kf_k], kf_part)" in program.source  # spans: atomics
+    assert launch.initial_values == (("Ax", 0), ("Bx", 0))
 
 
 def test_stream_mapping_is_refused_for_column_reductions_and_enumerated_without():
@@ -596,3 +599,79 @@ def test_stream_mapping_with_stores_row_vectors_dots_and_other_types():
                                        rtol=1e-12)
             np.testing.assert_allclose(out["total"], expected.sum(), rtol=1e-9, atol=1e-9)
             assert (out["top"] == data["k"].max(axis=1)).all()
+
+
+# Whole rows stored plainly (no fill), persistent stream grids, the stream model's ranking
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", [
+    "mapreduce:32x4:r1:i1:w:stream:u8",          # whole rows: plain stores, no fill
+    "mapreduce:32x8:r1:i1:w:stream:g3:u4",       # a persistent grid of 3 blocks
+    "mapreduce:32x2:r3:i2:s:stream:g2:u2",       # persistent, 3 rows per warp, scalar loads
+    "mapreduce:32x4:r1:i1:w:stream:g5:u2:c128",  # persistent with spans (atomics, a fill)
+])
+@pytest.mark.parametrize("name,members", [("gesummv", ("Ax", "Bx")), ("sgemv", ("z_prod",))])
+def test_plain_stores_and_persistent_stream_grids_compute_the_reference(name, members,
+                                                                        variant):
+    """Odd, unaligned sizes; outputs start poisoned, so a row left unwritten shows."""
+    cpu_or_skip()
+    run_group_variant(name, members, variant,
+                      [(67, 150), (5, 9), (33, 1031), (130, 517), (1, 3)])
+
+
+def test_whole_rows_need_no_fill_and_spans_do():
+    graph = get_app("sgemv").build().graph()
+    group = MapReduceGroup(graph, ["z_prod"], ["z_prod"])
+    whole = MapReduceVariant.parse("mapreduce:32x4:r1:i1:w:stream:g264:u4")
+    assert whole.blocks == 264 and group.normalize(whole).text() == whole.text()
+    assert group.stored_rows(whole) and not group.atomic_reductions(whole)
+    program = generate(graph, [(("z_prod",), ("z_prod",), whole.text())])
+    (launch,) = program.launches
+    assert launch.initial_values == ()
+    assert launch.grid_size({"A.0": 16384, "A.1": 16384}) == (264, 1, 1)  # capped
+    assert "z_prod[kf_row0 + kf_k] = kf_part;" in program.source
+    spans = MapReduceVariant.parse("mapreduce:32x4:r1:i1:w:stream:u4:c4096")
+    assert not group.stored_rows(spans)
+    (launch,) = generate(graph, [(("z_prod",), ("z_prod",), spans.text())]).launches
+    assert launch.initial_values == (("z_prod", 0),)
+    with pytest.raises(FusionError, match="persistent grid"):
+        group.normalize(MapReduceVariant.parse("mapreduce:32x4:r4:i8:w:shuffle:g100"))
+    # a dot in a stream group still needs its fill (one atomic per block)
+    p = kf.Pipeline("rows_and_dot")
+    m = p.input("m", ndim=2)
+    p.output(kf.reduce_sum(m, axis=1, name="rows"), kf.reduce_sum(m, name="total"))
+    dot_graph = p.graph()
+    both = MapReduceGroup(dot_graph, ["rows", "total"], ["rows", "total"])
+    assert [r.kernel.name for r in both.atomic_reductions(whole)] == ["total"]
+
+
+def test_stream_ranking_prefers_one_row_per_warp_and_no_fill():
+    """At 16384^2 (H200-like profile) the stream model ranks one row per warp with more
+    loads in flight above several rows per warp, and counts no fill for whole rows."""
+    from dataclasses import replace
+
+    from kfuse.model.device import default_profile
+    from kfuse.search.variants import predict_variant
+    profile = replace(default_profile(), copy_bandwidth_bytes_per_s=4.275e12)
+    for name, members in (("gesummv", ("Ax", "Bx")), ("sgemv", ("z_prod",))):
+        app = get_app(name)
+        graph = app.build().graph()
+        sizes = app.sizes(graph, (16384, 16384))
+        space = ImplementationSpace(graph, sizes, profile)
+        best = MapReduceVariant.parse(space.choices(members)[0].variant)
+        assert (best.rowsum, best.rows, best.span) == ("stream", 1, 0), best
+        assert best.unroll >= 4
+
+        def time(variant: str, graph=graph, members=members, sizes=sizes) -> float:
+            return predict_variant(graph, members, members, "mapreduce:" + variant, sizes,
+                                   profile).time_s
+
+        # measured: GESUMMV r2:u2 2% slower than r1:u8, SGEMV r4:u2 1.4% slower than r1:u4
+        several = f"32x4:r{4 // len(members)}:i1:w:stream:u2"
+        assert time("32x4:r1:i1:w:stream:u4") < time(several)
+        spans = predict_variant(graph, members, members, "mapreduce:32x4:r1:i1:w:stream:u4:"
+                                "c4096", sizes, profile)
+        assert spans.launches == 1 + len(members) and spans.atomics > 0  # fills, atomics
+        found = predict_variant(graph, members, members, "mapreduce:32x4:r1:i1:w:stream:u4",
+                                sizes, profile)
+        assert found.launches == 1 and found.atomics == 0

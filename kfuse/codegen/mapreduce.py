@@ -17,7 +17,9 @@ one thread-to-data and one block-to-data mapping, which is what makes them fusib
   vectors indexed by row are read once per row.
 
 Reductions are combined from on-chip partial results with atomics into outputs the launcher
-sets to the identity first (``LaunchSpec.initial_values``):
+sets to the identity first (``LaunchSpec.initial_values``), except where one warp owns whole
+rows (the stream mapping without column spans): there each row's result is complete inside
+the warp and is written with a plain store, and the output needs no fill:
 
 - along a row (``A x``): the row's ``V`` values per thread, then either warp shuffles
   (``rowsum="shuffle"``) or the paper's tile in shared memory (``rowsum="smem"``: the values
@@ -117,16 +119,17 @@ class MapReduceVariant:
     combine the values of a row (``shuffle`` or ``smem``, the padded tile);
     ``order``: calling order of the row reductions' sums (``smem`` only); ``blocks``: at
     most this many blocks, each looping over the chunks (a persistent grid sized to the
-    device: no last-wave tail, fewer partial results; vector kernels only; 0: one block
-    per ``iters`` chunks).
+    device: no last-wave tail, fewer partial results; vector kernels and the stream mapping;
+    0: one block per ``iters`` chunks).
 
     ``rowsum="stream"`` is another thread-to-data mapping for matrix groups without column
     reductions (``A x``, maps, dots): warp ``ty`` owns ``rows`` consecutive rows and walks
     along them, ``unroll`` coalesced 16-byte loads per row and thread in flight per step
     (``32 * V * unroll`` columns), partial row results kept in registers across the whole
     walk and combined over the warp once at the end; ``span``: columns per block (0: whole
-    rows, one atomic per row; else a multiple of the step, one atomic per row and span);
-    ``iters``: groups of ``threads[1] * rows`` rows per block.
+    rows, one plain store per row and no fill of the output; else a multiple of the step, one
+    atomic per row and span); ``iters``: groups of ``threads[1] * rows`` rows per block;
+    ``blocks``: a persistent grid of at most this many blocks looping over the row groups.
     """
 
     threads: tuple[int, int] = (256, 1)
@@ -333,12 +336,13 @@ class MapReduceGroup(GroupNames):
                 raise FusionError(f"variant {variant}: a vector kernel takes N x 1 threads")
             return MapReduceVariant((bx, 1), 1, variant.iters, variant.wide, "shuffle", (),
                                     variant.blocks)
-        if variant.blocks:
-            raise FusionError(f"variant {variant}: a persistent grid is for vector kernels")
         if bx != WARP:
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads")
         if variant.rowsum == "stream":
             return self._normalize_stream(variant)
+        if variant.blocks:
+            raise FusionError(f"variant {variant}: a persistent grid is for vector kernels "
+                              "and the stream mapping")
         rows = variant.rows
         order: tuple[str, ...] = ()
         rowsum = variant.rowsum if self.row_reductions() else "shuffle"
@@ -368,10 +372,22 @@ class MapReduceGroup(GroupNames):
         step = self.step(variant)
         span = -(-variant.span // step) * step if variant.span else 0
         return MapReduceVariant(variant.threads, variant.rows, variant.iters, variant.wide,
-                                "stream", (), 0, variant.unroll, span)
+                                "stream", (), variant.blocks, variant.unroll, span)
 
     def width(self, variant: MapReduceVariant) -> int:
         return variant.width(self.item_size)
+
+    def stored_rows(self, variant: MapReduceVariant) -> bool:
+        """True when the row reductions are written with plain stores: one warp owns whole
+        rows (the stream mapping without column spans), so a row's result is complete in
+        the warp and its output needs neither atomics nor a fill before the launch."""
+        return not self.flat and variant.rowsum == "stream" and not variant.span
+
+    def atomic_reductions(self, variant: MapReduceVariant) -> list[Reduce]:
+        """The reductions combined with atomics (their outputs are filled first)."""
+        if self.stored_rows(variant):
+            return [r for r in self.reductions if r.kind != "row"]
+        return list(self.reductions)
 
     def step(self, variant: MapReduceVariant) -> int:
         """Columns a warp covers per step of the stream mapping (32 x V x unroll)."""
@@ -670,7 +686,7 @@ class _Builder:
                ) -> LaunchSpec:
         group = self.group
         initial = tuple((r.kernel.output, identity_value(r.op, r.dtype))
-                        for r in group.reductions)
+                        for r in group.atomic_reductions(self.variant))
         return LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                           (self.variant.threads[0], self.variant.threads[1], 1), grid, initial)
 
@@ -982,19 +998,27 @@ class _Builder:
                 *[f"    kf_racc_{r.var}[kf_k][kf_u] = {r.identity};" for r in row_reductions],
                 "  }"]
         flush = []
+        stored = group.stored_rows(variant)
         for reduce in row_reductions:
             combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+            if stored:  # the warp owns whole rows: its result is the row's, no atomic
+                write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) "
+                         f"{reduce.var}[kf_row0 + kf_k] = kf_part;")
+                how = "one plain store per row (the warp owns whole rows: no fill, no atomic)"
+            else:
+                write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) kf_atomic_{reduce.op}("
+                         f"&{reduce.var}[kf_row0 + kf_k], kf_part);")
+                how = "one atomic per row and span"
             flush += [
                 "#pragma unroll",
                 f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{  // '{reduce.kernel.name}': "
-                "each row over the warp, one atomic per row and span",
+                f"each row over the warp, {how}",
                 f"  {reduce.ctype} kf_part = kf_racc_{reduce.var}[kf_k][0];",
                 "  #pragma unroll",
                 f"  for (int kf_u = 1; kf_u < {unroll}; ++kf_u) kf_part = {combine}(kf_part, "
                 f"kf_racc_{reduce.var}[kf_k][kf_u]);",
                 f"  kf_part = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>(kf_part);",
-                f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) kf_atomic_{reduce.op}("
-                f"&{reduce.var}[kf_row0 + kf_k], kf_part);",
+                write,
                 "}"]
         walk = [
             f"for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{  // serial iterations: row groups",
@@ -1047,7 +1071,8 @@ class _Builder:
             "  }",
             "}",
         ]
-        grid = (GridAxis((rows_symbol,), by * rows * iters),
+        cap = variant.blocks or GRID_LIMITS[0]  # a persistent grid loops over the row groups
+        grid = (GridAxis((rows_symbol,), by * rows * iters, cap),
                 GridAxis((cols_symbol,), variant.span, GRID_LIMITS[1]) if variant.span
                 else GridAxis(), GridAxis())
         return body, grid

@@ -18,11 +18,39 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
 
 The prediction is analytic (:func:`predict_variant`): DRAM bytes at the calibrated copy
 bandwidth, derated by how many bytes a variant keeps in flight (Little's law with the
-occupancy its block size and shared memory allow) and by the last wave's tail; the L2
-traffic of re-read vectors; arithmetic; plus what streaming does not hide: the atomics
+occupancy its block size, shared memory and registers allow) and by the last wave's tail;
+the L2 traffic of re-read vectors; arithmetic; plus what streaming does not hide: the atomics
 that combine partial reductions (in part), the serialised atomics on one address, each
 block's fixed prologue and epilogue, one launch and one fill per atomically combined output
-(the outputs are set to the identity first). :func:`autotune` times the top ``k`` on the device and keeps the fastest.
+(the outputs are set to the identity first; rows a warp owns whole are stored plainly and
+need no fill). :func:`autotune` times the top ``k`` on the device and keeps the fastest.
+
+The stream mapping of matrix kernels (:func:`_matrix_efficiency`) uses a finer Little's law
+than vector kernels and the tile mapping (whose model and choices were checked on an H200 and
+are kept; moving them onto this model changed their measured-good choices):
+
+- only *loads* must be in flight (stores are posted): the reads of a kernel that also writes
+  need a proportionally smaller share of ``bandwidth x latency``;
+- registers come from an estimate fitted to ptxas (sm_90, the generated kernels: about 1.5
+  registers per matrix element a thread keeps in flight), rounded to the allocation unit;
+  they bound the resident warps and so the bytes in flight;
+- the drawn bandwidth approaches the copy bandwidth with a soft knee,
+  ``x / (1 + x^4)^(1/4)`` for ``x`` = bytes in flight / bytes needed, instead of
+  ``min(1, x)``: near saturation queueing raises the loaded latency, so more bytes in flight
+  still help a little (H200, 16384^2 SGEMV: 114 KB per SM 0.2436 ms, 65 KB 0.2446 ms,
+  74 KB on 4-warp blocks 0.2463 ms);
+- waves: the full waves run at the resident bytes in flight, the last partial wave at its
+  share of them (a kernel of 1.55 waves of few long blocks was measured 1.8% slower than
+  one of 3.9 waves of short ones at equal bytes in flight);
+- a block's fixed prologue and epilogue (index math, barriers, flushes) cost only the bytes
+  that block does not keep in flight meanwhile (other blocks stream on): its duty cycle
+  scales its bytes in flight, rather than adding its cycles to the time;
+- DRAM row-buffer locality: every matrix row read at once is a separate stream of pages,
+  and the more streams the more row-buffer misses; the time grows by ``ROW_STREAM_COST`` per
+  concurrently read row (fitted on an H200 at 16384^2: 32x4 stream r4:u2 SGEMV keeps about
+  10,500 rows open and was 1.8% slower than the shared-memory tile, which keeps about 300;
+  GESUMMV stream r2:u2, 12,700 rows, 2% slower than r1:u8, 3,200). This is why one row
+  per warp with more loads per row beats several rows per warp at equal bytes in flight.
 """
 
 from __future__ import annotations
@@ -73,6 +101,15 @@ BLOCK_CYCLES = 400                     # fixed cost of a block: index math, inva
 EPILOGUE_CYCLES = 800                  # barriers and flushes of partial reductions
 BASE_REGISTERS = 32
 MAX_BLOCKS_PER_SM = 32
+# Matrix kernels (fitted to ptxas -v, sm_90, on the generated kernels; rms 9 registers):
+STREAM_BASE_REGISTERS = 20
+TILE_BASE_REGISTERS = 24
+REGISTERS_PER_MATRIX_WORD = 1.5        # 32-bit words of a matrix a thread keeps in flight
+REGISTERS_PER_VECTOR_WORD = 0.85       # words of column vectors kept per step chunk
+REGISTER_UNIT = 8                      # registers are allocated per thread in units of 8
+MAX_REGISTERS = 255
+KNEE = 4.0                             # soft knee of the drawn bandwidth vs bytes in flight
+ROW_STREAM_COST = 1.7e-6               # DRAM time per matrix row read concurrently (H200 fit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,6 +267,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         if stream:  # one block per row group and span; a step of columns per iteration
             col_blocks = math.ceil(cols / variant.span) if variant.span else 1
         blocks = col_blocks * row_blocks
+        if stream and variant.blocks:  # a persistent grid loops over the row groups
+            blocks = min(blocks, variant.blocks)
     external = [b for b in group.reads]
     dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
     dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype]
@@ -247,7 +286,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
             for access in kernel.accesses:
                 if access.dims == (0,) and access.buffer not in group.produced:
                     l2 += sizes[group.domain[0]] * 4 * col_blocks
-        atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
+        if not group.stored_rows(variant):  # whole rows are stored plainly
+            atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
     elif not group.flat:
         for name in group.col_inputs:  # each block re-reads its slice of the vector
             l2 += _numel(graph, name, sizes) * ITEM_SIZE[graph.buffers[name].dtype] * row_blocks
@@ -264,32 +304,22 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     if shared:
         per_sm = min(per_sm, profile.shared_memory_per_sm // (shared + 1024))
     tile_inputs = len(group.tile_inputs)
-    rows_in_flight = variant.rows if not group.flat else min(variant.iters, 4)
-    registers = (BASE_REGISTERS + v * rows_in_flight * (tile_inputs + len(group.stores))
-                 + v * (len(group.col_inputs) + len(group.col_reductions())))
-    if stream:  # rows x unroll loads of each matrix in flight, column vectors per chunk
-        rows_in_flight = variant.rows * variant.unroll
+    if not stream:  # vectors and the tile mapping (their choices were checked on an H200)
+        rows_in_flight = variant.rows if not group.flat else min(variant.iters, 4)
         registers = (BASE_REGISTERS + v * rows_in_flight * (tile_inputs + len(group.stores))
-                     + variant.unroll * (v * len(group.col_inputs)
-                                         + variant.rows * len(group.row_reductions())))
-    per_sm = max(1, min(per_sm, profile.registers_per_sm // (registers * threads)))
-    resident = min(blocks, per_sm * profile.sm_count)
-    in_flight = resident * threads * v * item * max(tile_inputs, 1) * rows_in_flight
-    needed = profile.copy_bandwidth_bytes_per_s * MEMORY_LATENCY_S
-    efficiency = min(1.0, in_flight / needed) if needed > 0 else 1.0
-    waves = blocks / (per_sm * profile.sm_count)
-    tail = waves - math.floor(waves)
-    if stream:
-        if waves >= 1 and tail > 0 and efficiency > 0:
-            # the last, partial wave: its blocks alone keep tail x the bytes in flight,
-            # which may still saturate DRAM (long blocks, many loads each) or not
-            tail_efficiency = min(1.0, tail * in_flight / needed) if needed > 0 else 1.0
-            efficiency = waves / (math.floor(waves) / efficiency
-                                  + tail / max(tail_efficiency, 1e-3))
-    elif 1 <= waves < 8:  # the last wave leaves slots idle (below one wave: bytes in flight)
-        # (kept for the tile mapping and vectors: their choices were checked on an H200)
-        efficiency *= waves / math.ceil(waves)
-    efficiency = max(efficiency, 1e-3)
+                     + v * (len(group.col_inputs) + len(group.col_reductions())))
+        per_sm = max(1, min(per_sm, profile.registers_per_sm // (registers * threads)))
+        resident = min(blocks, per_sm * profile.sm_count)
+        in_flight = resident * threads * v * item * max(tile_inputs, 1) * rows_in_flight
+        needed = profile.copy_bandwidth_bytes_per_s * MEMORY_LATENCY_S
+        efficiency = min(1.0, in_flight / needed) if needed > 0 else 1.0
+        waves = blocks / (per_sm * profile.sm_count)
+        if 1 <= waves < 8:  # the last wave leaves slots idle (below one wave: bytes in flight)
+            efficiency *= waves / math.ceil(waves)
+        efficiency = max(efficiency, 1e-3)
+    else:  # the stream mapping: registers fitted to ptxas, efficiency further down
+        registers = matrix_registers(group, variant)
+        per_sm = max(1, min(per_sm, _register_blocks(registers, threads, profile)))
     operations = 0.0
     for kernel in group.members:
         counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
@@ -301,21 +331,116 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     elif stream:  # one warp reduction per row and span
         operations += 2 * 5 * sizes[group.domain[0]] * col_blocks * WARP \
             * len(group.row_reductions())
+    cycles = BLOCK_CYCLES + (EPILOGUE_CYCLES if group.reductions or shared else 0)
+    if stream:
+        reads = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype]
+                    for b in group.tile_inputs)
+        efficiency = _matrix_efficiency(
+            blocks=blocks, per_sm=per_sm, profile=profile,
+            block_in_flight=threads * v * item * max(tile_inputs, 1)
+            * variant.rows * (variant.unroll if stream else 1),
+            read_share=reads / dram if dram else 1.0, block_bytes=dram / blocks,
+            fixed_s=cycles / CLOCK_HZ)
+        efficiency /= 1.0 + ROW_STREAM_COST * _concurrent_rows(
+            group, variant, blocks, col_blocks, row_blocks, per_sm * profile.sm_count)
     times = {
         "memory": dram / (profile.copy_bandwidth_bytes_per_s * efficiency),
         "l2": l2 / (profile.copy_bandwidth_bytes_per_s * L2_BANDWIDTH_FACTOR),
         "arithmetic": operations / (FP_OPS_PER_SM_PER_S * profile.sm_count),
     }
     bound = max(times, key=times.__getitem__)
-    launches = 1 + len(group.reductions)  # the kernel and one fill per reduction output
+    # the kernel and one fill per atomically combined output (rows stored plainly need none)
+    launches = 1 + len(group.atomic_reductions(variant))
     # What streaming does not hide: half the atomics' time, the atomics on one address, and
-    # each block's fixed work (prologue, epilogue barriers and flushes) per resident slot.
-    cycles = BLOCK_CYCLES + (EPILOGUE_CYCLES if group.reductions or shared else 0)
-    exposed = (ATOMIC_EXPOSED * atomics / ATOMIC_RATE_PER_S + serial / SAME_ADDRESS_RATE_PER_S
-               + blocks * cycles / CLOCK_HZ / (per_sm * profile.sm_count))
+    # each block's fixed work per resident slot (the stream mapping counts that work in its
+    # duty cycle instead: _matrix_efficiency).
+    exposed = ATOMIC_EXPOSED * atomics / ATOMIC_RATE_PER_S + serial / SAME_ADDRESS_RATE_PER_S
+    if not stream:
+        exposed += blocks * cycles / CLOCK_HZ / (per_sm * profile.sm_count)
     total = times[bound] + exposed + launches * profile.launch_overhead_s
     return VariantPrediction(total, dram, l2, atomics + serial, operations, efficiency, blocks,
                              per_sm, shared, launches, bound)
+
+
+def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
+    """Registers per thread of a matrix kernel, estimated (fitted to ptxas on sm_90).
+
+    About 1.5 per 32-bit word of the matrices a thread keeps in flight (the value and its
+    share of addresses and masks), 0.85 per word of column vectors per step chunk (stream
+    mapping; the tile mapping keeps one chunk), one per row accumulator and column sum.
+    """
+    v = group.width(variant)
+    words = (group.item_size or 4) // 4 or 1
+    matrices = max(1, len(group.tile_inputs)) + len(group.stores)
+    if variant.rowsum == "stream":
+        chunks = variant.unroll
+        estimate = (STREAM_BASE_REGISTERS
+                    + REGISTERS_PER_MATRIX_WORD * chunks * v * variant.rows * matrices * words
+                    + REGISTERS_PER_VECTOR_WORD * chunks * v * len(group.col_inputs) * words
+                    + 0.4 * chunks * variant.rows * len(group.row_reductions())
+                    + variant.rows * matrices)
+    else:
+        estimate = (TILE_BASE_REGISTERS
+                    + 1.25 * v * variant.rows * matrices * words
+                    + v * len(group.col_reductions()) * words)
+    return min(MAX_REGISTERS, int(math.ceil(estimate)))
+
+
+def _register_blocks(registers: int, threads: int, profile: DeviceProfile) -> int:
+    """Blocks per SM that the register file holds (allocation rounded per thread)."""
+    allocated = -(-registers // REGISTER_UNIT) * REGISTER_UNIT
+    warps = profile.registers_per_sm // (allocated * WARP)
+    return warps // -(-threads // WARP)
+
+
+def _concurrent_rows(group: MapReduceGroup, variant: MapReduceVariant, blocks: int,
+                     col_blocks: int, row_blocks: int, slots: int) -> int:
+    """Matrix rows the resident blocks read at once (each a separate DRAM stream).
+
+    Stream mapping: every resident warp walks ``rows`` rows of each matrix. Tile mapping:
+    blocks of one row group (``blockIdx.x``, the column tiles, varies fastest) share their
+    rows, so only ``resident / column tiles`` row groups of ``tile rows`` are open at once.
+    """
+    resident = min(blocks, slots)
+    matrices = max(1, len(group.tile_inputs))
+    if variant.rowsum == "stream":
+        return resident * variant.threads[1] * variant.rows * matrices
+    groups = min(row_blocks, -(-resident // max(col_blocks, 1)))
+    return groups * group.tile(variant)[0] * matrices
+
+
+def knee(x: float) -> float:
+    """Share of the copy bandwidth drawn with ``x`` times the bytes in flight that Little's
+    law asks for: ``min(1, x)`` with a soft knee (queueing near saturation)."""
+    if x <= 0:
+        return 0.0
+    return x / (1.0 + x ** KNEE) ** (1.0 / KNEE)
+
+
+def _matrix_efficiency(*, blocks: int, per_sm: int, profile: DeviceProfile,
+                       block_in_flight: float, read_share: float, block_bytes: float,
+                       fixed_s: float) -> float:
+    """Share of the copy bandwidth a matrix kernel draws (see the module's notes).
+
+    ``block_in_flight``: bytes of loads one block keeps in flight while it streams;
+    ``read_share``: loads' share of the kernel's DRAM bytes; ``block_bytes``: DRAM bytes
+    per block; ``fixed_s``: a block's prologue and epilogue.
+    """
+    bandwidth = profile.copy_bandwidth_bytes_per_s
+    slots = per_sm * profile.sm_count
+    needed = bandwidth * max(read_share, 0.05) * MEMORY_LATENCY_S
+    if needed <= 0 or block_in_flight <= 0:
+        return 1.0
+    # a block streams block_bytes at its share of the bandwidth, then pays its fixed work
+    streaming = block_bytes * min(blocks, slots) / bandwidth
+    duty = streaming / (streaming + fixed_s) if streaming + fixed_s > 0 else 1.0
+    full = slots * block_in_flight * duty / needed
+    waves = blocks / slots
+    if waves <= 1:
+        return max(knee(waves * full), 1e-3)
+    whole, tail = math.floor(waves), waves - math.floor(waves)
+    seconds = whole / knee(full) + (tail / knee(tail * full) if tail > 1e-9 else 0.0)
+    return max(waves / seconds, 1e-3)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,6 +524,18 @@ class Implementation:
         return replace(plan, groups=tuple(new_groups))
 
 
+def _rank_key(choice: GroupChoice) -> tuple:
+    """Predicted time (to the nanosecond), then ties broken toward fewer rows per warp and
+    more loads in flight per thread: the stream variants that saturate DRAM predict equal
+    times, and on an H200 one row per warp with more loads per row measured fastest
+    (fewer rows open at once, see ROW_STREAM_COST)."""
+    rows, loads = 0, 0
+    if is_variant_text(choice.variant):
+        variant = MapReduceVariant.parse(choice.variant)
+        rows, loads = variant.rows, variant.rows * variant.unroll
+    return (round(choice.prediction.time_s * 1e9), rows, -loads, choice.variant)
+
+
 class ImplementationSpace:
     """Fusions, their implementations and the combinations of one graph at given sizes."""
 
@@ -420,7 +557,7 @@ class ImplementationSpace:
                 prediction = predict_variant(self.graph, members, outputs, variant,
                                              self.sizes, self.profile)
                 found.append(GroupChoice(members, outputs, variant, prediction))
-            found.sort(key=lambda c: c.prediction.time_s)
+            found.sort(key=_rank_key)
             self._ranked[members] = found
         return self._ranked[members]
 
