@@ -225,7 +225,7 @@ ITEMS_PER_THREAD_SPECIAL = 16
 # aligned vector loads. Chosen by scripts/tile_sweep.py on an H200 (docs/benchmarks.md).
 REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
     ("single", 2): (8, 4), ("recompute", 2): (8, 4), ("arithmetic", 2): (8, 1),
-    ("single", 3): (16, 1, 4), ("recompute", 3): (8, 2, 4), ("arithmetic", 3): (8, 1, 1),
+    ("single", 3): (8, 2, 4), ("recompute", 3): (8, 2, 4), ("arithmetic", 3): (8, 1, 1),
 }
 # Operators above this many operations per point (special functions weighted as in the
 # roofline model) are arithmetic-bound on an H100/H200: they get the "arithmetic" tiles.
