@@ -14,10 +14,8 @@ if [ "$part" = check ]; then
   python3 -m kfuse calibrate 2>&1 | tee "$OUT/calibrate.txt"
   python3 -m kfuse demo --backend cuda 2>&1 | tee "$OUT/demo.txt"
   python3 -m pytest -q tests/test_cuda_backend.py 2>&1 | tail -5 | tee "$OUT/pytest_cuda.txt"
-  for app in $APPS; do
-    python3 -m kfuse run "$app" --backend cuda --verify --json 2>&1 | tail -1
-    python3 -m kfuse run "$app" --backend cuda --verify --json --unfused 2>&1 | tail -1
-  done | tee "$OUT/run_verify.jsonl"
+  python3 scripts/verify_apps.py --backend cuda $APPS 2>&1 | tee "$OUT/run_verify.jsonl"
+  python3 scripts/fp32_math_check.py 2>&1 | tee "$OUT/fp32_math.txt"
   python3 -m kfuse run harris --resources 2>&1 | tee "$OUT/resources.txt"
 fi
 if [ "$part" = bench ]; then
