@@ -447,12 +447,44 @@ def test_autotune_times_the_top_implementations():
     app = get_app("waxpby")
     graph = app.build().graph()
     arrays, params = app.make_inputs((3001,), np.random.default_rng(0), "float32")
-    result = autotune(graph, {**arrays, **params}, 2, backend="cpu", warmup=0, repeat=1)
+    result = autotune(graph, {**arrays, **params}, 2, backend="cpu", warmup=0, repeat=1,
+                      per_group=False)
     assert [m.rank for m in result.measured] == [1, 2]
     assert all(m.measured_s > 0 for m in result.measured)
     assert result.count > 2 and result.plan.strategy == "variants"
     assert result.plan.groups[0].variant == result.best.implementation.choices[0].variant
     check(app, result.plan, (3001,))
+
+
+def test_autotune_per_group_keeps_each_groups_fastest_variant(monkeypatch):
+    """Each group's k best variants are timed on their own and the fastest kept; the
+    assembled combination (rank 0) wins only if it is timed fastest whole. A fake clock makes
+    every later measurement faster, so the last option of each group must win."""
+    cpu_or_skip()
+    import kfuse.bench.timing as timing
+
+    calls = []
+
+    def clock(function, warmup=0, repeat=1):
+        function()
+        calls.append(function)
+        return timing.Timing(1.0 / len(calls), 1.0 / len(calls), 0.0, 0.0, 1)
+
+    monkeypatch.setattr(timing, "time_host", clock)
+    app = get_app("gesummv")
+    graph = app.build().graph()
+    arrays, params = app.make_inputs((37, 45), np.random.default_rng(0), "float32")
+    space = ImplementationSpace(graph, app.sizes(graph, (37, 45)))
+    result = autotune(graph, {**arrays, **params}, 2, backend="cpu", warmup=0, repeat=1,
+                      space=space)
+    assert result.best.rank == 0 and [m.rank for m in result.measured] == [1, 2, 0]
+    start = result.measured[1].implementation  # the fastest of the two whole ones
+    for tuned, original in zip(result.best.implementation.choices, start.choices, strict=True):
+        options = space.choices(original.members)[:2]
+        if original not in options:
+            options.append(original)
+        assert tuned == (options[-1] if len(options) > 1 else original)
+    check(app, result.plan, (37, 45))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -503,8 +503,10 @@ def _choose_plan(app: Any, graph, given: dict[str, Any], sizes: dict[str, int],
                       profile=profile)
         row.autotune = result.table()
         best = result.best
+        origin = (f"predicted #{best.rank}" if best.rank else
+                  "assembled from the fastest variant of each group")
         row.notes.append(f"autotuned: {len(result.measured)} of {result.count} "
-                         f"implementations timed; the fastest was predicted #{best.rank}")
+                         f"implementations timed; the fastest was {origin}")
         return result.plan
     planner = getattr(app, "planner", None)
     if planner is not None:

@@ -58,7 +58,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -614,7 +614,11 @@ def best_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
 
 @dataclass(frozen=True)
 class Measured:
-    """One timed implementation: its predicted rank, prediction and measured time."""
+    """One timed implementation: its predicted rank, prediction and measured time.
+
+    Rank 0 is the combination assembled from the fastest variant of each group, each group
+    timed on its own (see :func:`autotune`).
+    """
 
     rank: int
     implementation: Implementation
@@ -642,8 +646,16 @@ class AutotuneResult:
 def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "cuda",
              sizes: Mapping[str, int] | None = None, profile: DeviceProfile | None = None,
              warmup: int = 3, repeat: int = 20,
-             space: ImplementationSpace | None = None) -> AutotuneResult:
+             space: ImplementationSpace | None = None, per_group: bool = True
+             ) -> AutotuneResult:
     """Compile and time the ``k`` best-predicted implementations; keep the fastest.
+
+    With ``per_group`` the fastest one's groups are then tuned one at a time: the ``k``
+    best-predicted variants of each group are timed on their own (the other groups as
+    chosen so far) and the fastest kept. The groups of a plan are separate kernels, so this
+    finds the best variant of every group with ``k`` trials per group, where the k best
+    whole combinations mostly vary the cheap groups. The assembled combination (rank 0) is
+    timed whole and kept only if it is the fastest.
 
     ``given`` holds the inputs and parameters (device arrays for ``cuda``). On ``cuda`` the
     time is measured with CUDA events, on ``cpu`` with the wall clock (which says nothing
@@ -668,8 +680,51 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
         timing = timer(executable.launch_all, warmup=warmup, repeat=repeat)
         measured.append(Measured(rank, implementation, timing.median_s))
     fastest = min(measured, key=lambda m: m.measured_s)
+    if per_group:
+        def time_group(executable: Any, members: tuple[str, ...]) -> float:
+            from kfuse.bench.harness import launch_one
+
+            specs = [spec for spec in executable.program.launches
+                     if set(spec.operators) <= set(members)]
+
+            def launch() -> None:
+                for spec in specs:
+                    launch_one(executable, spec)
+
+            executable.launch_all()  # the outputs of earlier groups in place
+            return timer(launch, warmup=warmup, repeat=repeat).median_s
+
+        assembled = _tune_groups(graph, given, chosen, fastest.implementation, space, k,
+                                 time_group)
+        if assembled.choices != fastest.implementation.choices:
+            executable = chosen.prepare(graph, given, plan=assembled.plan(graph))  # type: ignore[attr-defined]
+            timing = timer(executable.launch_all, warmup=warmup, repeat=repeat)
+            measured.append(Measured(0, assembled, timing.median_s))
+            fastest = min(measured, key=lambda m: m.measured_s)
     plan = fastest.implementation.plan(graph, unfused_predicted_time_s=space.unfused_time())
     return AutotuneResult(plan, tuple(measured), space.count())
+
+
+def _tune_groups(graph: Graph, given: Mapping[str, Any], backend: Any, start: Implementation,
+                 space: ImplementationSpace, k: int,
+                 time_group: Callable[[Any, tuple[str, ...]], float]) -> Implementation:
+    """``start`` with each group's variant replaced by the fastest of its ``k`` best-predicted
+    ones, each group timed on its own."""
+    choices = list(start.choices)
+    for position, current in enumerate(start.choices):
+        options = space.choices(current.members)[:k]
+        if current not in options:
+            options.append(current)
+        if len(options) < 2:
+            continue
+        times = []
+        for option in options:
+            trial = Implementation(tuple([*choices[:position], option, *choices[position + 1:]]),
+                                   start.predicted_s)
+            executable = backend.prepare(graph, given, plan=trial.plan(graph))
+            times.append((time_group(executable, option.members), option))
+        choices[position] = min(times, key=lambda pair: pair[0])[1]
+    return Implementation(tuple(choices), sum(c.prediction.time_s for c in choices))
 
 
 __all__ = ["AutotuneResult", "GroupChoice", "Implementation", "ImplementationSpace",
