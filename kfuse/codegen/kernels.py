@@ -293,20 +293,20 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None
     """Point and stencil operators (fused or not): several points per thread."""
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group)
-    if tile is None or is_arithmetic_heavy(group):
-        tile = register_tile("arithmetic" if is_arithmetic_heavy(group) else "single",
-                             group.ndim)
+    heavy = is_arithmetic_heavy(group.members)
+    if tile is None or heavy:
+        tile = register_tile("arithmetic" if heavy else "single", group.ndim)
     return _tiled_kernel(group, tile)
 
 
-def is_arithmetic_heavy(group: KernelGroup) -> bool:
+def is_arithmetic_heavy(members: Sequence[Kernel]) -> bool:
     """True if a member does so much arithmetic per point that it, not memory, is the limit.
 
     Register tiles save loads, not arithmetic: such kernels get narrow tiles and keep
     their registers for the arithmetic (measured on the Night filter's bilateral passes).
     """
     return any(operations_per_point(kernel) > ARITHMETIC_HEAVY_OPERATIONS
-               for kernel in group.members)
+               for kernel in members)
 
 
 def operations_per_point(kernel: Kernel) -> float:

@@ -75,7 +75,7 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
 def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                   sizes: Mapping[str, int], profile: DeviceProfile) -> Prediction:
     """Roofline time of the kernel that computes ``members`` and writes ``outputs``."""
-    from kfuse.codegen.kernels import register_tile
+    from kfuse.codegen.kernels import is_arithmetic_heavy, register_tile
 
     group = set(members)
     kernels = [graph.kernel_by_name[name] for name in members]
@@ -86,7 +86,9 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     variant = _variant(graph, members) if len(members) > 1 else "single"
     if variant == "staged":
         return _predict_staged(graph, members, points, dram, profile)
-    tile = register_tile(variant, len(kernels[-1].domain))
+    # the tile the generator uses: arithmetic-heavy operators keep narrow ones
+    tile = register_tile("arithmetic" if is_arithmetic_heavy(kernels) else variant,
+                         len(kernels[-1].domain))
     rows = prod(tile)  # points per thread
     evaluated = evaluation_points(graph, members, outputs, tile)
     operations = 0.0
