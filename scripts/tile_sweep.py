@@ -7,6 +7,8 @@ Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/bench
 Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps)
 ITEMS=4,8 (points per thread of flat kernels with special functions, swept first)
 BLOCKS=64x4x0,32x4x4 (threads along x and y per block, blocks per SM asked of the compiler)
+PREFETCH=none,L1,L2,loads (fused register tiles: prefetch their input vectors, or load them
+first; swept before the tiles); FUSED_ONLY=1 times only the fused programs
 PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
 """
 
@@ -39,7 +41,9 @@ def copy_bandwidth() -> float:
 
 
 def programs(graph, sizes):
-    yield "unfused", generate(graph)
+    fused_only = bool(os.environ.get("FUSED_ONLY"))
+    if not fused_only:
+        yield "unfused", generate(graph)
     plan = search(graph, sizes=sizes)
     yield "greedy[" + ",".join(g.variant for g in plan.groups if len(g.members) > 1) + "]", \
         generate(graph, plan.kernel_groups)
@@ -49,7 +53,7 @@ def programs(graph, sizes):
     except Exception:  # noqa: BLE001 - an illegal grouping is simply not timed
         return
     outputs = group_outputs(graph, everything)
-    for variant in ("recompute", "staged"):
+    for variant in ("recompute",) if fused_only else ("recompute", "staged"):
         try:
             yield f"all-{variant}", generate(graph, [(everything, outputs, variant)])
         except Exception as error:  # noqa: BLE001 - variant not applicable
@@ -95,6 +99,11 @@ def main(names: list[str]) -> None:
         if items:  # points per thread of flat kernels with special functions
             kernels.ITEMS_PER_THREAD_SPECIAL = int(items)
             print(f"== {items} points per thread (flat kernels with special functions)")
+            sweep(names, bandwidth)
+    for prefetch in os.environ.get("PREFETCH", "").split(","):
+        if prefetch:  # fused register tiles: prefetch inputs (L1, L2) or load them first
+            kernels.TILE_PREFETCH = None if prefetch == "none" else prefetch
+            print(f"== fused register tiles, inputs: {prefetch}", flush=True)
             sweep(names, bandwidth)
     for block in os.environ.get("BLOCKS", "").split(",") or [""]:
         if block:  # threads along x, along y, blocks per SM asked of the compiler
