@@ -7,8 +7,7 @@ Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/bench
 Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps)
 ITEMS=4,8 (points per thread of flat kernels with special functions, swept first)
 BLOCKS=64x4x0,32x4x4 (threads along x and y per block, blocks per SM asked of the compiler)
-PREFETCH=none,L1,L2,loads (fused register tiles: prefetch their input vectors, or load them
-first; swept before the tiles); FUSED_ONLY=1 times only the fused programs
+FUSED_ONLY=1 times only the fused programs
 PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
 """
 
@@ -99,11 +98,6 @@ def main(names: list[str]) -> None:
         if items:  # points per thread of flat kernels with special functions
             kernels.ITEMS_PER_THREAD_SPECIAL = int(items)
             print(f"== {items} points per thread (flat kernels with special functions)")
-            sweep(names, bandwidth)
-    for prefetch in os.environ.get("PREFETCH", "").split(","):
-        if prefetch:  # fused register tiles: prefetch inputs (L1, L2) or load them first
-            kernels.TILE_PREFETCH = None if prefetch == "none" else prefetch
-            print(f"== fused register tiles, inputs: {prefetch}", flush=True)
             sweep(names, bandwidth)
     for block in os.environ.get("BLOCKS", "").split(",") or [""]:
         if block:  # threads along x, along y, blocks per SM asked of the compiler

@@ -19,7 +19,6 @@ Code shapes:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from kfuse.codegen.cexpr import (
@@ -237,12 +236,6 @@ FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
     2: ((4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
 }
 STAGED_ROWS = 8  # points per thread along the outermost axis of staged kernels
-# Register tiles of fused groups may first prefetch every input vector they will load
-# ("L1", "L2"; None: no prefetch), so the loads hit the cache wherever the compiler places
-# them among the arithmetic, or issue the loads themselves first ("loads").
-TILE_PREFETCH: str | None = None
-_INDEX_LINE = re.compile(r"^const int (i[xyz]\w*) = ")
-_VECTOR_LOAD = re.compile(r"reinterpret_cast<const \w+\*>\((&\w+\[.*\])\);$")
 
 
 def _domain_count(domain: tuple[str, ...]) -> str:
@@ -388,8 +381,6 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
         interior += [f"ix + {columns + right} <= {sizes[-1]}"] if right else []
         vector = _items_code(group, fast_points, sizes,
                              in_range | {"ix": (-left, columns - 1 + right)}, columns)
-        if TILE_PREFETCH and len(group.members) > 1:
-            vector = _prefetched(vector, TILE_PREFETCH)
         fast = [f"if ({' && '.join([aligned, *interior])}) {{",
                 f"  // rows of {columns} columns: one aligned vector load or store each",
                 *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
@@ -445,22 +436,6 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
-
-
-def _prefetched(lines: list[str], level: str) -> list[str]:
-    """``lines`` with the row indices first, then a prefetch of every vector they load
-    (``level`` "L1" or "L2"), or the vector loads themselves (``level`` "loads")."""
-    indices = [line for line in lines if _INDEX_LINE.match(line)]
-    rest = [line for line in lines if not _INDEX_LINE.match(line)]
-    if level == "loads":
-        loads = [line for line in rest if _VECTOR_LOAD.search(line)]
-        rest = [line for line in rest if not _VECTOR_LOAD.search(line)]
-        return [*indices, f"// the tile's {len(loads)} input vectors, loaded first", *loads,
-                *rest]
-    addresses = dict.fromkeys(m.group(1) for line in rest if (m := _VECTOR_LOAD.search(line)))
-    prefetches = [f"kf_prefetch_{level.lower()}({address});" for address in addresses]
-    return [*indices, f"// the tile's {len(prefetches)} input vectors, requested ahead",
-            *prefetches, *rest]
 
 
 def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:

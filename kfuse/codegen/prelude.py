@@ -56,14 +56,6 @@ KF_DEVICE float kf_powf(float x, float y) {
   result = (x < 0.0f && x > -INFINITY && !integer) ? NAN : result;
   return (y == 0.0f || x == 1.0f || (x == -1.0f && fabsf(y) == INFINITY)) ? 1.0f : result;
 }
-// Ask for the line holding *p in L1 (or L2) ahead of its load; no register is tied up.
-#if defined(__CUDACC__)
-KF_DEVICE void kf_prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" :: "l"(p)); }
-KF_DEVICE void kf_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
-#else
-KF_DEVICE void kf_prefetch_l1(const void*) {}
-KF_DEVICE void kf_prefetch_l2(const void*) {}
-#endif
 #define KF_INT_MAX 2147483647
 #define KF_INT_MIN (-2147483647 - 1)
 
