@@ -7,38 +7,58 @@ shared machine the CPU figure is the one-core time) and, up to ``--exact-max`` k
 ``exact`` (HiGHS) on a fresh copy of the problem (so neither reuses the other's memoised
 evaluations); greedy is shown for scale.
 
+With ``--suite`` the problems are ``kfuse synth`` instances instead (seed 000 Table V:
+``2 * kernels`` arrays, copies, sharing-set size, thread load and kinship drawn per
+instance from the table's ranges, the literal ``wahib`` model), as ``kfuse fidelity
+--table-v`` draws them. The header line gives the CPUs the process may use and the load
+average: pin it to one core (``taskset -c 1``) for one-core figures.
+
     python scripts/gga_scaling.py                       # 50, 100 and 1000 kernels
     python scripts/gga_scaling.py --sizes 50 100 --instances 10 --json out.json
+    OMP_NUM_THREADS=1 taskset -c 1 python scripts/gga_scaling.py --suite --sizes 100
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
 from kfuse.errors import KfuseError
-from kfuse.search.problem import random_problem, solve
+from kfuse.search.problem import FusionProblem, random_problem, solve
 
 
-def measure(n: int, seed: int, exact_max: int, options: dict) -> dict:
+def suite_problem(n: int, seed: int) -> FusionProblem:
+    """A ``kfuse synth`` instance (Table V attributes drawn per instance), wahib model."""
+    from kfuse.project.fidelity import TABLE_V, vary_spec
+    from kfuse.project.problem import AppProblem
+    from kfuse.project.synth import SynthSpec, synthesize
+
+    spec = vary_spec(SynthSpec(kernels=n, arrays=2 * n, seed=seed), TABLE_V)
+    return AppProblem(synthesize(spec), "wahib").fusion_problem()
+
+
+def measure(n: int, seed: int, exact_max: int, options: dict, suite: bool = False) -> dict:
     """One instance: gga, greedy and (small enough) exact times and objectives."""
+    make = suite_problem if suite else (lambda size, s: random_problem(size, seed=s))
     row: dict = {"kernels": n, "seed": seed}
+    problem = make(n, seed)
     started, cpu = time.perf_counter(), time.process_time()
-    gga = solve(random_problem(n, seed=seed), "gga", seed=seed, **options)
+    gga = solve(problem, "gga", seed=seed, **options)
     row["gga_s"] = time.perf_counter() - started
     row["gga_cpu_s"] = time.process_time() - cpu
     row["gga_time_s"] = gga.predicted_time_s
     row["gga_stats"] = {k: gga.stats[k] for k in ("runs", "generations", "evaluations",
                                                   "stopped")}
     row["speedup"] = gga.speedup
-    row["greedy_time_s"] = solve(random_problem(n, seed=seed), "greedy").predicted_time_s
+    row["greedy_time_s"] = solve(make(n, seed), "greedy").predicted_time_s
     if n <= exact_max:
         started = time.perf_counter()
         try:
-            exact = solve(random_problem(n, seed=seed), "exact")
+            exact = solve(make(n, seed), "exact")
         except KfuseError as error:
             row["exact_error"] = str(error)
         else:
@@ -57,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--option", action="append", default=[],
                         help="gga option NAME=VALUE (JSON value), e.g. region_size=16")
     parser.add_argument("--json", help="write every row to this file")
+    parser.add_argument("--suite", action="store_true",
+                        help="kfuse synth instances (Table V) instead of random problems")
     args = parser.parse_args(argv)
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    print(f"problems: {'kfuse synth (Table V, wahib)' if args.suite else 'random_problem'}; "
+          f"cpus allowed {cpus}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     options = {}
     for item in args.option:
         name, _, value = item.partition("=")
@@ -67,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'greedy gap %':>12} {'speedup':>8} {'runs':>5} {'evals':>8}")
     for n in args.sizes:
         for seed in range(args.instances):
-            row = measure(n, seed, args.exact_max, options)
+            row = measure(n, seed, args.exact_max, options, args.suite)
             rows.append(row)
             reference = row.get("exact_time_s", row["gga_time_s"])
             gap = f"{row['gap'] * 100:8.3f}" if "gap" in row else f"{'-':>8}"

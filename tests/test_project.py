@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from kfuse.errors import MetadataError
+from kfuse.errors import KfuseError, MetadataError
 from kfuse.project import load_app, parse_app, project_app, schema
 from kfuse.project.metadata import dump_app, schema_path
 from kfuse.project.problem import AppProblem, classify_arrays, order_graph
@@ -346,6 +346,89 @@ def test_gga_finds_the_exhaustive_optimum_on_small_instances():
 
 
 # ------------------------------------------------------------------------------------------------
+# hereditary (monotone) rules: exact enumeration prunes with them
+# ------------------------------------------------------------------------------------------------
+
+def _varied(app, seed: int):
+    """``app`` with per-kernel metadata the synthetic suite keeps uniform varied: active
+    threads per block, registers, address registers, some single-precision arrays, two
+    launch shapes and no declared precision (so every branch of the bounds is used)."""
+    import random
+    from dataclasses import replace
+
+    rng = random.Random(seed)
+    arrays = tuple(replace(a, dtype="float32") if rng.random() < 0.3 else a
+                   for a in app.arrays)
+    kernels = []
+    for index, kernel in enumerate(app.kernels):
+        kernels.append(replace(
+            kernel, active_threads_per_block=rng.choice((None, 64, 96, 128)),
+            registers=rng.choice((24, 40, 64, 128)), address_registers=rng.choice((2, 4, 12)),
+            threads_per_block=256 if index % 7 == 6 else kernel.threads_per_block))
+    return replace(app, arrays=arrays, kernels=tuple(kernels), precision=None)
+
+
+@pytest.mark.parametrize("model", ["wahib", "qiao", "wahib-norm"])
+def test_hereditary_pruning_keeps_every_legal_group(model):
+    """Enumeration with ``hereditary_reason`` finds exactly the legal groups it finds
+    without (so the rules prune only sets no superset of which is legal), and prunes."""
+    from dataclasses import replace
+
+    from kfuse.search.problem import enumerate_groups
+
+    pruned_somewhere = False
+    specs = [SynthSpec(kernels=12, arrays=a, sharing=s, thread_load=t, kinship=2, seed=seed)
+             for seed, (a, s, t) in enumerate([(12, 2, 4), (24, 4, 8), (18, 3, 12),
+                                                (10, 6, 4)])]
+    for index, spec in enumerate(specs):
+        for app in (synthesize(spec), _varied(synthesize(spec), index)):
+            problem = AppProblem(app, model).fusion_problem()
+            plain = replace(problem, hereditary_reason=None)
+            found, stats = enumerate_groups(problem)
+            every, all_stats = enumerate_groups(plain)
+            assert sorted(found) == sorted(every), (spec.name, model)
+            pruned_somewhere |= stats["visited_sets"] < all_stats["visited_sets"]
+    assert pruned_somewhere
+
+
+def test_hereditary_reasons_name_their_rule():
+    app = synthesize(SynthSpec(kernels=12, arrays=24, sharing=4, thread_load=8, kinship=2,
+                               seed=1))
+    problem = AppProblem(app, "wahib")
+    assert problem.hereditary_reason(["k0"]) is None
+    reasons = set()
+    names = list(problem.kernels)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            reason = problem.hereditary_reason([a, b])
+            if reason:
+                assert "every larger group" in reason or "no group holding" in reason
+                reasons.add(reason[:5])
+    assert reasons and reasons <= {"(1.1)", "(1.6)", "(1.7)", "heade"}
+    shapes = _varied(app, 0)
+    problem = AppProblem(shapes, "wahib")
+    assert problem.hereditary_reason(["k0", "k6"]).startswith("header:")
+    # the profit bound belongs to the literal model only
+    assert not any((AppProblem(app, "roofline").hereditary_reason([a, b]) or "").startswith(
+        "(1.1)") for a in names for b in names if a < b)
+
+
+def test_exact_finishes_on_a_50_kernel_suite_instance():
+    from dataclasses import replace
+
+    from kfuse.search.problem import TooManyCandidates, enumerate_groups, solve
+
+    app = synthesize(SynthSpec(kernels=50, arrays=40, copies=8, sharing=4, thread_load=4,
+                               kinship=3, seed=1))
+    problem = AppProblem(app, "wahib").fusion_problem()
+    result = solve(problem, "exact", max_visits=1_500)
+    assert result.stats["optimal"] and result.stats["visited_sets"] <= 1_500
+    assert problem.plan_reason(result.groups) is None
+    with pytest.raises(TooManyCandidates):  # without the monotone rules, not in that budget
+        enumerate_groups(replace(problem, hereditary_reason=None), max_visits=1_500)
+
+
+# ------------------------------------------------------------------------------------------------
 # synthetic suite and fidelity
 # ------------------------------------------------------------------------------------------------
 
@@ -381,6 +464,31 @@ def test_synth_rejects_impossible_attributes():
         synthesize(SynthSpec(kernels=4, kinship=5))
     with pytest.raises(KfuseError, match="thread-load"):
         synthesize(SynthSpec(thread_load=20))
+
+
+def test_fidelity_varies_table_v_attributes_per_instance():
+    from kfuse.project.fidelity import TABLE_V, format_table, run_fidelity, total_row, vary_spec
+    from kfuse.project.synth import suite
+
+    specs = [vary_spec(spec, TABLE_V) for spec in suite([6], [10], 6)]
+    again = [vary_spec(spec, TABLE_V) for spec in suite([6], [10], 6)]
+    assert specs == again  # drawn from the seed: the same suite every time
+    assert len({(s.copies, s.sharing, s.thread_load, s.kinship) for s in specs}) > 1
+    for spec in specs:
+        assert spec.copies in TABLE_V["copies"] and spec.sharing in TABLE_V["sharing"]
+        assert spec.thread_load in TABLE_V["thread_load"] and spec.kinship <= 5
+    with pytest.raises(KfuseError, match="can vary only"):
+        vary_spec(specs[0], {"kernels": (3,)})
+    rows = run_fidelity([6], [8, 10], 2, SynthSpec(sharing=3, kinship=2), strategy="greedy",
+                        reference="exhaustive", vary={"thread_load": (4.0, 12.0)})
+    for row in rows:
+        assert len(row.cpu_times_s) == len(row.times_s) == row.instances == 2
+        assert all(t >= 0 for t in row.cpu_times_s) and row.max_cpu_time_s is not None
+    total = total_row(rows)
+    assert (total.instances, total.compared) == (4, 4)
+    assert total.optimal == sum(r.optimal for r in rows)
+    assert total.worst_gap == max(r.worst_gap for r in rows)
+    assert format_table(rows, "greedy", "exhaustive", total=True).row_count == 3
 
 
 def test_fidelity_rows():
@@ -443,3 +551,20 @@ def test_cli_fidelity(capsys):
                            "--instances", 1, "--sharing", 3, "--kinship", 2,
                            "--strategy", "gga", "--reference", "exhaustive")
     assert code == 0 and "(6,8)" in out and "100.0" in out
+
+
+def test_cli_fidelity_lists_and_table_v(capsys):
+    code, out, _ = run_cli(capsys, "fidelity", "--kernels", "6,7", "--arrays", "8",
+                           "--instances", 1, "--thread-load", "4,12", "--sharing", "3",
+                           "--kinship", 2, "--strategy", "greedy", "--reference",
+                           "exhaustive", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r.get("total", False) for r in rows] == [False, False, True]
+    assert rows[-1]["instances"] == 2 and rows[-1]["mean_cpu_time_s"] is not None
+    code, out, _ = run_cli(capsys, "fidelity", "--kernels", "6", "--arrays", "8",
+                           "--instances", 1, "--table-v", "--strategy", "greedy",
+                           "--reference", "exhaustive")
+    assert code == 0 and "varied per instance" in out and "cpu" in out
+    code, _, err = run_cli(capsys, "fidelity", "--thread-load", "four")
+    assert code == 2 and "--thread-load" in err

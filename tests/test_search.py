@@ -347,3 +347,51 @@ def test_limits_raise_clear_errors():
     capped = solve(random_problem(20, seed=2), "exact", max_group_size=2)
     assert all(len(g) <= 2 for g in capped.groups)
     assert capped.stats["optimal"] is False
+
+
+# -- kfuse plan: seed, strategies and models from the command line --------------------------------
+
+def _plan_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from kfuse.cli.main import main
+    code = main(["plan", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_plan_passes_the_seed_to_the_search(capsys, monkeypatch):
+    import kfuse.search
+
+    seen = {}
+    real = kfuse.search.search
+
+    def spy(graph, strategy="greedy", model="roofline", **options):
+        seen.update(strategy=strategy, model=model, seed=options.get("seed"))
+        return real(graph, strategy, model, **options)
+
+    monkeypatch.setattr(kfuse.search, "search", spy)
+    code, _, _ = _plan_cli(capsys, "sobel", "--strategy", "greedy", "--seed", "7")
+    assert code == 0 and seen == {"strategy": "greedy", "model": "roofline", "seed": 7}
+
+
+def test_plan_gga_is_deterministic_under_a_seed(capsys):
+    code, first, _ = _plan_cli(capsys, "unsharp", "--strategy", "gga", "--model", "wahib",
+                               "--seed", "5", "--json")
+    assert code == 0
+    code, second, _ = _plan_cli(capsys, "unsharp", "--strategy", "gga", "--model", "wahib",
+                                "--seed", "5", "--json")
+    assert code == 0 and first == second
+    import json
+    plan = json.loads(first)
+    assert plan["strategy"] == "gga" and plan["model"] == "wahib"
+
+
+def _cuda_usable() -> bool:
+    from kfuse.runtime.cuda_backend import CudaBackend
+    return CudaBackend.available()
+
+
+@pytest.mark.skipif(_cuda_usable(), reason="checks the message on a machine without a GPU")
+def test_plan_with_the_measured_model_says_it_needs_a_gpu(capsys):
+    code, out, err = _plan_cli(capsys, "sobel", "--model", "measured")
+    assert code == 2 and not out
+    assert "measuring needs the cuda backend" in err and "Traceback" not in err

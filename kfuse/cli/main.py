@@ -205,7 +205,8 @@ def command_plan(args: argparse.Namespace) -> int:
         from kfuse.search.variants import best_plan
         plan = best_plan(graph, _sizes_for(graph, app, size))
     else:
-        plan = search(graph, args.strategy, args.model, sizes=_sizes_for(graph, app, size))
+        plan = search(graph, args.strategy, args.model, sizes=_sizes_for(graph, app, size),
+                      seed=args.seed)
     if args.dot:
         with open(args.dot, "w") as handle:
             handle.write(plan.to_dot() + "\n")
@@ -291,12 +292,29 @@ def command_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number_list(text: str, option: str) -> list[float]:
+    try:
+        values = [float(part) for part in str(text).replace(" ", "").split(",") if part]
+    except ValueError:
+        raise KfuseError(f"{option} takes numbers like 4,8,12, got {text!r}") from None
+    if not values:
+        raise KfuseError(f"{option} needs at least one number")
+    return values
+
+
 def command_fidelity(args: argparse.Namespace) -> int:
-    from kfuse.project.fidelity import format_table, run_fidelity
+    from kfuse.project.fidelity import TABLE_V, format_table, run_fidelity, total_row
     from kfuse.project.synth import SynthSpec
 
-    base = SynthSpec(copies=args.copies, sharing=args.sharing, thread_load=args.thread_load,
-                     kinship=args.kinship, seed=args.seed, device=args.device)
+    given = {"copies": _int_list(args.copies, "--copies"),
+             "sharing": _int_list(args.sharing, "--sharing"),
+             "thread_load": _number_list(args.thread_load, "--thread-load"),
+             "kinship": _int_list(args.kinship, "--kinship")}
+    vary = {name: TABLE_V[name] for name in TABLE_V} if args.table_v else {}
+    vary.update({name: values for name, values in given.items() if len(values) > 1})
+    base = SynthSpec(copies=given["copies"][0], sharing=given["sharing"][0],
+                     thread_load=given["thread_load"][0], kinship=given["kinship"][0],
+                     seed=args.seed, device=args.device)
     console = _console()
     status = None if args.json else console.status("solving...")
 
@@ -311,14 +329,25 @@ def command_fidelity(args: argparse.Namespace) -> int:
                             _int_list(args.arrays, "--arrays"), args.instances, base,
                             strategy=args.strategy, reference=args.reference,
                             model=args.model, tolerance=args.tolerance, seed=args.seed,
-                            on_instance=show)
+                            on_instance=show, vary=vary or None)
     finally:
         if status is not None:
             status.stop()
     if args.json:
-        print(json.dumps([row.to_dict() for row in rows]))
+        data = [row.to_dict() for row in rows]
+        if len(rows) > 1:
+            data.append({**total_row(rows).to_dict(), "total": True})
+        print(json.dumps(data))
     else:
-        console.print(format_table(rows, args.strategy, args.reference))
+        console.print(format_table(rows, args.strategy, args.reference, args.tolerance,
+                                   total=len(rows) > 1))
+        if vary:
+            console.print("varied per instance: " + ", ".join(
+                f"{name} in {{{', '.join(f'{v:g}' for v in values)}}}"
+                for name, values in vary.items()))
+        below = [note for row in rows for note in row.notes]
+        for note in below:
+            console.print(f"  {note}")
     return 0
 
 
@@ -437,9 +466,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="show the fusion plan of an app and why")
     plan.add_argument("app")
     plan.add_argument("--strategy", default="greedy",
-                      help="a search strategy, or 'variants' (fusions x implementations, "
-                           "seed 004)")
-    plan.add_argument("--model", default="roofline")
+                      help="exhaustive, exact, greedy (default), edges, mincut, gga, or "
+                           "'variants' (fusions x implementations, seed 004)")
+    plan.add_argument("--model", default="roofline",
+                      help="roofline (default), wahib, wahib-norm, qiao or measured (times "
+                           "candidate groups on the GPU)")
+    plan.add_argument("--seed", type=int, default=0,
+                      help="seed of the randomised strategies (gga); the same seed gives the "
+                           "same plan")
     plan.add_argument("--size", help="sizes to predict with (default: the app's benchmark size)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.add_argument("--dot", help="write the fused graph (Graphviz) to this file")
@@ -489,10 +523,17 @@ def build_parser() -> argparse.ArgumentParser:
     fidelity.add_argument("--kernels", default="20,30,40,50", help="kernel counts of the grid")
     fidelity.add_argument("--arrays", default="20,40,60", help="array counts of the grid")
     fidelity.add_argument("--instances", type=int, default=10, help="instances per cell")
-    fidelity.add_argument("--copies", type=int, default=2)
-    fidelity.add_argument("--sharing", type=int, default=4)
-    fidelity.add_argument("--thread-load", type=float, default=8.0)
-    fidelity.add_argument("--kinship", type=int, default=3)
+    fidelity.add_argument("--copies", default="2",
+                          help="data copies; a list (2,6,10) draws one per instance")
+    fidelity.add_argument("--sharing", default="4",
+                          help="sharing-set size; a list draws one per instance")
+    fidelity.add_argument("--thread-load", default="8",
+                          help="average thread load; a list draws one per instance")
+    fidelity.add_argument("--kinship", default="3",
+                          help="largest degree of kinship; a list draws one per instance")
+    fidelity.add_argument("--table-v", action="store_true",
+                          help="draw copies, sharing, thread load and kinship per instance "
+                               "from seed 000's Table V ranges (lists given override)")
     fidelity.add_argument("--device", default="k20x")
     fidelity.add_argument("--model", default="wahib",
                           choices=("wahib", "wahib-norm", "qiao", "roofline"))

@@ -185,6 +185,25 @@ def shared_bytes_used(active_threads: int, blocks_per_sm: int, complex_fusion: b
     return used + math.ceil(used * bank_padding)
 
 
+def shared_memory_blocks(active_threads: int, complex_fusion: bool, h_th: int,
+                         shared_bytes_per_site: int, arch: Architecture,
+                         unlimited: int) -> int:
+    """The most blocks per SM whose shared memory fits Eq. (7) (``unlimited`` when the
+    kernel stages nothing). Falls as any argument but ``unlimited`` grows."""
+    per_block = (1 + int(complex_fusion) * h_th) * active_threads * shared_bytes_per_site
+    if not per_block:
+        return unlimited
+    blocks = int(arch.shared_memory_per_sm // (per_block * (1 + arch.bank_padding)))
+    while shared_bytes_used(active_threads, blocks + 1, complex_fusion, h_th,
+                            shared_bytes_per_site, arch.bank_padding) <= arch.shared_memory_per_sm:
+        blocks += 1  # the closed form rounds the padding down; step up to the edge
+    while blocks > 0 and shared_bytes_used(active_threads, blocks, complex_fusion, h_th,
+                                           shared_bytes_per_site,
+                                           arch.bank_padding) > arch.shared_memory_per_sm:
+        blocks -= 1
+    return blocks
+
+
 def shared_blocking_factor(active_threads: int, blocks_per_sm: int, complex_fusion: bool,
                            h_th: int, shared_arrays: int) -> float:
     """B_Sh of Eq. (8): TB*BlocksSMX / ((1 + c*H_TH) * max(1, |ShrLst|))."""
@@ -364,17 +383,7 @@ def project_group(members: Sequence[KernelMetadata], arch: Architecture,
                   f"R_Max = {arch.max_registers_per_thread}")
         constraint = "1.7"
     start = min(k.active_blocks_per_sm for k in members)
-    per_block = (1 + int(complex_fusion) * h_th) * active * site_bytes
-    smem_blocks = start
-    if per_block:
-        smem_blocks = int(arch.shared_memory_per_sm // (per_block * (1 + arch.bank_padding)))
-        while shared_bytes_used(active, smem_blocks + 1, complex_fusion, h_th, site_bytes,
-                                arch.bank_padding) <= arch.shared_memory_per_sm:
-            smem_blocks += 1  # the closed form rounds the padding down; step up to the edge
-        while smem_blocks > 0 and shared_bytes_used(
-                active, smem_blocks, complex_fusion, h_th, site_bytes,
-                arch.bank_padding) > arch.shared_memory_per_sm:
-            smem_blocks -= 1
+    smem_blocks = shared_memory_blocks(active, complex_fusion, h_th, site_bytes, arch, start)
     limits = {"registers (Eq. 3)": arch.registers_per_sm // (thr * registers),
               "shared memory (Eq. 7)": smem_blocks,
               "blocks per SM": arch.max_blocks_per_sm,
@@ -538,4 +547,4 @@ __all__ = ["Architecture", "KernelMetadata", "PRESETS", "Projection",
            "graph_group_time", "graph_group_time_normalized", "group_dram_bytes",
            "halo_per_thread", "memory_bound_gflops", "metadata_from_graph", "predict_graph_group",
            "preset", "project_group", "projected_time", "registers_needed",
-           "shared_blocking_factor", "shared_bytes_used"]
+           "shared_blocking_factor", "shared_bytes_used", "shared_memory_blocks"]

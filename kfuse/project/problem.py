@@ -22,6 +22,7 @@ From a codeless application (:mod:`kfuse.project.metadata`) this module derives:
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -32,7 +33,16 @@ import networkx as nx
 from kfuse.errors import KfuseError
 from kfuse.fusion.legality import Violation
 from kfuse.model import qiao
-from kfuse.model.wahib import KernelMetadata, Projection, WahibOptions, project_group
+from kfuse.model.wahib import (
+    KernelMetadata,
+    Projection,
+    WahibOptions,
+    halo_per_thread,
+    project_group,
+    registers_needed,
+    shared_bytes_used,
+    shared_memory_blocks,
+)
 from kfuse.project.metadata import AppMetadata, KernelSpec
 
 CATEGORIES = ("read-only", "strict read-write", "expandable read-write", "write-only")
@@ -686,16 +696,314 @@ class AppProblem:
         """The :class:`~kfuse.search.problem.FusionProblem` the strategies solve."""
         from kfuse.search.problem import FusionProblem
 
-        def hereditary(members: tuple[str, ...]) -> str | None:
-            if len(members) < 2:
-                return None
-            reason = self.header_reason(self._ordered(members))
-            return f"header: {reason}" if reason else None
-
         return FusionProblem(kernels=self.kernels, order_dag=self.order_dag,
                              sharing=self.sharing, group_reason=self.group_reason,
                              group_time=self.group_time, model=self.model,
-                             hereditary_reason=hereditary, name=self.app.name)
+                             hereditary_reason=self.hereditary_reason, name=self.app.name)
+
+    def hereditary_reason(self, members: Sequence[str]) -> str | None:
+        """Why the group *and every superset of it* fail, or ``None`` (enumeration pruning).
+
+        The exact search's candidate enumeration stops growing a set for which this gives
+        a reason, so it may only name rules that no added kernel can repair. Each rule
+        below is monotone in the member set (``G ⊇ F`` below; Thr and B are common to
+        both, by the header rule, so they are constants):
+
+        - **header** (seed 002 L4 / seed 000's common Thr and B): two members with different
+          launch shapes stay in every superset.
+        - **registers (1.7)**: R_need of Eq. (6) grows with the pivot (arrays touched by two
+          members: only grows), the largest thread load over it (a max over more reads),
+          ``c`` (a RAW read through a stencil inside the group stays inside), H_TH (from the
+          widest halo: a max) and RAdr (a max); the fused RT is the max of that and the
+          members' RT. So ``RT > R_Max``, and one block's ``Thr * RT`` above the SM's
+          register file (Eq. 3: no block fits), hold for every superset.
+        - **shared memory (1.6)**: one block needs ``(1 + c*H_TH) * TB * S_bytes`` plus
+          padding (Eq. 7); ``c``, H_TH and ``S_bytes`` (ShrLst: the members' own staged
+          arrays plus pivots read through a stencil) only grow, but TB is a *min* over the
+          members and can fall. The test therefore uses the smallest TB of any kernel with
+          the same launch shape (every superset's TB is at least that): if even that block
+          does not fit, no superset's does.
+        - **profit (1.1), literal ``wahib`` model only**: Eq. (10) is
+          ``T(G) = rate(G) * (FLOPs + halo FLOPs)`` with ``rate = 1e-9 * precision * Thr * B
+          * (1 + c*H_TH) * max(1, |ShrLst|) / (TB * BlocksSMX * SMX * BW)``. ``rate`` only
+          grows with the group: precision (widest element, a max), ``1 + c*H_TH`` and
+          ``|ShrLst|`` as above, and ``TB * BlocksSMX`` only falls (TB is a min;
+          BlocksSMX is at most the members' least active blocks, the register limit of
+          Eq. 3, the hardware limits and, bounded with the smallest TB as above, the
+          shared-memory limit of Eq. 7; the bound is that product). Halo FLOPs are >= 0,
+          so (1.1) for ``G`` needs ``Σ_{i∈G} (rate(G) * Fl_i - P_i) < 0``. With
+          ``rate(G) >= rate(F)`` for the members of ``F`` and ``rate(G) >= rate(F + j)``
+          for each kernel ``j`` added, the members' terms plus the negative terms
+          ``rate(F + j) * Fl_j - P_j`` of all kernels outside ``F`` bound that sum from
+          below; when the bound is >= 0 no superset is profitable. The other models' times
+          (DRAM bytes that drop when an intermediate becomes internal, seed 002's edge
+          benefits) are not monotone and get no such rule.
+
+        Not hereditary, hence not here: convexity (1.3) and kinship (1.5), which a kernel
+        in between can repair; seed 002's L1/L2/L5/L6 (exits, entry reads, occupancy and
+        edge benefits move both ways). ``tests/test_project.py`` checks on synthetic
+        instances that enumeration with and without this pruning finds the same groups.
+        """
+        key = self._ordered(members)
+        if len(key) < 2:
+            return None
+        reason = self.header_reason(key)
+        if reason:
+            return f"header: {reason}"
+        return self._bounds.reason(self._mask(key))
+
+    @cached_property
+    def _bounds(self) -> _MonotoneBounds:
+        return _MonotoneBounds(self)
+
+
+class _MonotoneBounds:
+    """Bitmask evaluation of the monotone quantities of seed 000's projection (registers,
+    one block's shared memory, the Eq. (10) rate) for :meth:`AppProblem.hereditary_reason`.
+
+    It mirrors :func:`kfuse.model.wahib.aggregate` and :func:`~kfuse.model.wahib.project_group`
+    on masks of kernels and array versions, so that pruning a candidate costs microseconds
+    instead of a full projection. Groups must share one launch shape (checked before).
+    """
+
+    def __init__(self, problem: AppProblem) -> None:
+        self.problem = problem
+        self.arch = problem.arch
+        meta = [problem.metadata[name] for name in problem.kernels]
+        versions: dict[str, int] = {}
+
+        def bits_of(names: Iterable[str]) -> int:
+            mask = 0
+            for name in names:
+                mask |= 1 << versions.setdefault(name, len(versions))
+            return mask
+
+        self.touched = [bits_of(list(k.reads) + list(k.writes)) for k in meta]
+        self.writes = [bits_of(k.writes) for k in meta]
+        self.stencil = [bits_of(v for v, load in k.reads.items() if load > 1) for k in meta]
+        self.own = [bits_of(k.shared_arrays) for k in meta]
+        self.loads = [[(1 << versions[v], load) for v, load in k.reads.items() if load > 1]
+                      for k in meta]
+        element = dict.fromkeys(versions, 8)
+        for k in meta:
+            element.update(k.element_size)
+        self.element = [0] * len(versions)
+        for name, bit in versions.items():
+            self.element[bit] = element[name]
+        self.uniform = self.element[0] if len(set(self.element)) == 1 else 0
+        self._smem: dict[tuple[int, bool, int, int], int] = {}
+        self.halo = [k.halo for k in meta]
+        self.h_th = [halo_per_thread(k.halo, k.threads_per_block) for k in meta]
+        self.registers = [k.registers for k in meta]
+        self.address = [k.address_registers for k in meta]
+        self.threads = [k.active_threads_per_block for k in meta]
+        self.blocks = [k.active_blocks_per_sm for k in meta]
+        self.widest = [k.widest_element for k in meta]
+        self.flops = [float(k.flops) for k in meta]
+        self.runtime = [float(k.runtime_s or 0.0) for k in meta]
+        self.thr = [k.threads_per_block for k in meta]
+        self.grid = [k.blocks for k in meta]
+        shapes: dict[tuple[int, int], int] = {}
+        for k in meta:
+            shape = (k.threads_per_block, k.blocks)
+            shapes[shape] = min(shapes.get(shape, k.active_threads_per_block),
+                                k.active_threads_per_block)
+        self.smallest = [shapes[(k.threads_per_block, k.blocks)] for k in meta]
+        same: dict[tuple[int, int], int] = {}
+        for i, k in enumerate(meta):
+            same[(k.threads_per_block, k.blocks)] = same.get((k.threads_per_block, k.blocks),
+                                                             0) | 1 << i
+        self.shape_mask = [same[(k.threads_per_block, k.blocks)] for k in meta]
+        # P_j / Fl_j: a kernel lowers a group's excess only while the rate is below it
+        self.ratio = [r / f if f > 0 else math.inf for r, f in zip(self.runtime, self.flops,
+                                                                   strict=True)]
+        ordered = sorted(range(len(meta)), key=lambda j: (-self.ratio[j], j))
+        self.by_ratio = [[j for j in ordered if self.shape_mask[i] >> j & 1]
+                         for i in range(len(meta))]
+        self.literal = problem.model == "wahib"
+        self.precision = problem.options.precision_bytes
+
+    def _rate(self, precision: int, thr: int, grid: int, complex_fusion: bool, h_th: int,
+              count: int, threads: int, blocks: int, registers: int, smallest: int,
+              site_bytes: int) -> float | None:
+        """Eq. (10)'s seconds per FLOP with BlocksSMX bounded as the docstring of
+        :meth:`AppProblem.hereditary_reason` says; ``None`` when no block can run."""
+        arch = self.arch
+        key = (smallest, complex_fusion, h_th, site_bytes)
+        smem = self._smem.get(key)
+        if smem is None:
+            smem = self._smem[key] = shared_memory_blocks(smallest, complex_fusion, h_th,
+                                                          site_bytes, arch,
+                                                          arch.max_blocks_per_sm)
+        limit = min(blocks, arch.registers_per_sm // (thr * registers), arch.max_blocks_per_sm,
+                    arch.max_threads_per_sm // thr, smem)
+        occupancy = threads * max(0, limit)
+        if occupancy <= 0:
+            return None
+        return (1e-9 * precision * thr * grid * (1 + int(complex_fusion) * h_th)
+                * max(1, count) / (occupancy * arch.sm_count * arch.bandwidth_gbps))
+
+    def _site_bytes(self, shared: int) -> tuple[int, int]:
+        """(bytes per site, count) of the staged array versions in ``shared``."""
+        if self.uniform:
+            count = shared.bit_count()
+            return count * self.uniform, count
+        site_bytes = count = 0
+        while shared:
+            low = shared & -shared
+            site_bytes += self.element[low.bit_length() - 1]
+            count += 1
+            shared ^= low
+        return site_bytes, count
+
+    def reason(self, mask: int) -> str | None:
+        """The monotone failure of the group (a mask of kernels of one launch shape)."""
+        arch = self.arch
+        seen1 = seen2 = written = stencil = own = 0
+        complex_fusion = False
+        halo = registers = address = widest = 0
+        threads = blocks = 1 << 62
+        members = []
+        bits = mask
+        while bits:
+            low = bits & -bits
+            i = low.bit_length() - 1
+            bits ^= low
+            members.append(i)
+            touched = self.touched[i]
+            seen2 |= seen1 & touched
+            seen1 |= touched
+            if self.stencil[i] & written:
+                complex_fusion = True
+            written |= self.writes[i]
+            stencil |= self.stencil[i]
+            own |= self.own[i]
+            # (conditional expressions: this loop runs for every candidate set)
+            value = self.halo[i]
+            halo = value if value > halo else halo
+            value = self.registers[i]
+            registers = value if value > registers else registers
+            value = self.address[i]
+            address = value if value > address else address
+            value = self.widest[i]
+            widest = value if value > widest else widest
+            value = self.threads[i]
+            threads = value if value < threads else threads
+            value = self.blocks[i]
+            blocks = value if value < blocks else blocks
+        first = members[0]
+        thr, grid, smallest = self.thr[first], self.grid[first], self.smallest[first]
+        load = 1.0
+        for i in members:
+            for bit, value in self.loads[i]:
+                if bit & seen2 and value > load:
+                    load = value
+        h_th = halo_per_thread(halo, thr)
+        need = registers_needed(load, complex_fusion, h_th, address, arch.reg_fac)
+        granule = max(1, arch.register_granularity)
+        registers = max(registers, math.floor(need) + 1)
+        registers = -(-registers // granule) * granule
+        if registers > arch.max_registers_per_thread:
+            return (f"(1.7) needs {registers} registers per thread, above R_Max = "
+                    f"{arch.max_registers_per_thread} (so does every larger group)")
+        if thr * registers > arch.registers_per_sm:
+            return (f"(1.7) one block of {thr} threads at {registers} registers exceeds the "
+                    f"SM's {arch.registers_per_sm} registers (so does every larger group)")
+        site_bytes, count = self._site_bytes(own | (seen2 & stencil))
+        if site_bytes:
+            one = shared_bytes_used(smallest, 1, complex_fusion, h_th, site_bytes,
+                                    arch.bank_padding)
+            if one > arch.shared_memory_per_sm:
+                return (f"(1.6) one block needs at least {one} bytes of shared memory "
+                        f"({count} staged arrays, halo factor "
+                        f"{1 + int(complex_fusion) * h_th}), capacity "
+                        f"{arch.shared_memory_per_sm} (so does every larger group)")
+        if not self.literal:
+            return None
+        precision = self.precision or widest
+        rate = self._rate(precision, thr, grid, complex_fusion, h_th, count, threads, blocks,
+                          registers, smallest, site_bytes)
+        if rate is None:
+            return None  # the projection's own (1.6)/(1.7) reason applies to this group
+        flops, runtime = self.flops, self.runtime
+        inside = sum(rate * flops[i] - runtime[i] for i in members)
+        if inside < 0:
+            return None
+        # kernels that could lower the sum: same launch shape, not members, and
+        # ``P_j / Fl_j`` above F's rate (the order list is sorted by that ratio, descending)
+        helpers = []
+        weak = inside  # every helper at F's own rate: a cheaper, weaker bound first
+        for j in self.by_ratio[first]:
+            if self.ratio[j] <= rate:
+                break
+            if not mask >> j & 1:
+                helpers.append(j)
+                weak += rate * flops[j] - runtime[j]
+        if weak >= 0:
+            return self._unprofitable(inside)
+        # each helper j at a lower bound of rate(F + j): exact ShrLst, c, H_TH, TB,
+        # precision and active blocks; registers without j's growth of R_need (fewer
+        # registers only raise BlocksSMX, so the rate stays a lower bound)
+        best = inside
+        # prefix writes / suffix stencil reads of the members, for c of F + j
+        cumulative_writes = [0]
+        for i in members:
+            cumulative_writes.append(cumulative_writes[-1] | self.writes[i])
+        suffix_stencil = [0] * (len(members) + 1)
+        for position in range(len(members) - 1, -1, -1):
+            suffix_stencil[position] = suffix_stencil[position + 1] | self.stencil[members[position]]
+        touched_of, own_of, stencil_of = self.touched, self.own, self.stencil
+        uniform = self.uniform
+        smem_cache = self._smem
+        register_file = arch.registers_per_sm
+        hardware = min(arch.max_blocks_per_sm, arch.max_threads_per_sm // thr)
+        constant = 1e-9 * thr * grid / (arch.sm_count * arch.bandwidth_gbps)
+        for j in helpers:
+            shared_j = own | own_of[j] | ((seen2 | (seen1 & touched_of[j]))
+                                          & (stencil | stencil_of[j]))
+            if uniform:
+                grown_count = shared_j.bit_count()
+                grown_bytes = grown_count * uniform
+            else:
+                grown_bytes, grown_count = self._site_bytes(shared_j)
+            grown_complex = complex_fusion
+            if not grown_complex:
+                position = bisect_left(members, j)
+                grown_complex = bool(stencil_of[j] & cumulative_writes[position]
+                                     or self.writes[j] & suffix_stencil[position])
+            grown_h = self.h_th[j]
+            grown_h = h_th if h_th > grown_h else grown_h  # (H_TH of the widest halo)
+            key = (smallest, grown_complex, grown_h, grown_bytes)
+            smem = smem_cache.get(key)
+            if smem is None:
+                smem = smem_cache[key] = shared_memory_blocks(
+                    smallest, grown_complex, grown_h, grown_bytes, arch, arch.max_blocks_per_sm)
+            value = self.registers[j]
+            limit = register_file // (thr * (value if value > registers else registers))
+            value = self.blocks[j]
+            value = value if value < blocks else blocks
+            limit = value if value < limit else limit
+            limit = smem if smem < limit else limit
+            limit = hardware if hardware < limit else limit
+            if limit <= 0:
+                continue  # no block of F + j fits: no group holding both can run
+            value = self.precision or self.widest[j]
+            grown_precision = value if value > precision else precision
+            value = self.threads[j]
+            grown_threads = value if value < threads else threads
+            grown = (constant * grown_precision * (1 + grown_h if grown_complex else 1)
+                     * (grown_count if grown_count > 1 else 1) / (grown_threads * limit))
+            if grown * flops[j] < runtime[j]:
+                best += grown * flops[j] - runtime[j]
+                if best < 0:
+                    return None
+        return self._unprofitable(inside)
+
+    def _unprofitable(self, excess: float) -> str:
+        return (f"(1.1) no group holding these kernels can be faster than its original sum "
+                f"under the {self.problem.model} model: the fused rate alone costs "
+                f"{excess * 1e6:.1f} us more than their measured time and no other kernel "
+                "makes up for it")
 
 
 def app_problem(app: AppMetadata, model: str = "wahib") -> AppProblem:

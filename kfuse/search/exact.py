@@ -8,6 +8,11 @@ it is enforced lazily. When the optimum's groups form a cycle, a no-good cut (th
 not all together) is added and the model solved again; the first acyclic optimum is the
 optimum of the full problem.
 
+The enumeration stops growing a set that ``hereditary_reason`` rejects (no superset can be
+legal: resources, launch shapes, and for the literal ``wahib`` model of the codeless
+projection a profit bound; see ``AppProblem.hereditary_reason``), which is what lets it
+finish on the 50-kernel instances of the synthetic suite.
+
 Limits: ``max_candidates`` legal groups (default 200,000), ``max_visits`` convex sets
 looked at (default 5 million) and ``time_limit_s`` (default 600 s); past any of them
 :class:`~kfuse.search.problem.TooManyCandidates` is raised instead of a non-optimal answer. ``max_group_size`` restricts groups (then ``stats['optimal']`` is

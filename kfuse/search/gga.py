@@ -50,9 +50,11 @@ from __future__ import annotations
 import math
 import random
 import time
+from bisect import bisect
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from itertools import accumulate
 
 from kfuse.errors import KfuseError
 from kfuse.search.problem import FusionProblem, enumerate_groups, iter_bits, popcount
@@ -248,7 +250,7 @@ class _GGA:
             ready[pick], ready[-1] = ready[-1], ready[pick]
             k = ready.pop()
             order.append(k)
-            for j in iter_bits(bits.succ[k]):
+            for j in bits.succ_list[k]:
                 indegree[j] -= 1
                 if indegree[j] == 0:
                     ready.append(j)
@@ -260,6 +262,7 @@ class _GGA:
         Candidates are drawn by weight and checked until one is valid, which is the
         weighted choice among the valid ones with far fewer checks."""
         bits = self.bits
+        nbr_list = bits.nbr_list
         rng = self.rng
         ind = _Individual([], [-1] * self.n)
         placed = 0
@@ -269,11 +272,13 @@ class _GGA:
             if rng.random() < self.cfg.new_group:
                 ind.add_group(here)
                 continue
-            options = sorted({ind.gid[j] for j in iter_bits(bits.nbr[k] & placed)})
-            weights = [1 + popcount(bits.nbr[k] & ind.groups[g]) for g in options]
+            gid = ind.gid
+            options = sorted({gid[j] for j in nbr_list[k] if placed >> j & 1})
+            near = bits.nbr[k]
+            weights = [1 + (near & ind.groups[g]).bit_count() for g in options]
             joined = False
             while options:
-                pick = rng.choices(range(len(options)), weights)[0]
+                pick = _weighted(rng, weights)
                 g = options[pick]
                 z = ind.groups[g] | here
                 if bits.legal(z) and bits.merge_ok(ind.gid, ind.groups, z, (g,), placed):
@@ -330,7 +335,9 @@ class _GGA:
         here = 1 << k
         own = child.gid[k]
         options = []
-        for g in sorted({child.gid[j] for j in iter_bits(bits.nbr[k] & ~pending)} - {own}):
+        near = {child.gid[j] for j in bits.nbr_list[k] if not pending >> j & 1}
+        near.discard(own)
+        for g in sorted(near):
             z = child.groups[g] | here
             if bits.legal(z):
                 shared = popcount(bits.nbr[k] & child.groups[g])
@@ -384,10 +391,7 @@ class _GGA:
         for _ in range(self.cfg.merge_tries):
             g = rng.choices(range(len(groups)), sizes)[0]
             mask = groups[g]
-            around = 0
-            for i in iter_bits(mask):
-                around |= bits.nbr[i]
-            partners = sorted({parent.gid[j] for j in iter_bits(around & ~mask)})
+            partners = sorted({parent.gid[j] for j in bits.bits_of(bits.around(mask) & ~mask)})
             if not partners:
                 continue
             h = rng.choices(partners, [sizes[p] for p in partners])[0]
@@ -410,6 +414,8 @@ class _GGA:
         data, then exact re-partitioning of small regions, until none improves."""
         bits = self.bits
         time_of = bits.time
+        legal, known = bits.legal, bits._legal.get  # the memo first: most checks hit it
+        nbr_list = bits.nbr_list
         ind = start.copy()
         rng = self.rng
         eps = 1e-12 * self.unfused
@@ -419,21 +425,27 @@ class _GGA:
             improved = False
             order = list(range(self.n)) if focus is None else list(iter_bits(focus))
             rng.shuffle(order)
+            gid = ind.gid
             for k in order:
                 here = 1 << k
-                g = ind.gid[k]
+                g = gid[k]
                 group = ind.groups[g]
                 rest = group & ~here
                 alone = not rest
-                if not alone and not bits.legal(rest):
-                    continue
+                if not alone:
+                    fine = known(rest)
+                    if not (legal(rest) if fine is None else fine):
+                        continue
                 base = time_of(group)
-                targets = sorted({ind.gid[j] for j in iter_bits(bits.nbr[k])} - {g})
+                targets = {gid[j] for j in nbr_list[k]}
+                targets.discard(g)
                 moved = False
-                for h in targets:
+                for h in sorted(targets):
                     other = ind.groups[h]
                     z = other | here
-                    if not bits.legal(z):  # legality first: models may not price illegal groups
+                    fine = known(z)
+                    # legality first: models may not price illegal groups
+                    if not (legal(z) if fine is None else fine):
                         continue
                     new = (time_of(rest) if rest else 0.0) + time_of(z)
                     if new >= base + time_of(other) - eps:
@@ -470,13 +482,12 @@ class _GGA:
                 if focus is not None and not mask & focus:
                     g += 1
                     continue
-                around = 0
-                for i in iter_bits(mask):
-                    around |= bits.nbr[i]
+                around = bits.around(mask)
                 merged = False
-                for h in sorted({ind.gid[j] for j in iter_bits(around & ~mask)}):
+                for h in sorted({gid[j] for j in bits.bits_of(around & ~mask)}):
                     z = mask | ind.groups[h]
-                    if not bits.legal(z):
+                    fine = known(z)
+                    if not (legal(z) if fine is None else fine):
                         continue
                     if time_of(z) >= time_of(mask) + time_of(ind.groups[h]) - eps:
                         continue
@@ -558,6 +569,7 @@ class _GGA:
         # via[i]: region kernels reachable from kernel i through fixed genes (group-level)
         outside = set(members)
         via = []
+        gid, groups, bits_of_mask, out_of = ind.gid, ind.groups, bits.bits_of, bits.out
         for k in kernels:
             hits = 0
             frontier = bits.succ[k] & ~region
@@ -565,13 +577,12 @@ class _GGA:
             seen: set[int] = set()
             while frontier:
                 new = 0
-                for x in iter_bits(frontier):
-                    h = ind.gid[x]
+                for x in bits_of_mask(frontier):
+                    h = gid[x]
                     if h in seen or h in outside:
                         continue
                     seen.add(h)
-                    for y in iter_bits(ind.groups[h]):
-                        new |= bits.succ[y] | (1 << y)
+                    new |= groups[h] | out_of(groups[h])
                 hits |= new & region
                 new &= ~region & ~visited
                 visited |= new
@@ -796,6 +807,13 @@ class _GGA:
         stats = {"runs": runs, "generations": self.generations, "tabu_pushes": tabu_pushes,
                  "stopped": self.stopped or "runs", "optimal": False}
         return best, stats
+
+
+def _weighted(rng: random.Random, weights: list[int]) -> int:
+    """``rng.choices(range(len(weights)), weights)[0]`` without its overhead (the same
+    draw from the same random number, so runs do not change)."""
+    cumulative = list(accumulate(weights))
+    return bisect(cumulative, rng.random() * cumulative[-1], 0, len(weights) - 1)
 
 
 def _loops_back(sub: int, reach: list[int], via: list[int]) -> bool:

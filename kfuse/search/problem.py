@@ -218,6 +218,11 @@ class Bits:
             for j in iter_bits(self.pred[i]):
                 acc |= (1 << j) | self.anc[j]
             self.anc[i] = acc
+        self.nbr_list = [tuple(iter_bits(m)) for m in self.nbr]  # sharing neighbours
+        self.succ_list = [tuple(iter_bits(m)) for m in self.succ]
+        self._out: dict[int, int] = {}
+        self._bits_memo: dict[int, tuple[int, ...]] = {}
+        self._around: dict[int, int] = {}
         self._legal: dict[int, bool] = {}
         self._reason: dict[int, str | None] = {}
         self._full: dict[int, str | None] = {}
@@ -239,7 +244,42 @@ class Bits:
         """Kernel names of a mask, in ``kernels`` order."""
         return tuple(self.names[i] for i in iter_bits(mask))
 
+    def bits_of(self, mask: int) -> tuple[int, ...]:
+        """``tuple(iter_bits(mask))``, memoised (groups recur; hot loops iterate them)."""
+        found = self._bits_memo.get(mask)
+        if found is None:
+            found = tuple(iter_bits(mask))
+            if len(self._bits_memo) < MEMO_LIMIT:
+                self._bits_memo[mask] = found
+        return found
+
     # -- structure -----------------------------------------------------------------------------
+    def around(self, mask: int) -> int:
+        """The sharing neighbours of the members (members included when they share),
+        memoised."""
+        found = self._around.get(mask)
+        if found is None:
+            found = 0
+            nbr = self.nbr
+            for i in self.bits_of(mask):
+                found |= nbr[i]
+            if len(self._around) < MEMO_LIMIT:
+                self._around[mask] = found
+        return found
+
+    def out(self, mask: int) -> int:
+        """The direct successors of the members (members included when they follow one
+        another), memoised."""
+        found = self._out.get(mask)
+        if found is None:
+            found = 0
+            succ = self.succ
+            for i in self.bits_of(mask):
+                found |= succ[i]
+            if len(self._out) < MEMO_LIMIT:
+                self._out[mask] = found
+        return found
+
     def down(self, mask: int) -> int:
         """Every kernel below some member (memoised)."""
         found = self._down.get(mask)
