@@ -15,7 +15,11 @@ choice:
   16-byte loads per row and thread in flight, 2-16 warps per block, persistent grids of a
   multiple of the SM count looping over the rows (``g``); tile: more rows in flight per
   thread). Stream variants without a column span (``:c``) store whole rows plainly: no
-  atomics and no fill of their outputs.
+  atomics and no fill of their outputs. Where the plan fuses an elementwise *epilogue*
+  into a row reduction (SGEMV ``[z_prod+z]``, GESUMMV ``[Ax+Bx+y]``: the warp owning a row
+  evaluates ``z = alpha A x + beta y`` at that row), the candidates are those whole-row
+  stream variants only, and the whole program is also timed with the epilogue split off
+  into its own kernel (``split``: one launch and the intermediate's write and read more).
 
 Each candidate's group time is the median of ``--repeat`` CUDA-event timings (after
 warm-up) of its kernel launch plus the fills of its atomically combined outputs; GB/s counts
@@ -154,6 +158,8 @@ def candidates_for(graph, space: ImplementationSpace, members, outputs, plan_var
         add(f"rank{index}", choice.variant)
     group = MapReduceGroup(graph, members, outputs)
     picks = TILE_PICKS if group.col_reductions() else STREAM_PICKS + TILE_PICKS[:2]
+    if group.epilogue:  # a row reduction and its epilogue: whole-row stream variants only
+        picks = tuple(p for p in STREAM_PICKS if ":c" not in p)
     for pick in picks:
         pick = re.sub(r"GSMS(\d+)", lambda m: f"g{int(m.group(1)) * sms}", pick)
         add("pick", "mapreduce:" + pick)
@@ -282,12 +288,18 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
                 f"{candidate.variant:42s} {fmt(candidate.ms, '8.4f')} ms "
                 f"{fmt(candidate.gbps, '7.0f')} GB/s err {fmt(candidate.error, '.1e')} "
                 f"{candidate.note}")
-    # the whole program: the planner's plan, and the best measured variant of every group
+    # the whole program: the planner's plan, the best measured variant of every group, and
+    # (where the plan fuses a row reduction's epilogue) the same with the epilogue split off
     whole = {}
-    for label, variants in (("plan", {}), ("best", {s.members: best(s).variant for s in studies
-                                                  if best(s) is not None})):
+    trials = [("plan", {}, False), ("best", {s.members: best(s).variant for s in studies
+                                             if best(s) is not None}, False)]
+    if any(MapReduceGroup(graph, m, o).epilogue for m, o, _ in matrix_groups(graph, plan)):
+        trials.append(("split", {}, True))
+    for label, variants, split in trials:
         groups = [(tuple(g.members), tuple(g.outputs), variants.get(tuple(g.members), g.variant))
                   for g in plan.groups]
+        if split:
+            groups = split_epilogues(graph, groups)
         executable = backend.prepare(graph, given, program=generate(graph, groups))
         whole[label] = time_gpu(executable.launch_all, warmup=args.warmup,
                                 repeat=args.repeat).median_s * 1e3
@@ -304,6 +316,22 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
             "groups": [{"members": list(s.members),
                         "candidates": [c.__dict__ for c in s.candidates]} for s in studies],
             "whole": whole}
+
+
+def split_epilogues(graph, groups):
+    """``groups`` (members, outputs, variant) with each row reduction's fused epilogue made
+    its own kernel again (the core keeps the variant): the comparison for epilogue fusion."""
+    from kfuse.fusion.legality import is_row_epilogue_group, split_row_epilogue
+    from kfuse.fusion.plan import group_outputs
+    result = []
+    for members, outputs, variant in groups:
+        if not is_row_epilogue_group(graph, members):
+            result.append((members, outputs, variant))
+            continue
+        core, epilogue = split_row_epilogue(graph, members)
+        result.append((core, group_outputs(graph, core), variant))
+        result.append((epilogue, group_outputs(graph, epilogue), "auto"))
+    return result
 
 
 def best(study: GroupStudy) -> Candidate | None:
@@ -338,7 +366,9 @@ def print_tables(name: str, studies: list[GroupStudy], whole: dict | None, profi
     if whole:
         log(f"\n  {name} whole program: plan {whole['plan']:.4f} ms (err "
             f"{whole['plan_error']:.1e}), best groups {whole['best']:.4f} ms (err "
-            f"{whole['best_error']:.1e}); H200 before {H200_BEFORE.get(name, 0):.3f}, "
+            f"{whole['best_error']:.1e})"
+            + (f", epilogue split off {whole['split']:.4f} ms" if "split" in whole else "")
+            + f"; H200 before {H200_BEFORE.get(name, 0):.3f}, "
             f"torch.compile {H200_COMPILE.get(name, 0):.3f}"
             + (f", GEMVER target {GEMVER_TARGET_MS:.3f}" if name == "gemver" else "")
             + (f"; copy {copy:.0f} GB/s" if copy else ""))

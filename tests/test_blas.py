@@ -107,15 +107,17 @@ def test_sequence_matches_reference_fused_and_unfused(name):
 
 
 def test_fusions_the_paper_expects():
-    """BiCGK reads A once; GEMVER makes three passes; ATAX and SGEMVT cannot fuse (F2)."""
+    """BiCGK reads A once; GEMVER makes three passes; ATAX and SGEMVT cannot fuse (F2);
+    SGEMV and GESUMMV fuse their elementwise epilogue into the row reduction (whole rows)."""
     expected = {
+        "sgemv": [["z_prod", "z"]],
         "bicgk": [["q", "s"]],
         "axpydot": [["z", "r"]],
         "vadd": [["wy", "x"]],
         "waxpby": [["by", "w"]],
         "gemver": [["B", "x_prod"], ["x"], ["w"]],
         "atax": [["t"], ["y"]],
-        "gesummv": [["Ax", "Bx"], ["y"]],
+        "gesummv": [["Ax", "Bx", "y"]],
     }
     for name, groups in expected.items():
         app = get_app(name)
@@ -471,7 +473,9 @@ def test_autotune_per_group_keeps_each_groups_fastest_variant(monkeypatch):
         return timing.Timing(1.0 / len(calls), 1.0 / len(calls), 0.0, 0.0, 1)
 
     monkeypatch.setattr(timing, "time_host", clock)
-    app = get_app("gesummv")
+    # (ATAX: two groups. GESUMMV is now one kernel, its epilogue fused, so its per-group
+    # tuning would time the same implementations as the whole-combination ranking)
+    app = get_app("atax")
     graph = app.build().graph()
     arrays, params = app.make_inputs((37, 45), np.random.default_rng(0), "float32")
     space = ImplementationSpace(graph, app.sizes(graph, (37, 45)))
@@ -539,8 +543,9 @@ def run_group_variant(name: str, members: tuple[str, ...], variant: str,
     groups = [(members, group_outputs(graph, members), variant)]
     groups += [((k.name,), group_outputs(graph, (k.name,)), "auto") for k in graph.kernels
                if k.name not in members]
-    order = {k.name: i for i, k in enumerate(graph.kernels)}
-    groups.sort(key=lambda group: order[group[0][0]])
+    from kfuse.fusion.plan import order_groups
+    order = order_groups(graph, [g[0] for g in groups])  # (an executable order)
+    groups.sort(key=lambda group: order.index(tuple(group[0])))
     program = generate(graph, groups)
     for size in sizes:
         arrays, params = app.make_inputs(size, np.random.default_rng(5), "float32")
@@ -707,3 +712,142 @@ def test_stream_ranking_prefers_one_row_per_warp_and_no_fill():
         found = predict_variant(graph, members, members, "mapreduce:32x4:r1:i1:w:stream:u4",
                                 sizes, profile)
         assert found.launches == 1 and found.atomics == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Row-reduction epilogues: the warp owning whole rows goes on to the elementwise consumer
+# ---------------------------------------------------------------------------------------------
+
+EPILOGUE_GROUPS = [("sgemv", ("z_prod", "z")), ("gesummv", ("Ax", "Bx", "y")),
+                   ("gesummv", ("Ax", "y"))]
+
+
+@pytest.mark.parametrize("variant", [
+    "mapreduce:32x8:r1:i1:w:stream:u8",          # the planner's kind of choice
+    "mapreduce:32x4:r2:i1:w:stream:u4",          # two rows per warp
+    "mapreduce:32x2:r3:i2:s:stream:g2:u2",       # persistent, 3 rows per warp, scalar loads
+    "mapreduce:32x4:r1:i3:w:stream:u1",          # several row groups per block
+])
+@pytest.mark.parametrize("name,members", EPILOGUE_GROUPS)
+def test_epilogue_variants_compute_the_reference(name, members, variant):
+    """Odd and unaligned sizes (outputs start poisoned: a row left unwritten shows)."""
+    cpu_or_skip()
+    app = get_app(name)
+    graph = app.build().graph()
+    from kfuse.fusion.plan import group_outputs
+    assert group_outputs(graph, members) == (members[-1],)  # no intermediate is stored
+    run_group_variant(name, members, variant,
+                      [(37, 45), (1, 3), (129, 7), (67, 150), (33, 1031), (8, 516)])
+
+
+def test_epilogue_kernel_stores_only_the_epilogue_and_needs_no_fill():
+    graph = get_app("sgemv").build().graph()
+    program = generate(graph, [(("z_prod", "z"), ("z",), "mapreduce:32x8:r1:i1:w:stream:u8")])
+    (launch,) = program.launches
+    assert launch.initial_values == () and launch.operators == ("z_prod", "z")
+    kernel = program.source[program.source.index("sgemv_z_prod_z("):]
+    assert "z[iy] = (float)" in kernel and "z_prod[iy]" not in kernel
+    assert "float* __restrict__ z_prod" not in kernel  # no intermediate buffer
+    assert "kf_atomic" not in kernel and "y[iy]" in kernel
+    # the reduction is also read outside the group: its row is stored too
+    both = generate(graph, [(("z_prod", "z"), ("z_prod", "z"),
+                             "mapreduce:32x8:r1:i1:w:stream:u8")]).source
+    assert "z_prod[iy] = kf_row_z_prod;" in both
+    # the variant text says nothing new: the group names the consumer; it round-trips
+    text = "mapreduce:32x8:r1:i1:w:stream:u8"
+    group = MapReduceGroup(graph, ["z_prod", "z"], ["z"])
+    assert [k.name for k in group.epilogue] == ["z"] and group.stores == []
+    assert group.normalize(MapReduceVariant.parse(text)).text() == text
+    assert group.default_variant().rowsum == "stream" and not group.default_variant().span
+    assert claims(graph, ["z_prod", "z"])
+
+
+def test_epilogue_is_legal_only_under_a_whole_row_stream_variant():
+    from kfuse.fusion.plan import make_plan
+    graph = get_app("sgemv").build().graph()
+    members = ["z_prod", "z"]
+    # without a variant (every search but the BLAS implementation space): refused (F2)
+    rules = [v.rule for v in group_violations(graph, members)]
+    assert "no_reduction_consumed_inside" in rules
+    text = next(str(v) for v in group_violations(graph, members)
+                if v.rule == "no_reduction_consumed_inside")
+    assert "global barrier" in text and "whole rows" in text
+    assert group_violations(graph, members, "mapreduce:32x8:r1:i1:w:stream:u8") == []
+    for variant, words in (("mapreduce:32x8:r1:i1:w:stream:u8:c4096", "column spans"),
+                           ("mapreduce:32x8:r2:i16:w:shuffle", "atomics"),
+                           ("mapreduce:32x8:r4:i8:w:smem", "atomics"),
+                           ("registers", "not a map-reduce stream variant")):
+        (violation,) = group_violations(graph, members, variant)
+        assert violation.rule == "reduction_epilogue" and words in violation.reason
+        assert "whole rows" in violation.reason
+        with pytest.raises(FusionError, match="illegal fusion"):
+            make_plan(graph, [members], variants={frozenset(members): variant})
+        if variant.startswith("mapreduce"):
+            with pytest.raises(FusionError, match="own kernel"):
+                generate(graph, [(tuple(members), ("z",), variant)])
+    with pytest.raises(FusionError, match="illegal fusion"):
+        make_plan(graph, [members])
+    plan = make_plan(graph, [members], check_resources=False,
+                               variants={frozenset(members): "mapreduce:32x8:r1:i1:w:stream:u8"})
+    assert plan.groups[0].variant == "mapreduce:32x8:r1:i1:w:stream:u8"
+
+
+def test_epilogue_of_a_column_reduction_or_another_row_is_refused():
+    stream = "mapreduce:32x8:r1:i1:w:stream:u8"
+    # a column reduction (SGEMVT's x = beta A^T y + z) completes only after every block
+    sgemvt = get_app("sgemvt").build().graph()
+    reasons = " ".join(str(v) for v in group_violations(sgemvt, ["x_prod", "x"], stream))
+    assert "column reduction" in reasons and "global barrier" in reasons
+    assert ("x_prod", "x") not in fusible_groups(sgemvt)
+    # ATAX: y = A^T t reduces over the rows (not an elementwise map over the reduced vector)
+    atax = get_app("atax").build().graph()
+    assert group_violations(atax, ["t", "y"], stream)
+    # an epilogue reading the reduced vector at another row
+    p = kf.Pipeline("shifted")
+    a = p.input("A", ndim=2)
+    x = p.input("x", shape=(a.shape[1],))
+    r = kf.matvec(a, x, name="r")
+    s = kf.point(r.at(1, boundary="clamp") + r, name="s")
+    p.output(s)
+    graph = p.graph()
+    (violation, *_) = group_violations(graph, ["r", "s"], stream)
+    assert "another row" in violation.reason
+    assert ("r", "s") not in fusible_groups(graph)
+    # a full reduction (a dot) never feeds its own kernel
+    q = kf.Pipeline("dotted")
+    m = q.input("m", ndim=2)
+    total = kf.reduce_sum(m, name="total")
+    q.output(kf.point(m * total, name="scaled"))
+    dotted = q.graph()
+    reasons = " ".join(str(v) for v in group_violations(dotted, ["total", "scaled"], stream))
+    assert "full reduction" in reasons and "global barrier" in reasons
+
+
+def test_epilogue_fusions_are_enumerated_and_predicted_one_launch_less():
+    from dataclasses import replace
+
+    from kfuse.model.device import default_profile
+    profile = replace(default_profile(), copy_bandwidth_bytes_per_s=4.275e12)
+    for name, fused, split in (("sgemv", ("z_prod", "z"), [("z_prod",), ("z",)]),
+                               ("gesummv", ("Ax", "Bx", "y"), [("Ax", "Bx"), ("y",)])):
+        app = get_app(name)
+        graph = app.build().graph()
+        assert fused in fusible_groups(graph)
+        space = ImplementationSpace(graph, app.sizes(graph, (16384, 16384)), profile)
+        choices = space.choices(fused)
+        assert choices and all(
+            MapReduceVariant.parse(c.variant).rowsum == "stream"
+            and not MapReduceVariant.parse(c.variant).span for c in choices)
+        best = choices[0].prediction
+        apart = [space.choices(g)[0].prediction for g in split]
+        assert best.launches == 1 and sum(p.launches for p in apart) == 2
+        assert best.dram_bytes < sum(p.dram_bytes for p in apart)
+        assert best.time_s < sum(p.time_s for p in apart)
+        plan = space.best().plan(graph)
+        assert [list(g.members) for g in plan.groups] == [list(fused)], name
+        assert plan.groups[0].variant == choices[0].variant
+    # the image apps' fusions are unchanged (no reduction feeds an epilogue there)
+    harris = get_app("harris").build().graph()
+    from kfuse.fusion.legality import is_row_epilogue_group
+    names = [k.name for k in harris.kernels]
+    assert not any(is_row_epilogue_group(harris, names[:k]) for k in range(2, len(names)))

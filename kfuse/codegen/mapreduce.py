@@ -31,6 +31,13 @@ the warp and is written with a plain store, and the output needs no fill:
   the block's warps in shared memory, one atomic per column and block;
 - over everything (``dot``): a block reduction, one atomic per block.
 
+A group may also carry an elementwise *epilogue*: maps over the reduced vector that read
+the row reductions at their own row (SGEMV's ``z = alpha A x + beta y``). Only the stream
+mapping without column spans serves it (legality: :func:`kfuse.fusion.legality.
+row_epilogue_violations`): once the warp has combined a row, lane 0 evaluates the epilogue
+at that row and stores its outputs (and the reduction's own result only where the plan
+needs it in memory): one launch, no intermediate written or read back.
+
 Shared memory is one array per kernel; elements get offsets by lifetime (interval
 allocation, §3.4) and ``__syncthreads()`` goes exactly where the paper's rules B1 (a routine
 reads an element written with another thread-to-data mapping) and B2 (a routine writes
@@ -44,6 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kfuse.codegen.cexpr import (
+    EmitState,
     ExprEmitter,
     c_name,
     indent,
@@ -54,7 +62,13 @@ from kfuse.codegen.cexpr import (
 from kfuse.codegen.kernels import GroupNames, identity_text, identity_value
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
 from kfuse.errors import FusionError
-from kfuse.fusion.legality import mapreduce_shape_reason
+from kfuse.fusion.legality import (
+    is_row_epilogue_group,
+    mapreduce_shape_reason,
+    row_epilogue_violations,
+    split_row_epilogue,
+    whole_row_stream_reason,
+)
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph, Kernel
 
@@ -214,6 +228,16 @@ def is_variant_text(variant: object) -> bool:
     return isinstance(variant, str) and variant.startswith(VARIANT_PREFIX + ":")
 
 
+def mapreduce_group_reason(graph: Graph, members: Sequence[str]) -> str | None:
+    """Why this module cannot generate ``members`` as one kernel under some variant; ``None``
+    for a map/reduce group, or one plus an elementwise epilogue of its row reductions (then
+    only whole-row stream variants apply: :meth:`MapReduceGroup.normalize`)."""
+    if is_row_epilogue_group(graph, members):
+        found = row_epilogue_violations(graph, members, None)
+        return str(found[0]) if found else None
+    return mapreduce_shape_reason(graph, members)
+
+
 # ---------------------------------------------------------------------------------------------
 # The group
 # ---------------------------------------------------------------------------------------------
@@ -256,17 +280,23 @@ class MapReduceGroup(GroupNames):
     """
 
     def __init__(self, graph: Graph, members: Sequence[str], outputs: Sequence[str]):
-        reason = mapreduce_shape_reason(graph, members)
+        reason = mapreduce_group_reason(graph, members)
         if reason is not None:
             raise FusionError(f"group {list(members)} is not a map/reduce group: {reason}")
+        core, epilogue = split_row_epilogue(graph, members) if len(members) > 1 \
+            else (tuple(members), ())
         self.graph = graph
         self.members = tuple(graph.kernel_by_name[name] for name in members)
+        # the maps over the reduced vector that consume row reductions (whole-row stream
+        # variants only): evaluated by the warp owning the row once its results are complete
+        self.epilogue = tuple(graph.kernel_by_name[name] for name in epilogue)
+        self.core = tuple(graph.kernel_by_name[name] for name in core)
         self.outputs = tuple(outputs)
         self.produced = {kernel.output: kernel for kernel in self.members}
-        self.domain = self.members[0].domain
+        self.domain = self.core[0].domain
         self.ndim = len(self.domain)
         self.reductions: list[Reduce] = []
-        for kernel in self.members:
+        for kernel in self.core:
             if kernel.reduction is None:
                 continue
             axes = kernel.reduction.axes
@@ -277,17 +307,21 @@ class MapReduceGroup(GroupNames):
             self.reductions.append(Reduce(kernel, kind, kernel.reduction.op,
                                           graph.buffers[kernel.output].dtype))
         for reduce in self.reductions:
-            readers = [k.name for k in self.members if reduce.kernel.output in k.reads]
+            readers = [k.name for k in self.core if reduce.kernel.output in k.reads]
             if readers:
                 raise FusionError(f"'{readers[0]}' reads the reduction "
                                   f"'{reduce.kernel.name}' inside its own kernel")
+        epilogue_outputs = {k.output for k in self.epilogue}
+        # maps of the matrix stored per point (the epilogue's outputs are stored per row)
         self.stores = [name for name in self.outputs
-                       if self.produced[name].reduction is None]
+                       if self.produced[name].reduction is None
+                       and name not in epilogue_outputs]
+        self.epilogue_stores = [name for name in self.outputs if name in epilogue_outputs]
         identity = tuple(range(self.ndim))
         self.tile_inputs: list[str] = []
         self.col_inputs: list[str] = []
         self.generic = False
-        for kernel in self.members:
+        for kernel in self.core:
             for node in kernel.body.walk():  # type: ignore[union-attr]
                 if isinstance(node, Coord):
                     self.generic = True
@@ -324,6 +358,8 @@ class MapReduceGroup(GroupNames):
     # -- variants -----------------------------------------------------------------------------
     def default_variant(self) -> MapReduceVariant:
         """The variant used when a plan names none (a good choice on Hopper at large sizes)."""
+        if self.epilogue:  # only warps owning whole rows can go on to the epilogue
+            return MapReduceVariant((32, 8), 1, 1, True, "stream", (), 0, 8)
         if self.flat:
             return MapReduceVariant((256, 1), 1, 4, True, "shuffle")
         return MapReduceVariant((32, 8), 4, 8, True, "shuffle")
@@ -338,6 +374,12 @@ class MapReduceGroup(GroupNames):
                                     variant.blocks)
         if bx != WARP:
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads")
+        if self.epilogue:
+            reason = whole_row_stream_reason(variant.text())
+            if reason:
+                names = [k.name for k in self.epilogue]
+                raise FusionError(f"a row reduction feeds the epilogue {names} in its own "
+                                  f"kernel: {reason}")
         if variant.rowsum == "stream":
             return self._normalize_stream(variant)
         if variant.blocks:
@@ -544,6 +586,8 @@ def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bo
     """
     kernels = [graph.kernel_by_name[name] for name in members]
     reductions = [k for k in kernels if k.reduction is not None]
+    if reductions and is_row_epilogue_group(graph, members):
+        return True  # a row reduction and its epilogue: only this module fuses them
     if not reductions:
         # plain maps: kfuse's flat and tiled kernels reach the copy bandwidth (measured on
         # an H200: SSCAL and MADD 5-7% faster than this module's map kernel)
@@ -574,6 +618,7 @@ class _Builder:
     variant: MapReduceVariant
     row_index: str = ""  # matrices: tile loads are kept per row of the thread ("[kf_k]")
     col_index: str = ""  # stream mapping: column vectors are kept per step chunk ("[kf_u]")
+    names_used: int = 0  # C names the point code took (the epilogue's continue after them)
 
     # -- shared pieces --------------------------------------------------------------------------
     @property
@@ -590,7 +635,7 @@ class _Builder:
                  f"'{group.graph.name}': {', '.join(k.name for k in group.members)}"]
         for kernel in group.members:
             prefix = f"//   [{kernel.name}] " if fused else "//   "
-            role = "map"
+            role = "epilogue map over the reduced rows" if kernel in group.epilogue else "map"
             for reduce in group.reductions:
                 if reduce.kernel is kernel:
                     role = f"{reduce.op}-reduction {kinds[reduce.kind]}"
@@ -652,12 +697,14 @@ class _Builder:
         values: dict[str, list[str]] = {}
         for element in range(self.v):
             point = emitter.at(coords_of(element))
-            for kernel in group.members:
-                if kernel.output not in group.outputs:
+            for kernel in group.core:
+                # (a reduction only an epilogue reads is still accumulated)
+                if kernel.output not in group.outputs and kernel.reduction is None:
                     continue
                 point.state.evaluated.add((kernel.name, point.coords))
                 values.setdefault(kernel.output, []).append(
                     point.emit(kernel.body))  # type: ignore[arg-type]
+        self.names_used = emitter.state.counter
         return emitter.lines, values
 
     def store_lines(self, values: dict[str, list[str]], address: str, count: str,
@@ -999,7 +1046,9 @@ class _Builder:
                 "  }"]
         flush = []
         stored = group.stored_rows(variant)
-        for reduce in row_reductions:
+        if group.epilogue:  # (normalize: whole rows) results, then the epilogue, per row
+            flush = self.epilogue_flush(rows, unroll, n_rows)
+        for reduce in row_reductions if not group.epilogue else ():
             combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
             if stored:  # the warp owns whole rows: its result is the row's, no atomic
                 write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) "
@@ -1076,6 +1125,48 @@ class _Builder:
                 GridAxis((cols_symbol,), variant.span, GRID_LIMITS[1]) if variant.span
                 else GridAxis(), GridAxis())
         return body, grid
+
+    def epilogue_flush(self, rows: int, unroll: int, n_rows: str) -> list[str]:
+        """Whole rows: each row's reductions over the warp, then lane 0 evaluates the epilogue
+        at that row and stores what must reach memory (the epilogue's outputs; a reduction's
+        own result only when read outside the group or returned)."""
+        group = self.group
+        results = {r.kernel.output: f"kf_row_{r.var}" for r in group.row_reductions()}
+        lines = []
+        for reduce in group.row_reductions():
+            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+            lines += [
+                f"{reduce.ctype} kf_row_{reduce.var} = kf_racc_{reduce.var}[kf_k][0];  "
+                f"// '{reduce.kernel.name}': the row over the warp (the warp owns it whole)",
+                "#pragma unroll",
+                f"for (int kf_u = 1; kf_u < {unroll}; ++kf_u) kf_row_{reduce.var} = "
+                f"{combine}(kf_row_{reduce.var}, kf_racc_{reduce.var}[kf_k][kf_u]);",
+                f"kf_row_{reduce.var} = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>("
+                f"kf_row_{reduce.var});"]
+
+        def hook(load: Load, emitter: ExprEmitter) -> str | None:
+            if load.buffer in results:
+                return results[load.buffer]
+            producer = group.produced.get(load.buffer)
+            if producer is not None:  # another epilogue member, evaluated in registers
+                return emitter.emit(producer.body)  # type: ignore[arg-type]
+            return None
+
+        emitter = ExprEmitter(group.graph, (("iy", 0),), group.domain[:1], None, hook,
+                              EmitState(counter=self.names_used))
+        values = {k.output: emitter.emit(k.body)  # type: ignore[arg-type]
+                  for k in group.epilogue if k.output in group.epilogue_stores}
+        stores = [f"{c_name(name)}[iy] = {results[name]};" for name in group.outputs
+                  if name in results]
+        stores += [f"{c_name(name)}[iy] = ({C_TYPES[group.graph.buffers[name].dtype]})"
+                   f"{values[name]};" for name in group.epilogue_stores]
+        names = ", ".join(f"'{k.name}'" for k in group.epilogue)
+        lines += [f"if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) {{  // epilogue {names} at "
+                  "this row: one plain store per row and output, no fill, no atomic",
+                  "  const int iy = kf_row0 + kf_k;",
+                  *indent(emitter.lines, 1), *indent(stores, 1), "}"]
+        return ["#pragma unroll", f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                *indent(lines, 1), "}"]
 
     def shared_ctype(self, element: str) -> str:
         for reduce in self.group.reductions:

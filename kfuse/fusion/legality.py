@@ -73,7 +73,12 @@ def rule_connected(graph: Graph, members: Sequence[str]) -> str | None:
 
 
 def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> str | None:
-    """A reduction's result needs every block done (a global barrier): never read in its kernel."""
+    """A reduction's result needs every block done (a global barrier): never read in its kernel.
+
+    The one exception (:func:`row_epilogue_violations`) needs the implementation to be known:
+    a row reduction computed by a stream variant whose warps own whole rows may feed an
+    elementwise epilogue reading it at the same row. Without a variant the rule holds.
+    """
     group = set(members)
     for name in members:
         kernel = graph.kernel_by_name[name]
@@ -81,8 +86,12 @@ def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> s
             continue
         readers = [c for c in graph.consumers.get(kernel.output, ()) if c in group]
         if readers:
-            return (f"'{readers[0]}' reads the reduction '{name}' in the same kernel; a "
+            text = (f"'{readers[0]}' reads the reduction '{name}' in the same kernel; a "
                     "reduction is complete only after every block finished (a global barrier)")
+            if row_epilogue_violations(graph, members, None) == []:
+                text += ("; only a stream variant whose warps own whole rows (no ':c' column "
+                         "span) may compute the row reduction and its epilogue in one kernel")
+            return text
     return None
 
 
@@ -194,6 +203,142 @@ def rule_same_nesting_depth(graph: Graph, members: Sequence[str]) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------------------------------------
+# Row-reduction epilogues: the one exception to F2 (needs the implementation to be known)
+# ---------------------------------------------------------------------------------------------
+
+def split_row_epilogue(graph: Graph, members: Sequence[str]
+                       ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(core, epilogue) of a group: the epilogue is every member that depends, through the
+    group, on a reduction of the group; the core is the rest (members in the given order).
+    An empty epilogue means no reduction is consumed inside the group."""
+    group = set(members)
+    dependent: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name in members:
+            if name in dependent:
+                continue
+            kernel = graph.kernel_by_name[name]
+            for buffer in kernel.reads:
+                producer = graph.producer.get(buffer)
+                if producer in group and (producer in dependent or
+                                          graph.kernel_by_name[producer].reduction is not None):
+                    dependent.add(name)
+                    changed = True
+                    break
+    return (tuple(n for n in members if n not in dependent),
+            tuple(n for n in members if n in dependent))
+
+
+def is_row_epilogue_group(graph: Graph, members: Sequence[str]) -> bool:
+    """True when some member consumes a reduction of the group (the epilogue is not empty)."""
+    return len(members) > 1 and bool(split_row_epilogue(graph, members)[1])
+
+
+def whole_row_stream_reason(variant: object) -> str | None:
+    """Why ``variant`` cannot compute a row reduction and its epilogue in one kernel (``None``:
+    it can, a stream variant without a column span: one warp owns whole rows)."""
+    from kfuse.codegen.mapreduce import MapReduceVariant, is_variant_text
+    from kfuse.errors import FusionError
+    need = ("only a stream variant whose warps own whole rows (no ':c' column span) has a "
+            "row's reduction complete inside one warp")
+    if not is_variant_text(variant):
+        return f"the implementation {variant!r} is not a map-reduce stream variant; {need}"
+    try:
+        parsed = MapReduceVariant.parse(str(variant))
+    except FusionError as error:
+        return str(error)
+    if parsed.rowsum != "stream":
+        return (f"variant {variant} combines row results of several blocks with atomics "
+                f"(a global barrier before the epilogue); {need}")
+    if parsed.span:
+        return (f"variant {variant} splits rows into column spans of {parsed.span} combined "
+                f"with atomics (a global barrier before the epilogue); {need}")
+    return None
+
+
+def row_epilogue_violations(graph: Graph, members: Sequence[str],
+                            variant: object) -> list[Violation]:
+    """Rules for a map/reduce group plus an elementwise *epilogue* consuming its row results.
+
+    The exception to F2: when one warp owns whole rows (a stream variant without column
+    spans), each row's reduction is complete in that warp, which can go on to evaluate a
+    map over the reduced vector at the same row. Allowed only when the core (members not
+    depending on a reduction) is a matrix map/reduce group without column reductions, and
+    every epilogue member is a map over the core's rows that reads the group's reductions
+    only as row reductions at its own row (a point access, no offsets, no other row).
+    ``variant`` ``None`` checks the structure only. ``[]`` when legal.
+    """
+    rule = "reduction_epilogue"
+    core, epilogue = split_row_epilogue(graph, members)
+    if not epilogue:
+        return [Violation(rule, "no member consumes a reduction of the group (not an epilogue)")]
+    if not core:
+        return [Violation(rule, "every member depends on a reduction of the group")]
+    kernels = {name: graph.kernel_by_name[name] for name in members}
+    found = []
+    for check in (rule_no_opaque, rule_convex, rule_connected):
+        reason = check(graph, members)
+        if reason:
+            found.append(Violation(check.__name__.removeprefix("rule_"), reason))
+    shape = mapreduce_shape_reason(graph, core)
+    domain = kernels[core[0]].domain
+    if shape is None and len(domain) != 2:
+        shape = "it is not a matrix group (an epilogue follows reductions along matrix rows)"
+    if shape is not None:
+        found.append(Violation(rule, f"the epilogue's producers {list(core)} are not one "
+                                     f"matrix map/reduce group: {shape}"))
+        return found
+    columns = [n for n in core if kernels[n].reduction is not None
+               and kernels[n].reduction.axes != (1,)  # type: ignore[union-attr]
+               and len(kernels[n].reduction.axes) == 1]  # type: ignore[union-attr]
+    if columns:
+        found.append(Violation(rule, f"the group reduces along columns ({columns}): no warp "
+                                     "walks whole rows, so no epilogue can follow in the "
+                                     "same kernel"))
+    for name in epilogue:
+        kernel = kernels[name]
+        if kernel.reduction is not None or kernel.body is None:
+            found.append(Violation(rule, f"'{name}' consumes a reduction of the group but is "
+                                         "not an elementwise map (an epilogue is a map)"))
+            continue
+        for access in kernel.accesses:
+            producer = graph.producer.get(access.buffer)
+            if producer not in kernels:
+                if not access.is_point:
+                    found.append(Violation(rule, f"epilogue '{name}' reads '{access.buffer}' "
+                                                 "at offsets, not at its own point"))
+                continue
+            source = kernels[producer]
+            reduction = source.reduction
+            if producer in core and reduction is None:
+                found.append(Violation(rule, f"epilogue '{name}' reads the matrix map "
+                                             f"'{producer}', not a row result"))
+            elif reduction is not None and reduction.axes != (1,):
+                kind = "a full reduction" if len(reduction.axes) == len(source.domain) \
+                    else "a column reduction"
+                found.append(Violation(rule, f"'{name}' reads '{producer}', {kind}: it is "
+                                             "complete only after every block finished (a "
+                                             "global barrier), never in its own kernel"))
+            elif access.dims != (0,) or not access.is_point:
+                found.append(Violation(rule, f"epilogue '{name}' reads '{access.buffer}' at "
+                                             "another row (an offset or another index): a "
+                                             "warp holds only its own rows' results"))
+        if kernel.domain != domain[:1]:
+            found.append(Violation(rule, f"epilogue '{name}' iterates over {kernel.domain}, "
+                                         f"not over the reduced vector's rows {domain[:1]}"))
+    if len(core) > 1:
+        found += group_violations(graph, core)
+    if variant is not None and not found:
+        reason = whole_row_stream_reason(variant)
+        if reason:
+            found.append(Violation(rule, f"a row reduction feeds {list(epilogue)} in its own "
+                                         f"kernel: {reason}"))
+    return found
+
+
 GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (
     rule_no_opaque,
     rule_same_iteration_space,
@@ -206,13 +351,21 @@ GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (
 )
 
 
-def group_violations(graph: Graph, members: Sequence[str]) -> list[Violation]:
-    """Every structural rule the group breaks (resources are checked on generated code)."""
+def group_violations(graph: Graph, members: Sequence[str],
+                     variant: object = None) -> list[Violation]:
+    """Every structural rule the group breaks (resources are checked on generated code).
+
+    ``variant`` (the group's implementation, when known): a group in which a row reduction
+    feeds an elementwise epilogue is judged by :func:`row_epilogue_violations` under it;
+    without one (every search but the BLAS implementation space) such a group is refused.
+    """
     unknown = [n for n in members if n not in graph.kernel_by_name]
     if unknown:
         return [Violation("known_kernels", f"no operator named {unknown[0]!r}")]
     if len(members) < 2:
         return []
+    if variant is not None and is_row_epilogue_group(graph, members):
+        return row_epilogue_violations(graph, members, variant)
     found = []
     for rule in GROUP_RULES:
         reason = rule(graph, members)

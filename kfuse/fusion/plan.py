@@ -8,7 +8,7 @@ A plan records, for every data edge of the pipeline, whether it was fused and wh
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
 
@@ -176,11 +176,17 @@ def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[st
     return [groups[i] for i in order]
 
 
-def check_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[Violation]:
-    """All violations of a proposed partition (structural rules per group, then plan rules)."""
+def check_groups(graph: Graph, groups: Sequence[Sequence[str]],
+                 variants: Mapping[frozenset[str], str] | None = None) -> list[Violation]:
+    """All violations of a proposed partition (structural rules per group, then plan rules).
+
+    ``variants`` (members -> implementation) where known: a row reduction's epilogue is
+    legal only under a whole-row stream variant (:func:`group_violations`).
+    """
     found = []
     for group in groups:
-        for violation in group_violations(graph, list(group)):
+        variant = (variants or {}).get(frozenset(group))
+        for violation in group_violations(graph, list(group), variant):
             found.append(Violation(violation.rule, f"group {list(group)}: {violation.reason}"))
     return found + plan_violations(graph, groups)
 
@@ -189,25 +195,30 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
               model: str = "none", reasons: dict[tuple[str, str], str] | None = None,
               predicted_time_s: float | None = None,
               unfused_predicted_time_s: float | None = None,
-              where: str | None = None, check_resources: bool = True) -> FusionPlan:
+              where: str | None = None, check_resources: bool = True,
+              variants: Mapping[frozenset[str], str] | None = None) -> FusionPlan:
     """Build a plan from groups (kernels left out get their own group); refuse illegal ones.
 
     ``reasons`` may say why an edge was left unfused, keyed by (producer, consumer);
     ``where`` is the user's line that asked for the plan (for the error message);
     ``check_resources`` compiles fused groups with nvcc (when present) to check registers,
     spills and shared memory against the device limits; the register tile of a recompute
-    group is always the largest that fits.
+    group is always the largest that fits; ``variants`` (members -> implementation) are set
+    on the groups they name and judge their legality (a row reduction's epilogue needs a
+    whole-row stream variant).
     """
     listed = {name for group in groups for name in group}
     groups = [list(g) for g in groups if g] + [[k.name] for k in graph.kernels
                                                if k.name not in listed]
-    violations = check_groups(graph, groups)
+    violations = check_groups(graph, groups, variants)
     if violations:
         first = violations[0]
         raise FusionError(f"illegal fusion ({first.rule}): {first.reason}", where=where)
     ordered = order_groups(graph, groups)
     reasons = reasons or {}
-    built = [Group(members, group_outputs(graph, members), group_variant(graph, members))
+    chosen = dict(variants or {})
+    built = [Group(members, group_outputs(graph, members),
+                   chosen.get(frozenset(members)) or group_variant(graph, members))
              for members in ordered]
     from kfuse.fusion.resources import fitting_tile
     for index, group in enumerate(built):

@@ -59,10 +59,15 @@ def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
                                      f"got {plan!r}")
     elif plan is not None and plan.graph is not graph:
         # A plan made from an earlier build of the pipeline: re-check it against this graph.
+        # (map-reduce variants carry over: a row reduction's epilogue is legal only under one)
+        from kfuse.codegen.mapreduce import is_variant_text
         from kfuse.fusion.plan import make_plan
+        variants = {frozenset(g.members): g.variant for g in plan.groups
+                    if is_variant_text(g.variant)}
         plan = make_plan(graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
                          model=plan.model, predicted_time_s=plan.predicted_time_s,
-                         unfused_predicted_time_s=plan.unfused_predicted_time_s)
+                         unfused_predicted_time_s=plan.unfused_predicted_time_s,
+                         variants=variants)
     return chosen.run(graph, given, plan=plan)
 
 

@@ -4,7 +4,9 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
 
 1. **fusions**: every legal subset of operators (rules F1-F5 of :mod:`kfuse.fusion.legality`:
    connected through data or shared inputs, convex, no reduction consumed in its own
-   kernel, equal nesting depth), singletons included;
+   kernel, equal nesting depth), singletons included; plus a row reduction with the
+   elementwise epilogue that reads it at the same row, whose implementations are only the
+   whole-row stream variants (the one exception to F2: a warp owns the whole row);
 2. **implementations of a fusion**: every :class:`~kfuse.codegen.mapreduce.MapReduceVariant`
    (block size, tile shape, serial iterations, 16-byte accesses, how row reductions are
    combined, calling order; vector kernels also a persistent grid sized to the device),
@@ -68,9 +70,15 @@ from kfuse.codegen.mapreduce import (
     MapReduceVariant,
     claims,
     is_variant_text,
+    mapreduce_group_reason,
 )
 from kfuse.errors import FusionError, KfuseError
-from kfuse.fusion.legality import group_violations, mapreduce_shape_reason, plan_violations
+from kfuse.fusion.legality import (
+    group_violations,
+    is_row_epilogue_group,
+    plan_violations,
+    row_epilogue_violations,
+)
 from kfuse.fusion.plan import FusionPlan, group_outputs, make_plan
 from kfuse.ir.expr import ITEM_SIZE, count_operations
 from kfuse.ir.graph import Graph
@@ -186,7 +194,7 @@ def group_variants(graph: Graph, members: Sequence[str],
     A group the map-reduce generator does not serve has the one implementation ``auto``;
     ``profile`` adds the device-sized persistent grids.
     """
-    if mapreduce_shape_reason(graph, members) is not None:
+    if mapreduce_group_reason(graph, members) is not None:
         return ["auto"]
     outputs = tuple(outputs) if outputs is not None else group_outputs(graph, members)
     group = MapReduceGroup(graph, members, outputs)
@@ -226,7 +234,7 @@ def predict_variant(graph: Graph, members: Sequence[str], outputs: Sequence[str]
                     profile: DeviceProfile | None = None) -> VariantPrediction:
     """Predicted time of ``members`` run as ``variant`` at ``sizes`` on ``profile``."""
     profile = profile or current_profile()
-    if mapreduce_shape_reason(graph, members) is not None:
+    if mapreduce_group_reason(graph, members) is not None:
         return _roofline(graph, members, outputs, sizes, profile)
     group = MapReduceGroup(graph, members, outputs)
     if is_variant_text(variant):
@@ -324,8 +332,9 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     for kernel in group.members:
         counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
                                                                                  "sfu": 0}
+        at = sizes[group.domain[0]] if kernel in group.epilogue else points  # once per row
         operations += (counts["alu"] + 4 * counts["sfu"] + (1 if kernel.reduction else 0)) \
-            * points
+            * at
     if variant.rowsum == "shuffle":
         operations += 2 * 5 * points / v * len(group.row_reductions())
     elif stream:  # one warp reduction per row and span
@@ -448,7 +457,12 @@ def _matrix_efficiency(*, blocks: int, per_sm: int, profile: DeviceProfile,
 # ---------------------------------------------------------------------------------------------
 
 def fusible_groups(graph: Graph) -> list[tuple[str, ...]]:
-    """Every legal fusion (rules F1-F5), singletons included, members in program order."""
+    """Every legal fusion (rules F1-F5), singletons included, members in program order.
+
+    Also a row reduction with an elementwise epilogue reading its rows (the exception to F2,
+    :func:`kfuse.fusion.legality.row_epilogue_violations`): such a fusion's implementations
+    are only the whole-row stream variants, which is what makes it legal.
+    """
     names = [k.name for k in graph.kernels]
     if len(names) > MAX_EXHAUSTIVE_KERNELS:
         raise KfuseError(f"the implementation space enumerates fusions of at most "
@@ -457,6 +471,9 @@ def fusible_groups(graph: Graph) -> list[tuple[str, ...]]:
     for size in range(1, len(names) + 1):
         for members in itertools.combinations(names, size):
             if size == 1 or not group_violations(graph, list(members)):
+                result.append(members)
+            elif is_row_epilogue_group(graph, members) \
+                    and not row_epilogue_violations(graph, members, None):
                 result.append(members)
     return result
 
@@ -507,10 +524,12 @@ class Implementation:
              ) -> FusionPlan:
         """The fusion plan of this combination (variants set per group)."""
         groups = [list(choice.members) for choice in self.choices]
+        variants = {frozenset(c.members): c.variant for c in self.choices
+                    if is_variant_text(c.variant)}  # (an epilogue is legal only under one)
         plan = make_plan(graph, groups, strategy="variants", model="mapreduce",
                          predicted_time_s=self.predicted_s,
                          unfused_predicted_time_s=unfused_predicted_time_s,
-                         check_resources=False)
+                         check_resources=False, variants=variants)
         chosen = {frozenset(c.members): c for c in self.choices}
         new_groups = []
         for group in plan.groups:
