@@ -511,8 +511,8 @@ def _choose_plan(app: Any, graph, given: dict[str, Any], sizes: dict[str, int],
     planner = getattr(app, "planner", None)
     if planner is not None:
         return planner(graph, sizes, profile)
-    from kfuse.search import search
-    return search(graph, sizes=sizes, profile=profile)
+    from kfuse.search import default_plan
+    return default_plan(graph, sizes=sizes, profile=profile)
 
 
 def _bench_cublas(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any]],

@@ -204,8 +204,12 @@ def command_plan(args: argparse.Namespace) -> int:
     if args.strategy == "variants":  # seed 004's implementation space (kfuse.search.variants)
         from kfuse.search.variants import best_plan
         plan = best_plan(graph, _sizes_for(graph, app, size))
+    elif args.strategy == "auto" and args.model == "roofline":  # what plan="auto" runs
+        from kfuse.search import default_plan
+        plan = default_plan(graph, _sizes_for(graph, app, size))
     else:
-        plan = search(graph, args.strategy, args.model, sizes=_sizes_for(graph, app, size),
+        strategy = "greedy" if args.strategy == "auto" else args.strategy
+        plan = search(graph, strategy, args.model, sizes=_sizes_for(graph, app, size),
                       seed=args.seed)
     if args.dot:
         with open(args.dot, "w") as handle:
@@ -465,8 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = commands.add_parser("plan", help="show the fusion plan of an app and why")
     plan.add_argument("app")
-    plan.add_argument("--strategy", default="greedy",
-                      help="exhaustive, exact, greedy (default), edges, mincut, gga, or "
+    plan.add_argument("--strategy", default="auto",
+                      help="auto (default: 'variants' for map/reduce pipelines, else "
+                           "greedy), exhaustive, exact, greedy, edges, mincut, gga, or "
                            "'variants' (fusions x implementations, seed 004)")
     plan.add_argument("--model", default="roofline",
                       help="roofline (default), wahib, wahib-norm, qiao or measured (times "

@@ -334,11 +334,18 @@ class Pipeline:
                                where=_where())
         return make_plan(self.graph(), [list(g) for g in groups], where=_where())
 
-    def plan(self, strategy: str = "greedy", model: str = "roofline",
+    def plan(self, strategy: str = "auto", model: str = "roofline",
              sizes: Mapping[str, int] | None = None) -> Any:
-        """The fusion plan the search finds (``sizes`` binds size symbols for the model)."""
-        from kfuse.search import search
-        return search(self.graph(), strategy, model, sizes)
+        """The fusion plan the search finds (``sizes`` binds size symbols for the model).
+
+        ``"auto"`` is what ``run`` uses (:func:`kfuse.search.default_plan`): seed 004's
+        implementation space for map/reduce pipelines, the greedy search otherwise.
+        """
+        from kfuse.search import default_plan, search
+        if strategy == "auto" and model == "roofline":
+            return default_plan(self.graph(), sizes)
+        return search(self.graph(), "greedy" if strategy == "auto" else strategy, model,
+                      sizes)
 
     def __repr__(self) -> str:
         return (f"Pipeline({self.name!r}, inputs={list(self._inputs)}, "

@@ -43,15 +43,17 @@ def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
               plan: Any = None) -> dict[str, Any]:
     """Run ``graph`` on the given arrays and parameters; return its outputs by name.
 
-    ``plan`` is a FusionPlan, ``"auto"`` (the default search) or ``None``/``"unfused"``.
+    ``plan`` is a FusionPlan, ``"auto"`` (:func:`kfuse.search.default_plan` at the given
+    sizes) or ``None``/``"unfused"``.
     """
     chosen = get_backend(backend)
     if isinstance(plan, str):
         if plan == "auto" and chosen.name == "numpy":
             plan = None  # the reference interprets the IR; a plan would change nothing
         elif plan == "auto":
-            from kfuse.search import search
-            plan = search(graph)
+            from kfuse.runtime.binding import bind
+            from kfuse.search import default_plan
+            plan = default_plan(graph, bind(graph, given).sizes)
         elif plan == "unfused":
             plan = None
         else:

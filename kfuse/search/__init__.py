@@ -55,5 +55,29 @@ def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
                      check_resources=False)
 
 
+def is_map_reduce_graph(graph: Graph) -> bool:
+    """True for pipelines of maps and reductions over vectors and matrices only (BLAS-1/2
+    sequences), with at least one reduction: seed 004's implementation space covers them."""
+    from kfuse.fusion.legality import mapreduce_shape_reason
+
+    return (any(kernel.reduction is not None for kernel in graph.kernels)
+            and all(mapreduce_shape_reason(graph, [kernel.name]) is None
+                    for kernel in graph.kernels))
+
+
+def default_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
+                 profile: DeviceProfile | None = None) -> FusionPlan:
+    """The plan ``plan="auto"`` runs: for map/reduce pipelines the predicted-best
+    combination of fusions and implementations (seed 004, :mod:`kfuse.search.variants`:
+    sibling reductions sharing a matrix pass, stream variants, epilogues); for everything
+    else the greedy search under the roofline model."""
+    if is_map_reduce_graph(graph):
+        from kfuse.search.variants import best_plan
+
+        return best_plan(graph, sizes, profile)
+    return search(graph, sizes=sizes, profile=profile)
+
+
 __all__ = ["GRAPH_MODELS", "MODELS", "STRATEGIES", "FusionProblem", "SearchResult",
-           "problem_from_graph", "random_problem", "search", "solve"]
+           "default_plan", "is_map_reduce_graph", "problem_from_graph", "random_problem",
+           "search", "solve"]
