@@ -39,6 +39,14 @@ TABLE_V: dict[str, tuple[Any, ...]] = {
 }
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _max(values: list[float]) -> float | None:
+    return max(values) if values else None
+
+
 @dataclass
 class FidelityRow:
     """One grid cell: how often the strategy was feasible and optimal, and how fast."""
@@ -66,28 +74,27 @@ class FidelityRow:
 
     @property
     def mean_time_s(self) -> float | None:
-        return sum(self.times_s) / len(self.times_s) if self.times_s else None
+        return _mean(self.times_s)
 
     @property
     def max_time_s(self) -> float | None:
-        return max(self.times_s) if self.times_s else None
+        return _max(self.times_s)
 
     @property
     def mean_cpu_time_s(self) -> float | None:
-        return sum(self.cpu_times_s) / len(self.cpu_times_s) if self.cpu_times_s else None
+        return _mean(self.cpu_times_s)
 
     @property
     def max_cpu_time_s(self) -> float | None:
-        return max(self.cpu_times_s) if self.cpu_times_s else None
+        return _max(self.cpu_times_s)
 
     @property
     def max_reference_time_s(self) -> float | None:
-        return max(self.reference_times_s) if self.reference_times_s else None
+        return _max(self.reference_times_s)
 
     @property
     def mean_reference_time_s(self) -> float | None:
-        return sum(self.reference_times_s) / len(self.reference_times_s) \
-            if self.reference_times_s else None
+        return _mean(self.reference_times_s)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

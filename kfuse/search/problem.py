@@ -257,27 +257,22 @@ class Bits:
     def around(self, mask: int) -> int:
         """The sharing neighbours of the members (members included when they share),
         memoised."""
-        found = self._around.get(mask)
-        if found is None:
-            found = 0
-            nbr = self.nbr
-            for i in self.bits_of(mask):
-                found |= nbr[i]
-            if len(self._around) < MEMO_LIMIT:
-                self._around[mask] = found
-        return found
+        return self._union_of_rows(mask, self.nbr, self._around)
 
     def out(self, mask: int) -> int:
         """The direct successors of the members (members included when they follow one
         another), memoised."""
-        found = self._out.get(mask)
+        return self._union_of_rows(mask, self.succ, self._out)
+
+    def _union_of_rows(self, mask: int, rows: list[int], memo: dict[int, int]) -> int:
+        """The union of ``rows[i]`` over the members ``i`` of ``mask``, memoised in ``memo``."""
+        found = memo.get(mask)
         if found is None:
             found = 0
-            succ = self.succ
             for i in self.bits_of(mask):
-                found |= succ[i]
-            if len(self._out) < MEMO_LIMIT:
-                self._out[mask] = found
+                found |= rows[i]
+            if len(memo) < MEMO_LIMIT:
+                memo[mask] = found
         return found
 
     def down(self, mask: int) -> int:
