@@ -3,6 +3,8 @@
 # Usage (device machine, repo root): bash scripts/gpu_session.sh [part]
 #   part = check  : calibrate, demo, cuda tests, every app verified at its benchmark size
 #   part = bench  : kfuse bench of every app with baselines (JSON + PNG)
+#   part = blas   : BLAS variants per group (scripts/blas_experiments.py), then the BLAS
+#                   benchmark with cuBLAS / torch.compile baselines, autotuned per group
 set -uo pipefail
 part="${1:-check}"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 KFUSE_CACHE_DIR="${KFUSE_CACHE_DIR:-/tmp/kfuse-cache}"
@@ -17,6 +19,13 @@ if [ "$part" = check ]; then
   python3 scripts/verify_apps.py --backend cuda $APPS 2>&1 | tee "$OUT/run_verify.jsonl"
   python3 scripts/fp32_math_check.py 2>&1 | tee "$OUT/fp32_math.txt"
   python3 -m kfuse run harris --resources 2>&1 | tee "$OUT/resources.txt"
+fi
+if [ "$part" = blas ]; then
+  python3 -m kfuse calibrate > "$OUT/calibrate.txt" 2>&1
+  python3 scripts/blas_experiments.py --no-calibrate --budget 150 \
+    --json "$OUT/blas_experiments.json" 2>&1 | tee "$OUT/blas_experiments.txt" | grep -E "whole|^=="
+  python3 scripts/blas_bench.py --rank 4 --autotune 4 --json "$OUT/blas_bench.json" 2>&1 \
+    | tee "$OUT/blas_bench.txt"
 fi
 if [ "$part" = bench ]; then
   python3 -m kfuse bench $APPS --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 \
