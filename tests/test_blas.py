@@ -12,16 +12,14 @@ import kfuse as kf
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import relative_error
 from kfuse.codegen import generate
-from kfuse.codegen.mapreduce import (
-    MapReduceGroup,
-    MapReduceVariant,
+from kfuse.codegen.barriers import (
     Routine,
     SharedAccess,
     SharedElement,
     barrier_reason,
-    claims,
     place_barriers,
 )
+from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant, claims
 from kfuse.errors import FusionError, ShapeError
 from kfuse.fusion.legality import group_violations, rule_same_nesting_depth
 from kfuse.fusion.plan import check_groups

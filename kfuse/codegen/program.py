@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from math import prod
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
+WARP = 32  # threads of a warp
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,224 @@
+"""The "stream" map-reduce kernels: each warp walks along its own rows of a matrix.
+
+Every load of a step is issued before its arithmetic, row results stay in registers until
+the end of the walk, and a warp that owns whole rows stores each result (and the
+elementwise epilogue that reads it) without atomics or a zero-fill. Part of the map-reduce
+generator (:mod:`kfuse.codegen.mapreduce`), whose kernel builder mixes this class in.
+"""
+
+from __future__ import annotations
+
+from kfuse.codegen.cexpr import EmitState, ExprEmitter, c_name, indent, size_var
+from kfuse.codegen.program import GRID_LIMITS, WARP, GridAxis
+from kfuse.ir.expr import C_TYPES, Load
+
+
+class StreamBody:
+    """The stream body and its epilogue; the rest of the builder comes from its subclass."""
+
+    def stream_body(self) -> tuple[list[str], tuple[GridAxis, GridAxis, GridAxis]]:
+        """Warps walk along their rows: every load of a step in flight, row results in
+        registers until the end of the walk (no column reductions in such a group)."""
+        group, variant, v = self.group, self.variant, self.v
+        by, rows, unroll, iters = variant.threads[1], variant.rows, variant.unroll, variant.iters
+        step = group.step(variant)
+        rows_symbol, cols_symbol = group.domain
+        n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
+
+        def coords_of(element: int) -> tuple:
+            return (("iy", 0), ("ix", element))
+
+        self.row_index, self.col_index = "[kf_k][kf_u]", "[kf_u]"
+        code, values = self.points(coords_of)
+        address = f"(kf_index_t)iy * {n_cols} + ix"
+        row_reductions, all_reductions = group.row_reductions(), group.all_reductions()
+        # a row past the end must not store, nor read a vector by row, nor feed a dot
+        guarded = bool(group.stores or group.generic or all_reductions)
+
+        def step_lines(full: bool) -> list[str]:
+            """One step: U chunks of V columns of each of the warp's rows. ``full``: every
+            chunk inside and 16-byte aligned (straight 16-byte loads, no masks)."""
+            vec = "true" if full else "kf_vec"
+            cols = (f"const int kf_cols = {v};" if full else
+                    f"const int kf_cols = ix < kf_c1 ? min({v}, kf_c1 - ix) : 0;")
+            chunk = [f"const int ix = kf_cs + (kf_u * {WARP} + kf_tx) * {v};", cols]
+            loads = [f"{C_TYPES[group.graph.buffers[name].dtype]} kf_ld_{c_name(name)}"
+                     f"[{rows}][{unroll}][{v}];" for name in group.tile_inputs]
+            loads += [f"{C_TYPES[group.graph.buffers[name].dtype]} kf_col_{c_name(name)}"
+                      f"[{unroll}][{v}];" for name in group.col_inputs]
+            loads += ["#pragma unroll", f"for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
+                      *indent(chunk, 1)]
+            for name in group.col_inputs:
+                loads.append(f"  kf_mr_load<{v}>({c_name(name)} + ix, kf_cols, {vec}, "
+                             f"kf_col_{c_name(name)}[kf_u]);")
+            if group.tile_inputs:
+                loads += ["  #pragma unroll", f"  for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                          f"    const int iy = min(kf_row0 + kf_k, {n_rows} - 1);  // clamped: "
+                          "loads stay inside",
+                          *indent(self.tile_loads(address, "kf_cols", vec, declare=False), 2),
+                          "  }"]
+            loads.append("}")
+            accumulate = []
+            for reduce in row_reductions:
+                for element, value in enumerate(values[reduce.kernel.output]):
+                    item = (f"({reduce.ctype}){value}" if full else
+                            f"{element} < kf_cols ? ({reduce.ctype}){value} : {reduce.identity}")
+                    accumulate.append(f"kf_racc_{reduce.var}[kf_k][kf_u] = kf_combine<"
+                                      f"{reduce.code}, {reduce.ctype}>(kf_racc_{reduce.var}"
+                                      f"[kf_k][kf_u], {item});")
+            for reduce in all_reductions:
+                for element, value in enumerate(values[reduce.kernel.output]):
+                    guard = "" if full else f"if ({element} < kf_cols) "
+                    accumulate.append(f"{guard}kf_acc_{reduce.var} = kf_combine<{reduce.code}, "
+                                      f"{reduce.ctype}>(kf_acc_{reduce.var}, "
+                                      f"({reduce.ctype}){value});")
+            work = [*code, *self.store_lines(values, address, "kf_cols", vec), *accumulate]
+            if guarded:
+                work = [f"if (iy < {n_rows}) {{  // the same for the whole warp: a warp owns "
+                        "its rows", *indent(work, 1), "}"]
+            else:  # rows past the end only feed accumulators that are never flushed
+                work = ["// (no stores or row-indexed reads: rows past the end are computed "
+                        "on clamped loads, never flushed)", *work]
+            compute = [
+                "#pragma unroll", f"for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
+                *indent(chunk, 1), "  (void)ix; (void)kf_cols;  // (unused by some groups)",
+                "  #pragma unroll", f"  for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                "    const int iy = kf_row0 + kf_k;" if guarded else "",
+                *indent(work, 2), "  }", "}"]
+            compute = [line for line in compute if line]
+            return ["// stage 1: every load of the step first (in flight together)", *loads,
+                    "// stage 2: every member at each element, row results accumulated",
+                    *compute]
+
+        accumulators = [f"{r.ctype} kf_racc_{r.var}[{rows}][{unroll}];  // partial {r.op} of "
+                        f"'{r.kernel.name}' per row and chunk"
+                        for r in row_reductions]
+        if row_reductions:
+            accumulators += [
+                "#pragma unroll", f"for (int kf_k = 0; kf_k < {rows}; ++kf_k)",
+                "  #pragma unroll", f"  for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
+                *[f"    kf_racc_{r.var}[kf_k][kf_u] = {r.identity};" for r in row_reductions],
+                "  }"]
+        flush = []
+        stored = group.stored_rows(variant)
+        if group.epilogue:  # (normalize: whole rows) results, then the epilogue, per row
+            flush = self.epilogue_flush(rows, unroll, n_rows)
+        for reduce in row_reductions if not group.epilogue else ():
+            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+            if stored:  # the warp owns whole rows: its result is the row's, no atomic
+                write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) "
+                         f"{reduce.var}[kf_row0 + kf_k] = kf_part;")
+                how = "one plain store per row (the warp owns whole rows: no fill, no atomic)"
+            else:
+                write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) kf_atomic_{reduce.op}("
+                         f"&{reduce.var}[kf_row0 + kf_k], kf_part);")
+                how = "one atomic per row and span"
+            flush += [
+                "#pragma unroll",
+                f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{  // '{reduce.kernel.name}': "
+                f"each row over the warp, {how}",
+                f"  {reduce.ctype} kf_part = kf_racc_{reduce.var}[kf_k][0];",
+                "  #pragma unroll",
+                f"  for (int kf_u = 1; kf_u < {unroll}; ++kf_u) kf_part = {combine}(kf_part, "
+                f"kf_racc_{reduce.var}[kf_k][kf_u]);",
+                f"  kf_part = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>(kf_part);",
+                write,
+                "}"]
+        walk = [
+            f"for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{  // serial iterations: row groups",
+            f"  const int kf_row0 = (kf_by * {iters} + kf_it) * {by * rows} + kf_ty * {rows};",
+            f"  if (kf_row0 >= {n_rows}) break;  // the same for the whole warp (no barrier "
+            "inside)",
+            *indent(accumulators, 1),
+            "  int kf_cs = kf_c0;",
+            "  if (kf_vec) {  // whole aligned steps: straight 16-byte loads",
+            f"    for (; kf_cs + {step} <= kf_c1; kf_cs += {step}) {{",
+            *indent(step_lines(True), 3),
+            "    }",
+            "  }",
+            f"  for (; kf_cs < kf_c1; kf_cs += {step}) {{  // the rest: masked (and unaligned)",
+            *indent(step_lines(False), 2),
+            "  }",
+            *indent(flush, 1),
+            "}",
+        ]
+        inner = [f"{r.ctype} kf_acc_{r.var} = {r.identity};  // partial {r.op} of "
+                 f"'{r.kernel.name}'" for r in all_reductions]
+        inner += walk
+        for reduce in all_reductions:
+            inner += [f"// '{reduce.kernel.name}': combine over the block, one atomic per block",
+                      f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
+                      f"kf_acc_{reduce.var}, {reduce.identity});",
+                      f"if (kf_tx == 0 && kf_ty == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
+                      f"kf_acc_{reduce.var});"]
+        vec = self.aligned_flag(group.tile_inputs + group.stores + group.col_inputs, n_cols)
+        span_text = f"{variant.span}"
+        spans = [f"const int kf_spans = ({n_cols} + {span_text} - 1) / {span_text};",
+                 "for (int kf_bs = blockIdx.y; kf_bs < kf_spans; "
+                 "kf_bs += gridDim.y) {",
+                 f"  const int kf_c0 = kf_bs * {span_text};",
+                 f"  const int kf_c1 = min({n_cols}, kf_c0 + {span_text});"]
+        if not variant.span:
+            spans = ["{  // one span: whole rows", "  const int kf_c0 = 0;",
+                     f"  const int kf_c1 = {n_cols};"]
+        body = [
+            "// stream mapping: warp ty owns rows row0 + ty * "
+            f"{rows} .. +{rows - 1} and walks along them, {unroll} x {v} column(s) per row, "
+            "thread and step",
+            "const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;",
+            f"const bool kf_vec = {vec};  // 16-byte accesses where aligned",
+            f"const int kf_row_blocks = ({n_rows} + {by * rows * iters - 1}) / "
+            f"{by * rows * iters};",
+            "for (int kf_by = blockIdx.x; kf_by < kf_row_blocks; kf_by += gridDim.x) {",
+            *indent(spans, 1),
+            *indent(inner, 2),
+            "  }",
+            "}",
+        ]
+        cap = variant.blocks or GRID_LIMITS[0]  # a persistent grid loops over the row groups
+        grid = (GridAxis((rows_symbol,), by * rows * iters, cap),
+                GridAxis((cols_symbol,), variant.span, GRID_LIMITS[1]) if variant.span
+                else GridAxis(), GridAxis())
+        return body, grid
+
+    def epilogue_flush(self, rows: int, unroll: int, n_rows: str) -> list[str]:
+        """Whole rows: each row's reductions over the warp, then lane 0 evaluates the epilogue
+        at that row and stores what must reach memory (the epilogue's outputs; a reduction's
+        own result only when read outside the group or returned)."""
+        group = self.group
+        results = {r.kernel.output: f"kf_row_{r.var}" for r in group.row_reductions()}
+        lines = []
+        for reduce in group.row_reductions():
+            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+            lines += [
+                f"{reduce.ctype} kf_row_{reduce.var} = kf_racc_{reduce.var}[kf_k][0];  "
+                f"// '{reduce.kernel.name}': the row over the warp (the warp owns it whole)",
+                "#pragma unroll",
+                f"for (int kf_u = 1; kf_u < {unroll}; ++kf_u) kf_row_{reduce.var} = "
+                f"{combine}(kf_row_{reduce.var}, kf_racc_{reduce.var}[kf_k][kf_u]);",
+                f"kf_row_{reduce.var} = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>("
+                f"kf_row_{reduce.var});"]
+
+        def hook(load: Load, emitter: ExprEmitter) -> str | None:
+            if load.buffer in results:
+                return results[load.buffer]
+            producer = group.produced.get(load.buffer)
+            if producer is not None:  # another epilogue member, evaluated in registers
+                return emitter.emit(producer.body)  # type: ignore[arg-type]
+            return None
+
+        emitter = ExprEmitter(group.graph, (("iy", 0),), group.domain[:1], None, hook,
+                              EmitState(counter=self.names_used))
+        values = {k.output: emitter.emit(k.body)  # type: ignore[arg-type]
+                  for k in group.epilogue if k.output in group.epilogue_stores}
+        stores = [f"{c_name(name)}[iy] = {results[name]};" for name in group.outputs
+                  if name in results]
+        stores += [f"{c_name(name)}[iy] = ({C_TYPES[group.graph.buffers[name].dtype]})"
+                   f"{values[name]};" for name in group.epilogue_stores]
+        names = ", ".join(f"'{k.name}'" for k in group.epilogue)
+        lines += [f"if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) {{  // epilogue {names} at "
+                  "this row: one plain store per row and output, no fill, no atomic",
+                  "  const int iy = kf_row0 + kf_k;",
+                  *indent(emitter.lines, 1), *indent(stores, 1), "}"]
+        return ["#pragma unroll", f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                *indent(lines, 1), "}"]
