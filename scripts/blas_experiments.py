@@ -252,15 +252,8 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
 
     def timed_group(executable, index: int) -> float:
         spec = executable.program.launches[index]
-        args_ = [executable.argument(spec, p) for p in spec.params]
-        grid = spec.grid_size(executable.bound.sizes)
-
-        def once() -> None:
-            for buffer, value in spec.initial_values:
-                executable.fill(executable.buffers[buffer], value)
-            executable.launch(spec, grid, spec.block, args_)
-
-        return time_gpu(once, warmup=args.warmup, repeat=args.repeat).median_s
+        return time_gpu(lambda: executable.launch_one(spec), warmup=args.warmup,
+                        repeat=args.repeat).median_s
 
     plan_index = {tuple(g.members): i for i, g in enumerate(plan.groups)}
     for study in studies:

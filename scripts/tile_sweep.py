@@ -23,7 +23,6 @@ import kfuse.codegen.kernels as kernels
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import relative_error
 from kfuse.bench.floor import dram_floor_bytes, launch_bytes
-from kfuse.bench.harness import launch_one
 from kfuse.bench.timing import time_gpu
 from kfuse.codegen import generate
 from kfuse.fusion.plan import group_outputs, make_plan
@@ -82,7 +81,7 @@ def sweep(names: list[str], bandwidth: float) -> None:
                   f"{timing.median_s / floor_s:5.2f}x floor  err {error:.1e}", flush=True)
             if label == "unfused":
                 for spec in program.launches:
-                    one = time_gpu(lambda spec=spec, run=executable: launch_one(run, spec),
+                    one = time_gpu(lambda spec=spec, run=executable: run.launch_one(spec),
                                    warmup=3,
                                    repeat=30)
                     share = launch_bytes(graph, spec, sizes) / one.median_s / bandwidth

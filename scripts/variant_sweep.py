@@ -12,7 +12,6 @@ import numpy as np
 
 from kfuse.apps import get_app
 from kfuse.bench.floor import launch_bytes
-from kfuse.bench.harness import launch_one
 from kfuse.bench.timing import time_gpu
 from kfuse.codegen import generate
 from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y
@@ -38,7 +37,7 @@ def main(names: list[str]) -> None:
             executable = backend.prepare(graph, given, program=generate(graph, groups))
             executable.launch_all()
             for spec in executable.program.launches:
-                timing = time_gpu(lambda s=spec, e=executable: launch_one(e, s), warmup=3, repeat=30)
+                timing = time_gpu(lambda s=spec, e=executable: e.launch_one(s), warmup=3, repeat=30)
                 nbytes = launch_bytes(graph, spec, executable.bound.sizes)
                 share = nbytes / timing.median_s / copy
                 print(f"{name:12s} {variant:14s} {spec.symbol:28s} {timing.median_s * 1e3:7.3f} ms"

@@ -89,16 +89,27 @@ def _f64(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: np.asarray(value, dtype=np.float64) for name, value in arrays.items()}
 
 
-def _matrix(size: tuple[int, ...]) -> tuple[int, int]:
-    if len(size) != 2:
-        raise kfuse.ShapeError(f"a matrix sequence takes a size M x N, got {size}")
-    return int(size[0]), int(size[1])
+PARAMS = {"alpha": 1.5, "beta": 0.75}  # the sequences' scalars, unless an app says otherwise
 
 
-def _vector(size: tuple[int, ...]) -> int:
-    if len(size) != 1:
-        raise kfuse.ShapeError(f"a vector sequence takes a size n, got {size}")
-    return int(size[0])
+def _inputs_maker(build: Callable[..., kfuse.Pipeline], ndim: int,
+                  params: Mapping[str, float]) -> Callable[..., tuple[dict, dict]]:
+    """``make_inputs`` of a sequence: every input uniform in [LOW, HIGH), its shape bound
+    from ``size`` (``(n,)`` or ``(M, N)``), and the pipeline's scalars from ``params``."""
+    kind = "a matrix sequence takes a size M x N" if ndim == 2 else \
+        "a vector sequence takes a size n"
+
+    def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "float32"
+                    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        if len(size) != ndim:
+            raise kfuse.ShapeError(f"{kind}, got {size}")
+        graph = build(dtype).graph()
+        sizes = bind_sizes(graph, tuple(int(n) for n in size))
+        arrays = {name: _uniform(rng, tuple(sizes[s] for s in graph.buffers[name].shape), dtype)
+                  for name in graph.inputs}
+        return arrays, {name: params[name] for name in graph.params}
+
+    return make_inputs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,10 +135,6 @@ def ref_axpydot(arrays, params, boundary=None):
     return {"z": z, "r": np.asarray(z @ a["u"])}
 
 
-def inputs_axpydot(size, rng, dtype="float32"):
-    n = _vector(size)
-    return {k: _uniform(rng, (n,), dtype) for k in ("w", "v", "u")}, {"alpha": 0.5}
-
 
 def build_atax(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
     """y = Aᵀ (A x): two passes over A (the second needs the completed A x, rule F2)."""
@@ -144,10 +151,6 @@ def ref_atax(arrays, params, boundary=None):
     a = _f64(arrays)
     return {"y": a["A"].T @ (a["A"] @ a["x"])}
 
-
-def inputs_atax(size, rng, dtype="float32"):
-    m, n = _matrix(size)
-    return {"A": _uniform(rng, (m, n), dtype), "x": _uniform(rng, (n,), dtype)}, {}
 
 
 def build_bicgk(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
@@ -167,11 +170,6 @@ def ref_bicgk(arrays, params, boundary=None):
     return {"q": a["A"] @ a["p"], "s": a["A"].T @ a["r"]}
 
 
-def inputs_bicgk(size, rng, dtype="float32"):
-    m, n = _matrix(size)
-    return {"A": _uniform(rng, (m, n), dtype), "p": _uniform(rng, (n,), dtype),
-            "r": _uniform(rng, (m,), dtype)}, {}
-
 
 def build_sgemv(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
     """z = alpha A x + beta y."""
@@ -189,11 +187,6 @@ def ref_sgemv(arrays, params, boundary=None):
     a = _f64(arrays)
     return {"z": params["alpha"] * (a["A"] @ a["x"]) + params["beta"] * a["y"]}
 
-
-def inputs_sgemv(size, rng, dtype="float32"):
-    m, n = _matrix(size)
-    return ({"A": _uniform(rng, (m, n), dtype), "x": _uniform(rng, (n,), dtype),
-             "y": _uniform(rng, (m,), dtype)}, {"alpha": 1.5, "beta": 0.75})
 
 
 def build_sgemvt(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
@@ -215,11 +208,6 @@ def ref_sgemvt(arrays, params, boundary=None):
     return {"x": x, "w": params["alpha"] * (a["A"] @ x)}
 
 
-def inputs_sgemvt(size, rng, dtype="float32"):
-    m, n = _matrix(size)
-    return ({"A": _uniform(rng, (m, n), dtype), "y": _uniform(rng, (m,), dtype),
-             "z": _uniform(rng, (n,), dtype)}, {"alpha": 1.5, "beta": 0.75})
-
 
 def build_sscal(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
     """sx = alpha x."""
@@ -233,9 +221,6 @@ def build_sscal(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeli
 def ref_sscal(arrays, params, boundary=None):
     return {"sx": params["alpha"] * _f64(arrays)["x"]}
 
-
-def inputs_sscal(size, rng, dtype="float32"):
-    return {"x": _uniform(rng, (_vector(size),), dtype)}, {"alpha": 1.5}
 
 
 def build_gemver(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
@@ -262,13 +247,6 @@ def ref_gemver(arrays, params, boundary=None):
     return {"B": b, "x": x, "w": params["alpha"] * (b @ x)}
 
 
-def inputs_gemver(size, rng, dtype="float32"):
-    m, n = _matrix(size)
-    arrays = {"A": _uniform(rng, (m, n), dtype)}
-    for name, length in (("u1", m), ("u2", m), ("v1", n), ("v2", n), ("y", m), ("z", n)):
-        arrays[name] = _uniform(rng, (length,), dtype)
-    return arrays, {"alpha": 1.5, "beta": 0.75}
-
 
 def build_gesummv(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
     """y = alpha A x + beta B x: two reductions sharing x, then their sum."""
@@ -289,11 +267,6 @@ def ref_gesummv(arrays, params, boundary=None):
     return {"y": params["alpha"] * (a["A"] @ a["x"]) + params["beta"] * (a["B"] @ a["x"])}
 
 
-def inputs_gesummv(size, rng, dtype="float32"):
-    m, n = _matrix(size)
-    return ({"A": _uniform(rng, (m, n), dtype), "B": _uniform(rng, (m, n), dtype),
-             "x": _uniform(rng, (n,), dtype)}, {"alpha": 1.5, "beta": 0.75})
-
 
 def build_madd(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
     """C = A + B."""
@@ -308,10 +281,6 @@ def ref_madd(arrays, params, boundary=None):
     a = _f64(arrays)
     return {"C": a["A"] + a["B"]}
 
-
-def inputs_madd(size, rng, dtype="float32"):
-    m, n = _matrix(size)
-    return {"A": _uniform(rng, (m, n), dtype), "B": _uniform(rng, (m, n), dtype)}, {}
 
 
 def build_vadd(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
@@ -331,10 +300,6 @@ def ref_vadd(arrays, params, boundary=None):
     return {"x": a["w"] + a["y"] + a["z"]}
 
 
-def inputs_vadd(size, rng, dtype="float32"):
-    n = _vector(size)
-    return {k: _uniform(rng, (n,), dtype) for k in ("w", "y", "z")}, {}
-
 
 def build_waxpby(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
     """w = alpha x + beta y (BLAS: a copy, a scal and an axpy)."""
@@ -353,11 +318,6 @@ def ref_waxpby(arrays, params, boundary=None):
     return {"w": params["alpha"] * a["x"] + params["beta"] * a["y"]}
 
 
-def inputs_waxpby(size, rng, dtype="float32"):
-    n = _vector(size)
-    return ({"x": _uniform(rng, (n,), dtype), "y": _uniform(rng, (n,), dtype)},
-            {"alpha": 1.5, "beta": 0.75})
-
 
 # ---------------------------------------------------------------------------------------------
 # Registry
@@ -368,7 +328,7 @@ def _mn(size: tuple[int, ...]) -> int:
 
 
 def _app(name: str, operations: str, tags: str, words: int, flops: int, *,
-         matrix: bool, reduces: bool) -> BlasApp:
+         matrix: bool, reduces: bool, params: Mapping[str, float] = PARAMS) -> BlasApp:
     module = globals()
     return BlasApp(
         name=name,
@@ -376,7 +336,7 @@ def _app(name: str, operations: str, tags: str, words: int, flops: int, *,
         origin=ORIGIN,
         build=module[f"build_{name}"],
         reference=module[f"ref_{name}"],
-        make_inputs=module[f"inputs_{name}"],
+        make_inputs=_inputs_maker(module[f"build_{name}"], 2 if matrix else 1, params),
         bench_size=MATRIX_BENCH if matrix else VECTOR_BENCH,
         test_size=MATRIX_TEST if matrix else VECTOR_TEST,
         ndim=2 if matrix else 1,
@@ -389,7 +349,8 @@ def _app(name: str, operations: str, tags: str, words: int, flops: int, *,
 
 
 BLAS_APPS: tuple[BlasApp, ...] = (
-    _app("axpydot", "z = w - alpha v; r = z^T u", "FS", 4, 4, matrix=False, reduces=True),
+    _app("axpydot", "z = w - alpha v; r = z^T u", "FS", 4, 4, matrix=False, reduces=True,
+         params={"alpha": 0.5}),  # w - alpha v stays away from cancellation
     _app("atax", "y = A^T (A x)", "", 2, 4, matrix=True, reduces=True),
     _app("bicgk", "q = A p; s = A^T r", "F", 1, 4, matrix=True, reduces=True),
     _app("sgemv", "z = alpha A x + beta y", "B", 1, 2, matrix=True, reduces=True),

@@ -17,7 +17,6 @@ from kfuse.bench.harness import (
     KernelRow,
     bench_apps,
     device_inputs,
-    launch_one,
     max_relative_error,
 )
 from kfuse.bench.report import (
@@ -44,7 +43,7 @@ __all__ = [
     "TorchProgram", "baselines", "bench_apps", "buffer_bytes", "calibrate", "compile_core",
     "device_inputs",
     "device_properties", "dram_floor_bytes", "floor_seconds", "format_seconds", "from_json",
-    "input_sets_needed", "launch_bytes", "launch_one", "max_relative_error", "measure_copy",
+    "input_sets_needed", "launch_bytes", "max_relative_error", "measure_copy",
     "measure_launch", "plot", "print_report", "print_table", "time_gpu", "time_host",
     "to_json", "to_markdown", "torch_function", "traffic_bytes", "translate",
 ]

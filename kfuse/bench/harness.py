@@ -313,14 +313,6 @@ def max_relative_error(result: Any, reference: Any) -> float:
 # One kernel of an executable
 # ---------------------------------------------------------------------------------------------
 
-def launch_one(executable: Any, spec: Any) -> None:
-    """Enqueue one launch of ``spec`` exactly as ``Executable.launch_all`` does."""
-    for name, value in spec.initial_values:
-        executable.fill(executable.buffers[name], value)
-    args = [executable.argument(spec, param) for param in spec.params]
-    executable.launch(spec, spec.grid_size(executable.bound.sizes), spec.block, args)
-
-
 # ---------------------------------------------------------------------------------------------
 # The benchmark
 # ---------------------------------------------------------------------------------------------
@@ -484,7 +476,7 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     rotate = unfused_rotate
     unfused.launch_all()  # every intermediate holds real values before kernels run alone
     for spec in unfused.program.launches:
-        kernel_timing = env.timer(lambda spec=spec: launch_one(unfused, spec),
+        kernel_timing = env.timer(lambda spec=spec: unfused.launch_one(spec),
                                   warmup=max(1, warmup // 2), repeat=repeat, rotate=rotate)
         nbytes = launch_bytes(graph, spec, sizes)
         seconds = kernel_timing.median_s

@@ -196,21 +196,13 @@ def _print_resources(graph, groups=None) -> int:
 
 def command_plan(args: argparse.Namespace) -> int:
     from kfuse.apps import get_app
-    from kfuse.search import search
+    from kfuse.search import plan_for
 
     app = get_app(args.app)
     graph = app.build().graph()
     size = _parse_size(args.size) or app.bench_size
-    if args.strategy == "variants":  # seed 004's implementation space (kfuse.search.variants)
-        from kfuse.search.variants import best_plan
-        plan = best_plan(graph, _sizes_for(graph, app, size))
-    elif args.strategy == "auto" and args.model == "roofline":  # what plan="auto" runs
-        from kfuse.search import default_plan
-        plan = default_plan(graph, _sizes_for(graph, app, size))
-    else:
-        strategy = "greedy" if args.strategy == "auto" else args.strategy
-        plan = search(graph, strategy, args.model, sizes=_sizes_for(graph, app, size),
-                      seed=args.seed)
+    plan = plan_for(graph, args.strategy, args.model, _sizes_for(graph, app, size),
+                    seed=args.seed)
     if args.dot:
         with open(args.dot, "w") as handle:
             handle.write(plan.to_dot() + "\n")
@@ -252,14 +244,20 @@ def command_calibrate(args: argparse.Namespace) -> int:
 # kfuse project / synth / fidelity / model-check
 # ------------------------------------------------------------------------------------------------
 
-def _int_list(text: str, option: str) -> list[int]:
+def _number_list(text: str, option: str, kind: type = float) -> list:
+    """``"20,30,40"`` as numbers of ``kind``; a clear error for anything else."""
     try:
-        values = [int(part) for part in text.replace(" ", "").split(",") if part]
+        values = [kind(part) for part in str(text).replace(" ", "").split(",") if part]
     except ValueError:
-        raise KfuseError(f"{option} takes numbers like 20,30,40, got {text!r}") from None
+        example = "20,30,40" if kind is int else "4,8,12"
+        raise KfuseError(f"{option} takes numbers like {example}, got {text!r}") from None
     if not values:
         raise KfuseError(f"{option} needs at least one number")
     return values
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    return _number_list(text, option, int)
 
 
 def command_project(args: argparse.Namespace) -> int:
@@ -294,16 +292,6 @@ def command_synth(args: argparse.Namespace) -> int:
           f"{achieved['copies']} copies, mean sharing set {achieved['mean_sharing_set']}, "
           f"mean thread load {achieved['mean_thread_load']}, kinship {achieved['kinship']}")
     return 0
-
-
-def _number_list(text: str, option: str) -> list[float]:
-    try:
-        values = [float(part) for part in str(text).replace(" ", "").split(",") if part]
-    except ValueError:
-        raise KfuseError(f"{option} takes numbers like 4,8,12, got {text!r}") from None
-    if not values:
-        raise KfuseError(f"{option} needs at least one number")
-    return values
 
 
 def command_fidelity(args: argparse.Namespace) -> int:

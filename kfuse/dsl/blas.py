@@ -78,32 +78,33 @@ def _check_centered(expr: Expr, operator: str, line: UserLine | None) -> None:
                            operator=operator, where=_where(line))
 
 
-def _vector(value: object, pipeline: Pipeline, what: str, operator: str,
-            line: UserLine | None) -> Expr:
-    """A vector operand (1-D array or expression over 1-D arrays and scalars)."""
-    ndim = _operand_ndim(value, pipeline)
-    if ndim != 1:
+def _operand(value: object, ndim: int, pipeline: Pipeline, what: str, operator: str,
+             line: UserLine | None) -> Expr:
+    """An ``ndim``-D operand (array or expression of such arrays and scalars) read at the
+    current point; a transposed matrix is a matrix operand."""
+    if ndim == 2 and isinstance(value, Transposed):
+        return value.expr()
+    found = _operand_ndim(value, pipeline)
+    if found != ndim:
         name = value.name if isinstance(value, Array) else "the expression"
-        raise ShapeError(f"{what} must be a vector; {name} is {ndim}-D", operator=operator,
+        kind = "a vector" if ndim == 1 else "a matrix"
+        raise ShapeError(f"{what} must be {kind}; {name} is {found}-D", operator=operator,
                          where=_where(line))
     expr = as_expr(value)
     _check_centered(expr, operator, line)
     return expr
+
+
+def _vector(value: object, pipeline: Pipeline, what: str, operator: str,
+            line: UserLine | None) -> Expr:
+    """A vector operand (1-D array or expression over 1-D arrays and scalars)."""
+    return _operand(value, 1, pipeline, what, operator, line)
 
 
 def _matrix(value: object, pipeline: Pipeline, what: str, operator: str,
             line: UserLine | None) -> Expr:
     """A matrix operand read at the current (row, column) point."""
-    if isinstance(value, Transposed):
-        return value.expr()
-    ndim = _operand_ndim(value, pipeline)
-    if ndim != 2:
-        name = value.name if isinstance(value, Array) else "the expression"
-        raise ShapeError(f"{what} must be a matrix; {name} is {ndim}-D", operator=operator,
-                         where=_where(line))
-    expr = as_expr(value)
-    _check_centered(expr, operator, line)
-    return expr
+    return _operand(value, 2, pipeline, what, operator, line)
 
 
 def along(value: object, axis: int) -> Expr:

@@ -341,11 +341,8 @@ class Pipeline:
         ``"auto"`` is what ``run`` uses (:func:`kfuse.search.default_plan`): seed 004's
         implementation space for map/reduce pipelines, the greedy search otherwise.
         """
-        from kfuse.search import default_plan, search
-        if strategy == "auto" and model == "roofline":
-            return default_plan(self.graph(), sizes)
-        return search(self.graph(), "greedy" if strategy == "auto" else strategy, model,
-                      sizes)
+        from kfuse.search import plan_for
+        return plan_for(self.graph(), strategy, model, sizes)
 
     def __repr__(self) -> str:
         return (f"Pipeline({self.name!r}, inputs={list(self._inputs)}, "

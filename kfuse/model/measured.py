@@ -70,7 +70,6 @@ class GroupTimer:
 
     def time(self, members: Sequence[str]) -> float:
         """Median seconds of the kernel that computes ``members`` (plan order) alone."""
-        from kfuse.bench.harness import launch_one
         from kfuse.bench.timing import time_gpu, time_host
         from kfuse.codegen import generate
         from kfuse.fusion.plan import group_outputs, group_variant
@@ -87,7 +86,7 @@ class GroupTimer:
             executable.buffers = self.base.buffers
             (spec,) = program.launches
             timer = time_gpu if self.backend.name == "cuda" else time_host
-            timing = timer(lambda: launch_one(executable, spec), warmup=self.warmup,
+            timing = timer(lambda: executable.launch_one(spec), warmup=self.warmup,
                            repeat=self.repeat)
             self._times[key] = timing.median_s
         return self._times[key]

@@ -26,24 +26,20 @@ from kfuse.project.metadata import (
     schema_path,
 )
 from kfuse.project.problem import CATEGORIES, PROJECT_MODELS, AppProblem
+from kfuse.search.problem import SearchResult
 
 
 @dataclass
-class ProjectedPlan:
+class ProjectedPlan(SearchResult):
     """The best plan found for a codeless application, with reasons, in plan form."""
 
-    problem: AppProblem
-    groups: list[tuple[str, ...]]
-    strategy: str
-    model: str
-    predicted_time_s: float
-    unfused_predicted_time_s: float
-    reasons: dict[tuple[str, str], str]
-    stats: dict = field(default_factory=dict)
+    problem: AppProblem = field(kw_only=True)
+    strategy: str = field(kw_only=True)
+    model: str = field(kw_only=True)
 
     @property
     def projected_speedup(self) -> float:
-        return self.unfused_predicted_time_s / self.predicted_time_s
+        return self.speedup
 
     def _edges(self) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
         group_of = {name: i for i, group in enumerate(self.groups) for name in group}
@@ -116,9 +112,9 @@ def project_app(app: AppMetadata, strategy: str = "gga", model: str = "wahib", s
 
     problem = AppProblem(app, model)
     result = solve(problem.fusion_problem(), strategy, seed=seed, progress=progress, **options)
-    return ProjectedPlan(problem, [tuple(g) for g in result.groups], strategy, model,
-                      result.predicted_time_s, result.unfused_predicted_time_s,
-                      dict(result.reasons), dict(result.stats))
+    return ProjectedPlan([tuple(g) for g in result.groups], result.predicted_time_s,
+                         result.unfused_predicted_time_s, dict(result.reasons),
+                         dict(result.stats), problem=problem, strategy=strategy, model=model)
 
 
 __all__ = ["AccessSpec", "AppMetadata", "AppProblem", "ArraySpec", "CATEGORIES", "CopySpec",

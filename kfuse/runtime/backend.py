@@ -52,10 +52,14 @@ class Executable(ABC):
     def launch_all(self) -> None:
         """Enqueue every kernel of the program in order (initialising reduction outputs)."""
         for spec in self.program.launches:
-            for name, value in spec.initial_values:
-                self.fill(self.buffers[name], value)
-            args = [self.argument(spec, param) for param in spec.params]
-            self.launch(spec, spec.grid_size(self.bound.sizes), spec.block, args)
+            self.launch_one(spec)
+
+    def launch_one(self, spec: LaunchSpec) -> None:
+        """Enqueue one kernel of the program (its reduction outputs initialised first)."""
+        for name, value in spec.initial_values:
+            self.fill(self.buffers[name], value)
+        args = [self.argument(spec, param) for param in spec.params]
+        self.launch(spec, spec.grid_size(self.bound.sizes), spec.block, args)
 
     def argument(self, spec: LaunchSpec, param) -> Any:
         """The value passed for one kernel parameter: a buffer, a size or a scalar."""

@@ -78,6 +78,22 @@ def default_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
     return search(graph, sizes=sizes, profile=profile)
 
 
+def plan_for(graph: Graph, strategy: str = "auto", model: str = "roofline",
+             sizes: Mapping[str, int] | None = None, profile: DeviceProfile | None = None,
+             seed: int = 0) -> FusionPlan:
+    """A plan by name: ``"auto"`` (:func:`default_plan` under the roofline model, the greedy
+    search under another model), ``"variants"`` (seed 004's implementation space) or any
+    search strategy."""
+    if strategy == "variants":
+        from kfuse.search.variants import best_plan
+
+        return best_plan(graph, sizes, profile)
+    if strategy == "auto" and model == "roofline":
+        return default_plan(graph, sizes, profile)
+    return search(graph, "greedy" if strategy == "auto" else strategy, model, sizes=sizes,
+                  profile=profile, seed=seed)
+
+
 __all__ = ["GRAPH_MODELS", "MODELS", "STRATEGIES", "FusionProblem", "SearchResult",
-           "default_plan", "is_map_reduce_graph", "problem_from_graph", "random_problem",
-           "search", "solve"]
+           "default_plan", "is_map_reduce_graph", "plan_for", "problem_from_graph",
+           "random_problem", "search", "solve"]

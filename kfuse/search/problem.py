@@ -277,25 +277,11 @@ class Bits:
 
     def down(self, mask: int) -> int:
         """Every kernel below some member (memoised)."""
-        found = self._down.get(mask)
-        if found is None:
-            found = 0
-            for i in iter_bits(mask):
-                found |= self.desc[i]
-            if len(self._down) < MEMO_LIMIT:
-                self._down[mask] = found
-        return found
+        return self._union_of_rows(mask, self.desc, self._down)
 
     def up(self, mask: int) -> int:
         """Every kernel above some member (memoised)."""
-        found = self._up.get(mask)
-        if found is None:
-            found = 0
-            for i in iter_bits(mask):
-                found |= self.anc[i]
-            if len(self._up) < MEMO_LIMIT:
-                self._up[mask] = found
-        return found
+        return self._union_of_rows(mask, self.anc, self._up)
 
     def convex(self, mask: int) -> bool:
         """No order-DAG path leaves the group and comes back (seed 000 constraint 1.3)."""

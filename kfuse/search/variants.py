@@ -701,14 +701,12 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
     fastest = min(measured, key=lambda m: m.measured_s)
     if per_group:
         def time_group(executable: Any, members: tuple[str, ...]) -> float:
-            from kfuse.bench.harness import launch_one
-
             specs = [spec for spec in executable.program.launches
                      if set(spec.operators) <= set(members)]
 
             def launch() -> None:
                 for spec in specs:
-                    launch_one(executable, spec)
+                    executable.launch_one(spec)
 
             executable.launch_all()  # the outputs of earlier groups in place
             return timer(launch, warmup=warmup, repeat=repeat).median_s
