@@ -7,8 +7,6 @@ Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/bench
 Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps)
 ITEMS=4,8 (points per thread of flat kernels with special functions, swept first)
 BLOCKS=64x4x0,32x4x4 (threads along x and y per block, blocks per SM asked of the compiler)
-STRIPS=0,32 (rows per thread streamed down the outermost axis, a tile at a time; 0: none)
-PREFETCH=0,1 (streamed steps load the next step's rows ahead: without, with)
 FUSED_ONLY=1 times only the fused programs
 PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
 """
@@ -109,21 +107,11 @@ def main(names: list[str]) -> None:
             shape = tuple(int(t) for t in tile.split("x"))
             for variant in ("single", "recompute"):
                 kernels.REGISTER_TILES[(variant, len(shape))] = shape
-            for strip in os.environ.get("STRIPS", "0").split(","):
-                for variant in ("single", "recompute"):
-                    if int(strip):
-                        kernels.STREAM_STRIPS[(variant, len(shape))] = int(strip)
-                    else:
-                        kernels.STREAM_STRIPS.pop((variant, len(shape)), None)
-                for prefetch in os.environ.get("PREFETCH", "0").split(",")[:1 + bool(int(strip))]:
-                    kernels.STREAM_PREFETCH = bool(int(prefetch))
-                    streamed = (f", streamed in strips of {strip}"
-                                f"{' with loads a step ahead' * int(prefetch)}"
-                                if int(strip) else "")
-                    print(f"== register tile {' x '.join(map(str, shape))}{streamed}, blocks "
-                          f"of {kernels.TILE_X} x {kernels.TILE_Y} threads, at least "
-                          f"{kernels.TILE_MIN_BLOCKS} per SM", flush=True)
-                    sweep(names, bandwidth)
+            print(f"== register tile {' x '.join(map(str, shape))}, blocks of "
+                  f"{kernels.TILE_X} x {kernels.TILE_Y} threads, at least "
+                  f"{kernels.TILE_MIN_BLOCKS} per SM", flush=True)
+            sweep(names, bandwidth)
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -33,7 +33,6 @@ from kfuse.codegen.cexpr import (
     sizes_of,
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
-from kfuse.codegen.streaming import INSIDE, stream_steps
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load, count_operations, format_value
 from kfuse.ir.graph import Graph, Kernel
 
@@ -236,11 +235,6 @@ ARITHMETIC_HEAVY_OPERATIONS = 100
 FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
     2: ((4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
 }
-# Rows (planes in 3-D) of the strips that threads stream down the outermost axis, a
-# register tile at a time, by kind of group and dimensionality (kfuse.codegen.streaming);
-# kinds left out compute independent register tiles.
-STREAM_STRIPS: dict[tuple[str, int], int] = {}
-STREAM_PREFETCH = False  # each streamed step loads the next step's new rows of memory
 STAGED_ROWS = 8  # points per thread along the outermost axis of staged kernels
 
 
@@ -302,8 +296,7 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None
     heavy = is_arithmetic_heavy(group.members)
     if tile is None or heavy:
         tile = register_tile("arithmetic" if heavy else "single", group.ndim)
-    kind = "arithmetic" if heavy else "single" if len(group.members) == 1 else "recompute"
-    return _tiled_kernel(group, tile, STREAM_STRIPS.get((kind, group.ndim)))
+    return _tiled_kernel(group, tile)
 
 
 def is_arithmetic_heavy(members: Sequence[Kernel]) -> bool:
@@ -356,31 +349,21 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def _tile_points(group: KernelGroup, outer: str, rows: int, middle_count: int, columns: int
-                 ) -> list[tuple[tuple[Coordinate, ...], str | None]]:
-    """The points of a register tile from (``outer``, ``iy`` in 3-D, ``ix``), row-major."""
-    return [(((outer, k), *((("iy", m),) if group.ndim == 3 else ()), ("ix", c)), None)
-            for k in range(rows) for m in range(middle_count) for c in range(columns)]
-
-
-def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...],
-                  strip: int | None = None) -> tuple[list[str], LaunchSpec]:
+def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str], LaunchSpec]:
     """2-D/3-D blocks of ``TILED_BLOCKS[ndim]`` threads over the two innermost axes.
 
     Each thread computes a register tile of points: ``tile[0]`` consecutive points along
     the outermost axis (rows of an image, planes of a volume), ``tile[-1]`` along the
     innermost axis and, in 3-D, ``tile[1]`` along the middle axis. The stencil taps and
     intermediates its points share are loaded or computed once and kept in registers.
-    With ``strip`` a thread instead walks that many rows of the outermost axis, one tile
-    of rows at a time, carrying what the next tile needs again (kfuse.codegen.streaming);
-    strips at the array's edges are computed tile by tile.
     """
     rows, columns = tile[0], tile[-1]
     block_x, block_y = TILED_BLOCKS[group.ndim]
     middle_count = tile[1] if group.ndim == 3 else 1
     sizes = tuple(size_var(s) for s in group.domain)
     outer = "iz" if group.ndim == 3 else "iy"
-    fast_points = _tile_points(group, outer, rows, middle_count, columns)
+    fast_points = [(((outer, k), *((("iy", m),) if group.ndim == 3 else ()), ("ix", c)), None)
+                   for k in range(rows) for m in range(middle_count) for c in range(columns)]
     middle = (("iy_k", 0),) if group.ndim == 3 else ()
     single_point = (((f"{outer}_k", 0), *middle, ("ix_k", 0)), None)
     in_range = {outer: (0, rows - 1), "ix": (0, columns - 1)}
@@ -388,8 +371,6 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...],
         in_range["iy"] = (0, middle_count - 1)
     fast = _items_code(group, fast_points, sizes, in_range)
     aligned = _vector_condition(group, columns)
-    interior: list[str] = []
-    column_range = in_range["ix"]
     if aligned:
         # in 2-D, threads away from the left and right edges read their halo columns as
         # whole aligned vectors too, with no boundary mode to apply along the rows (in 3-D
@@ -398,9 +379,8 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...],
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
         interior = [f"ix >= {left}"] if left else []
         interior += [f"ix + {columns + right} <= {sizes[-1]}"] if right else []
-        column_range = (-left, columns - 1 + right)
-        vector = _items_code(group, fast_points, sizes, in_range | {"ix": column_range},
-                             columns)
+        vector = _items_code(group, fast_points, sizes,
+                             in_range | {"ix": (-left, columns - 1 + right)}, columns)
         fast = [f"if ({' && '.join([aligned, *interior])}) {{",
                 f"  // rows of {columns} columns: one aligned vector load or store each",
                 *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
@@ -409,39 +389,31 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...],
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
     block_count = "gridDim.y" if group.ndim == 2 else "gridDim.z"
     thread = " * blockDim.y + threadIdx.y" if group.ndim == 2 else ""
-    span = strip or rows  # rows of the outer axis a thread takes at a time
-    step = f"{block_count} * blockDim.y * {span}" if group.ndim == 2 \
-        else f"{block_count} * {span}"
+    step = f"{block_count} * blockDim.y * {rows}" if group.ndim == 2 \
+        else f"{block_count} * {rows}"
     last_column = f"ix + {columns - 1}" if columns > 1 else "ix"
     inside = f"{outer} + {rows - 1} < {extent} && {last_column} < {width}"
     middle_loop = []
     if group.ndim == 3:
         inside += f" && iy + {middle_count - 1} < {sizes[1]}"
-        middle_loop = [f"  for (int iy_k = iy; iy_k < {sizes[1]} && iy_k < iy + "
+        middle_loop = [f"    for (int iy_k = iy; iy_k < {sizes[1]} && iy_k < iy + "
                        f"{middle_count}; ++iy_k)"]
     shape = " x ".join(str(n) for n in (rows, *([middle_count] if group.ndim == 3 else []),
                                           columns))
-    tile_code = [
-        f"if ({inside}) {{",
-        f"  // a {shape} register tile: points share taps and intermediates",
-        *indent(fast, 1),
-        "} else {",
-        f"  for (int {outer}_k = {outer}; {outer}_k < {extent} && {outer}_k < {outer} + {rows};"
+    outer_loop = [
+        f"for (int {outer} = ({block_index}{thread}) * {rows}; {outer} < {extent};",
+        f"     {outer} += {step}) {{",
+        f"  if ({inside}) {{",
+        f"    // a {shape} register tile: points share taps and intermediates",
+        *indent(fast, 2),
+        "  } else {",
+        f"    for (int {outer}_k = {outer}; {outer}_k < {extent} && {outer}_k < {outer} + {rows};"
         f" ++{outer}_k)",
         *middle_loop,
-        f"  for (int ix_k = ix; ix_k < {width} && ix_k < ix + {columns}; ++ix_k) {{",
-        *indent(single, 2),
+        f"    for (int ix_k = ix; ix_k < {width} && ix_k < ix + {columns}; ++ix_k) {{",
+        *indent(single, 3),
+        "    }",
         "  }",
-        "}",
-    ]
-    if strip:
-        tile_code = _streamed_strip(group, strip, outer, (rows, middle_count, columns),
-                                    sizes, in_range | {"ix": column_range},
-                                    [aligned, *interior] if aligned else [], tile_code)
-    outer_loop = [
-        f"for (int {outer} = ({block_index}{thread}) * {span}; {outer} < {extent};",
-        f"     {outer} += {step}) {{",
-        *indent(tile_code, 1),
         "}",
     ]
     header, params = group.signature(block_x * block_y, TILE_MIN_BLOCKS)
@@ -451,7 +423,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...],
     if group.ndim == 2:
         body += outer_loop
         grid = (GridAxis((group.domain[1],), block_x * columns),
-                GridAxis((group.domain[0],), block_y * span, GRID_LIMITS[1]), GridAxis())
+                GridAxis((group.domain[0],), block_y * rows, GRID_LIMITS[1]), GridAxis())
     else:
         first_row = "(blockIdx.y * blockDim.y + threadIdx.y)" + (
             f" * {middle_count}" if middle_count > 1 else "")
@@ -460,54 +432,10 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...],
                  *indent(outer_loop, 1), "}"]
         grid = (GridAxis((group.domain[2],), block_x * columns),
                 GridAxis((group.domain[1],), block_y * middle_count, GRID_LIMITS[1]),
-                GridAxis((group.domain[0],), span, GRID_LIMITS[2]))
+                GridAxis((group.domain[0],), rows, GRID_LIMITS[2]))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
-
-
-def _streamed_strip(group: KernelGroup, strip_rows: int, outer: str,
-                    tile: tuple[int, int, int], sizes: tuple[str, ...],
-                    in_range: dict[str, tuple[int, int]], vector_terms: list[str],
-                    tile_code: list[str]) -> list[str]:
-    """A thread's strip of ``strip_rows`` outer rows from ``outer``: streamed a tile of
-    ``tile[0]`` rows per step where the strip and its halo lie inside, else tile by tile."""
-    step, middle_count, columns = tile
-    points = _tile_points(group, outer, step, middle_count, columns)
-    vector_columns = columns if vector_terms else 0
-    in_range = in_range | {outer: (-INSIDE, INSIDE)}
-    stream = stream_steps(_items_code(group, points, sizes, in_range, vector_columns), outer,
-                          step, STREAM_PREFETCH)
-    low, high = stream.reach
-    extent, width = sizes[0], sizes[-1]
-    start = f"{outer} - {-low} >= 0" if low < 0 else f"{outer} + {low} >= 0"
-    guard = [*vector_terms, f"ix + {columns - 1} < {width}", start,
-             f"{outer} + {strip_rows - step + high} < {extent}"]
-    if group.ndim == 3:
-        guard.append(f"iy + {middle_count - 1} < {sizes[1]}")
-    strip_start = f"{outer}_strip"
-    return [
-        f"if ({' && '.join(guard)}) {{",
-        f"  // stream {strip_rows} rows, {step} at a time"
-        + (f", {columns} columns per aligned vector" if vector_columns else ""),
-        f"  const int {strip_start} = {outer};",
-        *indent(stream.declarations, 1),
-        "  {",
-        f"    const int {outer} = {strip_start};",
-        *indent(stream.first, 2),
-        "  }",
-        f"  for (int {outer} = {strip_start} + {step}; {outer} < {strip_start} + {strip_rows};"
-        f" {outer} += {step}) {{",
-        *indent(stream.later, 2),
-        "  }",
-        "} else {",
-        f"  const int {outer}_strip = {outer};",
-        f"  for (int {outer} = {outer}_strip; {outer} < {outer}_strip + {strip_rows} && "
-        f"{outer} < {extent}; {outer} += {step}) {{",
-        *indent(tile_code, 2),
-        "  }",
-        "}",
-    ]
 
 
 def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
