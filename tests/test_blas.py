@@ -725,6 +725,8 @@ def test_stream_ranking_prefers_one_row_per_warp_and_no_fill():
         best = MapReduceVariant.parse(space.choices(members)[0].variant)
         assert (best.rowsum, best.rows, best.span) == ("stream", 1, 0), best
         assert best.unroll >= 4
+        if len(members) == 1:  # measured on an H200: r1:u16 0.2396 ms, r1:u8 0.2446 ms
+            assert best.unroll == 16, best
 
         def time(variant: str, graph=graph, members=members, sizes=sizes) -> float:
             return predict_variant(graph, members, members, "mapreduce:" + variant, sizes,
@@ -739,6 +741,30 @@ def test_stream_ranking_prefers_one_row_per_warp_and_no_fill():
         found = predict_variant(graph, members, members, "mapreduce:32x4:r1:i1:w:stream:u4",
                                 sizes, profile)
         assert found.launches == 1 and found.atomics == 0
+
+
+def test_predictions_closer_than_the_resolution_rank_by_rows_then_loads():
+    """The model is not finer than RANK_RESOLUTION: within it fewer rows per warp and then
+    more loads in flight win; beyond it the faster prediction wins."""
+    from dataclasses import replace
+
+    from kfuse.search.variants import RANK_RESOLUTION, GroupChoice, VariantPrediction, _rank_key
+
+    def choice(variant: str, time_s: float) -> GroupChoice:
+        prediction = VariantPrediction(time_s, 0.0, 0.0, 0.0, 0.0, 1.0, 1, 1, 0, 1, "memory")
+        return GroupChoice(("z_prod",), ("z_prod",), "mapreduce:" + variant, prediction)
+
+    start = (1 + RANK_RESOLUTION) ** -3000.3  # about 2.5 ms, inside a resolution step
+    base = choice("32x4:r2:i1:w:stream:u8", start)
+    close = start * (1 + RANK_RESOLUTION / 4)
+    ranked = sorted([base, choice("32x4:r1:i1:w:stream:u8", close),
+                     choice("32x4:r1:i1:w:stream:u16", close)], key=_rank_key)
+    assert [c.variant.split(":")[2:] for c in ranked] == [
+        ["r1", "i1", "w", "stream", "u16"], ["r1", "i1", "w", "stream", "u8"],
+        ["r2", "i1", "w", "stream", "u8"]]
+    slower = replace(ranked[0], prediction=replace(ranked[0].prediction,
+                                                   time_s=start * (1 + 3 * RANK_RESOLUTION)))
+    assert sorted([slower, base], key=_rank_key)[0] is base
 
 
 # ---------------------------------------------------------------------------------------------
