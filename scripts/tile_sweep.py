@@ -7,7 +7,6 @@ Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/bench
 Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps)
 ITEMS=4,8 (points per thread of flat kernels with special functions, swept first)
 BLOCKS=64x4x0,32x4x4 (threads along x and y per block, blocks per SM asked of the compiler)
-VECTOR_HALO=2,3 (dimensionalities whose tiles read halo columns as aligned vectors)
 FUSED_ONLY=1 times only the fused programs
 PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
 """
@@ -91,8 +90,6 @@ def sweep(names: list[str], bandwidth: float) -> None:
 
 
 def main(names: list[str]) -> None:
-    if os.environ.get("VECTOR_HALO"):  # dimensionalities reading halo columns as vectors
-        kernels.VECTOR_HALO_NDIMS = {int(n) for n in os.environ["VECTOR_HALO"].split(",")}
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     names = names or [a.name for a in list_apps()]

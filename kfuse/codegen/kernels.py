@@ -235,8 +235,6 @@ ARITHMETIC_HEAVY_OPERATIONS = 100
 FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
     2: ((4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
 }
-# Dimensionalities whose tiled kernels read halo columns as aligned vectors (interior threads)
-VECTOR_HALO_NDIMS = {2}
 STAGED_ROWS = 8  # points per thread along the outermost axis of staged kernels
 
 
@@ -377,8 +375,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
         # in 2-D, threads away from the left and right edges read their halo columns as
         # whole aligned vectors too, with no boundary mode to apply along the rows (in 3-D
         # rows are short: the threads at the edges, on the other path, would be too many)
-        left, right = _column_reach(group, tile) if group.ndim in VECTOR_HALO_NDIMS \
-            else (0, 0)
+        left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
         interior = [f"ix >= {left}"] if left else []
         interior += [f"ix + {columns + right} <= {sizes[-1]}"] if right else []
