@@ -7,7 +7,6 @@ Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/bench
 Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps)
 ITEMS=4,8 (points per thread of flat kernels with special functions, swept first)
 BLOCKS=64x4x0,32x4x4 (threads along x and y per block, blocks per SM asked of the compiler)
-PIPELINED=0,64x2x16 (pipelined 2-D kernels: threads along x and y, chunks per block; 0: off)
 FUSED_ONLY=1 times only the fused programs
 PYTHONPATH=. python3 scripts/tile_sweep.py [app ...]
 """
@@ -92,19 +91,6 @@ def sweep(names: list[str], bandwidth: float) -> None:
 
 def main(names: list[str]) -> None:
     bandwidth = copy_bandwidth()
-    for shape in os.environ.get("PIPELINED", "").split(","):
-        if shape:  # threads along x, along y, chunks per block of pipelined kernels (0: off)
-            import kfuse.codegen.pipelined as pipelined
-            if shape == "0":
-                kernels.PIPELINED_KINDS = set()
-                print("== register tiles on global memory", flush=True)
-            else:
-                block_x, block_y, chunks = map(int, shape.split("x"))
-                kernels.PIPELINED_KINDS = {"single", "recompute"}
-                pipelined.PIPELINE_BLOCK, pipelined.CHUNKS_PER_BLOCK = (block_x, block_y), chunks
-                print(f"== pipelined: blocks of {block_x} x {block_y} threads, {chunks} chunks "
-                      "per block", flush=True)
-            sweep(names, bandwidth)
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     names = names or [a.name for a in list_apps()]
     for items in os.environ.get("ITEMS", "").split(","):

@@ -116,9 +116,6 @@ class EmitState:
     texts: dict[tuple[str, str], str] = field(default_factory=dict)  # C text -> variable
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
     vector_columns: int = 0  # >1: reads of columns ix .. ix+n-1 of one row are one vector load
-    # buffers whose rows the block copied to shared memory: buffer -> (base pointer, first
-    # row, first column, vectors per row) as C expressions (vector reads come from there)
-    staged: dict[str, tuple[str, str, str, int]] = field(default_factory=dict)
 
     def evaluations(self) -> dict[str, int]:
         """How many distinct points each operator was evaluated at, per thread iteration."""
@@ -297,20 +294,12 @@ class ExprEmitter:
         (emitted once) that holds it."""
         width = self.state.vector_columns
         start = column // width * width
-        staged = self.state.staged.get(load.buffer)
-        if staged is not None and len(row_indices) == 1:  # from the block's shared copy
-            base, first_row, first_column, pitch = staged
-            column_text = coordinate_text(("ix", start))
-            key = (vector_type, f"{base}[({row_indices[0]} - {first_row}) * {pitch} + "
-                                f"({column_text} - {first_column}) / {width}]")
-            read = key[1]
-        else:
-            row = self.address(load.buffer, [*row_indices, coordinate_text(("ix", start))])
-            key = (vector_type, f"{c_name(load.buffer)}[{row}]")
-            read = f"*reinterpret_cast<const {vector_type}*>(&{key[1]})"
+        row = self.address(load.buffer, [*row_indices, coordinate_text(("ix", start))])
+        key = (vector_type, f"{c_name(load.buffer)}[{row}]")
         if key not in self.state.texts:
             name = self.fresh(f"vec_{load.buffer}_")
-            self.lines.append(f"const {vector_type} {name} = {read};")
+            self.lines.append(f"const {vector_type} {name} = *reinterpret_cast<const "
+                              f"{vector_type}*>(&{key[1]});")
             self.state.texts[key] = name
         return f"{self.state.texts[key]}.{'xyzw'[column - start]}"
 

@@ -235,9 +235,6 @@ ARITHMETIC_HEAVY_OPERATIONS = 100
 FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
     2: ((4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
 }
-# Kinds of 2-D groups whose register tiles read their inputs from chunks copied ahead into
-# shared memory (kfuse.codegen.pipelined); the others read global memory directly.
-PIPELINED_KINDS: set[str] = set()
 STAGED_ROWS = 8  # points per thread along the outermost axis of staged kernels
 
 
@@ -259,21 +256,18 @@ def _flat_address(sizes: tuple[str, ...], coords: tuple[Coordinate, ...]) -> str
 
 def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], str | None]],
                 sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]],
-                vector_columns: int = 0,
-                staged: dict[str, tuple[str, str, str, int]] | None = None) -> list[str]:
+                vector_columns: int = 0) -> list[str]:
     """Straight-line code computing the group's outputs at several points of one thread.
 
     Every point's loads and arithmetic come first and the stores last, so independent loads
     are in flight together; values shared between points (rows of a stencil) are computed
     once. With ``vector_columns`` (points in rows of that many consecutive columns, from
     ``ix``, alignment checked by the caller) each row of an input is one vector load and
-    each row of an output one vector store; ``staged`` buffers are read from the block's
-    shared copy (see ``EmitState.staged``).
+    each row of an output one vector store.
     """
     emitter = group.emitter(points[0][0], points[0][1])
     emitter.state.in_range.update(in_range)
     emitter.state.vector_columns = vector_columns
-    emitter.state.staged.update(staged or {})
     stores = []
     rows: dict[tuple, dict[str, list[str]]] = {}
     for coords, flat in points:
@@ -302,11 +296,6 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None
     heavy = is_arithmetic_heavy(group.members)
     if tile is None or heavy:
         tile = register_tile("arithmetic" if heavy else "single", group.ndim)
-    kind = "arithmetic" if heavy else "single" if len(group.members) == 1 else "recompute"
-    if kind in PIPELINED_KINDS:
-        from kfuse.codegen.pipelined import can_pipeline, pipelined_kernel
-        if can_pipeline(group, tile):
-            return pipelined_kernel(group, tile)
     return _tiled_kernel(group, tile)
 
 
@@ -373,20 +362,64 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
     middle_count = tile[1] if group.ndim == 3 else 1
     sizes = tuple(size_var(s) for s in group.domain)
     outer = "iz" if group.ndim == 3 else "iy"
+    fast_points = [(((outer, k), *((("iy", m),) if group.ndim == 3 else ()), ("ix", c)), None)
+                   for k in range(rows) for m in range(middle_count) for c in range(columns)]
+    middle = (("iy_k", 0),) if group.ndim == 3 else ()
+    single_point = (((f"{outer}_k", 0), *middle, ("ix_k", 0)), None)
+    in_range = {outer: (0, rows - 1), "ix": (0, columns - 1)}
+    if group.ndim == 3:
+        in_range["iy"] = (0, middle_count - 1)
+    fast = _items_code(group, fast_points, sizes, in_range)
+    aligned = _vector_condition(group, columns)
+    if aligned:
+        # in 2-D, threads away from the left and right edges read their halo columns as
+        # whole aligned vectors too, with no boundary mode to apply along the rows (in 3-D
+        # rows are short: the threads at the edges, on the other path, would be too many)
+        left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
+        left, right = -(-left // columns) * columns, -(-right // columns) * columns
+        interior = [f"ix >= {left}"] if left else []
+        interior += [f"ix + {columns + right} <= {sizes[-1]}"] if right else []
+        vector = _items_code(group, fast_points, sizes,
+                             in_range | {"ix": (-left, columns - 1 + right)}, columns)
+        fast = [f"if ({' && '.join([aligned, *interior])}) {{",
+                f"  // rows of {columns} columns: one aligned vector load or store each",
+                *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
+    single = _items_code(group, [single_point], sizes, {})
     extent, width = sizes[0], sizes[-1]
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
     block_count = "gridDim.y" if group.ndim == 2 else "gridDim.z"
     thread = " * blockDim.y + threadIdx.y" if group.ndim == 2 else ""
     step = f"{block_count} * blockDim.y * {rows}" if group.ndim == 2 \
         else f"{block_count} * {rows}"
+    last_column = f"ix + {columns - 1}" if columns > 1 else "ix"
+    inside = f"{outer} + {rows - 1} < {extent} && {last_column} < {width}"
+    middle_loop = []
+    if group.ndim == 3:
+        inside += f" && iy + {middle_count - 1} < {sizes[1]}"
+        middle_loop = [f"    for (int iy_k = iy; iy_k < {sizes[1]} && iy_k < iy + "
+                       f"{middle_count}; ++iy_k)"]
+    shape = " x ".join(str(n) for n in (rows, *([middle_count] if group.ndim == 3 else []),
+                                          columns))
     outer_loop = [
         f"for (int {outer} = ({block_index}{thread}) * {rows}; {outer} < {extent};",
         f"     {outer} += {step}) {{",
-        *indent(tile_code(group, tile), 1),
+        f"  if ({inside}) {{",
+        f"    // a {shape} register tile: points share taps and intermediates",
+        *indent(fast, 2),
+        "  } else {",
+        f"    for (int {outer}_k = {outer}; {outer}_k < {extent} && {outer}_k < {outer} + {rows};"
+        f" ++{outer}_k)",
+        *middle_loop,
+        f"    for (int ix_k = ix; ix_k < {width} && ix_k < ix + {columns}; ++ix_k) {{",
+        *indent(single, 3),
+        "    }",
+        "  }",
         "}",
     ]
     header, params = group.signature(block_x * block_y, TILE_MIN_BLOCKS)
-    body = [f"const int ix = {_first_column(columns)};", f"if (ix >= {width}) return;"]
+    first_column = f"(blockIdx.x * blockDim.x + threadIdx.x) * {columns}" if columns > 1 \
+        else "blockIdx.x * blockDim.x + threadIdx.x"
+    body = [f"const int ix = {first_column};", f"if (ix >= {width}) return;"]
     if group.ndim == 2:
         body += outer_loop
         grid = (GridAxis((group.domain[1],), block_x * columns),
@@ -405,96 +438,22 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def _first_column(columns: int) -> str:
-    return f"(blockIdx.x * blockDim.x + threadIdx.x) * {columns}" if columns > 1 \
-        else "blockIdx.x * blockDim.x + threadIdx.x"
-
-
-def tile_code(group: KernelGroup, tile: tuple[int, ...]) -> list[str]:
-    """One thread's register tile from (``iy``, ``ix``) in 2-D, (``iz``, ``iy``, ``ix``) in
-    3-D: straight-line code where the whole tile is inside (aligned vectors where they
-    apply), else point by point with the boundary modes."""
-    rows, columns = tile[0], tile[-1]
-    middle_count = tile[1] if group.ndim == 3 else 1
-    sizes = tuple(size_var(s) for s in group.domain)
-    outer = "iz" if group.ndim == 3 else "iy"
-    fast_points = _tile_points(group, rows, middle_count, columns)
-    middle = (("iy_k", 0),) if group.ndim == 3 else ()
-    single_point = (((f"{outer}_k", 0), *middle, ("ix_k", 0)), None)
-    in_range = {outer: (0, rows - 1), "ix": (0, columns - 1)}
-    if group.ndim == 3:
-        in_range["iy"] = (0, middle_count - 1)
-    fast = _items_code(group, fast_points, sizes, in_range)
-    aligned = _vector_condition(group, columns)
-    if aligned:
-        # in 2-D, threads away from the left and right edges read their halo columns as
-        # whole aligned vectors too, with no boundary mode to apply along the rows (in 3-D
-        # rows are short: the threads at the edges, on the other path, would be too many)
-        left, right = vector_reach(group, tile) if group.ndim == 2 else (0, 0)
-        interior = [f"ix >= {left}"] if left else []
-        interior += [f"ix + {columns + right} <= {sizes[-1]}"] if right else []
-        vector = _items_code(group, fast_points, sizes,
-                             in_range | {"ix": (-left, columns - 1 + right)}, columns)
-        fast = [f"if ({' && '.join([aligned, *interior])}) {{",
-                f"  // rows of {columns} columns: one aligned vector load or store each",
-                *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
-    single = _items_code(group, [single_point], sizes, {})
-    extent, width = sizes[0], sizes[-1]
-    last_column = f"ix + {columns - 1}" if columns > 1 else "ix"
-    inside = f"{outer} + {rows - 1} < {extent} && {last_column} < {width}"
-    middle_loop = []
-    if group.ndim == 3:
-        inside += f" && iy + {middle_count - 1} < {sizes[1]}"
-        middle_loop = [f"  for (int iy_k = iy; iy_k < {sizes[1]} && iy_k < iy + "
-                       f"{middle_count}; ++iy_k)"]
-    shape = " x ".join(str(n) for n in (rows, *([middle_count] if group.ndim == 3 else []),
-                                          columns))
-    return [
-        f"if ({inside}) {{",
-        f"  // a {shape} register tile: points share taps and intermediates",
-        *indent(fast, 1),
-        "} else {",
-        f"  for (int {outer}_k = {outer}; {outer}_k < {extent} && {outer}_k < {outer} + {rows};"
-        f" ++{outer}_k)",
-        *middle_loop,
-        f"  for (int ix_k = ix; ix_k < {width} && ix_k < ix + {columns}; ++ix_k) {{",
-        *indent(single, 2),
-        "  }",
-        "}",
-    ]
-
-
-def _tile_points(group: KernelGroup, rows: int, middle_count: int, columns: int
-                 ) -> list[tuple[tuple[Coordinate, ...], str | None]]:
-    """The points of a register tile from (``iy``/``iz``, ``iy`` in 3-D, ``ix``)."""
-    outer = "iz" if group.ndim == 3 else "iy"
-    return [(((outer, k), *((("iy", m),) if group.ndim == 3 else ()), ("ix", c)), None)
-            for k in range(rows) for m in range(middle_count) for c in range(columns)]
-
-
-def vector_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
-    """Halo columns left and right of a thread's columns, rounded up to whole vectors."""
-    columns = tile[-1]
-    left, right = _reach(group, tile, group.ndim - 1)
-    return -(-left // columns) * columns, -(-right // columns) * columns
-
-
-def _reach(group: KernelGroup, tile: tuple[int, ...], axis: int) -> tuple[int, int]:
-    """How far before a thread's first and after its last point along ``axis`` the thread
+def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
+    """How many columns left of a thread's first and right of its last column the thread
     evaluates a member at or loads an input from."""
     from kfuse.model.roofline import evaluation_points
 
     members = tuple(k.name for k in group.members)
     points = evaluation_points(group.graph, members, group.outputs, tile)
-    reached = {p[axis] for evaluated in points.values() for p in evaluated}
+    columns = {p[-1] for evaluated in points.values() for p in evaluated}
     for kernel in group.members:
         for access in kernel.accesses:
-            if access.buffer in group.produced or axis not in access.dims:
-                continue  # intermediates are evaluated points; others do not reach along it
-            dim = access.dims.index(axis)
-            reached |= {p[axis] + offset[dim] for p in points[kernel.name]
+            if access.buffer in group.produced or not access.dims or \
+                    access.dims[-1] != group.ndim - 1:
+                continue  # intermediates are evaluated points; others read no column
+            columns |= {p[-1] + offset[-1] for p in points[kernel.name]
                         for offset in access.offsets}
-    return max(0, -min(reached)), max(0, max(reached) - (tile[axis] - 1))
+    return max(0, -min(columns)), max(0, max(columns) - (tile[-1] - 1))
 
 
 def _vector_condition(group: KernelGroup, columns: int) -> str | None:

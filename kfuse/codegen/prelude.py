@@ -44,23 +44,6 @@ KF_DEVICE float kf_sqrtf(float x) {
 KF_DEVICE float kf_divf(float a, float b) { return a / b; }
 KF_DEVICE float kf_sqrtf(float x) { return sqrtf(x); }
 #endif
-// Asynchronous 16-byte copies from global to shared memory (cp.async, sm_80+): a block
-// fetches its next rows while it computes on the current ones, holding no registers for
-// them. Groups of copies are committed, then waited for (all but the newest N).
-#if defined(__CUDACC__)
-KF_DEVICE void kf_copy_async16(void* shared, const void* global) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-               :: "r"((unsigned)__cvta_generic_to_shared(shared)), "l"(global) : "memory");
-}
-KF_DEVICE void kf_copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> KF_DEVICE void kf_copy_wait() {
-  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-}
-#else
-KF_DEVICE void kf_copy_async16(void* shared, const void* global) { memcpy(shared, global, 16); }
-KF_DEVICE void kf_copy_commit() {}
-template <int N> KF_DEVICE void kf_copy_wait() {}
-#endif
 // float32 pow: |x|^y = exp2(y * log2|x|), several times faster than powf, with a relative
 // error of a few ulp times |y log2 x| (at most about 1e-5 before the result overflows).
 // Branch-free: the special cases of C99 pow (signs of negative bases, NaN for a negative
