@@ -743,6 +743,22 @@ def test_stream_ranking_prefers_one_row_per_warp_and_no_fill():
         assert found.launches == 1 and found.atomics == 0
 
 
+def test_tiles_storing_the_matrix_keep_at_most_sixteen_rows():
+    """GEMVER's rank-1 update beside a column reduction: tiles of more than
+    MAX_STORED_TILE_ROWS rows are not in the space (measured slow); groups storing no
+    matrix keep their taller tiles."""
+    from kfuse.search.variants import MAX_STORED_TILE_ROWS
+
+    graph = get_app("gemver").build().graph()
+    space = ImplementationSpace(graph, {s: 16384 for s in ("A.0", "A.1")})
+    stored = [MapReduceVariant.parse(c.variant) for c in space.choices(("B", "x_prod"))]
+    assert stored and all(v.threads[1] * v.rows <= MAX_STORED_TILE_ROWS for v in stored)
+    alone = [MapReduceVariant.parse(c.variant) for c in space.choices(("x_prod",))
+             if c.variant != "auto"]
+    assert any(v.rowsum != "stream" and v.threads[1] * v.rows > MAX_STORED_TILE_ROWS
+               for v in alone)
+
+
 def test_predictions_closer_than_the_resolution_rank_by_rows_then_loads():
     """The model is not finer than RANK_RESOLUTION: within it fewer rows per warp and then
     more loads in flight win; beyond it the faster prediction wins."""

@@ -97,6 +97,10 @@ STREAM_SPANS = (0, 4096)               # columns per block (0: whole rows)
 STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (registers)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
 RANK_RESOLUTION = 0.002                # predictions closer than this rank as equal
+# Rows of a matrix tile that also writes the matrix (a rank-1 update beside a column
+# reduction, GEMVER's B + x_prod). Measured on an H200 at 16384^2, which the model does not
+# predict: tiles of 16 rows 0.529-0.538 ms, 32 rows 0.594-0.606, 64 rows 0.60-0.80.
+MAX_STORED_TILE_ROWS = 16
 
 # Model constants (Hopper-class GPUs; the copy bandwidth and launch cost come from the profile).
 MEMORY_LATENCY_S = 800e-9              # loaded DRAM latency: bytes in flight = bandwidth x this
@@ -173,6 +177,7 @@ def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
 
     Dominance (§7.10 of the notes): among implementations identical except for the calling
     order, keep one using the least on-chip memory (the first in program order on ties).
+    Tiles that also store the matrix keep at most ``MAX_STORED_TILE_ROWS`` rows.
     """
     kept: dict[tuple, tuple[int, MapReduceVariant]] = {}
     for variant in variants:
@@ -180,6 +185,9 @@ def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
             normal = group.normalize(variant)
         except FusionError:
             continue  # e.g. more shared memory than a block may use
+        if group.stores and normal.rowsum != "stream" and not group.flat \
+                and group.tile(normal)[0] > MAX_STORED_TILE_ROWS:
+            continue  # measured slow (MAX_STORED_TILE_ROWS)
         key = replace(normal, order=()).text()
         memory = group.shared_bytes(normal)
         if key not in kept or memory < kept[key][0]:
