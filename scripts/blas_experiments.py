@@ -106,8 +106,6 @@ class Candidate:
 @dataclass
 class GroupStudy:
     members: tuple[str, ...]
-    outputs: tuple[str, ...]
-    plan_variant: str
     candidates: list[Candidate] = field(default_factory=list)
 
 
@@ -218,7 +216,7 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
                                            for g in plan.groups))
     studies = []
     for members, outputs, variant in matrix_groups(graph, plan):
-        study = GroupStudy(members, outputs, variant,
+        study = GroupStudy(members,
                            candidates_for(graph, space, members, outputs, variant, args.top,
                                           profile.sm_count))
         studies.append(study)
@@ -243,8 +241,9 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
     from kfuse.bench.timing import time_gpu
     from kfuse.runtime import get_backend
     arrays, params = app.make_inputs(size, np.random.default_rng(11), "float32")
-    log(f"  reference (float64 NumPy) ... {time.perf_counter() - started:.1f} s")
+    computed = time.perf_counter()
     reference = app.reference(arrays, params, None)
+    log(f"  reference (float64 NumPy) ... {time.perf_counter() - computed:.1f} s")
     rows = np.sort(np.random.default_rng(0).choice(args.size, SAMPLE_ROWS, replace=False))
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
     del arrays

@@ -56,9 +56,10 @@ def measure(n: int, seed: int, exact_max: int, options: dict, suite: bool = Fals
     row["speedup"] = gga.speedup
     row["greedy_time_s"] = solve(make(n, seed), "greedy").predicted_time_s
     if n <= exact_max:
+        problem = make(n, seed)
         started = time.perf_counter()
         try:
-            exact = solve(make(n, seed), "exact")
+            exact = solve(problem, "exact")
         except KfuseError as error:
             row["exact_error"] = str(error)
         else:

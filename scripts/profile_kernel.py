@@ -1,4 +1,4 @@
-"""Run one app's unfused program once at its benchmark size (for Nsight Compute).
+"""Run one app's unfused (or fused) program a few times at its benchmark size (for Nsight Compute).
 
 Usage: ncu -k regex:NAME python3 scripts/profile_kernel.py APP [--fused]
 (``--fused``: the default plan's program instead of the unfused one)
@@ -18,9 +18,10 @@ arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "floa
 given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
 plan = None  # one kernel per operator
 if "--fused" in sys.argv:
-    from kfuse.search import search
+    from kfuse.runtime.binding import bind
+    from kfuse.search import default_plan
 
-    plan = search(graph, sizes=graph.bind_shapes({n: app.bench_size for n in graph.inputs}))
+    plan = default_plan(graph, bind(graph, given).sizes)
 executable = get_backend("cuda").prepare(graph, given, plan=plan)
 for _ in range(3):
     executable.launch_all()

@@ -4,7 +4,8 @@ For each tile: the unfused program (each kernel timed alone too, as % of copy ba
 the greedy plan, and everything in one kernel (recompute and staged variants where legal).
 Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/benchmarks.md.
 
-Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps)
+Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps; none:
+the defaults)
 ITEMS=4,8 (points per thread of flat kernels with special functions, swept first)
 BLOCKS=64x4x0,32x4x4 (threads along x and y per block, blocks per SM asked of the compiler)
 FUSED_ONLY=1 times only the fused programs
@@ -22,6 +23,7 @@ import numpy as np
 import kfuse.codegen.kernels as kernels
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import relative_error
+from kfuse.bench.calibrate import measure_copy
 from kfuse.bench.floor import dram_floor_bytes, launch_bytes
 from kfuse.bench.timing import time_gpu
 from kfuse.codegen import generate
@@ -31,11 +33,9 @@ from kfuse.search import search
 
 
 def copy_bandwidth() -> float:
-    """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
-    source = cupy.ones(2**28, dtype=cupy.float32)
-    target = cupy.empty_like(source)
-    timing = time_gpu(lambda: cupy.copyto(target, source), warmup=3, repeat=20)
-    return 2 * source.nbytes / timing.median_s
+    """Bytes per second of a 1 GiB device-to-device copy (read + write), as calibrated."""
+    timing = measure_copy(1 << 30, warmup=3, repeat=20)["kernel"]
+    return 2 * (1 << 30) / timing.median_s
 
 
 def programs(graph, sizes):
@@ -98,17 +98,23 @@ def main(names: list[str]) -> None:
             kernels.ITEMS_PER_THREAD_SPECIAL = int(items)
             print(f"== {items} points per thread (flat kernels with special functions)")
             sweep(names, bandwidth)
-    for block in os.environ.get("BLOCKS", "").split(",") or [""]:
+    tiles = [t for t in os.environ.get("TILES", "").split(",") if t]
+    blocks = [b for b in os.environ.get("BLOCKS", "").split(",") if b]
+    if os.environ.get("ITEMS") and not (tiles or blocks):
+        return
+    for block in blocks or [None]:
         if block:  # threads along x, along y, blocks per SM asked of the compiler
             kernels.TILE_X, kernels.TILE_Y, kernels.TILE_MIN_BLOCKS = map(int, block.split("x"))
             kernels.TILED_BLOCKS.update({2: (kernels.TILE_X, kernels.TILE_Y),
                                          3: (kernels.TILE_X, kernels.TILE_Y)})
-        for tile in filter(None, os.environ.get("TILES", "8x1").split(",")):
-            shape = tuple(int(t) for t in tile.split("x"))
-            for variant in ("single", "recompute"):
-                kernels.REGISTER_TILES[(variant, len(shape))] = shape
-            print(f"== register tile {' x '.join(map(str, shape))}, blocks of "
-                  f"{kernels.TILE_X} x {kernels.TILE_Y} threads, at least "
+        for tile in tiles or [None]:
+            label = "the default register tiles"
+            if tile:
+                shape = tuple(int(t) for t in tile.split("x"))
+                for variant in ("single", "recompute"):
+                    kernels.REGISTER_TILES[(variant, len(shape))] = shape
+                label = f"register tile {' x '.join(map(str, shape))}"
+            print(f"== {label}, blocks of {kernels.TILE_X} x {kernels.TILE_Y} threads, at least "
                   f"{kernels.TILE_MIN_BLOCKS} per SM", flush=True)
             sweep(names, bandwidth)
 

@@ -191,3 +191,27 @@ def test_numpy_and_cpu_take_the_same_arguments(rng):
     cpu = p.run(backend="cpu", x=data, s=2.0)["y"]
     ref = p.run(backend="numpy", x=data, s=2.0)["y"]
     np.testing.assert_allclose(cpu, ref, rtol=1e-6)
+
+
+def test_auto_plan_is_searched_once_per_graph_and_sizes(rng, monkeypatch):
+    """plan="auto" plans at the arrays' sizes once; the same pipeline run again on arrays
+    of the same shapes reuses the plan, other shapes plan again (and results stay right)."""
+    import kfuse.search
+
+    calls = []
+    original = kfuse.search.default_plan
+
+    def counting(graph, sizes=None, profile=None):
+        calls.append(dict(sizes))
+        return original(graph, sizes, profile)
+
+    monkeypatch.setattr(kfuse.search, "default_plan", counting)
+    p = kf.Pipeline("blur_again")
+    x = p.input("x", ndim=2)
+    p.output(kf.convolve(x, np.ones((3, 3)) / 9.0, boundary="mirror", name="blur"))
+    for shape in ((20, 17), (20, 17), (9, 11)):
+        data = rng.random(shape, dtype=np.float32) + 0.5
+        out = p.run(backend="cpu", plan="auto", x=data)["blur"]
+        want = p.run(backend="numpy", x=data)["blur"]
+        assert relative_error(out, want) < 1e-5
+    assert [tuple(s.values()) for s in calls] == [(20, 17), (9, 11)]

@@ -189,6 +189,12 @@ class MapReduceVariant:
 
     __str__ = text
 
+    @property
+    def whole_rows(self) -> bool:
+        """One warp owns whole rows (the stream mapping without column spans): a row's
+        reduction is complete inside the warp."""
+        return self.rowsum == "stream" and not self.span
+
     @classmethod
     def parse(cls, text: str) -> MapReduceVariant:
         """Read :meth:`text` back; a :class:`FusionError` names what is malformed."""
@@ -283,8 +289,7 @@ class MapReduceGroup(GroupNames):
         reason = mapreduce_group_reason(graph, members)
         if reason is not None:
             raise FusionError(f"group {list(members)} is not a map/reduce group: {reason}")
-        core, epilogue = split_row_epilogue(graph, members) if len(members) > 1 \
-            else (tuple(members), ())
+        core, epilogue = split_row_epilogue(graph, members)
         self.graph = graph
         self.members = tuple(graph.kernel_by_name[name] for name in members)
         # the maps over the reduced vector that consume row reductions (whole-row stream
@@ -375,7 +380,7 @@ class MapReduceGroup(GroupNames):
         if bx != WARP:
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads")
         if self.epilogue:
-            reason = whole_row_stream_reason(variant.text())
+            reason = whole_row_stream_reason(variant)
             if reason:
                 names = [k.name for k in self.epilogue]
                 raise FusionError(f"a row reduction feeds the epilogue {names} in its own "
@@ -423,7 +428,7 @@ class MapReduceGroup(GroupNames):
         """True when the row reductions are written with plain stores: one warp owns whole
         rows (the stream mapping without column spans), so a row's result is complete in
         the warp and its output needs neither atomics nor a fill before the launch."""
-        return not self.flat and variant.rowsum == "stream" and not variant.span
+        return not self.flat and variant.whole_rows
 
     def atomic_reductions(self, variant: MapReduceVariant) -> list[Reduce]:
         """The reductions combined with atomics (their outputs are filled first)."""

@@ -152,12 +152,12 @@ class StreamBody:
                       f"if (kf_tx == 0 && kf_ty == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
                       f"kf_acc_{reduce.var});"]
         vec = self.aligned_flag(group.tile_inputs + group.stores + group.col_inputs, n_cols)
-        span_text = f"{variant.span}"
-        spans = [f"const int kf_spans = ({n_cols} + {span_text} - 1) / {span_text};",
+        span = variant.span
+        spans = [f"const int kf_spans = ({n_cols} + {span} - 1) / {span};",
                  "for (int kf_bs = blockIdx.y; kf_bs < kf_spans; "
                  "kf_bs += gridDim.y) {",
-                 f"  const int kf_c0 = kf_bs * {span_text};",
-                 f"  const int kf_c1 = min({n_cols}, kf_c0 + {span_text});"]
+                 f"  const int kf_c0 = kf_bs * {span};",
+                 f"  const int kf_c1 = min({n_cols}, kf_c0 + {span});"]
         if not variant.span:
             spans = ["{  // one span: whole rows", "  const int kf_c0 = 0;",
                      f"  const int kf_c1 = {n_cols};"]

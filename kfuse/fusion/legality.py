@@ -244,19 +244,22 @@ def whole_row_stream_reason(variant: object) -> str | None:
     from kfuse.errors import FusionError
     need = ("only a stream variant whose warps own whole rows (no ':c' column span) has a "
             "row's reduction complete inside one warp")
-    if not is_variant_text(variant):
+    if isinstance(variant, MapReduceVariant):
+        parsed = variant
+    elif not is_variant_text(variant):
         return f"the implementation {variant!r} is not a map-reduce stream variant; {need}"
-    try:
-        parsed = MapReduceVariant.parse(str(variant))
-    except FusionError as error:
-        return str(error)
+    else:
+        try:
+            parsed = MapReduceVariant.parse(str(variant))
+        except FusionError as error:
+            return str(error)
+    if parsed.whole_rows:
+        return None
     if parsed.rowsum != "stream":
         return (f"variant {variant} combines row results of several blocks with atomics "
                 f"(a global barrier before the epilogue); {need}")
-    if parsed.span:
-        return (f"variant {variant} splits rows into column spans of {parsed.span} combined "
-                f"with atomics (a global barrier before the epilogue); {need}")
-    return None
+    return (f"variant {variant} splits rows into column spans of {parsed.span} combined "
+            f"with atomics (a global barrier before the epilogue); {need}")
 
 
 def row_epilogue_violations(graph: Graph, members: Sequence[str],

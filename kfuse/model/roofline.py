@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from kfuse.ir.expr import ITEM_SIZE, Load, count_operations, loads
+from kfuse.ir.expr import ITEM_SIZE, Load, loads
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
 
@@ -75,7 +75,7 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
 def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                   sizes: Mapping[str, int], profile: DeviceProfile) -> Prediction:
     """Roofline time of the kernel that computes ``members`` and writes ``outputs``."""
-    from kfuse.codegen.kernels import is_arithmetic_heavy, register_tile
+    from kfuse.codegen.kernels import is_arithmetic_heavy, operations_per_point, register_tile
 
     group = set(members)
     kernels = [graph.kernel_by_name[name] for name in members]
@@ -94,10 +94,7 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     operations = 0.0
     cached: set[tuple] = set()
     for kernel in kernels:
-        counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
-                                                                                 "sfu": 0}
-        per_point = counts["alu"] + SFU_WEIGHT * counts["sfu"]
-        operations += len(evaluated[kernel.name]) * per_point * points / rows
+        operations += len(evaluated[kernel.name]) * operations_per_point(kernel) * points / rows
         for load in _distinct_loads(kernel.body):
             if graph.producer.get(load.buffer) in group:
                 continue
@@ -132,7 +129,7 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
     Staged intermediates are read by their consumers' taps from shared memory, a thread's
     consecutive rows sharing the rows of the window.
     """
-    from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y
+    from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y, operations_per_point
     from kfuse.codegen.staged import staged_members
 
     tile = (TILE_Y * STAGED_ROWS, TILE_X)
@@ -145,10 +142,8 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
     shared = 0.0
     for name in members:
         kernel = graph.kernel_by_name[name]
-        counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
-                                                                                 "sfu": 0}
         factor = overhead if name in halos else 1.0
-        operations += (counts["alu"] + SFU_WEIGHT * counts["sfu"]) * points * factor
+        operations += operations_per_point(kernel) * points * factor
         for access in kernel.accesses:
             if graph.producer.get(access.buffer) in group and not access.is_point:
                 rows = {o[0] for o in access.offsets}

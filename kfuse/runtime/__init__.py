@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,9 +52,7 @@ def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
         if plan == "auto" and chosen.name == "numpy":
             plan = None  # the reference interprets the IR; a plan would change nothing
         elif plan == "auto":
-            from kfuse.runtime.binding import bind
-            from kfuse.search import default_plan
-            plan = default_plan(graph, bind(graph, given).sizes)
+            plan = _auto_plan(graph, given)
         elif plan == "unfused":
             plan = None
         else:
@@ -61,16 +60,35 @@ def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
                                      f"got {plan!r}")
     elif plan is not None and plan.graph is not graph:
         # A plan made from an earlier build of the pipeline: re-check it against this graph.
-        # (map-reduce variants carry over: a row reduction's epilogue is legal only under one)
-        from kfuse.codegen.mapreduce import is_variant_text
+        # (variants carry over: a row reduction's epilogue is legal only under one)
         from kfuse.fusion.plan import make_plan
-        variants = {frozenset(g.members): g.variant for g in plan.groups
-                    if is_variant_text(g.variant)}
+        variants = {frozenset(g.members): g.variant for g in plan.groups}
         plan = make_plan(graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
                          model=plan.model, predicted_time_s=plan.predicted_time_s,
                          unfused_predicted_time_s=plan.unfused_predicted_time_s,
                          variants=variants)
     return chosen.run(graph, given, plan=plan)
+
+
+_AUTO_PLANS: OrderedDict[tuple, tuple[Graph, Any]] = OrderedDict()  # the latest, by sizes
+_AUTO_PLANS_KEPT = 16
+
+
+def _auto_plan(graph: Graph, given: Mapping[str, Any]) -> Any:
+    """:func:`kfuse.search.default_plan` at the given arrays' sizes, planned once per graph
+    and sizes (a pipeline run again on arrays of the same shapes does not search again)."""
+    from kfuse.runtime.binding import bind
+    from kfuse.search import default_plan
+    sizes = bind(graph, given).sizes
+    key = (id(graph), tuple(sorted(sizes.items())))
+    cached = _AUTO_PLANS.get(key)
+    if cached is None or cached[0] is not graph:
+        cached = (graph, default_plan(graph, sizes))
+        _AUTO_PLANS[key] = cached
+        while len(_AUTO_PLANS) > _AUTO_PLANS_KEPT:
+            _AUTO_PLANS.popitem(last=False)
+    _AUTO_PLANS.move_to_end(key)
+    return cached[1]
 
 
 __all__ = ["BACKENDS", "Backend", "get_backend", "run_graph"]

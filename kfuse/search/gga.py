@@ -592,14 +592,7 @@ class _GGA:
         time_of = bits.time
 
         # legal groups of the region, by lowest local kernel, cheapest per kernel first
-        split: dict[int, tuple[int, ...]] = {}
-
-        def bits_of(mask: int) -> tuple[int, ...]:
-            found = split.get(mask)
-            if found is None:
-                found = split[mask] = tuple(iter_bits(mask))
-            return found
-
+        bits_of = bits.bits_of  # (a pure function of the mask: local masks share the memo)
         raw: list[list[tuple[float, int, float, int]]] = [[] for _ in range(m)]
         cost_bound = [math.inf] * m
         candidates, _ = enumerate_groups(self.problem, within=region, remember=True)

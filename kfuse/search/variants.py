@@ -116,7 +116,6 @@ BASE_REGISTERS = 32
 MAX_BLOCKS_PER_SM = 32
 # Matrix kernels (fitted to ptxas -v, sm_90, on the generated kernels; rms 9 registers):
 STREAM_BASE_REGISTERS = 20
-TILE_BASE_REGISTERS = 24
 REGISTERS_PER_MATRIX_WORD = 1.5        # 32-bit words of a matrix a thread keeps in flight
 REGISTERS_PER_VECTOR_WORD = 0.85       # words of column vectors kept per step chunk
 REGISTER_UNIT = 8                      # registers are allocated per thread in units of 8
@@ -240,12 +239,15 @@ def _numel(graph: Graph, buffer: str, sizes: Mapping[str, int]) -> int:
 
 def predict_variant(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                     variant: str, sizes: Mapping[str, int],
-                    profile: DeviceProfile | None = None) -> VariantPrediction:
-    """Predicted time of ``members`` run as ``variant`` at ``sizes`` on ``profile``."""
+                    profile: DeviceProfile | None = None,
+                    group: MapReduceGroup | None = None) -> VariantPrediction:
+    """Predicted time of ``members`` run as ``variant`` at ``sizes`` on ``profile``
+    (``group``: the members' map/reduce group, when the caller built it already)."""
     profile = profile or current_profile()
-    if mapreduce_group_reason(graph, members) is not None:
-        return _roofline(graph, members, outputs, sizes, profile)
-    group = MapReduceGroup(graph, members, outputs)
+    if group is None:
+        if mapreduce_group_reason(graph, members) is not None:
+            return _roofline(graph, members, outputs, sizes, profile)
+        group = MapReduceGroup(graph, members, outputs)
     if is_variant_text(variant):
         chosen = group.normalize(MapReduceVariant.parse(variant))
     elif claims(graph, members, variant):
@@ -293,25 +295,22 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     l2 = 0.0
     atomics = 0.0
     serial = 0.0
+    if not group.flat:
+        for kernel in group.members:  # vectors along the rows: once per row and tile or span
+            for access in kernel.accesses:
+                if access.dims == (0,) and access.buffer not in group.produced:
+                    l2 += sizes[group.domain[0]] * 4 * col_blocks
     if stream:
         # each warp re-reads the column vectors once per its rows (L1 shares them in part)
         warps_rows = sizes[group.domain[0]] / variant.rows
         for name in group.col_inputs:
             l2 += _numel(graph, name, sizes) * ITEM_SIZE[graph.buffers[name].dtype] \
                 * warps_rows / variant.threads[1]
-        for kernel in group.members:  # vectors along the rows: once per row and span
-            for access in kernel.accesses:
-                if access.dims == (0,) and access.buffer not in group.produced:
-                    l2 += sizes[group.domain[0]] * 4 * col_blocks
         if not group.stored_rows(variant):  # whole rows are stored plainly
             atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
     elif not group.flat:
         for name in group.col_inputs:  # each block re-reads its slice of the vector
             l2 += _numel(graph, name, sizes) * ITEM_SIZE[graph.buffers[name].dtype] * row_blocks
-        for kernel in group.members:  # vectors along the rows: once per row and tile
-            for access in kernel.accesses:
-                if access.dims == (0,) and access.buffer not in group.produced:
-                    l2 += sizes[group.domain[0]] * 4 * col_blocks
         atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
         atomics += sizes[group.domain[1]] * row_blocks * len(group.col_reductions())
     serial += blocks * len(group.all_reductions())
@@ -356,11 +355,11 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         efficiency = _matrix_efficiency(
             blocks=blocks, per_sm=per_sm, profile=profile,
             block_in_flight=threads * v * item * max(tile_inputs, 1)
-            * variant.rows * (variant.unroll if stream else 1),
+            * variant.rows * variant.unroll,
             read_share=reads / dram if dram else 1.0, block_bytes=dram / blocks,
             fixed_s=cycles / CLOCK_HZ)
         efficiency /= 1.0 + ROW_STREAM_COST * _concurrent_rows(
-            group, variant, blocks, col_blocks, row_blocks, per_sm * profile.sm_count)
+            group, variant, blocks, per_sm * profile.sm_count)
     times = {
         "memory": dram / (profile.copy_bandwidth_bytes_per_s * efficiency),
         "l2": l2 / (profile.copy_bandwidth_bytes_per_s * L2_BANDWIDTH_FACTOR),
@@ -381,26 +380,19 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
 
 
 def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
-    """Registers per thread of a matrix kernel, estimated (fitted to ptxas on sm_90).
-
-    About 1.5 per 32-bit word of the matrices a thread keeps in flight (the value and its
-    share of addresses and masks), 0.85 per word of column vectors per step chunk (stream
-    mapping; the tile mapping keeps one chunk), one per row accumulator and column sum.
-    """
+    """Registers per thread of a stream-mapped matrix kernel, estimated (fitted to ptxas on
+    sm_90): about 1.5 per 32-bit word of the matrices a thread keeps in flight (the value
+    and its share of addresses and masks), 0.85 per word of column vectors per step chunk,
+    one per row accumulator."""
     v = group.width(variant)
     words = (group.item_size or 4) // 4 or 1
     matrices = max(1, len(group.tile_inputs)) + len(group.stores)
-    if variant.rowsum == "stream":
-        chunks = variant.unroll
-        estimate = (STREAM_BASE_REGISTERS
-                    + REGISTERS_PER_MATRIX_WORD * chunks * v * variant.rows * matrices * words
-                    + REGISTERS_PER_VECTOR_WORD * chunks * v * len(group.col_inputs) * words
-                    + 0.4 * chunks * variant.rows * len(group.row_reductions())
-                    + variant.rows * matrices)
-    else:
-        estimate = (TILE_BASE_REGISTERS
-                    + 1.25 * v * variant.rows * matrices * words
-                    + v * len(group.col_reductions()) * words)
+    chunks = variant.unroll
+    estimate = (STREAM_BASE_REGISTERS
+                + REGISTERS_PER_MATRIX_WORD * chunks * v * variant.rows * matrices * words
+                + REGISTERS_PER_VECTOR_WORD * chunks * v * len(group.col_inputs) * words
+                + 0.4 * chunks * variant.rows * len(group.row_reductions())
+                + variant.rows * matrices)
     return min(MAX_REGISTERS, int(math.ceil(estimate)))
 
 
@@ -412,19 +404,11 @@ def _register_blocks(registers: int, threads: int, profile: DeviceProfile) -> in
 
 
 def _concurrent_rows(group: MapReduceGroup, variant: MapReduceVariant, blocks: int,
-                     col_blocks: int, row_blocks: int, slots: int) -> int:
-    """Matrix rows the resident blocks read at once (each a separate DRAM stream).
-
-    Stream mapping: every resident warp walks ``rows`` rows of each matrix. Tile mapping:
-    blocks of one row group (``blockIdx.x``, the column tiles, varies fastest) share their
-    rows, so only ``resident / column tiles`` row groups of ``tile rows`` are open at once.
-    """
-    resident = min(blocks, slots)
+                     slots: int) -> int:
+    """Matrix rows the resident blocks of a stream-mapped kernel read at once (each a
+    separate DRAM stream): every resident warp walks ``rows`` rows of each matrix."""
     matrices = max(1, len(group.tile_inputs))
-    if variant.rowsum == "stream":
-        return resident * variant.threads[1] * variant.rows * matrices
-    groups = min(row_blocks, -(-resident // max(col_blocks, 1)))
-    return groups * group.tile(variant)[0] * matrices
+    return min(blocks, slots) * variant.threads[1] * variant.rows * matrices
 
 
 def knee(x: float) -> float:
@@ -547,7 +531,7 @@ class Implementation:
                 found = choice.prediction
                 reason = (f"predicted {found.time_s * 1e3:.3f} ms ({found.bound}-bound, "
                           f"{found.efficiency:.0%} of the copy bandwidth drawn)")
-                group = replace(group, variant=choice.variant, reason=group.reason or reason)
+                group = replace(group, reason=group.reason or reason)
             new_groups.append(group)
         return replace(plan, groups=tuple(new_groups))
 
@@ -583,10 +567,12 @@ class ImplementationSpace:
         """The fusion's implementations, best predicted first."""
         if members not in self._ranked:
             outputs = group_outputs(self.graph, members)
+            group = None if mapreduce_group_reason(self.graph, members) is not None \
+                else MapReduceGroup(self.graph, members, outputs)  # shared by the variants
             found = []
             for variant in group_variants(self.graph, members, outputs, self.profile):
                 prediction = predict_variant(self.graph, members, outputs, variant,
-                                             self.sizes, self.profile)
+                                             self.sizes, self.profile, group)
                 found.append(GroupChoice(members, outputs, variant, prediction))
             found.sort(key=_rank_key)
             self._ranked[members] = found
