@@ -395,10 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         from kfuse.model.device import current_profile
         profile = current_profile()
         if args.h200:
-            from dataclasses import replace
-            profile = replace(profile, name="NVIDIA H200 (like: copy as measured)",
-                              sm_count=132, copy_bandwidth_bytes_per_s=4.275e12,
-                              peak_bandwidth_bytes_per_s=4.8e12)
+            from kfuse.model.device import h200_like_profile
+            profile = h200_like_profile()
     else:
         from kfuse.bench.calibrate import calibrate
         log("calibrating ...")

@@ -3,7 +3,10 @@
 Generated kernels compute float32 ``a / b`` with ``div.full.f32``, ``sqrt`` with
 ``sqrt.approx.f32`` and ``pow`` as ``exp2(y log2|x|)`` (see kfuse.codegen.prelude). This
 script measures the largest error of each against a float64 NumPy reference over random
-operands spread across many binades, on the backend given (``cuda`` on a GPU).
+operands spread across many binades, on the backend given (``cuda`` on a GPU), and exits
+with status 1 when one exceeds the bound kfuse.codegen.prelude states for it (division 2
+ulp and square root 1 ulp of the correctly rounded result, so 2.5 and 1.5 ulp of the exact
+value; pow a relative 1e-5).
 
 Usage: PYTHONPATH=. python3 scripts/fp32_math_check.py [--backend cuda] [--count N]
 """
@@ -11,6 +14,7 @@ Usage: PYTHONPATH=. python3 scripts/fp32_math_check.py [--backend cuda] [--count
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -52,14 +56,22 @@ def main() -> None:
     out = p.run(backend=args.backend, plan="unfused", a=a, b=b, x=x, y=exponent)
     out = {name: to_numpy(value) for name, value in out.items()}
     a64, b64, x64 = (v.astype(np.float64) for v in (a, b, x))
-    rows = [("a / b  (div.full.f32)", out["quotient"], a64 / b64),
-            ("sqrt   (sqrt.approx.f32)", out["root"], np.sqrt(b64)),
-            (f"pow(x, {exponent}) (exp2(y log2 x))", out["power"], x64 ** exponent)]
+    # (name, result, exact, bound in ulp of the exact value, bound on the relative error)
+    rows = [("a / b  (div.full.f32)", out["quotient"], a64 / b64, 2.5, None),
+            ("sqrt   (sqrt.approx.f32)", out["root"], np.sqrt(b64), 1.5, None),
+            (f"pow(x, {exponent}) (exp2(y log2 x))", out["power"], x64 ** exponent, None, 1e-5)]
     print(f"{args.count} random operands on {args.backend}; error against float64")
-    for name, result, exact in rows:
+    failed = False
+    for name, result, exact, ulp_bound, relative_bound in rows:
+        ulp = ulp_error(result, exact)
         relative = float(np.max(np.abs(result - exact) / np.abs(exact)))
-        print(f"  {name:36s} max {ulp_error(result, exact):5.2f} ulp  "
-              f"max relative {relative:.2e}")
+        within = ((ulp_bound is None or ulp <= ulp_bound)
+                  and (relative_bound is None or relative <= relative_bound))
+        failed |= not within
+        bound = f"<= {ulp_bound} ulp" if ulp_bound is not None else f"<= {relative_bound:.0e}"
+        print(f"  {name:36s} max {ulp:5.2f} ulp  max relative {relative:.2e}  "
+              f"({'within' if within else 'EXCEEDS'} {bound})")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ from kfuse.apps import get_app
 from kfuse.bench.floor import launch_bytes
 from kfuse.bench.timing import time_gpu
 from kfuse.codegen import generate
-from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y
+from kfuse.codegen.kernels import staged_tile
 from kfuse.codegen.staged import can_stage
 from kfuse.model.device import current_profile
 from kfuse.runtime import get_backend
 
-TILE = (TILE_Y * STAGED_ROWS, TILE_X)
+TILE = staged_tile()
 
 
 def main(names: list[str]) -> None:

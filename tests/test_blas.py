@@ -712,11 +712,9 @@ def test_whole_rows_need_no_fill_and_spans_do():
 def test_stream_ranking_prefers_one_row_per_warp_and_no_fill():
     """At 16384^2 (H200-like profile) the stream model ranks one row per warp with more
     loads in flight above several rows per warp, and counts no fill for whole rows."""
-    from dataclasses import replace
-
-    from kfuse.model.device import default_profile
+    from kfuse.model.device import h200_like_profile
     from kfuse.search.variants import predict_variant
-    profile = replace(default_profile(), copy_bandwidth_bytes_per_s=4.275e12)
+    profile = h200_like_profile()
     for name, members in (("gesummv", ("Ax", "Bx")), ("sgemv", ("z_prod",))):
         app = get_app(name)
         graph = app.build().graph()
@@ -893,10 +891,8 @@ def test_epilogue_of_a_column_reduction_or_another_row_is_refused():
 
 
 def test_epilogue_fusions_are_enumerated_and_predicted_one_launch_less():
-    from dataclasses import replace
-
-    from kfuse.model.device import default_profile
-    profile = replace(default_profile(), copy_bandwidth_bytes_per_s=4.275e12)
+    from kfuse.model.device import h200_like_profile
+    profile = h200_like_profile()
     for name, fused, split in (("sgemv", ("z_prod", "z"), [("z_prod",), ("z",)]),
                                ("gesummv", ("Ax", "Bx", "y"), [("Ax", "Bx"), ("y",)])):
         app = get_app(name)

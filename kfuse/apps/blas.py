@@ -77,7 +77,7 @@ def bind_sizes(graph: Any, size: tuple[int, ...]) -> dict[str, int]:
             for symbol, value in zip(shape, size, strict=True):
                 symbols.setdefault(symbol, int(value))
     for name in graph.inputs:
-        shapes[name] = tuple(symbols[s] for s in graph.buffers[name].shape)
+        shapes[name] = graph.shape_of(name, symbols)
     return graph.bind_shapes(shapes)
 
 
@@ -105,7 +105,7 @@ def _inputs_maker(build: Callable[..., kfuse.Pipeline], ndim: int,
             raise kfuse.ShapeError(f"{kind}, got {size}")
         graph = build(dtype).graph()
         sizes = bind_sizes(graph, tuple(int(n) for n in size))
-        arrays = {name: _uniform(rng, tuple(sizes[s] for s in graph.buffers[name].shape), dtype)
+        arrays = {name: _uniform(rng, graph.shape_of(name, sizes), dtype)
                   for name in graph.inputs}
         return arrays, {name: params[name] for name in graph.params}
 

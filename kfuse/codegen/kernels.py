@@ -589,6 +589,13 @@ def tile_choices(variant: str, ndim: int) -> list[tuple[int, ...] | None]:
     return [first, *(tile for tile in FALLBACK_TILES[ndim] if tile != first)]
 
 
+def staged_tile() -> tuple[int, int]:
+    """Outputs (rows, columns) of one block of a staged (shared-memory) kernel: blocks of
+    ``TILE_X`` x ``TILE_Y`` threads, ``STAGED_ROWS`` rows per thread (read at call time:
+    scripts/tile_sweep.py changes the block)."""
+    return (TILE_Y * STAGED_ROWS, TILE_X)
+
+
 def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
     """Points one thread computes per axis in a tiled kernel of this variant.
 

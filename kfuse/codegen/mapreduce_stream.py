@@ -8,9 +8,26 @@ generator (:mod:`kfuse.codegen.mapreduce`), whose kernel builder mixes this clas
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kfuse.codegen.cexpr import EmitState, ExprEmitter, c_name, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, WARP, GridAxis
 from kfuse.ir.expr import C_TYPES, Load
+
+if TYPE_CHECKING:
+    from kfuse.codegen.mapreduce import Reduce
+
+
+def row_total(reduce: Reduce, unroll: int, target: str, comment: str = "") -> list[str]:
+    """Lines that combine a row's ``unroll`` partials of ``reduce`` (``kf_racc_*[kf_k][*]``)
+    and then the warp's lanes into ``target``: the row's result, in every lane."""
+    combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+    partials = f"kf_racc_{reduce.var}[kf_k]"
+    return [f"{reduce.ctype} {target} = {partials}[0];{comment}",
+            "#pragma unroll",
+            f"for (int kf_u = 1; kf_u < {unroll}; ++kf_u) {target} = {combine}({target}, "
+            f"{partials}[kf_u]);",
+            f"{target} = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>({target});"]
 
 
 class StreamBody:
@@ -104,7 +121,6 @@ class StreamBody:
         if group.epilogue:  # (normalize: whole rows) results, then the epilogue, per row
             flush = self.epilogue_flush(rows, unroll, n_rows)
         for reduce in row_reductions if not group.epilogue else ():
-            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
             if stored:  # the warp owns whole rows: its result is the row's, no atomic
                 write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) "
                          f"{reduce.var}[kf_row0 + kf_k] = kf_part;")
@@ -117,11 +133,7 @@ class StreamBody:
                 "#pragma unroll",
                 f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{  // '{reduce.kernel.name}': "
                 f"each row over the warp, {how}",
-                f"  {reduce.ctype} kf_part = kf_racc_{reduce.var}[kf_k][0];",
-                "  #pragma unroll",
-                f"  for (int kf_u = 1; kf_u < {unroll}; ++kf_u) kf_part = {combine}(kf_part, "
-                f"kf_racc_{reduce.var}[kf_k][kf_u]);",
-                f"  kf_part = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>(kf_part);",
+                *indent(row_total(reduce, unroll, "kf_part"), 1),
                 write,
                 "}"]
         walk = [
@@ -189,15 +201,9 @@ class StreamBody:
         results = {r.kernel.output: f"kf_row_{r.var}" for r in group.row_reductions()}
         lines = []
         for reduce in group.row_reductions():
-            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
-            lines += [
-                f"{reduce.ctype} kf_row_{reduce.var} = kf_racc_{reduce.var}[kf_k][0];  "
-                f"// '{reduce.kernel.name}': the row over the warp (the warp owns it whole)",
-                "#pragma unroll",
-                f"for (int kf_u = 1; kf_u < {unroll}; ++kf_u) kf_row_{reduce.var} = "
-                f"{combine}(kf_row_{reduce.var}, kf_racc_{reduce.var}[kf_k][kf_u]);",
-                f"kf_row_{reduce.var} = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>("
-                f"kf_row_{reduce.var});"]
+            lines += row_total(reduce, unroll, f"kf_row_{reduce.var}",
+                               f"  // '{reduce.kernel.name}': the row over the warp (the warp "
+                               "owns it whole)")
 
         def hook(load: Load, emitter: ExprEmitter) -> str | None:
             if load.buffer in results:

@@ -155,10 +155,10 @@ def group_variant(graph: Graph, members: Sequence[str]) -> str:
                          for name in members for access in graph.kernel_by_name[name].accesses)
     if not stencil_inside:
         return "registers"
-    from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y, register_tile
+    from kfuse.codegen.kernels import register_tile, staged_tile
     from kfuse.codegen.staged import can_stage
     from kfuse.model.roofline import evaluation_points
-    if can_stage(graph, tuple(members), (TILE_Y * STAGED_ROWS, TILE_X)) is not None:
+    if can_stage(graph, tuple(members), staged_tile()) is not None:
         return "recompute"
     outputs = group_outputs(graph, members)
     tile = register_tile("recompute", graph.kernel_by_name[members[0]].ndim)

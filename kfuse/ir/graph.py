@@ -10,6 +10,7 @@ graph, order DAG, sharing sets, thread load, halos) are computed from it on dema
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,7 +18,7 @@ from functools import cached_property
 import networkx as nx
 
 from kfuse.errors import CycleError, ShapeError, ValidationError
-from kfuse.ir.expr import Boundary, Expr, Load, Param, loads, params
+from kfuse.ir.expr import ITEM_SIZE, Boundary, Expr, Load, Param, loads, params
 
 KERNEL_KINDS = ("point", "local", "reduce", "opaque")
 REDUCE_OPS = ("sum", "min", "max")
@@ -356,3 +357,7 @@ class Graph:
 
     def shape_of(self, buffer: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(sizes[symbol] for symbol in self.buffers[buffer].shape)
+
+    def nbytes(self, buffer: str, sizes: Mapping[str, int]) -> int:
+        """Bytes of ``buffer`` at these sizes (its elements times its dtype's size)."""
+        return math.prod(self.shape_of(buffer, sizes)) * ITEM_SIZE[self.buffers[buffer].dtype]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +142,16 @@ def default_profile() -> DeviceProfile:
         global_memory_bytes=80 * 2**30,
         notes={"source": "nominal H100 SXM5 figures; run 'kfuse calibrate' to measure"},
     )
+
+
+def h200_like_profile() -> DeviceProfile:
+    """The nominal profile with an H200's memory as measured here (copy 4275 GB/s, HBM3e
+    peak 4.8 TB/s, 60 MiB L2): for planning and tests at the sizes benchmarked on an H200
+    when no H200 is at hand."""
+    return replace(default_profile(), name="NVIDIA H200 (like: copy as measured)",
+                   copy_bandwidth_bytes_per_s=4.275e12, peak_bandwidth_bytes_per_s=4.8e12,
+                   l2_bytes=60 * 2**20, global_memory_bytes=141 * 2**30,
+                   notes={"source": "nominal H100 figures with an H200's measured memory"})
 
 
 def current_profile(name: str | None = None) -> DeviceProfile:

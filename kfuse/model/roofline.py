@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from kfuse.ir.expr import ITEM_SIZE, Load, loads
+from kfuse.ir.expr import Load, loads
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
 
@@ -81,8 +81,8 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     kernels = [graph.kernel_by_name[name] for name in members]
     points = prod(sizes[s] for s in kernels[-1].domain) if kernels[-1].domain else 1
     external = {b for k in kernels for b in k.reads if graph.producer.get(b) not in group}
-    dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
-    dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in outputs)
+    dram = sum(graph.nbytes(b, sizes) for b in external)
+    dram += sum(graph.nbytes(b, sizes) for b in outputs)
     variant = _variant(graph, members) if len(members) > 1 else "single"
     if variant == "staged":
         return _predict_staged(graph, members, points, dram, profile)
@@ -129,10 +129,10 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
     Staged intermediates are read by their consumers' taps from shared memory, a thread's
     consecutive rows sharing the rows of the window.
     """
-    from kfuse.codegen.kernels import STAGED_ROWS, TILE_X, TILE_Y, operations_per_point
+    from kfuse.codegen.kernels import STAGED_ROWS, operations_per_point, staged_tile
     from kfuse.codegen.staged import staged_members
 
-    tile = (TILE_Y * STAGED_ROWS, TILE_X)
+    tile = staged_tile()
     halos = staged_members(graph, tuple(members))
     widest = max(halos.values(), key=lambda h: (tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]))
     overhead = (tile[0] + 2 * widest[0]) * (tile[1] + 2 * widest[1]) / (tile[0] * tile[1])
@@ -168,10 +168,6 @@ def _distinct_loads(body) -> list[Load]:
     unique = {(ld.buffer, ld.offsets, ld.dims, ld.boundary): ld for ld in loads(body)}
     return list(unique.values())
 
-
-def _numel(graph: Graph, buffer: str, sizes: Mapping[str, int]) -> int:
-    return prod(sizes[s] for s in graph.buffers[buffer].shape) if graph.buffers[buffer].shape \
-        else 1
 
 
 def nominal_sizes(graph: Graph) -> dict[str, int]:

@@ -80,7 +80,7 @@ from kfuse.fusion.legality import (
     row_epilogue_violations,
 )
 from kfuse.fusion.plan import FusionPlan, group_outputs, make_plan
-from kfuse.ir.expr import ITEM_SIZE, count_operations
+from kfuse.ir.expr import count_operations
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile, current_profile
 
@@ -233,9 +233,6 @@ class VariantPrediction:
     bound: str
 
 
-def _numel(graph: Graph, buffer: str, sizes: Mapping[str, int]) -> int:
-    return math.prod(sizes[s] for s in graph.buffers[buffer].shape)
-
 
 def predict_variant(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                     variant: str, sizes: Mapping[str, int],
@@ -288,10 +285,7 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         blocks = col_blocks * row_blocks
         if stream and variant.blocks:  # a persistent grid loops over the row groups
             blocks = min(blocks, variant.blocks)
-    external = [b for b in group.reads]
-    dram = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype] for b in external)
-    dram += sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype]
-                for b in group.outputs)
+    dram = sum(graph.nbytes(b, sizes) for b in (*group.reads, *group.outputs))
     l2 = 0.0
     atomics = 0.0
     serial = 0.0
@@ -304,13 +298,12 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         # each warp re-reads the column vectors once per its rows (L1 shares them in part)
         warps_rows = sizes[group.domain[0]] / variant.rows
         for name in group.col_inputs:
-            l2 += _numel(graph, name, sizes) * ITEM_SIZE[graph.buffers[name].dtype] \
-                * warps_rows / variant.threads[1]
+            l2 += graph.nbytes(name, sizes) * warps_rows / variant.threads[1]
         if not group.stored_rows(variant):  # whole rows are stored plainly
             atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
     elif not group.flat:
         for name in group.col_inputs:  # each block re-reads its slice of the vector
-            l2 += _numel(graph, name, sizes) * ITEM_SIZE[graph.buffers[name].dtype] * row_blocks
+            l2 += graph.nbytes(name, sizes) * row_blocks
         atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
         atomics += sizes[group.domain[1]] * row_blocks * len(group.col_reductions())
     serial += blocks * len(group.all_reductions())
@@ -350,8 +343,7 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
             * len(group.row_reductions())
     cycles = BLOCK_CYCLES + (EPILOGUE_CYCLES if group.reductions or shared else 0)
     if stream:
-        reads = sum(_numel(graph, b, sizes) * ITEM_SIZE[graph.buffers[b].dtype]
-                    for b in group.tile_inputs)
+        reads = sum(graph.nbytes(b, sizes) for b in group.tile_inputs)
         efficiency = _matrix_efficiency(
             blocks=blocks, per_sm=per_sm, profile=profile,
             block_in_flight=threads * v * item * max(tile_inputs, 1)
