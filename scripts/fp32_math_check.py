@@ -1,12 +1,13 @@
-"""Accuracy of kfuse's float32 division, square root and pow on the GPU, in ulp.
+"""Accuracy of kfuse's float32 division, square root, exp and pow on the GPU, in ulp.
 
 Generated kernels compute float32 ``a / b`` with ``div.full.f32``, ``sqrt`` with
-``sqrt.approx.f32`` and ``pow`` as ``exp2(y log2|x|)`` (see kfuse.codegen.prelude). This
-script measures the largest error of each against a float64 NumPy reference over random
-operands spread across many binades, on the backend given (``cuda`` on a GPU), and exits
-with status 1 when one exceeds the bound kfuse.codegen.prelude states for it (division 2
-ulp and square root 1 ulp of the correctly rounded result, so 2.5 and 1.5 ulp of the exact
-value; pow a relative 1e-5).
+``sqrt.approx.f32``, ``exp`` as ``ex2.approx`` of a product split in two and ``pow`` as
+``2^(y lg2.approx|x|)`` the same way (see kfuse.codegen.prelude). This script measures the
+largest error of each against a float64 NumPy reference over random operands spread across
+many binades (exp over its whole normal range), on the backend given (``cuda`` on a GPU),
+and exits with status 1 when one exceeds its bound: division 2 ulp and square root 1 ulp of
+the correctly rounded result (so 2.5 and 1.5 ulp of the exact value), exp 3 ulp, pow a
+relative error of 2e-7 (1 + |y|).
 
 Usage: PYTHONPATH=. python3 scripts/fp32_math_check.py [--backend cuda] [--count N]
 """
@@ -44,22 +45,29 @@ def main() -> None:
     rng = np.random.default_rng(11)
     a = spread(rng, args.count, -60, 60) * rng.choice([-1, 1], args.count).astype(np.float32)
     b = spread(rng, args.count, -60, 60)
-    x = spread(rng, args.count, -20, 20)
-    exponent = 0.6
+    x = spread(rng, args.count, -15, 15)
+    e = rng.uniform(-87.0, 88.0, args.count).astype(np.float32)  # exp(e) normal
+    exponents = (0.6, -2.5, 7.3)  # 2^(15 * 7.3) stays finite
 
     p = kf.Pipeline("fp32_math")
-    pa, pb, px = (p.input(n, ndim=1) for n in ("a", "b", "x"))
-    y = p.param("y")
+    pa, pb, px, pe = (p.input(n, ndim=1) for n in ("a", "b", "x", "e"))
+    ys = [p.param(f"y{k}") for k in range(len(exponents))]
     p.output(kf.point(pa / pb, name="quotient"))
     p.output(kf.point(kf.sqrt(pb), name="root"))
-    p.output(kf.point(kf.pow(px, y), name="power"))
-    out = p.run(backend=args.backend, plan="unfused", a=a, b=b, x=x, y=exponent)
+    p.output(kf.point(kf.exp(pe), name="exponential"))
+    for k, y in enumerate(ys):
+        p.output(kf.point(kf.pow(px, y), name=f"power{k}"))
+    out = p.run(backend=args.backend, plan="unfused", a=a, b=b, x=x, e=e,
+                **{f"y{k}": value for k, value in enumerate(exponents)})
     out = {name: to_numpy(value) for name, value in out.items()}
-    a64, b64, x64 = (v.astype(np.float64) for v in (a, b, x))
+    a64, b64, x64, e64 = (v.astype(np.float64) for v in (a, b, x, e))
     # (name, result, exact, bound in ulp of the exact value, bound on the relative error)
     rows = [("a / b  (div.full.f32)", out["quotient"], a64 / b64, 2.5, None),
             ("sqrt   (sqrt.approx.f32)", out["root"], np.sqrt(b64), 1.5, None),
-            (f"pow(x, {exponent}) (exp2(y log2 x))", out["power"], x64 ** exponent, None, 1e-5)]
+            ("exp    (ex2.approx, split product)", out["exponential"], np.exp(e64), 3.0, None)]
+    rows += [(f"pow(x, {y}) (2^(y lg2.approx x))", out[f"power{k}"],
+              x64 ** np.float64(np.float32(y)), None,
+              2e-7 * (1 + abs(y))) for k, y in enumerate(exponents)]
     print(f"{args.count} random operands on {args.backend}; error against float64")
     failed = False
     for name, result, exact, ulp_bound, relative_bound in rows:

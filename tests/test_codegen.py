@@ -12,6 +12,7 @@ from kfuse.codegen import generate_unfused
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.resources import kernel_resources, nvcc_available, parse_ptxas
 from kfuse.fusion.legality import SPILL_TOLERANCE_BYTES
+from kfuse.runtime.binding import to_numpy
 
 
 def test_one_named_kernel_per_operator():
@@ -81,12 +82,43 @@ def test_every_app_compiles_with_nvcc(app):
         assert figures[spec.symbol].spill_store_bytes <= SPILL_TOLERANCE_BYTES
 
 
+def _backends_with_cuda() -> list:
+    from kfuse.runtime.cuda_backend import CudaBackend
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+        not CudaBackend.available(), reason="no usable CUDA GPU"))]
+
+
+@pytest.mark.parametrize("backend", _backends_with_cuda())
+def test_float32_exp_is_accurate_over_its_range_and_exact_at_special_values(backend):
+    """kf_expf (ex2.approx of a split product on the GPU, expf on the host): infinities,
+    NaN, overflow and underflow as expf; normal results within 3 ulp, subnormal ones
+    within 3 ulp of the smallest normal's spacing."""
+    import numpy as np
+
+    p = kf.Pipeline("exponentials")
+    x = p.input("x", ndim=1)
+    p.output(kf.point(kf.exp(x), name="exponential"))
+    rng = np.random.default_rng(2)
+    special = np.array([-np.inf, np.inf, np.nan, 0.0, -0.0, 89.0, -110.0], dtype=np.float32)
+    values = np.concatenate([special, rng.uniform(-100.0, 88.5, 997)]).astype(np.float32)
+    result = to_numpy(p.run(backend=backend, plan="unfused", x=values)["exponential"])
+    exact = np.exp(values.astype(np.float64))
+    with np.errstate(over="ignore"):  # exp(89) is +inf in float32
+        exact32 = exact.astype(np.float32)
+    np.testing.assert_array_equal(result[:len(special)], exact32[:len(special)])
+    spacing = np.maximum(np.spacing(exact32), np.spacing(np.float32(2**-126)))
+    error = np.abs(result[len(special):] - exact[len(special):]) / spacing[len(special):]
+    assert error.max() <= 3.0
+
+
+@pytest.mark.parametrize("backend", _backends_with_cuda())
 @pytest.mark.parametrize("exponent", [3.0, -3.0, 0.5, -2.0, 0.0, 37.5, math.inf, -math.inf,
                                       math.nan])
-def test_float32_pow_follows_c99_pow_on_every_kind_of_base(exponent):
-    """kf_powf is exp2(y log2|x|) with the special cases of C99 pow as selects: zero,
-    infinite and NaN results and the exponents 0, +-inf and NaN exactly as powf; finite
-    results (negative bases with integer exponents too) within a few ulp."""
+def test_float32_pow_follows_c99_pow_on_every_kind_of_base(exponent, backend):
+    """kf_powf is 2^(y lg2|x|) on the GPU (powf on the host) with the special cases of C99
+    pow as selects: zero, infinite and NaN results and the exponents 0, +-inf and NaN
+    exactly as powf; finite results (negative bases with integer exponents too) within a
+    few ulp."""
     import numpy as np
 
     p = kf.Pipeline("powers")
@@ -96,7 +128,7 @@ def test_float32_pow_follows_c99_pow_on_every_kind_of_base(exponent):
     rng = np.random.default_rng(1)
     base = np.concatenate([rng.uniform(0.05, 3.0, 61), -rng.uniform(0.05, 3.0, 7),
                            [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0]]).astype(np.float32)
-    result = p.run(backend="cpu", plan="unfused", x=base, y=exponent)["powered"]
+    result = to_numpy(p.run(backend=backend, plan="unfused", x=base, y=exponent)["powered"])
 
     def c_pow(b: float) -> float:  # C99 pow, which powf follows (NumPy differs at -inf)
         odd = exponent == int(exponent) and int(exponent) % 2 == 1 \
