@@ -90,9 +90,9 @@ def _backends_with_cuda() -> list:
 
 @pytest.mark.parametrize("backend", _backends_with_cuda())
 def test_float32_exp_is_accurate_over_its_range_and_exact_at_special_values(backend):
-    """kf_expf (ex2.approx of a split product on the GPU, expf on the host): infinities,
-    NaN, overflow and underflow as expf; normal results within 3 ulp, subnormal ones
-    within 3 ulp of the smallest normal's spacing."""
+    """float32 exp (CUDA's expf on the GPU, the host's expf): infinities, NaN, overflow and
+    underflow exact; normal results within 3 ulp, subnormal ones within 3 ulp of the
+    smallest normal's spacing."""
     import numpy as np
 
     p = kf.Pipeline("exponentials")
@@ -115,7 +115,7 @@ def test_float32_exp_is_accurate_over_its_range_and_exact_at_special_values(back
 @pytest.mark.parametrize("exponent", [3.0, -3.0, 0.5, -2.0, 0.0, 37.5, math.inf, -math.inf,
                                       math.nan])
 def test_float32_pow_follows_c99_pow_on_every_kind_of_base(exponent, backend):
-    """kf_powf is 2^(y lg2|x|) on the GPU (powf on the host) with the special cases of C99
+    """kf_powf is exp2(y lg2|x|) (lg2.approx on the GPU) with the special cases of C99
     pow as selects: zero, infinite and NaN results and the exponents 0, +-inf and NaN
     exactly as powf; finite results (negative bases with integer exponents too) within a
     few ulp."""

@@ -77,7 +77,7 @@ def function_name(op: str, dtype: str) -> str:
     """The C math function for ``op`` on ``dtype`` (float32 gets the ``f`` suffix)."""
     if dtype == "int32":
         return {"abs": "abs", "min": "min", "max": "max"}[op]
-    if op in ("pow", "sqrt", "exp") and dtype == "float32":
+    if op in ("pow", "sqrt") and dtype == "float32":
         return f"kf_{op}f"  # see the prelude: branch-free forms, accuracy stated there
     base = _FLOAT_FUNCTIONS[op]
     return base + "f" if dtype == "float32" else base
