@@ -23,19 +23,13 @@ import numpy as np
 import kfuse.codegen.kernels as kernels
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import relative_error
-from kfuse.bench.calibrate import measure_copy
+from kfuse.bench.calibrate import calibrate
 from kfuse.bench.floor import dram_floor_bytes, launch_bytes
 from kfuse.bench.timing import time_gpu
 from kfuse.codegen import generate
 from kfuse.fusion.plan import group_outputs, make_plan
 from kfuse.runtime import get_backend
 from kfuse.search import search
-
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a 1 GiB device-to-device copy (read + write), as calibrated."""
-    timing = measure_copy(1 << 30, warmup=3, repeat=20)["kernel"]
-    return 2 * (1 << 30) / timing.median_s
 
 
 def programs(graph, sizes):
@@ -90,7 +84,7 @@ def sweep(names: list[str], bandwidth: float) -> None:
 
 
 def main(names: list[str]) -> None:
-    bandwidth = copy_bandwidth()
+    bandwidth = calibrate(repeat=20, progress=False).copy_bandwidth_bytes_per_s  # the floor's
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     names = names or [a.name for a in list_apps()]
     for items in os.environ.get("ITEMS", "").split(","):

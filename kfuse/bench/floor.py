@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from math import prod
 
-from kfuse.ir.expr import ITEM_SIZE
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
 
 
 def buffer_bytes(graph: Graph, name: str, sizes: Mapping[str, int]) -> int:
-    """Bytes of one buffer at the given size-symbol bindings."""
-    buffer = graph.buffers[name]
-    return prod(int(sizes[symbol]) for symbol in buffer.shape) * ITEM_SIZE[buffer.dtype]
+    """Bytes of one buffer at the given size-symbol bindings (:meth:`Graph.nbytes`)."""
+    return int(graph.nbytes(name, sizes))
 
 
 def dram_floor_bytes(graph: Graph, sizes: Mapping[str, int]) -> int:

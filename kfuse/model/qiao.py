@@ -161,8 +161,7 @@ def graph_edge_benefit(graph, producer: str, consumer: str, buffer: str,
     target = graph.kernel_by_name[consumer]
 
     def numel(name: str) -> int:
-        shape = graph.buffers[name].shape
-        return math.prod(sizes[s] for s in shape) if shape else 1
+        return math.prod(graph.shape_of(name, sizes))
 
     if target.reduction is not None or source.reduction is not None \
             or "opaque" in (source.kind, target.kind):

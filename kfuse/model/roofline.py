@@ -81,8 +81,7 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     kernels = [graph.kernel_by_name[name] for name in members]
     points = prod(sizes[s] for s in kernels[-1].domain) if kernels[-1].domain else 1
     external = {b for k in kernels for b in k.reads if graph.producer.get(b) not in group}
-    dram = sum(graph.nbytes(b, sizes) for b in external)
-    dram += sum(graph.nbytes(b, sizes) for b in outputs)
+    dram = sum(graph.nbytes(b, sizes) for b in (*external, *outputs))
     variant = _variant(graph, members) if len(members) > 1 else "single"
     if variant == "staged":
         return _predict_staged(graph, members, points, dram, profile)
@@ -167,7 +166,6 @@ def _distinct_loads(body) -> list[Load]:
         return []
     unique = {(ld.buffer, ld.offsets, ld.dims, ld.boundary): ld for ld in loads(body)}
     return list(unique.values())
-
 
 
 def nominal_sizes(graph: Graph) -> dict[str, int]:

@@ -490,8 +490,7 @@ def metadata_from_graph(graph, members: Iterable[str], sizes: Mapping[str, int],
                                    arch.registers_per_sm // (thr * ESTIMATED_REGISTERS)))
         buffers = set(kernel.reads) | set(kernel.writes)
         element = {b: ITEM_SIZE[graph.buffers[b].dtype] for b in buffers}
-        nbytes = {b: float(element[b] * (math.prod(sizes[s] for s in graph.buffers[b].shape)
-                                         if graph.buffers[b].shape else 1)) for b in buffers}
+        nbytes = {b: float(graph.nbytes(b, sizes)) for b in buffers}
         outputs = (kernel.output,)
         runtime = predict_group(graph, (name,), outputs, sizes, profile).time_s
         result.append(KernelMetadata(

@@ -233,7 +233,6 @@ class VariantPrediction:
     bound: str
 
 
-
 def predict_variant(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                     variant: str, sizes: Mapping[str, int],
                     profile: DeviceProfile | None = None,
