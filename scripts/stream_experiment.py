@@ -1,0 +1,238 @@
+"""Hand-written row-streaming Harris kernel against kfuse's generated fused kernel (GPU).
+
+An experiment for issue 3 (Harris within 1.3x of the DRAM floor), not part of kfuse: each
+warp owns 128 columns (a float4 per lane) and walks a strip of rows; the horizontal
+neighbours of a lane's columns come from the next lanes by warp shuffles (lanes 0 and 31
+only feed their neighbours: a warp writes 120 columns), the vertical ones from values
+carried in registers from the previous rows; input rows are loaded DEPTH rows ahead.
+Every intermediate point is evaluated once per warp (2 extra rows per strip, 8 extra
+columns per 120), against the register tiles' 60 points per 32 outputs. The constant scales
+(1/6 of the derivatives, 1/16 of the Gaussian) are folded into one factor of the response.
+Clamp borders, widths that are a multiple of 4 (it checks its result against kfuse's).
+
+Usage on the device machine: PYTHONPATH=. python3 scripts/stream_experiment.py
+(CONFIGS=rows:depth:warps:min_blocks:columns,... picks the configurations; default a small sweep)
+"""
+
+from __future__ import annotations
+
+import os
+
+import cupy
+import numpy as np
+
+from kfuse.apps import get_app
+from kfuse.apps.check import relative_error
+from kfuse.bench.calibrate import calibrate
+from kfuse.bench.floor import dram_floor_bytes
+from kfuse.bench.timing import time_gpu
+from kfuse.codegen import generate
+from kfuse.runtime import get_backend
+from kfuse.search import search
+
+SOURCE = r"""
+#define OUT_COLS (30 * COLS)  // columns a warp writes (lanes 1..30)
+#if COLS == 4
+typedef float4 vec_t;
+#else
+typedef float2 vec_t;
+#endif
+__device__ __forceinline__ int clampi(int i, int n) { return min(max(i, 0), n - 1); }
+
+struct Row { float a[COLS]; };
+
+__device__ __forceinline__ Row load_row(const float* __restrict__ img, int row, int c,
+                                        int W, bool vec) {
+  const float* p = img + (long long)row * W;
+  Row r;
+  if (vec) {
+    const vec_t v = __ldg(reinterpret_cast<const vec_t*>(p + c));
+    r.a[0] = v.x; r.a[1] = v.y;
+#if COLS == 4
+    r.a[2] = v.z; r.a[3] = v.w;
+#endif
+  } else {
+#pragma unroll
+    for (int j = 0; j < COLS; ++j) r.a[j] = __ldg(p + clampi(c + j, W));
+  }
+  return r;
+}
+
+// horizontal difference (x) and sum (y) of one input row at a lane's columns
+__device__ __forceinline__ void row_terms(const Row& v, Row& hd, Row& hs) {
+  const float left = __shfl_up_sync(0xffffffffu, v.a[COLS - 1], 1);
+  const float right = __shfl_down_sync(0xffffffffu, v.a[0], 1);
+#pragma unroll
+  for (int j = 0; j < COLS; ++j) {
+    const float l = j == 0 ? left : v.a[j - 1];
+    const float r = j == COLS - 1 ? right : v.a[j + 1];
+    hd.a[j] = r - l;
+    hs.a[j] = l + v.a[j] + r;
+  }
+}
+
+__device__ __forceinline__ void hsum(const Row& p, int c, int W, Row& h) {
+  float l = __shfl_up_sync(0xffffffffu, p.a[COLS - 1], 1);
+  float r = __shfl_down_sync(0xffffffffu, p.a[0], 1);
+  if (c == 0) l = p.a[0];
+  if (c + COLS == W) r = p.a[COLS - 1];
+#pragma unroll
+  for (int j = 0; j < COLS; ++j)
+    h.a[j] = fmaf(2.f, p.a[j], (j == 0 ? l : p.a[j - 1]) + (j == COLS - 1 ? r : p.a[j + 1]));
+}
+
+// products of one row -> horizontal Gaussian sums (three channels), clamp at image edges
+__device__ __forceinline__ void gauss_row(const Row& dx, const Row& dy, int c, int W,
+                                          Row& hx, Row& hy, Row& hxy) {
+  Row px, py, pxy;
+#pragma unroll
+  for (int j = 0; j < COLS; ++j) { px.a[j] = dx.a[j] * dx.a[j]; py.a[j] = dy.a[j] * dy.a[j];
+                                   pxy.a[j] = dx.a[j] * dy.a[j]; }
+  hsum(px, c, W, hx); hsum(py, c, W, hy); hsum(pxy, c, W, hxy);
+}
+
+__device__ __forceinline__ void store_response(float* __restrict__ out, const Row* hx,
+                                               const Row* hy, const Row* hxy, float k) {
+  // hx[0..2]: horizontal sums of rows r-1, r, r+1; scales (1/6)^2 / 16 folded into one factor
+  const float s = 1.0f / (36.0f * 16.0f);
+  float o[COLS];
+#pragma unroll
+  for (int j = 0; j < COLS; ++j) {
+    const float gx = (fmaf(2.f, hx[1].a[j], hx[0].a[j] + hx[2].a[j])) * s;
+    const float gy = (fmaf(2.f, hy[1].a[j], hy[0].a[j] + hy[2].a[j])) * s;
+    const float gxy = (fmaf(2.f, hxy[1].a[j], hxy[0].a[j] + hxy[2].a[j])) * s;
+    const float tr = gx + gy;
+    o[j] = (gx * gy - gxy * gxy) - k * tr * tr;
+  }
+#if COLS == 4
+  *reinterpret_cast<float4*>(out) = make_float4(o[0], o[1], o[2], o[3]);
+#else
+  *reinterpret_cast<float2*>(out) = make_float2(o[0], o[1]);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MINB)
+harris_stream(const float* __restrict__ img, float* __restrict__ hc, int H, int W, float k) {
+  const int lane = threadIdx.x & 31;
+  const int warps_total = gridDim.x * WARPS;
+  const int column_warps = (W + OUT_COLS - 1) / OUT_COLS;
+  const int strips = (H + ROWS - 1) / ROWS;
+  for (int job = blockIdx.x * WARPS + (threadIdx.x >> 5); job < column_warps * strips;
+       job += warps_total) {
+    const int c = (job % column_warps) * OUT_COLS - COLS + lane * COLS;
+    const int y0 = (job / column_warps) * ROWS;
+    const bool vec = c >= 0 && c + COLS <= W;
+    const bool writes = lane >= 1 && lane <= 30 && c < W;
+    Row hx[3], hy[3], hxy[3];
+    if (y0 >= 2 && y0 + ROWS + 2 <= H) {
+      // interior strip: input rows y0-2 .. y0+ROWS+1, each loaded once, DEPTH rows ahead
+      Row hd0, hs0, hd1, hs1, hd2, hs2;
+      row_terms(load_row(img, y0 - 2, c, W, vec), hd0, hs0);
+      row_terms(load_row(img, y0 - 1, c, W, vec), hd1, hs1);
+      row_terms(load_row(img, y0, c, W, vec), hd2, hs2);
+      Row dx, dy;
+#pragma unroll
+      for (int j = 0; j < COLS; ++j) { dx.a[j] = hd0.a[j] + hd1.a[j] + hd2.a[j];
+                                    dy.a[j] = hs2.a[j] - hs0.a[j]; }
+      gauss_row(dx, dy, c, W, hx[0], hy[0], hxy[0]);          // row y0-1
+      hd0 = hd1; hs0 = hs1; hd1 = hd2; hs1 = hs2;
+      row_terms(load_row(img, y0 + 1, c, W, vec), hd2, hs2);
+#pragma unroll
+      for (int j = 0; j < COLS; ++j) { dx.a[j] = hd0.a[j] + hd1.a[j] + hd2.a[j];
+                                    dy.a[j] = hs2.a[j] - hs0.a[j]; }
+      gauss_row(dx, dy, c, W, hx[1], hy[1], hxy[1]);          // row y0
+      hd0 = hd1; hs0 = hs1; hd1 = hd2; hs1 = hs2;
+      Row ahead[DEPTH];
+#pragma unroll
+      for (int d = 0; d < DEPTH; ++d) ahead[d] = load_row(img, y0 + 2 + d, c, W, vec);
+      for (int t = 0; t < ROWS; t += DEPTH) {
+#pragma unroll
+        for (int d = 0; d < DEPTH; ++d) {
+          const Row v = ahead[d];
+          ahead[d] = load_row(img, min(y0 + 2 + t + d + DEPTH, H - 1), c, W, vec);
+          row_terms(v, hd2, hs2);                              // input row y0+t+d+2
+#pragma unroll
+          for (int j = 0; j < COLS; ++j) { dx.a[j] = hd0.a[j] + hd1.a[j] + hd2.a[j];
+                                        dy.a[j] = hs2.a[j] - hs0.a[j]; }
+          gauss_row(dx, dy, c, W, hx[2], hy[2], hxy[2]);      // products row y0+t+d+1
+          if (writes)                                          // output row y0+t+d
+            store_response(hc + (long long)(y0 + t + d) * W + c, hx, hy, hxy, k);
+          hd0 = hd1; hs0 = hs1; hd1 = hd2; hs1 = hs2;
+          hx[0] = hx[1]; hy[0] = hy[1]; hxy[0] = hxy[1];
+          hx[1] = hx[2]; hy[1] = hy[2]; hxy[1] = hxy[2];
+        }
+      }
+    } else {
+      // a strip at the top or bottom: each products row from its three clamped input rows
+      for (int r = y0 - 1; r <= y0 + ROWS && r <= H; ++r) {
+        const int rr = clampi(r, H);
+        Row hd0, hs0, hd1, hs1, hd2, hs2, dx, dy;
+        row_terms(load_row(img, clampi(rr - 1, H), c, W, vec), hd0, hs0);
+        row_terms(load_row(img, rr, c, W, vec), hd1, hs1);
+        row_terms(load_row(img, clampi(rr + 1, H), c, W, vec), hd2, hs2);
+#pragma unroll
+        for (int j = 0; j < COLS; ++j) { dx.a[j] = hd0.a[j] + hd1.a[j] + hd2.a[j];
+                                      dy.a[j] = hs2.a[j] - hs0.a[j]; }
+        hx[0] = hx[1]; hy[0] = hy[1]; hxy[0] = hxy[1];
+        hx[1] = hx[2]; hy[1] = hy[2]; hxy[1] = hxy[2];
+        gauss_row(dx, dy, c, W, hx[2], hy[2], hxy[2]);
+        if (r >= y0 + 1) {
+          if (writes)                                          // output row r-1
+            store_response(hc + (long long)(r - 1) * W + c, hx, hy, hxy, k);
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def main() -> None:
+    bandwidth = calibrate(repeat=20, progress=False).copy_bandwidth_bytes_per_s
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
+    app = get_app("harris")
+    graph = app.build().graph()
+    size = app.bench_size
+    arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+    image = cupy.asarray(arrays["img"])
+    backend = get_backend("cuda")
+    plan = search(graph, sizes=graph.bind_shapes({"img": size}))
+    executable = backend.prepare(graph, {"img": image, **params},
+                                 program=generate(graph, plan.kernel_groups))
+    executable.launch_all()
+    expected = executable.buffers["hc"].get()
+    floor_s = dram_floor_bytes(graph, executable.bound.sizes) / bandwidth
+    fused = time_gpu(executable.launch_all, warmup=5, repeat=50)
+    print(f"generated fused      {fused.median_s * 1e3:.4f} ms  "
+          f"{fused.median_s / floor_s:.2f}x floor ({floor_s * 1e3:.4f} ms)", flush=True)
+    height, width = image.shape
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    configs = os.environ.get("CONFIGS", "64:4:8:1:4,64:4:8:1:2,64:4:8:3:2,32:4:8:3:2,"
+                             "128:4:8:3:2,64:8:8:3:2,32:8:8:3:2,64:2:8:4:2,64:4:4:3:2,"
+                             "64:4:16:1:2,48:4:8:3:2,96:8:8:3:2")
+    for config in configs.split(","):
+        rows, depth, warps, min_blocks, columns = (int(v) for v in config.split(":"))
+        module = cupy.RawModule(code=SOURCE, options=(
+            "-std=c++17", f"-DROWS={rows}", f"-DDEPTH={depth}", f"-DWARPS={warps}",
+            f"-DMINB={min_blocks}", f"-DCOLS={columns}"))
+        kernel = module.get_function("harris_stream")
+        attributes = kernel.attributes
+        output = cupy.empty_like(image)
+        for label, grid in (("persistent", sms * max(1, 2048 // (warps * 32))),
+                            ("one job/warp", -(-((width + 30 * columns - 1) // (30 * columns))
+                                              * (-(-height // rows))
+                                              // warps))):
+            def launch(kernel=kernel, output=output, grid=grid, warps=warps):
+                kernel((grid,), (warps * 32,), (image, output, np.int32(height),
+                                                np.int32(width), np.float32(params["k"])))
+            launch()
+            error = relative_error(output.get(), expected)
+            timing = time_gpu(launch, warmup=5, repeat=50)
+            print(f"stream rows {rows:3d} depth {depth} warps {warps:2d} min blocks "
+                  f"{min_blocks} columns {columns} {label:12s} "
+                  f"{timing.median_s * 1e3:.4f} ms  {timing.median_s / floor_s:.2f}x floor  "
+                  f"err {error:.1e}  regs {attributes['num_regs']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
