@@ -8,6 +8,7 @@ import pytest
 
 import kfuse as kf
 from kfuse.apps import list_apps
+from kfuse.apps.check import relative_error
 from kfuse.codegen import generate_unfused
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.resources import kernel_resources, nvcc_available, parse_ptxas
@@ -153,4 +154,64 @@ def test_float32_pow_follows_c99_pow_on_every_kind_of_base(exponent, backend):
     log2_base = np.log2(np.abs(base[finite].astype(np.float64)))
     bound = 2.0**-23 * (2 + np.abs(exponent * log2_base) + abs(exponent))
     error = np.abs(result[finite] - expected[finite]) / np.abs(expected[finite])
+    assert np.all(error <= bound)
+
+
+def test_a_log_feeding_only_an_exp_takes_the_absolute_error_form():
+    """exp(sum c_i log x_i) takes kf_logf_in_exp (an absolute error in a log is a relative
+    error of the exp); a log that reaches a product, a division by a variable or an output
+    keeps logf, also where the same log feeds an exp elsewhere in the kernel."""
+    import numpy as np
+
+    p = kf.Pipeline("logs")
+    a = p.input("a", ndim=1)
+    b = p.input("b", ndim=1)
+    mean = kf.point(kf.exp((kf.log(a) - 2.0 * kf.log(b) + -kf.log(a)) / 3.0), name="mean")
+    mixed = kf.point(kf.log(b) * kf.exp(0.5 * kf.log(b)), name="mixed")
+    scaled = kf.point(kf.exp(kf.log(a) * b), name="scaled")
+    plain = kf.point(kf.log(a) + kf.exp(a), name="plain")
+    for array in (mean, mixed, scaled, plain):
+        p.output(array)
+    program = generate_unfused(p.graph())
+
+    def log_forms(name: str) -> set[str]:
+        kernel = program.source.split(f" logs_{name}(")[1].split("\nKF_KERNEL")[0]
+        return ({"in exp"} if "kf_logf_in_exp(" in kernel else set()) | (
+            {"logf"} if "logf(" in kernel.replace("kf_logf_in_exp(", "") else set())
+
+    assert log_forms("mean") == {"in exp"}
+    assert log_forms("mixed") == {"in exp", "logf"}  # log(b) also multiplies: logf there
+    assert log_forms("scaled") == {"logf"}  # a variable factor: no bound on the exp's error
+    assert log_forms("plain") == {"logf"}
+    rng = np.random.default_rng(3)
+    values = {n: rng.uniform(0.05, 4.0, 999).astype(np.float32) for n in ("a", "b")}
+    result = p.run(backend="cpu", plan="unfused", **values)
+    exact = p.run(backend="numpy", plan="unfused", **values)
+    for name in ("mean", "mixed", "scaled", "plain"):
+        assert relative_error(result[name], exact[name]) <= 1e-6, name
+
+
+@pytest.mark.parametrize("backend", _backends_with_cuda())
+def test_a_geometric_mean_is_within_the_stated_bound(backend):
+    """exp(mean of log x_i) over 9 values: relative error at most the accurate path's
+    (exp 2 ulp, the sum's rounding) plus sum |c_i| (2^-21.41 + 3 ulp of log x_i)."""
+    import numpy as np
+
+    p = kf.Pipeline("geomean")
+    xs = [p.input(f"x{k}", ndim=1) for k in range(9)]
+    total = kf.log(xs[0])
+    for x in xs[1:]:
+        total = total + kf.log(x)
+    p.output(kf.point(kf.exp(total * (1.0 / 9.0)), name="mean"))
+    rng = np.random.default_rng(5)
+    values = {f"x{k}": np.exp2(rng.uniform(-30, 30, 4099)).astype(np.float32)
+              for k in range(9)}
+    result = to_numpy(p.run(backend=backend, plan="unfused", **values)["mean"])
+    logs = np.log(np.stack([v.astype(np.float64) for v in values.values()]))
+    exact = np.exp(logs.mean(axis=0))
+    ulp = 2.0**-23
+    log_error = (2.0**-21.41 + 3 * ulp * np.abs(logs)).mean(axis=0)
+    rounding = (9 + np.abs(logs).sum(axis=0) / 9) * ulp  # the sum and exp's argument
+    bound = log_error + rounding + 2.5 * ulp
+    error = np.abs(result - exact) / exact
     assert np.all(error <= bound)

@@ -22,6 +22,7 @@ from kfuse.ir.expr import (
     Select,
     Unary,
     format_value,
+    transform,
 )
 from kfuse.ir.graph import Graph
 
@@ -83,6 +84,57 @@ def function_name(op: str, dtype: str) -> str:
     return base + "f" if dtype == "float32" else base
 
 
+# A float32 log that reaches an exp only through these operations (and constant factors)
+# may have an absolute rather than a relative error bound (prelude: kf_logf_in_exp).
+_LINEAR_INTO_EXP = ("add", "sub")
+LOG_IN_EXP = "log_in_exp"  # codegen's own unary op: a log emitted as kf_logf_in_exp
+
+
+def logs_in_exp(body: Expr) -> Expr:
+    """``body`` with every float32 ``log`` whose value only feeds an ``exp`` through sums,
+    differences, negations and constant factors turned into :data:`LOG_IN_EXP`.
+
+    exp(sum c_i log x_i) turns an absolute error e_i of each log into a relative error of
+    at most sum |c_i| e_i of the result, so the hardware logarithm serves there. A log
+    also used elsewhere stays a plain log at that other use (the op differs, so the two
+    are not merged as common subexpressions).
+    """
+    memo: dict[int, Expr] = {}
+
+    def linear(node: Expr) -> Expr:
+        if id(node) in memo:
+            return memo[id(node)]
+        result = node
+        if isinstance(node, Unary) and node.dtype == "float32":
+            if node.op == "log":
+                result = Unary(LOG_IN_EXP, node.x, node.dtype)
+            elif node.op == "neg":
+                result = _rebuilt(node, (linear(node.x),))
+        elif isinstance(node, Binary) and node.dtype == "float32":
+            if node.op in _LINEAR_INTO_EXP:
+                result = _rebuilt(node, (linear(node.a), linear(node.b)))
+            elif node.op == "mul" and isinstance(node.a, Const):
+                result = _rebuilt(node, (node.a, linear(node.b)))
+            elif node.op in ("mul", "div") and isinstance(node.b, Const):
+                result = _rebuilt(node, (linear(node.a), node.b))
+        memo[id(node)] = result
+        return result
+
+    def rewrite(node: Expr) -> Expr | None:
+        if isinstance(node, Unary) and node.op == "exp" and node.dtype == "float32":
+            return _rebuilt(node, (linear(node.x),))
+        return None
+
+    return transform(body, rewrite)
+
+
+def _rebuilt(node: Expr, children: tuple[Expr, ...]) -> Expr:
+    """``node`` itself when its children are unchanged, else a copy with ``children``."""
+    if all(new is old for new, old in zip(children, node.children(), strict=True)):
+        return node
+    return node.replace_children(children)
+
+
 def structural_key(node: Expr, child_keys: tuple) -> tuple:
     """A hashable key equal for structurally identical nodes."""
     if isinstance(node, Const):
@@ -116,6 +168,8 @@ class EmitState:
     texts: dict[tuple[str, str], str] = field(default_factory=dict)  # C text -> variable
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
     vector_columns: int = 0  # >1: reads of columns ix .. ix+n-1 of one row are one vector load
+    # id of a body -> (the body, kept alive so the id stays its own; the body to emit)
+    fast_forms: dict[int, tuple[Expr, Expr]] = field(default_factory=dict)
 
     def evaluations(self) -> dict[str, int]:
         """How many distinct points each operator was evaluated at, per thread iteration."""
@@ -168,6 +222,7 @@ class ExprEmitter:
     def emit(self, body: Expr) -> str:
         """Append the statements computing ``body``; return the C variable holding it."""
         values = self.state.values.setdefault(self.coords, {})
+        body = self.state.fast_forms.setdefault(id(body), (body, logs_in_exp(body)))[1]
         keys: dict[int, tuple] = {}
         names: dict[int, str] = {}
         for node in body.walk():
@@ -205,6 +260,8 @@ class ExprEmitter:
                 return self.define(node.dtype, f"-{args[0]}")
             if node.op == "not":
                 return self.define(node.dtype, f"!{args[0]}")
+            if node.op == LOG_IN_EXP:
+                return self.define(node.dtype, f"kf_logf_in_exp({args[0]})")
             return self.define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
         if isinstance(node, Binary):
             if node.op == "div" and node.dtype == "float32":
