@@ -73,7 +73,7 @@ KF_DEVICE float kf_powf(float x, float y) {
 // an absolute error in the log is a relative error of the exp: lg2.approx times ln 2, an
 // absolute error of at most 2^-21.41 for x in [0.5, 2] and 3 ulp elsewhere (CUDA's __logf
 // bounds), so the exp gains at most sum |c_i| (2^-21.41 + 3 ulp of log x_i) of relative
-// error (Enhance's geometric mean: 0.266 -> 0.16 ms on an H200). logf anywhere else (its
+// error (Enhance's geometric mean: 0.266 -> 0.162 ms on an H200). logf anywhere else (its
 // relative accuracy matters near x = 1). The host compiler uses logf.
 #if defined(__CUDACC__)
 KF_DEVICE float kf_logf_in_exp(float x) { return kf_log2_approx(x) * 0.693147180559945309f; }
