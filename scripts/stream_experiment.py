@@ -91,16 +91,17 @@ __device__ __forceinline__ void gauss_row(const Row& dx, const Row& dy, int c, i
   hsum(px, c, W, hx); hsum(py, c, W, hy); hsum(pxy, c, W, hxy);
 }
 
-__device__ __forceinline__ void store_response(float* __restrict__ out, const Row* hx,
-                                               const Row* hy, const Row* hxy, float k) {
-  // hx[0..2]: horizontal sums of rows r-1, r, r+1; scales (1/6)^2 / 16 folded into one factor
+__device__ __forceinline__ void store_response(
+    float* __restrict__ out, const Row& x0, const Row& x1, const Row& x2, const Row& y0,
+    const Row& y1, const Row& y2, const Row& xy0, const Row& xy1, const Row& xy2, float k) {
+  // horizontal sums of product rows r-1, r, r+1; scales (1/6)^2 / 16 folded into one factor
   const float s = 1.0f / (36.0f * 16.0f);
   float o[COLS];
 #pragma unroll
   for (int j = 0; j < COLS; ++j) {
-    const float gx = (fmaf(2.f, hx[1].a[j], hx[0].a[j] + hx[2].a[j])) * s;
-    const float gy = (fmaf(2.f, hy[1].a[j], hy[0].a[j] + hy[2].a[j])) * s;
-    const float gxy = (fmaf(2.f, hxy[1].a[j], hxy[0].a[j] + hxy[2].a[j])) * s;
+    const float gx = (fmaf(2.f, x1.a[j], x0.a[j] + x2.a[j])) * s;
+    const float gy = (fmaf(2.f, y1.a[j], y0.a[j] + y2.a[j])) * s;
+    const float gxy = (fmaf(2.f, xy1.a[j], xy0.a[j] + xy2.a[j])) * s;
     const float tr = gx + gy;
     o[j] = (gx * gy - gxy * gxy) - k * tr * tr;
   }
@@ -123,47 +124,47 @@ harris_stream(const float* __restrict__ img, float* __restrict__ hc, int H, int 
     const int y0 = (job / column_warps) * ROWS;
     const bool vec = c >= 0 && c + COLS <= W;
     const bool writes = lane >= 1 && lane <= 30 && c < W;
-    Row hx[3], hy[3], hxy[3];
     if (y0 >= 2 && y0 + ROWS + 2 <= H) {
-      // interior strip: input rows y0-2 .. y0+ROWS+1, each loaded once, DEPTH rows ahead
-      Row hd0, hs0, hd1, hs1, hd2, hs2;
-      row_terms(load_row(img, y0 - 2, c, W, vec), hd0, hs0);
-      row_terms(load_row(img, y0 - 1, c, W, vec), hd1, hs1);
-      row_terms(load_row(img, y0, c, W, vec), hd2, hs2);
-      Row dx, dy;
+      // interior strip: input rows y0-2 .. y0+ROWS+1, each loaded once, DEPTH rows ahead.
+      // Rows live in 3-slot rings indexed by row number mod 3; DEPTH is a multiple of 3, so
+      // every index is a compile-time constant and the rings cost no register moves.
+      Row hd[3], hs[3], hx[3], hy[3], hxy[3], dx, dy;
 #pragma unroll
-      for (int j = 0; j < COLS; ++j) { dx.a[j] = hd0.a[j] + hd1.a[j] + hd2.a[j];
-                                    dy.a[j] = hs2.a[j] - hs0.a[j]; }
-      gauss_row(dx, dy, c, W, hx[0], hy[0], hxy[0]);          // row y0-1
-      hd0 = hd1; hs0 = hs1; hd1 = hd2; hs1 = hs2;
-      row_terms(load_row(img, y0 + 1, c, W, vec), hd2, hs2);
+      for (int j = 0; j < 3; ++j) row_terms(load_row(img, y0 - 2 + j, c, W, vec), hd[j], hs[j]);
 #pragma unroll
-      for (int j = 0; j < COLS; ++j) { dx.a[j] = hd0.a[j] + hd1.a[j] + hd2.a[j];
-                                    dy.a[j] = hs2.a[j] - hs0.a[j]; }
-      gauss_row(dx, dy, c, W, hx[1], hy[1], hxy[1]);          // row y0
-      hd0 = hd1; hs0 = hs1; hd1 = hd2; hs1 = hs2;
+      for (int j = 0; j < COLS; ++j) { dx.a[j] = hd[0].a[j] + hd[1].a[j] + hd[2].a[j];
+                                    dy.a[j] = hs[2].a[j] - hs[0].a[j]; }
+      gauss_row(dx, dy, c, W, hx[0], hy[0], hxy[0]);          // products row y0-1: slot 0
+      row_terms(load_row(img, y0 + 1, c, W, vec), hd[0], hs[0]);
+#pragma unroll
+      for (int j = 0; j < COLS; ++j) { dx.a[j] = hd[1].a[j] + hd[2].a[j] + hd[0].a[j];
+                                    dy.a[j] = hs[0].a[j] - hs[1].a[j]; }
+      gauss_row(dx, dy, c, W, hx[1], hy[1], hxy[1]);          // products row y0: slot 1
       Row ahead[DEPTH];
 #pragma unroll
       for (int d = 0; d < DEPTH; ++d) ahead[d] = load_row(img, y0 + 2 + d, c, W, vec);
       for (int t = 0; t < ROWS; t += DEPTH) {
 #pragma unroll
         for (int d = 0; d < DEPTH; ++d) {
+          // step s = t + d: input row y0+s+2 (slot (s+1)%3), products row y0+s+1 (slot
+          // (s+2)%3), output row y0+s (products slots s%3, (s+1)%3, (s+2)%3)
+          const int in0 = d % 3, in1 = (d + 1) % 3, in2 = (d + 2) % 3;
           const Row v = ahead[d];
           ahead[d] = load_row(img, min(y0 + 2 + t + d + DEPTH, H - 1), c, W, vec);
-          row_terms(v, hd2, hs2);                              // input row y0+t+d+2
+          row_terms(v, hd[in1], hs[in1]);                      // rows y0+s, +1, +2: in2, in0, in1
 #pragma unroll
-          for (int j = 0; j < COLS; ++j) { dx.a[j] = hd0.a[j] + hd1.a[j] + hd2.a[j];
-                                        dy.a[j] = hs2.a[j] - hs0.a[j]; }
-          gauss_row(dx, dy, c, W, hx[2], hy[2], hxy[2]);      // products row y0+t+d+1
-          if (writes)                                          // output row y0+t+d
-            store_response(hc + (long long)(y0 + t + d) * W + c, hx, hy, hxy, k);
-          hd0 = hd1; hs0 = hs1; hd1 = hd2; hs1 = hs2;
-          hx[0] = hx[1]; hy[0] = hy[1]; hxy[0] = hxy[1];
-          hx[1] = hx[2]; hy[1] = hy[2]; hxy[1] = hxy[2];
+          for (int j = 0; j < COLS; ++j) { dx.a[j] = hd[in2].a[j] + hd[in0].a[j] + hd[in1].a[j];
+                                        dy.a[j] = hs[in1].a[j] - hs[in2].a[j]; }
+          gauss_row(dx, dy, c, W, hx[in2], hy[in2], hxy[in2]);
+          if (writes)
+            store_response(hc + (long long)(y0 + t + d) * W + c,
+                           hx[in0], hx[in1], hx[in2], hy[in0], hy[in1], hy[in2],
+                           hxy[in0], hxy[in1], hxy[in2], k);
         }
       }
     } else {
       // a strip at the top or bottom: each products row from its three clamped input rows
+      Row hx[3], hy[3], hxy[3];
       for (int r = y0 - 1; r <= y0 + ROWS && r <= H; ++r) {
         const int rr = clampi(r, H);
         Row hd0, hs0, hd1, hs1, hd2, hs2, dx, dy;
@@ -176,10 +177,9 @@ harris_stream(const float* __restrict__ img, float* __restrict__ hc, int H, int 
         hx[0] = hx[1]; hy[0] = hy[1]; hxy[0] = hxy[1];
         hx[1] = hx[2]; hy[1] = hy[2]; hxy[1] = hxy[2];
         gauss_row(dx, dy, c, W, hx[2], hy[2], hxy[2]);
-        if (r >= y0 + 1) {
-          if (writes)                                          // output row r-1
-            store_response(hc + (long long)(r - 1) * W + c, hx, hy, hxy, k);
-        }
+        if (r >= y0 + 1 && writes)                             // output row r-1
+          store_response(hc + (long long)(r - 1) * W + c, hx[0], hx[1], hx[2], hy[0], hy[1],
+                         hy[2], hxy[0], hxy[1], hxy[2], k);
       }
     }
   }
@@ -207,9 +207,9 @@ def main() -> None:
           f"{fused.median_s / floor_s:.2f}x floor ({floor_s * 1e3:.4f} ms)", flush=True)
     height, width = image.shape
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    configs = os.environ.get("CONFIGS", "64:4:8:1:4,64:4:8:1:2,64:4:8:3:2,32:4:8:3:2,"
-                             "128:4:8:3:2,64:8:8:3:2,32:8:8:3:2,64:2:8:4:2,64:4:4:3:2,"
-                             "64:4:16:1:2,48:4:8:3:2,96:8:8:3:2")
+    configs = os.environ.get("CONFIGS", "48:3:4:1:4,48:3:8:2:4,96:3:8:2:4,72:3:8:2:4,"
+                             "24:3:8:2:4,48:6:4:1:4,96:3:4:1:4,48:3:8:3:2,96:6:8:3:2,"
+                             "96:3:8:3:2")
     for config in configs.split(","):
         rows, depth, warps, min_blocks, columns = (int(v) for v in config.split(":"))
         module = cupy.RawModule(code=SOURCE, options=(
