@@ -14,21 +14,11 @@ Usage on the device machine: PYTHONPATH=. python3 scripts/prefetch_experiment.py
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import sys
 
-import numpy as np
-
-from kfuse.apps import get_app
-from kfuse.apps.check import relative_error
-from kfuse.bench.calibrate import calibrate
-from kfuse.bench.floor import dram_floor_bytes
-from kfuse.bench.timing import time_gpu
-from kfuse.codegen import generate
-from kfuse.runtime import get_backend
-from kfuse.search import search
+from patched_kernels import FusedApp, copy_bandwidth
 
 LOOP = re.compile(r"for \(int iy = \(blockIdx\.y \* blockDim\.y \+ threadIdx\.y\) \* (\d+); "
                   r"iy < (\w+);\n\s*iy \+= gridDim\.y \* blockDim\.y \* \d+\) \{\n")
@@ -69,55 +59,28 @@ def patched(source: str, symbol: str, distance: int) -> str:
 
 
 def main(names: list[str]) -> None:
-    import cupy
-
-    bandwidth = calibrate(repeat=20, progress=False).copy_bandwidth_bytes_per_s
-    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
-    backend = get_backend("cuda")
+    bandwidth = copy_bandwidth()
     block_rows = [int(v) for v in os.environ.get("ROWS_OF_BLOCKS", "8,16,32,64").split(",")]
     distances = [int(v) for v in os.environ.get("DISTANCES", "0,1,2").split(",")]
     for name in names or ["harris", "shi_tomasi", "sobel", "unsharp"]:
-        app = get_app(name)
-        graph = app.build().graph()
-        arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
-        given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-        plan = search(graph, sizes=graph.bind_shapes({n: app.bench_size for n in graph.inputs}))
-        program = generate(graph, plan.kernel_groups)
-        executable = backend.prepare(graph, given, program=program)
-        executable.launch_all()
-        expected = {k: executable.buffers[k].get() for k in graph.outputs}
-        floor_s = dram_floor_bytes(graph, executable.bound.sizes) / bandwidth
-        timing = time_gpu(executable.launch_all, warmup=5, repeat=50)
-        print(f"{name:11s} generated                 {timing.median_s * 1e3:.4f} ms  "
-              f"{timing.median_s / floor_s:.2f}x floor", flush=True)
-        if len(program.launches) != 1:
+        app = FusedApp.prepare(name, bandwidth)
+        app.time_generated()
+        if len(app.program.launches) != 1:
             print("  (not one kernel: skipped)")
             continue
-        (spec,) = program.launches
-        args = [executable.argument(spec, param) for param in spec.params]
-        grid = spec.grid_size(executable.bound.sizes)
+        (spec,) = app.program.launches
+        grid = spec.grid_size(app.executable.bound.sizes)
         for distance in distances:
             try:
-                source = patched(program.source, spec.symbol, distance) if distance \
-                    else program.source
+                source = patched(app.program.source, spec.symbol, distance) if distance \
+                    else app.program.source
             except (AttributeError, IndexError, ValueError) as error:
                 print(f"  cannot patch: {error}")
                 break
-            other = backend.prepare(graph, given, program=dataclasses.replace(
-                program, source=source))
+            runner = app.with_source(source)
             for rows_of_blocks in [grid[1], *block_rows]:
-                def launch(other=other, spec=spec, grid=(grid[0], rows_of_blocks, grid[2]),
-                           args=args):
-                    other.launch(spec, grid, spec.block, args)
-                for output in graph.outputs:
-                    executable.buffers[output].fill(np.nan)
-                launch()
-                error = max(relative_error(executable.buffers[k].get(), expected[k])
-                            for k in graph.outputs)
-                timing = time_gpu(launch, warmup=5, repeat=50)
-                print(f"{name:11s} prefetch {distance} ahead, {rows_of_blocks:4d} block rows "
-                      f"{timing.median_s * 1e3:.4f} ms  {timing.median_s / floor_s:.2f}x floor"
-                      f"  err {error:.1e}", flush=True)
+                app.time_patched(f"prefetch {distance} ahead, {rows_of_blocks:4d} block rows",
+                                 runner, (grid[0], rows_of_blocks, grid[2]))
 
 
 if __name__ == "__main__":

@@ -18,17 +18,8 @@ from __future__ import annotations
 
 import os
 
-import cupy
 import numpy as np
-
-from kfuse.apps import get_app
-from kfuse.apps.check import relative_error
-from kfuse.bench.calibrate import calibrate
-from kfuse.bench.floor import dram_floor_bytes
-from kfuse.bench.timing import time_gpu
-from kfuse.codegen import generate
-from kfuse.runtime import get_backend
-from kfuse.search import search
+from patched_kernels import FusedApp, copy_bandwidth
 
 SOURCE = r"""
 #define OUT_COLS (30 * COLS)  // columns a warp writes (lanes 1..30)
@@ -188,23 +179,12 @@ harris_stream(const float* __restrict__ img, float* __restrict__ hc, int H, int 
 
 
 def main() -> None:
-    bandwidth = calibrate(repeat=20, progress=False).copy_bandwidth_bytes_per_s
-    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
-    app = get_app("harris")
-    graph = app.build().graph()
-    size = app.bench_size
-    arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
-    image = cupy.asarray(arrays["img"])
-    backend = get_backend("cuda")
-    plan = search(graph, sizes=graph.bind_shapes({"img": size}))
-    executable = backend.prepare(graph, {"img": image, **params},
-                                 program=generate(graph, plan.kernel_groups))
-    executable.launch_all()
-    expected = executable.buffers["hc"].get()
-    floor_s = dram_floor_bytes(graph, executable.bound.sizes) / bandwidth
-    fused = time_gpu(executable.launch_all, warmup=5, repeat=50)
-    print(f"generated fused      {fused.median_s * 1e3:.4f} ms  "
-          f"{fused.median_s / floor_s:.2f}x floor ({floor_s * 1e3:.4f} ms)", flush=True)
+    import cupy
+
+    app = FusedApp.prepare("harris", copy_bandwidth())
+    app.time_generated()
+    image = app.given["img"]
+    (output,) = (app.executable.buffers[name] for name in app.graph.outputs)
     height, width = image.shape
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     configs = os.environ.get("CONFIGS", "48:3:4:1:4,48:3:8:2:4,96:3:8:2:4,72:3:8:2:4,"
@@ -216,22 +196,17 @@ def main() -> None:
             "-std=c++17", f"-DROWS={rows}", f"-DDEPTH={depth}", f"-DWARPS={warps}",
             f"-DMINB={min_blocks}", f"-DCOLS={columns}"))
         kernel = module.get_function("harris_stream")
-        attributes = kernel.attributes
-        output = cupy.empty_like(image)
+        registers = kernel.attributes["num_regs"]
         for label, grid in (("persistent", sms * max(1, 2048 // (warps * 32))),
                             ("one job/warp", -(-((width + 30 * columns - 1) // (30 * columns))
                                               * (-(-height // rows))
                                               // warps))):
-            def launch(kernel=kernel, output=output, grid=grid, warps=warps):
+            def launch(kernel=kernel, grid=grid, warps=warps):
                 kernel((grid,), (warps * 32,), (image, output, np.int32(height),
-                                                np.int32(width), np.float32(params["k"])))
-            launch()
-            error = relative_error(output.get(), expected)
-            timing = time_gpu(launch, warmup=5, repeat=50)
-            print(f"stream rows {rows:3d} depth {depth} warps {warps:2d} min blocks "
-                  f"{min_blocks} columns {columns} {label:12s} "
-                  f"{timing.median_s * 1e3:.4f} ms  {timing.median_s / floor_s:.2f}x floor  "
-                  f"err {error:.1e}  regs {attributes['num_regs']}", flush=True)
+                                                np.int32(width), np.float32(app.given["k"])))
+            app.time_launch(f"stream rows {rows:3d} depth {depth} warps {warps:2d} min blocks "
+                            f"{min_blocks} columns {columns} {label:12s} regs {registers}",
+                            launch)
 
 
 if __name__ == "__main__":

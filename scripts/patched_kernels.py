@@ -1,0 +1,88 @@
+"""What the kernel experiments in scripts/ share: an app's fused kernel on the GPU, and the
+timing of a patched copy of it, checked against the generated result.
+
+Used by scripts/prefetch_experiment.py, scripts/zloop_experiment.py and
+scripts/stream_experiment.py (run from the repository root with PYTHONPATH=.).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kfuse.apps import get_app
+from kfuse.apps.check import relative_error
+from kfuse.bench.calibrate import calibrate
+from kfuse.bench.floor import dram_floor_bytes
+from kfuse.bench.timing import time_gpu
+from kfuse.codegen import generate
+from kfuse.runtime import get_backend
+from kfuse.search import search
+
+
+def copy_bandwidth() -> float:
+    """The calibrated copy bandwidth (bytes/s), printed: the floor of every line after."""
+    bandwidth = calibrate(repeat=20, progress=False).copy_bandwidth_bytes_per_s
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
+    return bandwidth
+
+
+@dataclass
+class FusedApp:
+    """An app's default fused program, run once on random inputs at its benchmark size."""
+
+    name: str
+    graph: Any
+    program: Any
+    given: dict
+    executable: Any
+    expected: dict
+    floor_s: float
+
+    @classmethod
+    def prepare(cls, name: str, bandwidth: float) -> FusedApp:
+        import cupy
+
+        app = get_app(name)
+        graph = app.build().graph()
+        arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
+        given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
+        plan = search(graph, sizes=graph.bind_shapes({n: app.bench_size for n in graph.inputs}))
+        program = generate(graph, plan.kernel_groups)
+        executable = get_backend("cuda").prepare(graph, given, program=program)
+        executable.launch_all()
+        expected = {k: executable.buffers[k].get() for k in graph.outputs}
+        floor_s = dram_floor_bytes(graph, executable.bound.sizes) / bandwidth
+        return cls(name, graph, program, given, executable, expected, floor_s)
+
+    def time_generated(self) -> None:
+        timing = time_gpu(self.executable.launch_all, warmup=5, repeat=50)
+        print(f"{self.name:11s} generated  {timing.median_s * 1e3:.4f} ms  "
+              f"{timing.median_s / self.floor_s:.2f}x floor", flush=True)
+
+    def with_source(self, source: str) -> Any:
+        """An executable of the same program with another source (same kernels, same names)."""
+        return get_backend("cuda").prepare(self.graph, self.given, program=dataclasses.replace(
+            self.program, source=source))
+
+    def time_launch(self, label: str, launch: Callable[[], object]) -> None:
+        """Time ``launch`` (which writes this app's output buffers); print its error against
+        the generated result."""
+        for output in self.graph.outputs:
+            self.executable.buffers[output].fill(np.nan)
+        launch()
+        error = max(relative_error(self.executable.buffers[k].get(), self.expected[k])
+                    for k in self.graph.outputs)
+        timing = time_gpu(launch, warmup=5, repeat=50)
+        print(f"{self.name:11s} {label}  {timing.median_s * 1e3:.4f} ms  "
+              f"{timing.median_s / self.floor_s:.2f}x floor  err {error:.1e}", flush=True)
+
+    def time_patched(self, label: str, runner: Any, grid: tuple[int, int, int]) -> None:
+        """Time the single kernel of this app's program on ``runner`` with ``grid``."""
+        (spec,) = self.program.launches
+        args = [self.executable.argument(spec, param) for param in spec.params]
+        self.time_launch(label, lambda: runner.launch(spec, grid, spec.block, args))
