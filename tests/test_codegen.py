@@ -215,3 +215,19 @@ def test_a_geometric_mean_is_within_the_stated_bound(backend):
     bound = log_error + rounding + 2.5 * ulp
     error = np.abs(result - exact) / exact
     assert np.all(error <= bound)
+
+
+def test_the_model_counts_a_log_inside_an_exp_as_the_cheap_form():
+    """The roofline model's operation count follows the generated code: a log feeding only
+    an exp is one simple operation, any other log a special function."""
+    from kfuse.codegen.kernels import operations_per_point
+    from kfuse.model.roofline import SFU_WEIGHT
+
+    p = kf.Pipeline("counts")
+    a = p.input("a", ndim=1)
+    p.output(kf.point(kf.exp(kf.log(a) * 0.5), name="inside"))
+    p.output(kf.point(kf.exp(a) + kf.log(a) * 0.5, name="outside"))
+    kernels = p.graph().kernel_by_name
+    # exp (special) + mul + log: one simple operation inside an exp, a special one outside
+    assert operations_per_point(kernels["inside"]) == SFU_WEIGHT + 1 + 1
+    assert operations_per_point(kernels["outside"]) == 2 * SFU_WEIGHT + 2

@@ -28,6 +28,7 @@ from kfuse.codegen.cexpr import (
     c_name,
     coordinate_text,
     indent,
+    logs_in_exp,
     param_list,
     size_var,
     sizes_of,
@@ -310,10 +311,12 @@ def is_arithmetic_heavy(members: Sequence[Kernel]) -> bool:
 
 
 def operations_per_point(kernel: Kernel) -> float:
-    """Arithmetic of one evaluation of ``kernel``, special functions weighted."""
+    """Arithmetic of one evaluation of ``kernel`` as generated, special functions weighted
+    (a log that only feeds an exp is the hardware logarithm: one simple operation)."""
     from kfuse.model.roofline import SFU_WEIGHT
 
-    counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0, "sfu": 0}
+    counts = count_operations(logs_in_exp(kernel.body)) if kernel.body is not None \
+        else {"alu": 0, "sfu": 0}
     return counts["alu"] + SFU_WEIGHT * counts["sfu"]
 
 
