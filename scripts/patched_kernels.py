@@ -81,8 +81,10 @@ class FusedApp:
         print(f"{self.name:11s} {label}  {timing.median_s * 1e3:.4f} ms  "
               f"{timing.median_s / self.floor_s:.2f}x floor  err {error:.1e}", flush=True)
 
-    def time_patched(self, label: str, runner: Any, grid: tuple[int, int, int]) -> None:
-        """Time the single kernel of this app's program on ``runner`` with ``grid``."""
+    def time_patched(self, label: str, runner: Any, grid: tuple[int, int, int],
+                     block: tuple[int, int, int] | None = None) -> None:
+        """Time the single kernel of this app's program on ``runner`` with ``grid`` (and
+        ``block``, the generated one when left out)."""
         (spec,) = self.program.launches
         args = [self.executable.argument(spec, param) for param in spec.params]
-        self.time_launch(label, lambda: runner.launch(spec, grid, spec.block, args))
+        self.time_launch(label, lambda: runner.launch(spec, grid, block or spec.block, args))

@@ -32,6 +32,17 @@ def contiguous(source: str) -> str:
     return source[:match.start()] + loop + source[match.end():]
 
 
+def threads_along_z(source: str, block_y: int, block_z: int) -> str:
+    """``source`` for blocks of several threads along z (each a register tile of planes) and
+    ``block_y`` along y: a block covers more planes for the same halo."""
+    match = LOOP.search(source)
+    rows, depth = match.group(1), match.group(2)
+    loop = (f"for (int iz = (blockIdx.z * {block_z} + threadIdx.z) * {rows}; iz < {depth};\n"
+            f"         iz += gridDim.z * {block_z} * {rows}) {{\n")
+    source = source[:match.start()] + loop + source[match.end():]
+    return source.replace("__launch_bounds__(128)", f"__launch_bounds__({32 * block_y * block_z})")
+
+
 def main(names: list[str]) -> None:
     bandwidth = copy_bandwidth()
     z_blocks = [int(v) for v in os.environ.get("Z_BLOCKS", "32,16,8,4").split(",")]
@@ -44,6 +55,12 @@ def main(names: list[str]) -> None:
         for blocks in [grid[2], *z_blocks]:
             app.time_patched(f"consecutive chunks {blocks:3d} blocks along z", runner,
                              (grid[0], grid[1], blocks))
+        for block_y, block_z in ((2, 2), (4, 2), (1, 4), (2, 4), (1, 8)):
+            runner = app.with_source(threads_along_z(app.program.source, block_y, block_z))
+            y_blocks = -(-grid[1] * spec.block[1] // block_y)
+            z_count = -(-grid[2] // block_z)
+            app.time_patched(f"blocks of 32 x {block_y} x {block_z} threads    ", runner,
+                             (grid[0], y_blocks, z_count), block=(32, block_y, block_z))
 
 
 if __name__ == "__main__":
