@@ -91,3 +91,13 @@ class FusedApp:
         (spec,) = self.program.launches
         args = [self.executable.argument(spec, param) for param in spec.params]
         self.time_launch(label, lambda: runner.launch(spec, grid, block or spec.block, args))
+
+
+def hand_kernel_target(name: str) -> tuple[FusedApp, Any, Any]:
+    """(app, its one input, its one output): an app with one 2-D input and output whose
+    generated fused kernel has just been timed, for a hand-written kernel to be compared."""
+    app = FusedApp.prepare(name, copy_bandwidth())
+    app.time_generated()
+    (image,) = (app.given[buffer] for buffer in app.graph.inputs)
+    (output,) = (app.executable.buffers[buffer] for buffer in app.graph.outputs)
+    return app, image, output

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from patched_kernels import FusedApp, copy_bandwidth
+from patched_kernels import hand_kernel_target
 
 SOURCE = r"""
 #define COLS 256                       // columns of a block's strip (64 threads x 4)
@@ -128,10 +128,7 @@ harris_pipelined(const float* __restrict__ img, float* __restrict__ hc, int H, i
 def main() -> None:
     import cupy
 
-    app = FusedApp.prepare("harris", copy_bandwidth())
-    app.time_generated()
-    image = app.given["img"]
-    (output,) = (app.executable.buffers[name] for name in app.graph.outputs)
+    app, image, output = hand_kernel_target("harris")
     height, width = image.shape
     for config in os.environ.get("CONFIGS", "2:256,3:256,4:256,3:128,3:512,4:512,"
                                  "3:8192,5:256").split(","):

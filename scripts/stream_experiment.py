@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from patched_kernels import FusedApp, copy_bandwidth
+from patched_kernels import hand_kernel_target
 
 SOURCE = r"""
 #define OUT_COLS (30 * COLS)  // columns a warp writes (lanes 1..30)
@@ -181,10 +181,7 @@ harris_stream(const float* __restrict__ img, float* __restrict__ hc, int H, int 
 def main() -> None:
     import cupy
 
-    app = FusedApp.prepare("harris", copy_bandwidth())
-    app.time_generated()
-    image = app.given["img"]
-    (output,) = (app.executable.buffers[name] for name in app.graph.outputs)
+    app, image, output = hand_kernel_target("harris")
     height, width = image.shape
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     configs = os.environ.get("CONFIGS", "48:3:4:1:4,48:3:8:2:4,96:3:8:2:4,72:3:8:2:4,"
