@@ -6,6 +6,7 @@ offset); identical subtrees are emitted once (common-subexpression elimination).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from kfuse.ir.expr import (
     Unary,
     format_value,
     transform,
+    with_children,
 )
 from kfuse.ir.graph import Graph
 
@@ -74,30 +76,30 @@ def param_var(name: str) -> str:
     return "p_" + name
 
 
+LOG_IN_EXP = "log_in_exp"  # codegen's own unary op: a log emitted as kf_logf_in_exp
+
+
 def function_name(op: str, dtype: str) -> str:
     """The C math function for ``op`` on ``dtype`` (float32 gets the ``f`` suffix)."""
     if dtype == "int32":
         return {"abs": "abs", "min": "min", "max": "max"}[op]
     if op in ("pow", "sqrt") and dtype == "float32":
         return f"kf_{op}f"  # see the prelude: branch-free forms, accuracy stated there
+    if op == LOG_IN_EXP:
+        return "kf_logf_in_exp"  # float32 only (see logs_in_exp)
     base = _FLOAT_FUNCTIONS[op]
     return base + "f" if dtype == "float32" else base
 
 
-# A float32 log that reaches an exp only through these operations (and constant factors)
-# may have an absolute rather than a relative error bound (prelude: kf_logf_in_exp).
-_LINEAR_INTO_EXP = ("add", "sub")
-LOG_IN_EXP = "log_in_exp"  # codegen's own unary op: a log emitted as kf_logf_in_exp
-
-
+@functools.lru_cache(maxsize=4096)  # bodies hash by identity: one rewrite per body
 def logs_in_exp(body: Expr) -> Expr:
     """``body`` with every float32 ``log`` whose value only feeds an ``exp`` through sums,
     differences, negations and constant factors turned into :data:`LOG_IN_EXP`.
 
     exp(sum c_i log x_i) turns an absolute error e_i of each log into a relative error of
-    at most sum |c_i| e_i of the result, so the hardware logarithm serves there. A log
-    also used elsewhere stays a plain log at that other use (the op differs, so the two
-    are not merged as common subexpressions).
+    at most sum |c_i| e_i of the result, so the hardware logarithm serves there (prelude:
+    kf_logf_in_exp). A log also used elsewhere stays a plain log at that other use (the op
+    differs, so the two are not merged as common subexpressions).
     """
     memo: dict[int, Expr] = {}
 
@@ -109,30 +111,23 @@ def logs_in_exp(body: Expr) -> Expr:
             if node.op == "log":
                 result = Unary(LOG_IN_EXP, node.x, node.dtype)
             elif node.op == "neg":
-                result = _rebuilt(node, (linear(node.x),))
+                result = with_children(node, (linear(node.x),))
         elif isinstance(node, Binary) and node.dtype == "float32":
-            if node.op in _LINEAR_INTO_EXP:
-                result = _rebuilt(node, (linear(node.a), linear(node.b)))
+            if node.op in ("add", "sub"):
+                result = with_children(node, (linear(node.a), linear(node.b)))
             elif node.op == "mul" and isinstance(node.a, Const):
-                result = _rebuilt(node, (node.a, linear(node.b)))
+                result = with_children(node, (node.a, linear(node.b)))
             elif node.op in ("mul", "div") and isinstance(node.b, Const):
-                result = _rebuilt(node, (linear(node.a), node.b))
+                result = with_children(node, (linear(node.a), node.b))
         memo[id(node)] = result
         return result
 
     def rewrite(node: Expr) -> Expr | None:
         if isinstance(node, Unary) and node.op == "exp" and node.dtype == "float32":
-            return _rebuilt(node, (linear(node.x),))
+            return with_children(node, (linear(node.x),))
         return None
 
     return transform(body, rewrite)
-
-
-def _rebuilt(node: Expr, children: tuple[Expr, ...]) -> Expr:
-    """``node`` itself when its children are unchanged, else a copy with ``children``."""
-    if all(new is old for new, old in zip(children, node.children(), strict=True)):
-        return node
-    return node.replace_children(children)
 
 
 def structural_key(node: Expr, child_keys: tuple) -> tuple:
@@ -168,8 +163,6 @@ class EmitState:
     texts: dict[tuple[str, str], str] = field(default_factory=dict)  # C text -> variable
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
     vector_columns: int = 0  # >1: reads of columns ix .. ix+n-1 of one row are one vector load
-    # id of a body -> (the body, kept alive so the id stays its own; the body to emit)
-    fast_forms: dict[int, tuple[Expr, Expr]] = field(default_factory=dict)
 
     def evaluations(self) -> dict[str, int]:
         """How many distinct points each operator was evaluated at, per thread iteration."""
@@ -222,7 +215,7 @@ class ExprEmitter:
     def emit(self, body: Expr) -> str:
         """Append the statements computing ``body``; return the C variable holding it."""
         values = self.state.values.setdefault(self.coords, {})
-        body = self.state.fast_forms.setdefault(id(body), (body, logs_in_exp(body)))[1]
+        body = logs_in_exp(body)
         keys: dict[int, tuple] = {}
         names: dict[int, str] = {}
         for node in body.walk():
@@ -260,8 +253,6 @@ class ExprEmitter:
                 return self.define(node.dtype, f"-{args[0]}")
             if node.op == "not":
                 return self.define(node.dtype, f"!{args[0]}")
-            if node.op == LOG_IN_EXP:
-                return self.define(node.dtype, f"kf_logf_in_exp({args[0]})")
             return self.define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
         if isinstance(node, Binary):
             if node.op == "div" and node.dtype == "float32":

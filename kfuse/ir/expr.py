@@ -371,6 +371,13 @@ def resolve_weak_constants(node: Expr, dtype: str) -> Expr:
     return node
 
 
+def with_children(node: Expr, children: tuple[Expr, ...]) -> Expr:
+    """``node`` itself when ``children`` are its own, else a copy of it over ``children``."""
+    if all(new is old for new, old in zip(children, node.children(), strict=True)):
+        return node
+    return node.replace_children(children)
+
+
 def transform(node: Expr, rewrite: Callable[[Expr], Expr | None]) -> Expr:
     """Rebuild a tree bottom-up; ``rewrite`` returns a replacement node or ``None`` to keep."""
     memo: dict[int, Expr] = {}
@@ -379,11 +386,7 @@ def transform(node: Expr, rewrite: Callable[[Expr], Expr | None]) -> Expr:
         key = id(current)
         if key in memo:
             return memo[key]
-        children = current.children()
-        if children:
-            new_children = tuple(visit(child) for child in children)
-            if any(n is not o for n, o in zip(new_children, children, strict=True)):
-                current = current.replace_children(new_children)
+        current = with_children(current, tuple(visit(child) for child in current.children()))
         replaced = rewrite(current)
         result = current if replaced is None else replaced
         memo[key] = result
