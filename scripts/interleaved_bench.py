@@ -1,0 +1,78 @@
+"""kfuse against torch.compile in alternating rounds, to tell a real gap from drift.
+
+``kfuse bench`` times kfuse, then its unfused program, then PyTorch eager, then
+torch.compile, each in one block of runs. A gap of 1% between two blocks timed a few seconds
+apart can come from the order (clocks and temperature drift while the GPU works). Here the
+two are timed in alternating rounds (kfuse, compile, kfuse, compile, ...) on the very same
+input arrays; each round's median is printed, then the median of the rounds and how many
+rounds kfuse won.
+
+Usage on the device machine (repo root)::
+
+    PYTHONPATH=. python3 scripts/interleaved_bench.py [app ...] [--rounds 8] [--runs 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from kfuse.apps import get_app
+from kfuse.bench.timing import time_gpu
+from kfuse.runtime import _auto_plan, get_backend
+
+DEFAULT_APPS = ("sgemv", "sgemvt", "gesummv", "madd", "vadd", "waxpby", "sscal", "atax")
+
+
+def bench_size(app) -> tuple[int, ...]:
+    return (2**27,) if app.ndim == 1 else (16384, 16384)
+
+
+def compare(name: str, rounds: int, runs: int) -> None:
+    import cupy
+    import torch
+
+    from kfuse.bench.torch_baseline import compile_core, translate
+
+    app = get_app(name)
+    graph = app.build().graph()
+    arrays, params = app.make_inputs(bench_size(app), np.random.default_rng(0), "float32")
+    given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
+    executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+    program = translate(graph)
+    compiled = program.function(compile_core(program))
+    tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()
+               if not isinstance(v, float)}
+    executable.launch_all()
+    result = compiled(**tensors, **params)
+    for output in graph.outputs:
+        ours = executable.buffers[output]
+        theirs = cupy.asarray(result[output])
+        error = float(cupy.abs(ours - theirs).max() / cupy.abs(theirs).max())
+        assert error < 1e-4, f"{name}: '{output}' differs from torch.compile by {error:.1e}"
+    ours_ms, theirs_ms = [], []
+    for _ in range(rounds):
+        ours_ms.append(time_gpu(executable.launch_all, warmup=3, repeat=runs).median_s * 1e3)
+        theirs_ms.append(time_gpu(lambda: compiled(**tensors, **params), warmup=3,
+                                  repeat=runs).median_s * 1e3)
+    won = sum(a <= b for a, b in zip(ours_ms, theirs_ms, strict=True))
+    ours, theirs = float(np.median(ours_ms)), float(np.median(theirs_ms))
+    print(f"{name:8s} kfuse {ours:.4f} ms  torch.compile {theirs:.4f} ms  "
+          f"x compile {theirs / ours:.4f}  kfuse faster in {won}/{rounds} rounds", flush=True)
+    print("         kfuse rounds   " + " ".join(f"{t:.4f}" for t in ours_ms))
+    print("         compile rounds " + " ".join(f"{t:.4f}" for t in theirs_ms), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("apps", nargs="*", default=list(DEFAULT_APPS))
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    for name in args.apps:
+        compare(name, args.rounds, args.runs)
+
+
+if __name__ == "__main__":
+    main()
