@@ -1,0 +1,107 @@
+"""Generated kernels specialised to the array sizes, against the generated ones (GPU experiment).
+
+torch.compile (``dynamic=False``) compiles each kernel for one size: loops of known trip
+count are unrolled, addresses become immediate offsets. kfuse passes sizes as kernel
+arguments. Here every size argument of an app's default program is renamed and the size
+defined as a constant at the top of each kernel body (``const int n_A_1 = 16384;``), so
+NVRTC compiles the same source for the one size; ``unroll`` also asks for the stream
+kernels' step loops to be unrolled (``#pragma unroll`` before them). Generated and
+specialised programs are timed in alternating rounds; results must agree.
+
+Usage on the device machine (repo root)::
+
+    PYTHONPATH=. python3 scripts/specialize_experiment.py [app ...] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+
+import numpy as np
+
+from kfuse.apps import get_app
+from kfuse.apps.check import relative_error
+from kfuse.bench.timing import time_gpu
+from kfuse.codegen.cexpr import size_var
+from kfuse.runtime import _auto_plan, get_backend
+
+DEFAULT_APPS = ("sgemv", "gesummv", "sgemvt", "atax", "bicgk", "harris", "shi_tomasi",
+                "diffusion3d", "sobel", "unsharp", "enhance")
+STEP_LOOP = "for (; kf_cs + "
+
+
+def specialise(source: str, sizes: dict[str, int], unroll: bool) -> str:
+    """``source`` with every size argument a constant of its kernel's body."""
+    values = {size_var(symbol): value for symbol, value in sizes.items()}
+    lines = []
+    pending: list[str] = []
+    for line in source.splitlines():
+        if line.startswith("KF_KERNEL"):
+            pending = [name for name in re.findall(r"const int (n_\w+)", line) if name in values]
+            for name in pending:
+                line = re.sub(rf"const int {name}\b", f"const int {name}_runtime", line)
+            lines.append(line)
+            continue
+        if pending and line == "{":
+            lines.append(line)
+            lines += [f"  const int {name} = {values[name]};" for name in pending]
+            pending = []
+            continue
+        if unroll and line.lstrip().startswith(STEP_LOOP):
+            lines.append(" " * (len(line) - len(line.lstrip())) + "#pragma unroll")
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def compare(name: str, rounds: int) -> None:
+    import cupy
+
+    app = get_app(name)
+    if app.name in ("sgemv", "gesummv", "sgemvt", "atax", "bicgk"):
+        size = (16384, 16384)
+    else:
+        size = app.bench_size
+    graph = app.build().graph()
+    arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+    given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
+    backend = get_backend("cuda")
+    generated = backend.prepare(graph, given, plan=_auto_plan(graph, given))
+    generated.launch_all()
+    expected = {k: generated.buffers[k].get() for k in graph.outputs}
+    variants = {"generated": generated}
+    for unroll in (False, True):
+        source = specialise(generated.program.source, generated.bound.sizes, unroll)
+        if unroll and STEP_LOOP not in source:
+            continue
+        program = dataclasses.replace(generated.program, source=source)
+        executable = backend.prepare(graph, given, program=program)
+        executable.launch_all()
+        error = max(relative_error(executable.buffers[k].get(), expected[k])
+                    for k in graph.outputs)
+        assert error < 1e-5, f"{name}: specialised result differs by {error:.1e}"
+        variants["specialised" + (" + unroll" if unroll else "")] = executable
+    times: dict[str, list[float]] = {label: [] for label in variants}
+    for _ in range(rounds):
+        for label, executable in variants.items():
+            timing = time_gpu(executable.launch_all, warmup=3, repeat=30)
+            times[label].append(timing.median_s * 1e3)
+    base = float(np.median(times["generated"]))
+    for label, values in times.items():
+        median = float(np.median(values))
+        print(f"{name:11s} {label:22s} {median:.4f} ms  {base / median:.4f}x generated  "
+              f"rounds {' '.join(f'{v:.4f}' for v in values)}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("apps", nargs="*", default=list(DEFAULT_APPS))
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    for name in args.apps:
+        compare(name, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
