@@ -10,13 +10,14 @@ specialised programs are timed in alternating rounds; results must agree.
 
 Usage on the device machine (repo root)::
 
-    PYTHONPATH=. python3 scripts/specialize_experiment.py [app ...] [--rounds 5]
+    PYTHONPATH=. python3 scripts/specialize_experiment.py [app ...] [--rounds 5] [--subsets]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import re
 
 import numpy as np
@@ -32,9 +33,12 @@ DEFAULT_APPS = ("sgemv", "gesummv", "sgemvt", "atax", "bicgk", "harris", "shi_to
 STEP_LOOP = "for (; kf_cs + "
 
 
-def specialise(source: str, sizes: dict[str, int], unroll: bool) -> str:
-    """``source`` with every size argument a constant of its kernel's body."""
-    values = {size_var(symbol): value for symbol, value in sizes.items()}
+def specialise(source: str, sizes: dict[str, int], unroll: bool,
+               only: frozenset[str] | None = None) -> str:
+    """``source`` with every size argument (or those named in ``only``) a constant of its
+    kernel's body."""
+    values = {size_var(symbol): value for symbol, value in sizes.items()
+              if only is None or size_var(symbol) in only}
     lines = []
     pending: list[str] = []
     for line in source.splitlines():
@@ -55,7 +59,7 @@ def specialise(source: str, sizes: dict[str, int], unroll: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare(name: str, rounds: int) -> None:
+def compare(name: str, rounds: int, subsets: bool = False) -> None:
     import cupy
 
     app = get_app(name)
@@ -82,6 +86,14 @@ def compare(name: str, rounds: int) -> None:
                     for k in graph.outputs)
         assert error < 1e-5, f"{name}: specialised result differs by {error:.1e}"
         variants["specialised" + (" + unroll" if unroll else "")] = executable
+    names = sorted({size_var(symbol) for symbol in generated.bound.sizes})
+    for count in range(1, len(names)) if subsets else ():
+        for chosen in itertools.combinations(names, count):
+            source = specialise(generated.program.source, generated.bound.sizes, False,
+                                frozenset(chosen))
+            program = dataclasses.replace(generated.program, source=source)
+            variants["only " + ",".join(chosen)] = backend.prepare(graph, given,
+                                                                   program=program)
     times: dict[str, list[float]] = {label: [] for label in variants}
     for _ in range(rounds):
         for label, executable in variants.items():
@@ -90,7 +102,7 @@ def compare(name: str, rounds: int) -> None:
     base = float(np.median(times["generated"]))
     for label, values in times.items():
         median = float(np.median(values))
-        print(f"{name:11s} {label:22s} {median:.4f} ms  {base / median:.4f}x generated  "
+        print(f"{name:11s} {label:30s} {median:.4f} ms  {base / median:.4f}x generated  "
               f"rounds {' '.join(f'{v:.4f}' for v in values)}", flush=True)
 
 
@@ -98,9 +110,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("apps", nargs="*", default=list(DEFAULT_APPS))
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--subsets", action="store_true",
+                        help="also every proper subset of the sizes made constant")
     args = parser.parse_args()
     for name in args.apps:
-        compare(name, args.rounds)
+        compare(name, args.rounds, args.subsets)
 
 
 if __name__ == "__main__":
