@@ -107,6 +107,7 @@ def command_run(args: argparse.Namespace) -> int:
     from kfuse.apps import get_app
     from kfuse.apps.check import relative_error
     from kfuse.codegen import generate
+    from kfuse.runtime import compiles_for_sizes
     from kfuse.search import search
 
     app = get_app(args.app)
@@ -116,11 +117,13 @@ def command_run(args: argparse.Namespace) -> int:
     graph = pipeline.graph()
     plan = None if args.unfused else _plan_for(app, graph, size, args, backend, search)
     groups = plan.kernel_groups if plan else None
+    # the source as the backend compiles it (the GPU's: for the run's sizes)
+    fixed_sizes = _sizes_for(graph, app, size) if compiles_for_sizes(backend) else None
     if args.show_source:
-        print(generate(graph, groups).source)
+        print(generate(graph, groups, fixed_sizes=fixed_sizes).source)
         return 0
     if args.resources:
-        return _print_resources(graph, groups)
+        return _print_resources(graph, groups, fixed_sizes)
     arrays, params = app.make_inputs(size, np.random.default_rng(args.seed), "float32")
     started = time.perf_counter()
     outputs = pipeline.run(backend=backend, plan=plan or "unfused", **arrays, **params)
@@ -177,12 +180,12 @@ def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backe
     return search(graph, sizes=sizes)
 
 
-def _print_resources(graph, groups=None) -> int:
+def _print_resources(graph, groups=None, fixed_sizes=None) -> int:
     from rich.table import Table
 
     from kfuse.codegen import generate
     from kfuse.codegen.resources import kernel_resources
-    figures = kernel_resources(generate(graph, groups).source)
+    figures = kernel_resources(generate(graph, groups, fixed_sizes=fixed_sizes).source)
     table = Table(title=f"{graph.name}: ptxas -v, sm_90")
     for column in ("kernel", "registers", "shared bytes", "spill stores", "spill loads",
                    "barriers"):

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kfuse.codegen import mapreduce
 from kfuse.codegen.kernels import KernelGroup, group_kernel
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.program import Program
+from kfuse.codegen.specialise import specialise_kernel
 from kfuse.ir.graph import Graph
 
 
 def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
-             *, wide_index: bool = False) -> Program:
+             *, wide_index: bool = False, fixed_sizes: Mapping[str, int] | None = None
+             ) -> Program:
     """CUDA C for ``graph``; ``groups`` lists (members, written buffers[, variant[, register
     tile]]) in order.
 
-    Without groups every operator gets its own kernel (the unfused program).
+    Without groups every operator gets its own kernel (the unfused program). With
+    ``fixed_sizes`` (size symbol -> size) the kernels are compiled for those sizes
+    (:mod:`kfuse.codegen.specialise`) and the program must only run at them.
     """
     if groups is None:
         groups = [((k.name,), (k.output,)) for k in graph.topological_kernels()]
@@ -33,9 +37,13 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
             lines, launch = mapreduce.group_kernel(graph, members, outputs, variant)
         else:
             lines, launch = group_kernel(KernelGroup(graph, members, outputs), variant, tile)
+        if fixed_sizes is not None:
+            domain = graph.kernel_by_name[members[-1]].domain
+            lines = specialise_kernel(lines, launch, domain, fixed_sizes)
         parts.extend([*lines, ""])
         launches.append(launch)
-    return Program(graph.name, "\n".join(parts), tuple(launches), wide_index)
+    return Program(graph.name, "\n".join(parts), tuple(launches), wide_index,
+                   tuple(sorted(fixed_sizes.items())) if fixed_sizes is not None else None)
 
 
 def generate_unfused(graph: Graph, *, wide_index: bool = False) -> Program:

@@ -66,3 +66,5 @@ class Program:
     source: str
     launches: tuple[LaunchSpec, ...]
     wide_index: bool = False
+    # (size symbol, size) pairs the kernels were compiled for; None: any sizes
+    fixed_sizes: tuple[tuple[str, int], ...] | None = None

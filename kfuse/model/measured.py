@@ -81,7 +81,8 @@ class GroupTimer:
                 (graph.kernel_by_name[key[0]].output,)
             variant = group_variant(graph, key)
             program = generate(graph, [(key, outputs, variant)],
-                               wide_index=self.base.bound.wide_index(graph))
+                               wide_index=self.base.bound.wide_index(graph),
+                               fixed_sizes=self.backend.fixed_sizes(self.base.bound))
             executable = type(self.base)(program, graph, self.base.bound)
             executable.buffers = self.base.buffers
             (spec,) = program.launches

@@ -8,7 +8,7 @@ from typing import Any
 
 from kfuse.errors import BackendUnavailable
 from kfuse.ir.graph import Graph
-from kfuse.runtime.backend import Backend
+from kfuse.runtime.backend import Backend, CompiledBackend
 
 BACKENDS = ("cuda", "cpu", "numpy")
 
@@ -38,6 +38,13 @@ def get_backend(name: str = "auto") -> Backend:
                   "cpu": "no host C++ compiler (g++ or $CXX) was found"}[name]
         raise BackendUnavailable(f"backend '{name}' cannot run: {reason}")
     return backend_class()
+
+
+def compiles_for_sizes(name: str) -> bool:
+    """Whether the backend called ``name`` compiles each program for the sizes it runs at
+    (:mod:`kfuse.codegen.specialise`)."""
+    backend_class = _backend_class(name)
+    return issubclass(backend_class, CompiledBackend) and backend_class.compiles_for_sizes()
 
 
 def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
@@ -91,4 +98,4 @@ def _auto_plan(graph: Graph, given: Mapping[str, Any]) -> Any:
     return cached[1]
 
 
-__all__ = ["BACKENDS", "Backend", "get_backend", "run_graph"]
+__all__ = ["BACKENDS", "Backend", "compiles_for_sizes", "get_backend", "run_graph"]

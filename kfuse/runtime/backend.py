@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from kfuse.codegen.program import LaunchSpec, Program
+from kfuse.errors import BindError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
 from kfuse.runtime.binding import Bound, bind
@@ -36,6 +38,15 @@ class Executable(ABC):
     """A program bound to concrete buffers, ready to launch again and again."""
 
     def __init__(self, program: Program, graph: Graph, bound: Bound):
+        if program.fixed_sizes is not None:
+            differ = {symbol: (size, bound.sizes.get(symbol))
+                      for symbol, size in program.fixed_sizes
+                      if bound.sizes.get(symbol) != size}
+            if differ:
+                text = ", ".join(f"'{symbol}' {size} (arrays: {given})"
+                                 for symbol, (size, given) in differ.items())
+                raise BindError(f"program '{program.name}' was compiled for other sizes: "
+                                f"{text}; generate it for these arrays' sizes")
         self.program = program
         self.graph = graph
         self.bound = bound
@@ -95,6 +106,21 @@ class CompiledBackend(Backend):
     """A backend that runs generated CUDA C (on the GPU or through the CPU shim)."""
 
     executable_class: type[Executable]
+    # Whether programs this backend generates are compiled for the bound sizes
+    # (kfuse.codegen.specialise): on the GPU, yes; the host compiler builds one library per
+    # program, so the cpu backend keeps sizes as arguments (tests run specialised programs
+    # through it explicitly).
+    specialises_sizes: bool = False
+
+    @classmethod
+    def compiles_for_sizes(cls) -> bool:
+        """Whether generated programs are compiled for the bound sizes here
+        (``KFUSE_SPECIALISE_SIZES=0`` turns it off)."""
+        return cls.specialises_sizes and os.environ.get("KFUSE_SPECIALISE_SIZES") != "0"
+
+    def fixed_sizes(self, bound: Bound) -> dict[str, int] | None:
+        """The sizes this backend's generated programs are compiled for (None: any)."""
+        return dict(bound.sizes) if self.compiles_for_sizes() else None
 
     def prepare(self, graph: Graph, given: Mapping[str, Any], *,
                 program: Program | None = None, plan: FusionPlan | None = None) -> Executable:
@@ -103,7 +129,8 @@ class CompiledBackend(Backend):
         if program is None:
             from kfuse.codegen import generate
             groups = plan.kernel_groups if plan is not None else None
-            program = generate(graph, groups, wide_index=bound.wide_index(graph))
+            program = generate(graph, groups, wide_index=bound.wide_index(graph),
+                               fixed_sizes=self.fixed_sizes(bound))
         executable = self.executable_class(program, graph, bound)
         executable.allocate()
         return executable

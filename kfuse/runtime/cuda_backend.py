@@ -139,6 +139,7 @@ class CudaBackend(CompiledBackend):
 
     name = "cuda"
     executable_class = CudaExecutable
+    specialises_sizes = True
 
     @classmethod
     def available(cls) -> bool:
