@@ -757,28 +757,35 @@ def test_tiles_storing_the_matrix_keep_at_most_sixteen_rows():
                for v in alone)
 
 
-def test_predictions_closer_than_the_resolution_rank_by_rows_then_loads():
+@pytest.mark.parametrize("offset", [0.0, 0.5, 0.9999])
+def test_predictions_closer_than_the_resolution_rank_by_rows_then_loads(offset):
     """The model is not finer than RANK_RESOLUTION: within it fewer rows per warp and then
-    more loads in flight win; beyond it the faster prediction wins."""
+    more loads in flight win, wherever the predictions fall on the time axis (also astride
+    a multiple of the resolution); beyond it the faster prediction wins."""
     from dataclasses import replace
 
-    from kfuse.search.variants import RANK_RESOLUTION, GroupChoice, VariantPrediction, _rank_key
+    from kfuse.search.variants import (
+        RANK_RESOLUTION,
+        GroupChoice,
+        VariantPrediction,
+        rank_choices,
+    )
 
     def choice(variant: str, time_s: float) -> GroupChoice:
         prediction = VariantPrediction(time_s, 0.0, 0.0, 0.0, 0.0, 1.0, 1, 1, 0, 1, "memory")
         return GroupChoice(("z_prod",), ("z_prod",), "mapreduce:" + variant, prediction)
 
-    start = (1 + RANK_RESOLUTION) ** -3000.3  # about 2.5 ms, inside a resolution step
+    start = (1 + RANK_RESOLUTION) ** (-3000 + offset)  # about 2.5 ms
     base = choice("32x4:r2:i1:w:stream:u8", start)
     close = start * (1 + RANK_RESOLUTION / 4)
-    ranked = sorted([base, choice("32x4:r1:i1:w:stream:u8", close),
-                     choice("32x4:r1:i1:w:stream:u16", close)], key=_rank_key)
+    ranked = rank_choices([base, choice("32x4:r1:i1:w:stream:u8", close),
+                           choice("32x4:r1:i1:w:stream:u16", close)])
     assert [c.variant.split(":")[2:] for c in ranked] == [
         ["r1", "i1", "w", "stream", "u16"], ["r1", "i1", "w", "stream", "u8"],
         ["r2", "i1", "w", "stream", "u8"]]
     slower = replace(ranked[0], prediction=replace(ranked[0].prediction,
                                                    time_s=start * (1 + 3 * RANK_RESOLUTION)))
-    assert sorted([slower, base], key=_rank_key)[0] is base
+    assert rank_choices([slower, base])[0] is base
 
 
 # ---------------------------------------------------------------------------------------------

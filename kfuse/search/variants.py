@@ -527,19 +527,30 @@ class Implementation:
         return replace(plan, groups=tuple(new_groups))
 
 
-def _rank_key(choice: GroupChoice) -> tuple:
-    """Predicted time (to ``RANK_RESOLUTION``: the model is not finer), then ties broken
-    toward fewer rows per warp and more loads in flight per thread: the stream variants
-    that saturate DRAM predict equal times, and on an H200 one row per warp with more loads
-    per row measured fastest (fewer rows open at once, see ROW_STREAM_COST; 16384^2 SGEMV
-    r1:u16 0.2396 ms, r1:u8 0.2446 ms, predicted 0.02% apart)."""
+def rank_choices(choices: Sequence[GroupChoice]) -> list[GroupChoice]:
+    """Best first: by predicted time, where predictions within ``RANK_RESOLUTION`` of the
+    fastest of their cluster count as equal (the model is not finer), ties broken toward
+    fewer rows per warp and more loads in flight per thread: the stream variants that
+    saturate DRAM predict equal times, and on an H200 one row per warp with more loads per
+    row measured fastest (fewer rows open at once, see ROW_STREAM_COST; 16384^2 SGEMV
+    r1:u16 0.2396 ms, r1:u8 0.2446 ms, predicted 0.02% apart). Clusters, not fixed buckets
+    of the time axis: two predictions 0.02% apart never fall on either side of a boundary."""
+    ordered = sorted(choices, key=lambda choice: choice.prediction.time_s)
+    cluster, cluster_start, keyed = -1, -math.inf, []
+    for choice in ordered:
+        if choice.prediction.time_s > cluster_start * (1 + RANK_RESOLUTION):
+            cluster, cluster_start = cluster + 1, choice.prediction.time_s
+        keyed.append(((cluster, *_tie_key(choice)), choice))
+    return [choice for _, choice in sorted(keyed, key=lambda pair: pair[0])]
+
+
+def _tie_key(choice: GroupChoice) -> tuple:
+    """Among equal predictions: fewer rows per warp, then more loads in flight, then name."""
     rows, loads = 0, 0
     if is_variant_text(choice.variant):
         variant = MapReduceVariant.parse(choice.variant)
         rows, loads = variant.rows, variant.rows * variant.unroll
-    bucket = math.floor(math.log(max(choice.prediction.time_s, 1e-12))
-                        / math.log1p(RANK_RESOLUTION))
-    return (bucket, rows, -loads, choice.variant)
+    return (rows, -loads, choice.variant)
 
 
 class ImplementationSpace:
@@ -565,8 +576,7 @@ class ImplementationSpace:
                 prediction = predict_variant(self.graph, members, outputs, variant,
                                              self.sizes, self.profile, group)
                 found.append(GroupChoice(members, outputs, variant, prediction))
-            found.sort(key=_rank_key)
-            self._ranked[members] = found
+            self._ranked[members] = rank_choices(found)
         return self._ranked[members]
 
     def covers(self) -> list[tuple[tuple[str, ...], ...]]:
