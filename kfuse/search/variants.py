@@ -61,7 +61,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kfuse.codegen.mapreduce import (
@@ -500,6 +500,8 @@ class Implementation:
 
     choices: tuple[GroupChoice, ...]
     predicted_s: float
+    # what combinations rank by: the sum of each choice's cluster time (see rank_choices)
+    ranked_s: float = field(default=0.0, compare=False)
 
     def describe(self) -> str:
         return " | ".join(f"[{'+'.join(c.members)}] {c.variant}" for c in self.choices)
@@ -535,13 +537,19 @@ def rank_choices(choices: Sequence[GroupChoice]) -> list[GroupChoice]:
     row measured fastest (fewer rows open at once, see ROW_STREAM_COST; 16384^2 SGEMV
     r1:u16 0.2396 ms, r1:u8 0.2446 ms, predicted 0.02% apart). Clusters, not fixed buckets
     of the time axis: two predictions 0.02% apart never fall on either side of a boundary."""
+    return [choice for _, choice in _clustered(choices)]
+
+
+def _clustered(choices: Sequence[GroupChoice]) -> list[tuple[float, GroupChoice]]:
+    """(the predicted time of its cluster's fastest member, choice) in :func:`rank_choices`
+    order: the time a choice ranks by."""
     ordered = sorted(choices, key=lambda choice: choice.prediction.time_s)
     cluster, cluster_start, keyed = -1, -math.inf, []
     for choice in ordered:
         if choice.prediction.time_s > cluster_start * (1 + RANK_RESOLUTION):
             cluster, cluster_start = cluster + 1, choice.prediction.time_s
-        keyed.append(((cluster, *_tie_key(choice)), choice))
-    return [choice for _, choice in sorted(keyed, key=lambda pair: pair[0])]
+        keyed.append(((cluster, *_tie_key(choice)), cluster_start, choice))
+    return [(start, choice) for _, start, choice in sorted(keyed, key=lambda item: item[0])]
 
 
 def _tie_key(choice: GroupChoice) -> tuple:
@@ -576,8 +584,8 @@ class ImplementationSpace:
                 prediction = predict_variant(self.graph, members, outputs, variant,
                                              self.sizes, self.profile, group)
                 found.append(GroupChoice(members, outputs, variant, prediction))
-            self._ranked[members] = rank_choices(found)
-        return self._ranked[members]
+            self._ranked[members] = _clustered(found)
+        return [choice for _, choice in self._ranked[members]]
 
     def covers(self) -> list[tuple[tuple[str, ...], ...]]:
         return list(covers(self.graph, self.fusions))
@@ -592,25 +600,28 @@ class ImplementationSpace:
     def ranked(self, limit: int | None = None) -> list[Implementation]:
         """Combinations best-first by predicted time (k-best over covers and variants)."""
         streams = [self._cover_stream(cover) for cover in self.covers()]
-        merged = heapq.merge(*streams, key=lambda item: item.predicted_s)
+        merged = heapq.merge(*streams, key=lambda item: item.ranked_s)
         return list(itertools.islice(merged, limit))
 
     def best(self) -> Implementation:
         return self.ranked(1)[0]
 
     def _cover_stream(self, cover: tuple[tuple[str, ...], ...]) -> Iterator[Implementation]:
-        """One cover's combinations in ascending predicted time (lazy k-best of sums)."""
-        lists = [self.choices(group) for group in cover]
+        """One cover's combinations in ascending ranked time (lazy k-best of sums)."""
+        for group in cover:
+            self.choices(group)
+        lists = [self._ranked[group] for group in cover]  # (cluster time, choice) pairs
         start = (0,) * len(lists)
 
         def total(index: tuple[int, ...]) -> float:
-            return sum(lists[g][i].prediction.time_s for g, i in enumerate(index))
+            return sum(lists[g][i][0] for g, i in enumerate(index))
 
         heap = [(total(start), start)]
         seen = {start}
         while heap:
-            time_s, index = heapq.heappop(heap)
-            yield Implementation(tuple(lists[g][i] for g, i in enumerate(index)), time_s)
+            ranked_s, index = heapq.heappop(heap)
+            picks = tuple(lists[g][i][1] for g, i in enumerate(index))
+            yield Implementation(picks, sum(c.prediction.time_s for c in picks), ranked_s)
             for g in range(len(lists)):
                 if index[g] + 1 < len(lists[g]):
                     following = index[:g] + (index[g] + 1,) + index[g + 1:]
