@@ -26,14 +26,21 @@ from kfuse.apps.check import relative_error
 from kfuse.bench.calibrate import calibrate
 from kfuse.bench.floor import dram_floor_bytes, launch_bytes
 from kfuse.bench.timing import time_gpu
-from kfuse.codegen import generate
+from kfuse.codegen import generate as generate_program
 from kfuse.fusion.plan import group_outputs, make_plan
-from kfuse.runtime import get_backend
+from kfuse.runtime import compiles_for_sizes, get_backend
 from kfuse.search import search
 
 
 def programs(graph, sizes):
+    """(label, program) of each plan timed, compiled for ``sizes`` as the cuda backend does
+    (unless KFUSE_SPECIALISE_SIZES=0)."""
     fused_only = bool(os.environ.get("FUSED_ONLY"))
+    fixed = sizes if compiles_for_sizes("cuda") else None
+
+    def generate(graph, groups=None):
+        return generate_program(graph, groups, fixed_sizes=fixed)
+
     if not fused_only:
         yield "unfused", generate(graph)
     plan = search(graph, sizes=sizes)
