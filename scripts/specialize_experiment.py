@@ -59,7 +59,8 @@ def specialise(source: str, sizes: dict[str, int], unroll: bool,
     return "\n".join(lines) + "\n"
 
 
-def compare(name: str, rounds: int, subsets: bool = False) -> None:
+def compare(name: str, rounds: int, subsets: bool = False, drop_scales: bool = False
+            ) -> None:
     import cupy
 
     app = get_app(name)
@@ -86,6 +87,13 @@ def compare(name: str, rounds: int, subsets: bool = False) -> None:
                     for k in graph.outputs)
         assert error < 1e-5, f"{name}: specialised result differs by {error:.1e}"
         variants["specialised" + (" + unroll" if unroll else "")] = executable
+    if drop_scales:  # timing only: the masks' constant scales deleted (wrong values)
+        source = specialise(generated.program.source, generated.bound.sizes, False)
+        for scale in ("0.16666666666666666f * ", "0.0625f * "):
+            source = source.replace(scale, "")
+        program = dataclasses.replace(generated.program, source=source)
+        variants["specialised, no scales (wrong)"] = backend.prepare(graph, given,
+                                                                     program=program)
     names = sorted({size_var(symbol) for symbol in generated.bound.sizes})
     for count in range(1, len(names)) if subsets else ():
         for chosen in itertools.combinations(names, count):
@@ -112,9 +120,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--subsets", action="store_true",
                         help="also every proper subset of the sizes made constant")
+    parser.add_argument("--drop-scales", action="store_true",
+                        help="also time the specialised program without the masks' constant "
+                             "scales (timing only: its values are wrong)")
     args = parser.parse_args()
     for name in args.apps:
-        compare(name, args.rounds, args.subsets)
+        compare(name, args.rounds, args.subsets, args.drop_scales)
 
 
 if __name__ == "__main__":
