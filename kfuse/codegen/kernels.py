@@ -34,6 +34,7 @@ from kfuse.codegen.cexpr import (
     sizes_of,
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
+from kfuse.codegen.scales import Scaled, factor_out_constants, materialise
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load, count_operations, format_value
 from kfuse.ir.graph import Graph, Kernel
 
@@ -109,6 +110,18 @@ class KernelGroup(GroupNames):
         reductions = [k for k in self.members if k.reduction is not None]
         self.reduction: Kernel | None = reductions[0] if reductions else None
         self.domain = self.members[-1].domain
+        # output buffer -> the constant factor its member's body leaves out (kfuse.codegen.scales)
+        self.output_factors: dict[str, float] = {}
+
+    def without_constant_factors(self) -> KernelGroup:
+        """The same group computing its intermediates without their constant factors, each
+        output's factor multiplied in where it is stored (:mod:`kfuse.codegen.scales`)."""
+        names = [kernel.name for kernel in self.members]
+        graph, factors = factor_out_constants(self.graph, names)
+        group = KernelGroup(graph, names, self.outputs)
+        group.output_factors = {name: factors[name] for name in self.outputs
+                                if factors.get(name, 1.0) != 1.0}
+        return group
 
 
     @property
@@ -206,7 +219,10 @@ class KernelGroup(GroupNames):
             if kernel is self.reduction:
                 continue
             emitter.state.evaluated.add((kernel.name, emitter.coords))
-            values.append((name, emitter.emit(kernel.body)))  # type: ignore[arg-type]
+            body = kernel.body
+            if name in self.output_factors:
+                body = materialise(Scaled(self.output_factors[name], body), body.dtype)
+            values.append((name, emitter.emit(body)))  # type: ignore[arg-type]
         return values
 
     def store_lines(self, emitter: ExprEmitter, address: str) -> list[str]:
@@ -581,6 +597,8 @@ def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...
         from kfuse.codegen.staged import staged_kernel
         return staged_kernel(group, STAGED_ROWS, TILE_X, TILE_Y,
                              stage_inputs=variant == "staged-inputs")
+    if len(group.members) > 1:
+        group = group.without_constant_factors()
     return map_kernel(group, tile or register_tile(variant, group.ndim))
 
 
