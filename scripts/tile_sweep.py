@@ -106,8 +106,8 @@ def main(names: list[str]) -> None:
     for block in blocks or [None]:
         if block:  # threads along x, along y, blocks per SM asked of the compiler
             kernels.TILE_X, kernels.TILE_Y, kernels.TILE_MIN_BLOCKS = map(int, block.split("x"))
-            kernels.TILED_BLOCKS.update({2: (kernels.TILE_X, kernels.TILE_Y),
-                                         3: (kernels.TILE_X, kernels.TILE_Y)})
+            for kind_ndim in kernels.TILED_BLOCKS:
+                kernels.TILED_BLOCKS[kind_ndim] = (kernels.TILE_X, kernels.TILE_Y)
         for tile in tiles or [None]:
             label = "the default register tiles"
             if tile:

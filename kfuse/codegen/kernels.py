@@ -40,10 +40,15 @@ from kfuse.ir.graph import Graph, Kernel
 
 MAP_BLOCK_1D = 256
 TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/benchmarks.md)
-# Threads per block (x, y) of register-tiled kernels by dimensionality; 3-D tiles run
-# best in blocks of 128 threads (H200, scripts/tile_sweep.py: 7-point stencils 95% of
-# copy vs 88% in blocks of 64 x 4).
-TILED_BLOCKS: dict[int, tuple[int, int]] = {2: (TILE_X, TILE_Y), 3: (32, 4)}
+# Threads per block (x, y) of register-tiled kernels by kind (as REGISTER_TILES) and
+# dimensionality; 3-D tiles run best in blocks of 128 threads (H200, scripts/tile_sweep.py:
+# 7-point stencils 95% of copy vs 88% in blocks of 64 x 4), and so do 2-D groups that
+# recompute chained stencils in their tiles (Harris 0.171 -> 0.168 ms, Shi-Tomasi 0.178 ->
+# 0.173 in blocks of 32 x 4; docs/benchmarks.md, session 7).
+TILED_BLOCKS: dict[tuple[str, int], tuple[int, int]] = {
+    ("single", 2): (TILE_X, TILE_Y), ("recompute", 2): (32, 4), ("arithmetic", 2): (TILE_X, TILE_Y),
+    ("single", 3): (32, 4), ("recompute", 3): (32, 4), ("arithmetic", 3): (32, 4),
+}
 # Blocks per SM that tiled kernels ask the compiler to fit (__launch_bounds__; 0: no
 # request, the compiler may use up to 255 registers per thread)
 TILE_MIN_BLOCKS = 0
@@ -305,15 +310,15 @@ def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], s
     return emitter.lines + stores
 
 
-def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None
+def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant: str = "auto"
                ) -> tuple[list[str], LaunchSpec]:
     """Point and stencil operators (fused or not): several points per thread."""
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group)
-    heavy = is_arithmetic_heavy(group.members)
-    if tile is None or heavy:
-        tile = register_tile("arithmetic" if heavy else "single", group.ndim)
-    return _tiled_kernel(group, tile)
+    kind = "arithmetic" if is_arithmetic_heavy(group.members) else tile_kind(variant)
+    if tile is None or kind == "arithmetic":
+        tile = register_tile(kind, group.ndim)
+    return _tiled_kernel(group, tile, TILED_BLOCKS[(kind, group.ndim)])
 
 
 def is_arithmetic_heavy(members: Sequence[Kernel]) -> bool:
@@ -368,8 +373,9 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str], LaunchSpec]:
-    """2-D/3-D blocks of ``TILED_BLOCKS[ndim]`` threads over the two innermost axes.
+def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, int]
+                  ) -> tuple[list[str], LaunchSpec]:
+    """2-D/3-D blocks of ``block`` (x, y) threads over the two innermost axes.
 
     Each thread computes a register tile of points: ``tile[0]`` consecutive points along
     the outermost axis (rows of an image, planes of a volume), ``tile[-1]`` along the
@@ -377,7 +383,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...]) -> tuple[list[str],
     intermediates its points share are loaded or computed once and kept in registers.
     """
     rows, columns = tile[0], tile[-1]
-    block_x, block_y = TILED_BLOCKS[group.ndim]
+    block_x, block_y = block
     middle_count = tile[1] if group.ndim == 3 else 1
     sizes = tuple(size_var(s) for s in group.domain)
     outer = "iz" if group.ndim == 3 else "iy"
@@ -599,7 +605,7 @@ def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...
                              stage_inputs=variant == "staged-inputs")
     if len(group.members) > 1:
         group = group.without_constant_factors()
-    return map_kernel(group, tile or register_tile(variant, group.ndim))
+    return map_kernel(group, tile or register_tile(variant, group.ndim), variant)
 
 
 def tile_choices(variant: str, ndim: int) -> list[tuple[int, ...] | None]:
@@ -624,5 +630,9 @@ def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
     """
     if ndim < 2:
         return (1,) * ndim
-    kind = variant if variant in ("recompute", "arithmetic") else "single"
-    return REGISTER_TILES[(kind, ndim)]
+    return REGISTER_TILES[(tile_kind(variant), ndim)]
+
+
+def tile_kind(variant: str) -> str:
+    """The REGISTER_TILES / TILED_BLOCKS kind of a group's variant."""
+    return variant if variant in ("recompute", "arithmetic") else "single"
