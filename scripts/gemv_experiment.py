@@ -35,6 +35,29 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// a lane's share of one row's dot product with x, the row's loads of step s + 1 issued
+// before step s is multiplied (two register buffers)
+template <int U>
+__device__ __forceinline__ float row_dot_pipelined(const float4* a, const float4* xv, int lane,
+                                                   int steps) {
+  float acc = 0.0f;
+  float4 cur[U];
+  #pragma unroll
+  for (int u = 0; u < U; ++u) cur[u] = a[u * 32 + lane];
+  for (int s = 0; s < steps; ++s) {
+    float4 nxt[U];
+    if (s + 1 < steps) {
+      #pragma unroll
+      for (int u = 0; u < U; ++u) nxt[u] = a[((s + 1) * U + u) * 32 + lane];
+    }
+    #pragma unroll
+    for (int u = 0; u < U; ++u) acc += dot4(cur[u], xv[(s * U + u) * 32 + lane]);
+    #pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
+  }
+  return acc;
+}
+
 // one warp per row; rows * steps * U * 32 * 4 == m (the experiment's sizes divide)
 template <int U, bool PIPELINED>
 __global__ void gemv_rows(const float* __restrict__ A, const float* __restrict__ x,
@@ -60,20 +83,7 @@ __global__ void gemv_rows(const float* __restrict__ A, const float* __restrict__
       for (int u = 0; u < U; ++u) acc += dot4(va[u], vx[u]);
     }
   } else {
-    float4 cur[U];
-    #pragma unroll
-    for (int u = 0; u < U; ++u) cur[u] = a[u * 32 + lane];
-    for (int s = 0; s < steps; ++s) {
-      float4 nxt[U];
-      if (s + 1 < steps) {
-        #pragma unroll
-        for (int u = 0; u < U; ++u) nxt[u] = a[((s + 1) * U + u) * 32 + lane];
-      }
-      #pragma unroll
-      for (int u = 0; u < U; ++u) acc += dot4(cur[u], xv[(s * U + u) * 32 + lane]);
-      #pragma unroll
-      for (int u = 0; u < U; ++u) cur[u] = nxt[u];
-    }
+    acc = row_dot_pipelined<U>(a, xv, lane, steps);
   }
   acc = warp_sum(acc);
   if (lane == 0) z[row] = alpha * acc + beta * y[row];
@@ -93,22 +103,7 @@ __global__ void gemv_x_smem(const float* __restrict__ A, const float* __restrict
   const int steps = m / (128 * U);
   for (int row = blockIdx.x * blockDim.y + threadIdx.y; row < n; row += gridDim.x * blockDim.y) {
     const float4* a = reinterpret_cast<const float4*>(A + (size_t)row * m);
-    float acc = 0.0f;
-    float4 cur[U];
-    #pragma unroll
-    for (int u = 0; u < U; ++u) cur[u] = a[u * 32 + lane];
-    for (int s = 0; s < steps; ++s) {
-      float4 nxt[U];
-      if (s + 1 < steps) {
-        #pragma unroll
-        for (int u = 0; u < U; ++u) nxt[u] = a[((s + 1) * U + u) * 32 + lane];
-      }
-      #pragma unroll
-      for (int u = 0; u < U; ++u) acc += dot4(cur[u], xs[(s * U + u) * 32 + lane]);
-      #pragma unroll
-      for (int u = 0; u < U; ++u) cur[u] = nxt[u];
-    }
-    acc = warp_sum(acc);
+    const float acc = warp_sum(row_dot_pipelined<U>(a, xs, lane, steps));
     if (lane == 0) z[row] = alpha * acc + beta * y[row];
   }
 }
