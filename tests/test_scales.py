@@ -108,3 +108,36 @@ def test_non_float_and_nonlinear_operators_receive_true_values():
     fused, exact, _ = fused_and_reference(p, x=values)
     assert relative_error(fused["mix"], exact["mix"]) <= 1e-6
     assert np.abs(fused["ints"] - exact["ints"]).max() <= 1  # a rounding at a cut may move
+
+
+def test_a_border_constant_too_large_to_divide_keeps_the_true_value():
+    """constant(3e38) around an intermediate of factor 1/16: 3e38 * 16 would overflow
+    float32, so that intermediate keeps its true value."""
+    p = kf.Pipeline("sentinel")
+    x = p.input("x", ndim=2)
+    blur = kf.convolve(x, [[1, 2, 1], [2, 4, 2], [1, 2, 1]], scale=1 / 16, boundary="clamp",
+                       name="blur")
+    p.output(kf.local(blur.at(0, 1) + blur, boundary=kf.constant(3e38), name="out"))
+    values = np.random.default_rng(4).random((6, 7), np.float32)
+    fused, exact, _ = fused_and_reference(p, x=values)
+    assert np.isfinite(fused["out"]).all()
+    assert relative_error(fused["out"], exact["out"]) <= 1e-6
+    graph = p.graph()
+    _, factors = factor_out_constants(graph, [k.name for k in graph.kernels])
+    assert factors["blur"] == 1.0
+
+
+def test_a_sum_with_an_operand_at_its_true_value_stays_at_its_true_value():
+    """a = x 1e-6 (factor 1e-6) plus y ~ 1e33 (its true value): the sum keeps factor 1, so
+    y is never multiplied by 1e6 (which would overflow float32)."""
+    p = kf.Pipeline("ratio")
+    x = p.input("x", ndim=2)
+    y = p.input("y", ndim=2)
+    a = kf.point(x * 1e-6, name="a")
+    p.output(kf.point(a + y, name="out"))
+    rng = np.random.default_rng(8)
+    given = {"x": rng.random((5, 16), np.float32),
+             "y": (rng.random((5, 16)) * 1e33 + 1e32).astype(np.float32)}
+    fused, exact, _ = fused_and_reference(p, **given)
+    assert np.isfinite(fused["out"]).all()
+    assert relative_error(fused["out"], exact["out"]) <= 1e-6

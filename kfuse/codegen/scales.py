@@ -9,10 +9,14 @@ compute the intermediates without their constant factors and gives the factor ea
 member's value carries, which the kernel multiplies in where it stores an output. Harris then
 evaluates one multiplication per output where it evaluated 6.75 (docs/benchmarks.md).
 
-The rewrite changes rounding only: a fused result may differ from the unfused one by a few
-ulp. It keeps every intermediate within ``MAX_FACTOR`` of its true value (a larger factor is
-multiplied in where it arises), so no intermediate overflows or underflows far from where
-the unfused program's would. Only float operators take part; anything else (exp, log, pow,
+The rewrite changes rounding only, as any reassociation does: a fused result may differ from
+the unfused one by a few ulp of the terms involved (more, relative to the result, where they
+cancel). It keeps every intermediate within ``MAX_FACTOR`` of its true value (a larger
+factor is multiplied in where it arises; a sum with an operand at its true value stays at
+its true value), so an intermediate can overflow where the unfused program's would not
+only within that factor of the overflow threshold. A constant-mode border of a scaled
+intermediate answers the constant divided by the factor, and an intermediate whose border
+constants cannot be so divided keeps its true value. Only float operators take part; anything else (exp, log, pow,
 selects, comparisons of differently scaled values, casts) receives its operands with their
 factors multiplied in.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,11 +37,13 @@ from kfuse.ir.expr import (
     Expr,
     Load,
     Unary,
+    loads,
     with_children,
 )
-from kfuse.ir.graph import Graph
+from kfuse.ir.graph import Graph, Kernel
 
 MAX_FACTOR = 2.0**24  # an intermediate stays within this factor of its true value
+LARGEST = {"float32": 3.4028234663852886e38, "float64": sys.float_info.max}
 
 
 @dataclass(frozen=True)
@@ -51,20 +58,43 @@ def factor_out_constants(graph: Graph, members: Sequence[str]
                          ) -> tuple[Graph, dict[str, float]]:
     """``graph`` with the members' bodies computing their values without constant factors,
     and the factor of each member's output (1.0: none)."""
+    chosen = set(members)
+    ordered = [k for k in graph.topological_kernels() if k.name in chosen]  # producers first
+    if any(k.body is None or k.reduction is not None for k in ordered):
+        return graph, {k.output: 1.0 for k in ordered}  # reductions and opaque kernels: as is
+    borders = _constant_borders(ordered)
     factors: dict[str, float] = {}
     kernels = dict(graph.kernel_by_name)
-    chosen = set(members)
-    for kernel in (k for k in graph.kernels if k.name in chosen):  # producers first
-        if kernel.body is None or kernel.reduction is not None:
-            factors[kernel.output] = 1.0
-            continue
-        scaled = _Rewriter(factors, kernel.body.dtype).visit(kernel.body)
-        if kernel.body.dtype not in FLOAT_DTYPES or scaled.expr is None:
-            scaled = Scaled(1.0, materialise(scaled, kernel.body.dtype))
-        factors[kernel.output] = scaled.factor
+    for kernel in ordered:
+        dtype = kernel.body.dtype  # type: ignore[union-attr]
+        scaled = _Rewriter(factors, dtype).visit(kernel.body)  # type: ignore[arg-type]
+        border = borders.get(kernel.output, 0.0)
+        if dtype not in FLOAT_DTYPES or scaled.expr is None or \
+                not _representable(border / abs(scaled.factor), dtype):
+            scaled = Scaled(1.0, materialise(scaled, dtype))  # (a border constant / factor
+        factors[kernel.output] = scaled.factor            # would overflow: no factor)
         kernels[kernel.name] = dataclasses.replace(kernel, body=scaled.expr)
     rewritten = dataclasses.replace(graph, kernels=tuple(kernels[k.name] for k in graph.kernels))
     return rewritten, factors
+
+
+def _constant_borders(kernels: Sequence[Kernel]) -> dict[str, float]:
+    """Buffer produced by one of ``kernels`` -> the largest magnitude of the constants that
+    constant-mode reads of it among them answer outside the array."""
+    produced = {kernel.output for kernel in kernels}
+    largest: dict[str, float] = {}
+    for kernel in kernels:
+        for load in loads(kernel.body):  # type: ignore[arg-type]
+            if load.buffer in produced and load.boundary is not None and \
+                    load.boundary.mode == "constant":
+                largest[load.buffer] = max(largest.get(load.buffer, 0.0),
+                                           abs(load.boundary.value))
+    return largest
+
+
+def _representable(value: float, dtype: str) -> bool:
+    """Whether a constant of magnitude ``value`` stays finite in ``dtype``."""
+    return math.isfinite(value) and abs(value) <= LARGEST[dtype]
 
 
 def materialise(value: Scaled, dtype: str) -> Expr:
@@ -163,6 +193,8 @@ class _Rewriter:
                 return None  # two constants: kept as written
             if a.expr is None or b.expr is None:
                 scaled, constant = (b, a.factor) if a.expr is None else (a, b.factor)
+                if not _representable(constant / scaled.factor, dtype):
+                    return None
                 shifted = Const(constant / scaled.factor, dtype)
                 operands = (shifted, scaled.expr) if a.expr is None else (scaled.expr, shifted)
                 return Scaled(scaled.factor, Binary(node.op, *operands, dtype))
@@ -171,9 +203,15 @@ class _Rewriter:
             if a.factor == -b.factor:  # a A + (-a) B = a (A - B)
                 flipped = "sub" if node.op == "add" else "add"
                 return Scaled(a.factor, Binary(flipped, a.expr, b.expr, dtype))
-            ratio = Const(b.factor / a.factor, dtype)  # one fused multiply-add
-            return Scaled(a.factor, Binary(node.op, a.expr,
-                                           Binary("mul", ratio, b.expr, dtype), dtype))
+            # one fused multiply-add; an operand holding its true value (factor 1) keeps the
+            # sum at its true value too
+            if b.factor != 1.0:
+                ratio = Const(b.factor / a.factor, dtype)
+                return Scaled(a.factor, Binary(node.op, a.expr,
+                                               Binary("mul", ratio, b.expr, dtype), dtype))
+            ratio = Const(a.factor / b.factor, dtype)
+            return Scaled(b.factor, Binary(node.op, Binary("mul", ratio, a.expr, dtype),
+                                           b.expr, dtype))
         if node.op in ("min", "max") and a.expr is not None and b.expr is not None and \
                 a.factor == b.factor and a.factor > 0.0:
             return Scaled(a.factor, Binary(node.op, a.expr, b.expr, dtype))
