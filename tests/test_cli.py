@@ -48,6 +48,20 @@ def test_run_with_size_and_show_source(capsys):
     assert code == 0 and "KF_KERNEL void" in out and "kfuse prelude" in out
 
 
+def test_show_source_is_the_source_the_backend_compiles(capsys, monkeypatch):
+    """cpu: sizes stay arguments; a backend that compiles for sizes (as cuda does) shows the
+    kernels compiled for the run's size."""
+    from kfuse.runtime.cpu_backend import CpuBackend
+
+    code, out, _ = run_cli(capsys, "run", "harris", "--backend", "cpu", "--size", "23x37",
+                           "--show-source")
+    assert code == 0 and "const int n_img_1 = 37;" not in out
+    monkeypatch.setattr(CpuBackend, "specialises_sizes", True)
+    code, out, _ = run_cli(capsys, "run", "harris", "--backend", "cpu", "--size", "23x37",
+                           "--show-source")
+    assert code == 0 and "const int n_img_0 = 23;" in out and "const int n_img_1 = 37;" in out
+
+
 def test_plan_json_has_the_documented_keys(capsys, tmp_path):
     dot = tmp_path / "harris.dot"
     code, out, _ = run_cli(capsys, "plan", "harris", "--json", "--dot", str(dot))
