@@ -35,7 +35,7 @@ from kfuse.codegen.cexpr import (
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
 from kfuse.codegen.scales import Scaled, factor_out_constants, materialise
-from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load, count_operations, format_value
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Expr, Load, count_operations, format_value
 from kfuse.ir.graph import Graph, Kernel
 
 MAP_BLOCK_1D = 256
@@ -115,8 +115,11 @@ class KernelGroup(GroupNames):
         reductions = [k for k in self.members if k.reduction is not None]
         self.reduction: Kernel | None = reductions[0] if reductions else None
         self.domain = self.members[-1].domain
-        # output buffer -> the constant factor its member's body leaves out (kfuse.codegen.scales)
-        self.output_factors: dict[str, float] = {}
+        # map output buffer -> the expression stored (its member's body unless that leaves
+        # out a constant factor: kfuse.codegen.scales)
+        self.stored: dict[str, Expr] = {name: self.produced[name].body  # type: ignore[misc]
+                                        for name in self.outputs
+                                        if self.produced[name] is not self.reduction}
 
     def without_constant_factors(self) -> KernelGroup:
         """The same group computing its intermediates without their constant factors, each
@@ -124,8 +127,9 @@ class KernelGroup(GroupNames):
         names = [kernel.name for kernel in self.members]
         graph, factors = factor_out_constants(self.graph, names)
         group = KernelGroup(graph, names, self.outputs)
-        group.output_factors = {name: factors[name] for name in self.outputs
-                                if factors.get(name, 1.0) != 1.0}
+        group.stored = {name: body if factors[name] == 1.0 else
+                        materialise(Scaled(factors[name], body), body.dtype)
+                        for name, body in group.stored.items()}
         return group
 
 
@@ -219,15 +223,9 @@ class KernelGroup(GroupNames):
     def store_values(self, emitter: ExprEmitter) -> list[tuple[str, str]]:
         """Evaluate every map output at the emitter's point: (buffer, C value) pairs."""
         values = []
-        for name in self.outputs:
-            kernel = self.produced[name]
-            if kernel is self.reduction:
-                continue
-            emitter.state.evaluated.add((kernel.name, emitter.coords))
-            body = kernel.body
-            if name in self.output_factors:
-                body = materialise(Scaled(self.output_factors[name], body), body.dtype)
-            values.append((name, emitter.emit(body)))  # type: ignore[arg-type]
+        for name, body in self.stored.items():
+            emitter.state.evaluated.add((self.produced[name].name, emitter.coords))
+            values.append((name, emitter.emit(body)))
         return values
 
     def store_lines(self, emitter: ExprEmitter, address: str) -> list[str]:

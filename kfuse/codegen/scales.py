@@ -67,7 +67,7 @@ def factor_out_constants(graph: Graph, members: Sequence[str]
     kernels = dict(graph.kernel_by_name)
     for kernel in ordered:
         dtype = kernel.body.dtype  # type: ignore[union-attr]
-        scaled = _Rewriter(factors, dtype).visit(kernel.body)  # type: ignore[arg-type]
+        scaled = _Rewriter(factors).visit(kernel.body)  # type: ignore[arg-type]
         border = borders.get(kernel.output, 0.0)
         if dtype not in FLOAT_DTYPES or scaled.expr is None or \
                 not _representable(border / abs(scaled.factor), dtype):
@@ -114,9 +114,8 @@ def _within_bounds(factor: float) -> bool:
 class _Rewriter:
     """Bottom-up rewrite of one body into a :class:`Scaled` (shared nodes visited once)."""
 
-    def __init__(self, factors: dict[str, float], dtype: str):
+    def __init__(self, factors: dict[str, float]):
         self.factors = factors  # buffers produced earlier in the group -> their factor
-        self.dtype = dtype
         self.memo: dict[int, Scaled] = {}
 
     def visit(self, node: Expr) -> Scaled:

@@ -571,10 +571,14 @@ class ImplementationSpace:
         self.sizes = dict(sizes) if sizes else nominal_sizes(graph)
         self.profile = profile or current_profile()
         self.fusions = fusible_groups(graph)
-        self._ranked: dict[tuple[str, ...], list[GroupChoice]] = {}
+        self._ranked: dict[tuple[str, ...], list[tuple[float, GroupChoice]]] = {}
 
     def choices(self, members: tuple[str, ...]) -> list[GroupChoice]:
         """The fusion's implementations, best predicted first."""
+        return [choice for _, choice in self._clustered_choices(members)]
+
+    def _clustered_choices(self, members: tuple[str, ...]) -> list[tuple[float, GroupChoice]]:
+        """(time ranked by, choice) of the fusion's implementations, best first (cached)."""
         if members not in self._ranked:
             outputs = group_outputs(self.graph, members)
             group = None if mapreduce_group_reason(self.graph, members) is not None \
@@ -585,7 +589,7 @@ class ImplementationSpace:
                                              self.sizes, self.profile, group)
                 found.append(GroupChoice(members, outputs, variant, prediction))
             self._ranked[members] = _clustered(found)
-        return [choice for _, choice in self._ranked[members]]
+        return self._ranked[members]
 
     def covers(self) -> list[tuple[tuple[str, ...], ...]]:
         return list(covers(self.graph, self.fusions))
@@ -608,9 +612,7 @@ class ImplementationSpace:
 
     def _cover_stream(self, cover: tuple[tuple[str, ...], ...]) -> Iterator[Implementation]:
         """One cover's combinations in ascending ranked time (lazy k-best of sums)."""
-        for group in cover:
-            self.choices(group)
-        lists = [self._ranked[group] for group in cover]  # (cluster time, choice) pairs
+        lists = [self._clustered_choices(group) for group in cover]  # (time, choice) pairs
         start = (0,) * len(lists)
 
         def total(index: tuple[int, ...]) -> float:
