@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from kfuse.ir.expr import (
     C_TYPES,
+    FLOAT_DTYPES,
     Binary,
     Cast,
     Const,
@@ -23,6 +24,7 @@ from kfuse.ir.expr import (
     Select,
     Unary,
     format_value,
+    shift_between,
     transform,
     with_children,
 )
@@ -49,6 +51,10 @@ _GENERATED_NAME = re.compile(r"^(v\d+|ld_\w*|n_\w*|p_\w*|i[xyz]?|i[xyz]_\w*|in_\
 
 
 Coordinate = tuple[str, int]  # (C variable, constant shift)
+
+# Sum 3-tap windows so that neighbouring points share a pair (ExprEmitter._emit_window_sum);
+# scripts/window_sum_experiment.py turns it off to time the difference.
+WINDOW_SUMS = True
 
 # 8- and 16-byte vector types by (element dtype, elements): one load for a thread's columns
 VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("float64", 2): "double2",
@@ -128,6 +134,18 @@ def logs_in_exp(body: Expr) -> Expr:
         return None
 
     return transform(body, rewrite)
+
+
+def _three_term_sum(node: Expr) -> bool:
+    """``(x[i-s] + x[i]) + x[i+s]`` in floating point: a 3-tap window of one expression."""
+    if not (WINDOW_SUMS and isinstance(node, Binary) and node.op == "add"
+            and node.dtype in FLOAT_DTYPES):
+        return False
+    inner = node.a
+    if not (isinstance(inner, Binary) and inner.op == "add" and inner.dtype == node.dtype):
+        return False
+    step = shift_between(inner.a, inner.b)
+    return step is not None and step == shift_between(inner.b, node.b)
 
 
 def structural_key(node: Expr, child_keys: tuple) -> tuple:
@@ -218,13 +236,46 @@ class ExprEmitter:
         body = logs_in_exp(body)
         keys: dict[int, tuple] = {}
         names: dict[int, str] = {}
+        # the inner sums of three-term sums are emitted by their parent (or on demand)
+        inner_sums = {id(node.a) for node in body.walk() if _three_term_sum(node)}
+
+        def name_of(node: Expr) -> str:
+            if id(node) not in names:  # an inner sum its parent did not emit
+                values[keys[id(node)]] = self._emit_node(
+                    node, [name_of(child) for child in node.children()])
+                names[id(node)] = values[keys[id(node)]]
+            return names[id(node)]
+
         for node in body.walk():
             key = structural_key(node, tuple(keys[id(c)] for c in node.children()))
             keys[id(node)] = key
-            if key not in values:
-                values[key] = self._emit_node(node, [names[id(c)] for c in node.children()])
-            names[id(node)] = values[key]
-        return names[id(body)]
+            if key in values:
+                names[id(node)] = values[key]
+            elif id(node) in inner_sums:
+                continue
+            elif _three_term_sum(node) and keys[id(node.a)] not in values:
+                values[key] = self._emit_window_sum(node, name_of)
+                names[id(node)] = values[key]
+            else:
+                values[key] = self._emit_node(node, [name_of(c) for c in node.children()])
+                names[id(node)] = values[key]
+        return name_of(body)
+
+    def _emit_window_sum(self, node: Binary, name_of: Callable[[Expr], str]) -> str:
+        """``(a + b) + c`` summed so that neighbouring points share a pair.
+
+        A point of a 3-tap window sum ``x[i-1] + x[i] + x[i+1]`` and the point after it
+        share ``x[i] + x[i+1]``: the first adds the pair on the right, the next (finding
+        the pair defined) on the left, which saves a quarter of the additions of a thread's
+        window sums. Floating-point sums are reassociated only here (one rounding moves).
+        """
+        assert isinstance(node.a, Binary)
+        first, second, third = name_of(node.a.a), name_of(node.a.b), name_of(node.b)
+        dtype = node.dtype
+        if (dtype, f"{first} + {second}") in self.state.texts:
+            return self.define(dtype, f"{self.define(dtype, f'{first} + {second}')} + {third}")
+        pair = self.define(dtype, f"{second} + {third}")
+        return self.define(dtype, f"{first} + {pair}")
 
     def define(self, dtype: str, text: str, prefix: str = "v") -> str:
         """A named value for ``text``; the same text at any point reuses the same name."""

@@ -404,6 +404,40 @@ def params(node: Expr) -> list[Param]:
     return [n for n in node.walk() if isinstance(n, Param)]
 
 
+def shift_between(a: Expr, b: Expr) -> dict[int, int] | None:
+    """The shift (iteration axis -> points) that turns ``a`` into ``b``, or None.
+
+    ``b`` must be ``a`` with every read moved by the same non-zero shift (a window's next
+    tap); expressions that read coordinates are never shifted copies.
+    """
+    shift: dict[int, int] = {}
+    pending = [(a, b)]
+    while pending:
+        x, y = pending.pop()
+        if type(x) is not type(y) or x.dtype != y.dtype or isinstance(x, Coord):
+            return None
+        if isinstance(x, Load):
+            assert isinstance(y, Load)
+            if (x.buffer, x.dims, x.boundary) != (y.buffer, y.dims, y.boundary):
+                return None
+            for axis, offset_x, offset_y in zip(x.dims or (), x.offsets, y.offsets, strict=True):
+                if shift.setdefault(axis, offset_y - offset_x) != offset_y - offset_x:
+                    return None
+            continue
+        if isinstance(x, Const):
+            if x.value != y.value:  # type: ignore[attr-defined]
+                return None
+            continue
+        if isinstance(x, Param):
+            if x.name != y.name:  # type: ignore[attr-defined]
+                return None
+            continue
+        if getattr(x, "op", None) != getattr(y, "op", None):
+            return None
+        pending.extend(zip(x.children(), y.children(), strict=True))
+    return shift if any(shift.values()) else None
+
+
 def count_operations(node: Expr) -> dict[str, int]:
     """Arithmetic (ALU) and special-function (SFU) operations of one evaluation."""
     counts = {"alu": 0, "sfu": 0}
