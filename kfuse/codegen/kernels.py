@@ -42,11 +42,12 @@ MAP_BLOCK_1D = 256
 TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/benchmarks.md)
 # Threads per block (x, y) of register-tiled kernels by kind (as REGISTER_TILES) and
 # dimensionality; 3-D tiles run best in blocks of 128 threads (H200, scripts/tile_sweep.py:
-# 7-point stencils 95% of copy vs 88% in blocks of 64 x 4), and so do 2-D groups that
-# recompute chained stencils in their tiles (Harris 0.171 -> 0.168 ms, Shi-Tomasi 0.178 ->
-# 0.173 in blocks of 32 x 4; docs/benchmarks.md, session 7).
+# 7-point stencils 95% of copy vs 88% in blocks of 64 x 4); 2-D groups that recompute
+# chained stencils in their 10 x 4 tiles run best in blocks of 64 threads (Harris 0.164 ms
+# in blocks of 32 x 4, 0.157 in 32 x 2, 0.159 in 64 x 1, 0.180 in 32 x 1; Shi-Tomasi 0.170,
+# 0.166, 0.168, 0.191; docs/benchmarks.md, session 8).
 TILED_BLOCKS: dict[tuple[str, int], tuple[int, int]] = {
-    ("single", 2): (TILE_X, TILE_Y), ("recompute", 2): (32, 4), ("arithmetic", 2): (TILE_X, TILE_Y),
+    ("single", 2): (TILE_X, TILE_Y), ("recompute", 2): (32, 2), ("arithmetic", 2): (TILE_X, TILE_Y),
     ("single", 3): (32, 4), ("recompute", 3): (32, 4), ("arithmetic", 3): (32, 4),
 }
 # Blocks per SM that tiled kernels ask the compiler to fit (__launch_bounds__; 0: no
@@ -242,9 +243,11 @@ ITEMS_PER_THREAD_SPECIAL = 16
 # image, planes of a volume), the middle axis (3-D) and the innermost axis (columns), for
 # one operator alone ("single") and for groups recomputing producers at taps. The points
 # of one thread share stencil taps and the intermediates of fused producers; columns make
-# aligned vector loads. Chosen by scripts/tile_sweep.py on an H200 (docs/benchmarks.md).
+# aligned vector loads. Chosen by scripts/tile_sweep.py on an H200 (docs/benchmarks.md;
+# recompute groups in 2-D: 10 x 4 ahead of 8, 9, 11 and 12 rows in every block shape tried,
+# e.g. Harris 0.157 ms against 0.165-0.168 in blocks of 32 x 2).
 REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
-    ("single", 2): (8, 4), ("recompute", 2): (8, 4), ("arithmetic", 2): (8, 1),
+    ("single", 2): (8, 4), ("recompute", 2): (10, 4), ("arithmetic", 2): (8, 1),
     ("single", 3): (8, 2, 4), ("recompute", 3): (8, 2, 4), ("arithmetic", 3): (8, 1, 1),
 }
 # Operators above this many operations per point (special functions weighted as in the
@@ -253,7 +256,7 @@ ARITHMETIC_HEAVY_OPERATIONS = 100
 # Smaller register tiles for fused groups whose kernel would not fit the registers
 # (ptxas decides, see kfuse.fusion.resources), in order of preference.
 FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
-    2: ((4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
+    2: ((8, 4), (4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
 }
 STAGED_ROWS = 8  # points per thread along the outermost axis of staged kernels
 

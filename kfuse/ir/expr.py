@@ -418,8 +418,9 @@ def shift_between(a: Expr, b: Expr) -> dict[int, int] | None:
             return None
         if isinstance(x, Load):
             assert isinstance(y, Load)
-            if (x.buffer, x.dims, x.boundary) != (y.buffer, y.dims, y.boundary):
-                return None
+            if (x.buffer, x.dims) != (y.buffer, y.dims) or None not in (
+                    x.boundary, y.boundary) and x.boundary != y.boundary:
+                return None  # a read at the point itself has no boundary mode
             for axis, offset_x, offset_y in zip(x.dims or (), x.offsets, y.offsets, strict=True):
                 if shift.setdefault(axis, offset_y - offset_x) != offset_y - offset_x:
                     return None
