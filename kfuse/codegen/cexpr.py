@@ -191,6 +191,7 @@ class EmitState:
     texts: dict[tuple[str, str], str] = field(default_factory=dict)  # C text -> variable
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
     vector_columns: int = 0  # >1: reads of columns ix .. ix+n-1 of one row are one vector load
+    window_sums: dict[Expr, bool] = field(default_factory=dict)  # node -> _three_term_sum
 
     def evaluations(self) -> dict[str, int]:
         """How many distinct points each operator was evaluated at, per thread iteration."""
@@ -246,8 +247,13 @@ class ExprEmitter:
         body = logs_in_exp(body)
         keys: dict[int, tuple] = {}
         names: dict[int, str] = {}
+        nodes = list(body.walk())
+        windows = self.state.window_sums
+        for node in nodes:
+            if node not in windows:
+                windows[node] = _three_term_sum(node)
         # the inner sums of three-term sums are emitted by their parent (or on demand)
-        inner_sums = {id(node.a) for node in body.walk() if _three_term_sum(node)}
+        inner_sums = {id(node.a) for node in nodes if windows[node]}  # type: ignore[attr-defined]
 
         def name_of(node: Expr) -> str:
             if id(node) not in names:  # an inner sum its parent did not emit
@@ -256,14 +262,14 @@ class ExprEmitter:
                 names[id(node)] = values[keys[id(node)]]
             return names[id(node)]
 
-        for node in body.walk():
+        for node in nodes:
             key = structural_key(node, tuple(keys[id(c)] for c in node.children()))
             keys[id(node)] = key
             if key in values:
                 names[id(node)] = values[key]
             elif id(node) in inner_sums:
                 continue
-            elif _three_term_sum(node) and keys[id(node.a)] not in values:
+            elif windows[node] and keys[id(node.a)] not in values:  # type: ignore[attr-defined]
                 values[key] = self._emit_window_sum(node, name_of)
                 names[id(node)] = values[key]
             else:
