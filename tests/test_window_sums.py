@@ -105,3 +105,18 @@ def test_fused_box_chains_equal_the_reference(boundary, shape, monkeypatch):
     sharing = additions(generate(graph, plan.kernel_groups).source)
     monkeypatch.setattr(cexpr, "WINDOW_SUMS", False)
     assert additions(generate(graph, plan.kernel_groups).source) > sharing
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_a_window_whose_partial_sums_are_used_elsewhere(boundary):
+    """The first pair of a window also read on its own, and the other pair written out
+    elsewhere: every value is still computed (and once)."""
+    p = kf.Pipeline("shared_pairs")
+    x = p.input("x", ndim=2)
+    left = x.at(0, -1) + x
+    p.output(kf.local((left + x.at(0, 1)) * left + (x + x.at(0, 1)), boundary=boundary,
+                      name="y"))
+    data = np.random.default_rng(3).random((13, 17), np.float32) + 0.5
+    ours = p.run(backend="cpu", plan="unfused", x=data)["y"]
+    exact = p.run(backend="numpy", plan="unfused", x=data)["y"]
+    assert relative_error(ours, exact) <= 1e-6

@@ -257,9 +257,11 @@ class ExprEmitter:
 
         def name_of(node: Expr) -> str:
             if id(node) not in names:  # an inner sum its parent did not emit
-                values[keys[id(node)]] = self._emit_node(
-                    node, [name_of(child) for child in node.children()])
-                names[id(node)] = values[keys[id(node)]]
+                key = keys[id(node)]
+                if key not in values:
+                    values[key] = self._emit_node(
+                        node, [name_of(child) for child in node.children()])
+                names[id(node)] = values[key]
             return names[id(node)]
 
         for node in nodes:
