@@ -19,7 +19,7 @@ import argparse
 import numpy as np
 
 from kfuse.apps import get_app
-from kfuse.bench.timing import time_gpu
+from kfuse.bench.timing import time_alternating
 from kfuse.runtime import _auto_plan, get_backend
 
 DEFAULT_APPS = ("sgemv", "sgemvt", "gesummv", "madd", "vadd", "waxpby", "sscal", "atax")
@@ -51,11 +51,10 @@ def compare(name: str, rounds: int, runs: int) -> None:
         theirs = cupy.asarray(result[output])
         error = float(cupy.abs(ours - theirs).max() / cupy.abs(theirs).max())
         assert error < 1e-4, f"{name}: '{output}' differs from torch.compile by {error:.1e}"
-    ours_ms, theirs_ms = [], []
-    for _ in range(rounds):
-        ours_ms.append(time_gpu(executable.launch_all, warmup=3, repeat=runs).median_s * 1e3)
-        theirs_ms.append(time_gpu(lambda: compiled(**tensors, **params), warmup=3,
-                                  repeat=runs).median_s * 1e3)
+    times = time_alternating({"kfuse": executable.launch_all,
+                              "compile": lambda: compiled(**tensors, **params)},
+                             rounds, repeat=runs)
+    ours_ms, theirs_ms = times["kfuse"], times["compile"]
     won = sum(a <= b for a, b in zip(ours_ms, theirs_ms, strict=True))
     ours, theirs = float(np.median(ours_ms)), float(np.median(theirs_ms))
     print(f"{name:8s} kfuse {ours:.4f} ms  torch.compile {theirs:.4f} ms  "

@@ -33,7 +33,7 @@ import kfuse.codegen.cexpr as cexpr
 import kfuse.codegen.kernels as kernels
 from kfuse.apps import get_app
 from kfuse.apps.check import relative_error
-from kfuse.bench.timing import time_gpu
+from kfuse.bench.timing import print_rounds, time_alternating
 from kfuse.codegen import generate
 from kfuse.search import search
 
@@ -102,17 +102,8 @@ def compare(name: str, rounds: int, tiles: list[tuple[int, ...]],
               f"(FADD {counts.get('FADD', 0)}, FMUL {counts.get('FMUL', 0)}, "
               f"FFMA {counts.get('FFMA', 0)}, float {floating})", flush=True)
         executables[label] = executable
-    times: dict[str, list[float]] = {label: [] for label in executables}
-    for _ in range(rounds):
-        for label, executable in executables.items():
-            times[label].append(time_gpu(executable.launch_all, warmup=3,
-                                         repeat=30).median_s * 1e3)
-    base = float(np.median(next(iter(times.values()))))
-    for label, values in times.items():
-        median = float(np.median(values))
-        print(f"{name:11s} {label:32s} {median:.4f} ms  {base / median:.4f}x the first  "
-              f"rounds {' '.join(f'{v:.4f}' for v in values)}", flush=True)
-
+    runs = {label: executable.launch_all for label, executable in executables.items()}
+    print_rounds(name, time_alternating(runs, rounds), next(iter(runs)))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -26,7 +26,7 @@ import numpy as np
 
 from kfuse.apps import get_app
 from kfuse.apps.check import relative_error
-from kfuse.bench.timing import time_gpu
+from kfuse.bench.timing import print_rounds, time_alternating
 from kfuse.codegen.cexpr import size_var
 from kfuse.codegen.specialise import specialise_kernel
 from kfuse.runtime import _auto_plan, get_backend
@@ -105,17 +105,8 @@ def compare(name: str, rounds: int, subsets: bool = False, drop_scales: bool = F
             program = dataclasses.replace(generated.program, source=source)
             variants["only " + ",".join(chosen)] = backend.prepare(graph, given,
                                                                    program=program)
-    times: dict[str, list[float]] = {label: [] for label in variants}
-    for _ in range(rounds):
-        for label, executable in variants.items():
-            timing = time_gpu(executable.launch_all, warmup=3, repeat=30)
-            times[label].append(timing.median_s * 1e3)
-    base = float(np.median(times["generated"]))
-    for label, values in times.items():
-        median = float(np.median(values))
-        print(f"{name:11s} {label:30s} {median:.4f} ms  {base / median:.4f}x generated  "
-              f"rounds {' '.join(f'{v:.4f}' for v in values)}", flush=True)
-
+    runs = {label: executable.launch_all for label, executable in variants.items()}
+    print_rounds(name, time_alternating(runs, rounds, repeat=30, warmup=3), "generated")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

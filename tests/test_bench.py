@@ -469,3 +469,22 @@ def test_harness_times_a_given_program():
     assert not any(note.startswith("failed") for note in row.notes), row.notes
     assert any("kfuse runs program" in note for note in row.notes)
     assert row.kfuse_ms is not None and len(row.kernels) == 2
+
+
+def test_alternating_rounds_time_each_callable_in_turn(monkeypatch, capsys):
+    import kfuse.bench.timing as timing
+
+    order = []
+
+    def fake_time_gpu(fn, *, warmup, repeat):
+        order.append(fn())
+        return timing.Timing.from_samples([{"a": 2e-3, "b": 1e-3}[order[-1]] * len(order)])
+
+    monkeypatch.setattr(timing, "time_gpu", fake_time_gpu)
+    times = timing.time_alternating({"a": lambda: "a", "b": lambda: "b"}, rounds=3)
+    assert order == ["a", "b"] * 3
+    assert times == {"a": pytest.approx([2.0, 6.0, 10.0]), "b": pytest.approx([2.0, 4.0, 6.0])}
+    timing.print_rounds("app", times, "a")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:5] == ["app", "a", "6.0000", "ms", "1.0000x"]
+    assert lines[1].split()[:5] == ["app", "b", "4.0000", "ms", "1.5000x"]

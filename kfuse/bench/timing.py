@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,3 +122,28 @@ def time_host(fn: Callable[[], object], *, warmup: int = 2, repeat: int = 10,
                 and time.perf_counter() - budget_start > max_seconds):
             break
     return Timing.from_samples(samples)
+
+
+def time_alternating(runs: Mapping[str, Callable[[], object]], rounds: int, *,
+                     repeat: int = 30, warmup: int = 3) -> dict[str, list[float]]:
+    """Median ms of each labelled callable per round, the callables timed in turn each round.
+
+    A difference of 1% between blocks of runs timed seconds apart can come from the order
+    (clocks and temperature drift while the GPU works); alternating rounds tell a real
+    difference from drift.
+    """
+    times: dict[str, list[float]] = {label: [] for label in runs}
+    for _ in range(rounds):
+        for label, fn in runs.items():
+            times[label].append(time_gpu(fn, warmup=warmup, repeat=repeat).median_s * 1e3)
+    return times
+
+
+def print_rounds(name: str, times: Mapping[str, list[float]], base: str) -> None:
+    """One line per label: median of its rounds, its speed-up over ``base``, every round."""
+    reference = float(np.median(times[base]))
+    width = max(len(label) for label in times)
+    for label, values in times.items():
+        median = float(np.median(values))
+        print(f"{name:11s} {label:{width}s} {median:.4f} ms  {reference / median:.4f}x {base}  "
+              f"rounds {' '.join(f'{v:.4f}' for v in values)}", flush=True)
