@@ -6,7 +6,7 @@ app's default program is generated with it on and off, for each register tile of
 recompute groups (``--tiles 8x4,10x4``) and block shape (``--blocks 32x2,32x4``),
 compiled for the benchmark size, checked against the float64 reference, timed in
 alternating rounds, and the SASS of each program counted by instruction class (nvcc +
-cuobjdump, when present). ``--sqrt-ftz`` adds, for each, the program whose float32 square
+cuobjdump, when present: ``scripts/dump_sass.py``). ``--sqrt-ftz`` adds, for each, the program whose float32 square
 root flushes subnormal inputs and results to zero (``sqrt.approx.ftz.f32``; timing only).
 
 Usage on the device machine (repo root)::
@@ -18,16 +18,11 @@ Usage on the device machine (repo root)::
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import itertools
-import os
-import re
-import shutil
-import subprocess
-import tempfile
 
 import numpy as np
+from dump_sass import opcode_counts, sass_of  # scripts/ is on the path when run as a script
 
 import kfuse.codegen.cexpr as cexpr
 import kfuse.codegen.kernels as kernels
@@ -38,24 +33,6 @@ from kfuse.codegen import generate
 from kfuse.search import search
 
 DEFAULT_APPS = ("harris", "shi_tomasi", "enhance")
-
-
-def sass_classes(source: str) -> dict[str, int]:
-    """SASS instructions of the program's kernels by opcode (empty without the tools)."""
-    if not (shutil.which("nvcc") and shutil.which("cuobjdump")):
-        return {}
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "kernel.cu")
-        with open(path, "w") as file:
-            file.write(source)
-        subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-o", path + ".cubin", path],
-                       check=True, capture_output=True)
-        sass = subprocess.run(["cuobjdump", "-sass", path + ".cubin"], check=True,
-                              capture_output=True, text=True).stdout
-    counts: collections.Counter[str] = collections.Counter()
-    for match in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass):
-        counts[match.group(1)] += 1
-    return dict(counts)
 
 
 def compare(name: str, rounds: int, tiles: list[tuple[int, ...]],
@@ -96,7 +73,8 @@ def compare(name: str, rounds: int, tiles: list[tuple[int, ...]],
         executable.launch_all()
         error = max(relative_error(executable.buffers[k].get(), reference[k])
                     for k in graph.outputs)
-        counts = sass_classes(program.source)
+        sass = sass_of(program.source)
+        counts = opcode_base_counts(sass) if sass else {}
         floating = sum(v for k, v in counts.items() if k in ("FADD", "FMUL", "FFMA", "MUFU"))
         print(f"{name:11s} {label:32s} error {error:.1e}  SASS {sum(counts.values())} "
               f"(FADD {counts.get('FADD', 0)}, FMUL {counts.get('FMUL', 0)}, "
@@ -104,6 +82,16 @@ def compare(name: str, rounds: int, tiles: list[tuple[int, ...]],
         executables[label] = executable
     runs = {label: executable.launch_all for label, executable in executables.items()}
     print_rounds(name, time_alternating(runs, rounds), next(iter(runs)))
+
+
+def opcode_base_counts(sass: str) -> dict[str, int]:
+    """Instructions by opcode without modifiers (``FMUL.M4`` counts as ``FMUL``)."""
+    counts: dict[str, int] = {}
+    for opcode, count in opcode_counts(sass).items():
+        base = opcode.split(".")[0]
+        counts[base] = counts.get(base, 0) + count
+    return counts
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
