@@ -115,7 +115,9 @@ def main(names: list[str]) -> None:
                 for variant in ("single", "recompute"):
                     kernels.REGISTER_TILES[(variant, len(shape))] = shape
                 label = f"register tile {' x '.join(map(str, shape))}"
-            print(f"== {label}, blocks of {kernels.TILE_X} x {kernels.TILE_Y} threads, at least "
+            shapes = ", ".join(f"{kind} {ndim}-D {x} x {y}"
+                               for (kind, ndim), (x, y) in kernels.TILED_BLOCKS.items())
+            print(f"== {label}, blocks of threads: {shapes}; at least "
                   f"{kernels.TILE_MIN_BLOCKS} per SM", flush=True)
             sweep(names, bandwidth)
 
