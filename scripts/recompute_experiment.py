@@ -6,8 +6,9 @@ app's default program is generated with it on and off, for each register tile of
 recompute groups (``--tiles 8x4,10x4``) and block shape (``--blocks 32x2,32x4``),
 compiled for the benchmark size, checked against the float64 reference, timed in
 alternating rounds, and the SASS of each program counted by instruction class (nvcc +
-cuobjdump, when present: ``scripts/dump_sass.py``). ``--sqrt-ftz`` adds, for each, the program whose float32 square
-root flushes subnormal inputs and results to zero (``sqrt.approx.ftz.f32``; timing only).
+cuobjdump, when present: ``scripts/dump_sass.py``). ``--sqrt-ftz`` adds, for each, the
+program whose float32 square root flushes subnormal inputs and results to zero
+(``sqrt.approx.ftz.f32``; timing only).
 
 Usage on the device machine (repo root)::
 

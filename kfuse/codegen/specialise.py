@@ -25,19 +25,13 @@ from kfuse.codegen.program import LaunchSpec
 RUNTIME_SUFFIX = "_argument"  # what a size argument compiled in as a constant is renamed to
 
 
-def specialised_symbols(domain: Sequence[str], symbols: Sequence[str]) -> list[str]:
-    """The size symbols of a kernel over ``domain`` that are compiled in as constants."""
-    runtime = {domain[0]} if len(domain) >= 3 else set()
-    return [symbol for symbol in symbols if symbol not in runtime]
-
-
 def specialise_kernel(lines: list[str], launch: LaunchSpec, domain: Sequence[str],
                       sizes: Mapping[str, int]) -> list[str]:
-    """One generated kernel's lines with its size arguments (those
-    :func:`specialised_symbols` picks and ``sizes`` gives) made constants of its body."""
-    arguments = [param for param in launch.params if param.role == "size"]
-    chosen = set(specialised_symbols(domain, [param.ref for param in arguments]))
-    fixed = [param for param in arguments if param.ref in chosen and param.ref in sizes]
+    """One generated kernel's lines with its size arguments that ``sizes`` gives made
+    constants of its body (all but the outermost axis of a 3-D ``domain``)."""
+    runtime = domain[0] if len(domain) >= 3 else None
+    fixed = [param for param in launch.params
+             if param.role == "size" and param.ref != runtime and param.ref in sizes]
     if not fixed:
         return lines
     header = next(i for i, line in enumerate(lines) if line.startswith("KF_KERNEL"))
