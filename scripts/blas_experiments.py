@@ -60,6 +60,7 @@ from kfuse.bench.floor import launch_bytes
 from kfuse.codegen import generate
 from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant, is_variant_text
 from kfuse.errors import KfuseError
+from kfuse.runtime.binding import bind
 from kfuse.search.variants import ImplementationSpace
 
 APPS = ("gesummv", "gemver", "sgemv", "atax", "sgemvt", "bicgk")  # most wanted first
@@ -164,12 +165,14 @@ def candidates_for(graph, space: ImplementationSpace, members, outputs, plan_var
     return result
 
 
-def program_for(graph, plan, members, variant: str):
+def program_for(graph, plan, members, variant: str, fixed_sizes=None):
+    """The plan's program with one group under ``variant`` (compiled for ``fixed_sizes``,
+    as the cuda backend compiles the programs it generates itself)."""
     groups = []
     for group in plan.groups:
         chosen = variant if tuple(group.members) == members else group.variant
         groups.append((tuple(group.members), tuple(group.outputs), chosen))
-    return generate(graph, groups)
+    return generate(graph, groups, fixed_sizes=fixed_sizes)
 
 
 def annotate_resources(graph, plan, study: GroupStudy) -> None:
@@ -263,7 +266,8 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
                 candidate.note = "skipped (--budget spent)"
                 continue
             try:
-                program = program_for(graph, plan, study.members, candidate.variant)
+                program = program_for(graph, plan, study.members, candidate.variant,
+                                      backend.fixed_sizes(bind(graph, given)))
                 executable = backend.prepare(graph, given, program=program)
                 executable.launch_all()  # intermediates of earlier groups in place
                 seconds = timed_group(executable, index)
@@ -292,7 +296,8 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
                   for g in plan.groups]
         if split:
             groups = split_epilogues(graph, groups)
-        executable = backend.prepare(graph, given, program=generate(graph, groups))
+        executable = backend.prepare(graph, given, program=generate(
+            graph, groups, fixed_sizes=backend.fixed_sizes(bind(graph, given))))
         whole[label] = time_gpu(executable.launch_all, warmup=args.warmup,
                                 repeat=args.repeat).median_s * 1e3
         executable.launch_all()

@@ -25,6 +25,7 @@ from kfuse.fusion.legality import group_violations, rule_same_nesting_depth
 from kfuse.fusion.plan import check_groups
 from kfuse.runtime import get_backend
 from kfuse.search.variants import (
+    MAP_VARIANTS,
     RANK_RESOLUTION,
     ImplementationSpace,
     autotune,
@@ -442,8 +443,22 @@ def test_enumeration_prunes_duplicates_and_dominated_orders():
     texts = group_variants(graph, ["Ax", "Bx"])
     assert len(texts) == len(kept) and "auto" not in texts  # the templates cannot run it
     assert "auto" in group_variants(graph, ["y"])  # a plain vector map: the templates can
-    vector = get_app("vadd").build().graph()
-    assert len(group_variants(vector, ["wy", "x"])) == 3 * 5 * 2 + 1
+    vector = get_app("vadd").build().graph()  # plain maps: MAP_VARIANTS and the templates
+    assert len(group_variants(vector, ["wy", "x"])) == len(MAP_VARIANTS) + 1
+    dot = get_app("axpydot").build().graph()  # a vector reduction: threads x iters x widths
+    assert len(group_variants(dot, ["z", "r"])) == 3 * 5 * 2
+
+
+def test_named_variants_of_plain_maps_are_honoured():
+    """A plan naming a map-reduce variant for a group of plain maps runs that variant (the
+    general templates only under ``auto``)."""
+    graph = get_app("vadd").build().graph()
+    sources = {variant: generate(graph, [(("wy", "x"), ("x",), variant)]).source
+               for variant in ("auto", "mapreduce:128x1:r1:i1:w8:shuffle",
+                               "mapreduce:256x1:r1:i4:w:shuffle:g1056")}
+    assert len(set(sources.values())) == 3
+    assert "kf_mr_load<2>" in sources["mapreduce:128x1:r1:i1:w8:shuffle"]
+    assert "kf_mr_load" not in sources["auto"]
 
 
 def test_combinations_are_ranked_best_first_and_counted():
@@ -686,6 +701,100 @@ def test_plain_stores_and_persistent_stream_grids_compute_the_reference(name, me
     cpu_or_skip()
     run_group_variant(name, members, variant,
                       [(67, 150), (5, 9), (33, 1031), (130, 517), (1, 3)])
+
+
+# Block rows (T x 1 stream blocks) and 8-byte accesses: named variants
+# ---------------------------------------------------------------------------------------------
+
+EPILOGUE_GROUPS = [("sgemv", ("z_prod", "z")), ("gesummv", ("Ax", "Bx", "y"))]
+
+
+@pytest.mark.parametrize("variant", [
+    "mapreduce:64x1:r1:i1:w8:stream:u4",         # block rows, 8-byte loads, whole rows
+    "mapreduce:128x1:r2:i2:w:stream:u2",         # two rows per block, two row groups
+    "mapreduce:64x1:r1:i1:s:stream:u3:c256",     # scalar loads, column spans (atomics)
+    "mapreduce:64x1:r1:i1:w8:stream:g3:u2",      # a persistent grid of 3 blocks
+])
+@pytest.mark.parametrize("name,members", STREAM_GROUPS + EPILOGUE_GROUPS)
+def test_block_row_variants_compute_the_reference(name, members, variant):
+    """A whole block per row: the row combined over the block's warps (thread 0 stores it),
+    the columns past the whole steps one chunk at a time; odd and unaligned sizes, rows
+    longer than a step, fewer rows than a persistent grid has blocks."""
+    cpu_or_skip()
+    if ":c" in variant and members in [m for _, m in EPILOGUE_GROUPS]:
+        pytest.skip("an epilogue needs whole rows (covered by the legality tests)")
+    run_group_variant(name, members, variant, [(67, 150), (5, 9), (33, 1031), (2, 1536)])
+
+
+def test_block_row_source_and_variant_text():
+    graph = get_app("sgemv").build().graph()
+    variant = MapReduceVariant.parse("mapreduce:512x1:r1:i1:w8:stream:u16")
+    assert (variant.threads, variant.vector_bytes, variant.block_rows) == ((512, 1), 8, True)
+    assert variant.text() == "mapreduce:512x1:r1:i1:w8:stream:u16"
+    assert MapReduceVariant.parse("mapreduce:32x4:r1:i1:w:stream:u4").vector_bytes == 16
+    program = generate(graph, [(("z_prod", "z"), ("z",), variant.text())],
+                       fixed_sizes={"A.0": 16384, "A.1": 16384})
+    (launch,) = program.launches
+    assert launch.block == (512, 1, 1)
+    assert launch.grid_size({"A.0": 16384, "A.1": 16384}) == (16384, 1, 1)
+    source = program.source[program.source.index("sgemv_z_prod_z("):]  # the kernel
+    assert "kf_mr_aligned(A, 8) && kf_mr_aligned(x, 8)" in source  # 8-byte accesses
+    assert "const int ix = kf_cs + (kf_u * 512 + kf_tx) * 2;" in source
+    assert "kf_row_z_prod = kf_block_reduce<0, float>(kf_row_z_prod, 0.0f);" in source
+    rest = source.index("the rest: one masked chunk")
+    assert "#pragma unroll 1" in source[rest - 80:rest]  # the rest is not unrolled
+    assert "kf_atomic" not in source  # the block owns whole rows: plain stores
+    group = MapReduceGroup(graph, ["z_prod"], ["z_prod"])
+    assert group.step(variant) == 512 * 2 * 16
+    for bad, match in (("mapreduce:64x2:r1:i1:w:stream:u2", "T x 1"),
+                       ("mapreduce:96x1:r1:i1:w:stream:u2", "power of two"),
+                       ("mapreduce:64x1:r1:i1:w:shuffle", "32 x N")):
+        with pytest.raises(FusionError, match=match):
+            generate(graph, [(("z_prod",), ("z_prod",), bad)])
+    for malformed in ("mapreduce:32x4:r1:i1:w4:stream:u2", "mapreduce:32x4:r1:i1:s8:stream"):
+        with pytest.raises(FusionError, match="malformed"):
+            MapReduceVariant.parse(malformed)
+
+
+@pytest.mark.parametrize("variant", ["mapreduce:128x1:r1:i1:w8:shuffle",
+                                     "mapreduce:64x1:r1:i3:w8:shuffle:g3"])
+@pytest.mark.parametrize("name", ["madd", "vadd", "waxpby", "axpydot"])
+def test_eight_byte_vector_kernels_compute_the_reference(name, variant):
+    """Vector kernels with 8-byte loads and stores: odd sizes leave masked tails."""
+    cpu_or_skip()
+    from kfuse.fusion.plan import group_outputs
+    app = get_app(name)
+    graph = app.build().graph()
+    members = tuple(k.name for k in graph.topological_kernels())
+    program = generate(graph, [(members, group_outputs(graph, members), variant)])
+    assert "kf_mr_aligned(" in program.source and ", 8)" in program.source
+    for size in ((67, 151), (5, 3)) if app.ndim == 2 else ((1031,), (7,)):
+        arrays, params = app.make_inputs(size, np.random.default_rng(2), "float32")
+        out = get_backend("cpu").run(graph, {**arrays, **params}, program=program)
+        for key, value in app.reference(arrays, params, None).items():
+            assert relative_error(out[key], value) <= 1e-5, (name, variant, size, key)
+
+
+def test_block_rows_are_predicted_but_not_enumerated():
+    """Named block-row variants are predicted (registers fitted to ptxas, the columns past
+    the whole steps at one chunk in flight); the space does not enumerate them."""
+    from kfuse.model.device import h200_like_profile
+    from kfuse.search.variants import predict_variant
+    profile = h200_like_profile()
+    graph = get_app("sgemv").build().graph()
+    assert not any(MapReduceVariant.parse(v).block_rows
+                   for v in group_variants(graph, ["z_prod"], profile=profile)
+                   if v != "auto")
+
+    def seconds_per_byte(variant: str, cols: int) -> float:
+        sizes = {"A.0": 16384, "A.1": cols}
+        found = predict_variant(graph, ["z_prod"], ["z_prod"], variant, sizes, profile)
+        return found.time_s / found.dram_bytes
+
+    whole = "mapreduce:512x1:r1:i1:w8:stream:u16"  # a step of 16384 columns
+    assert seconds_per_byte(whole, 16000) > 1.2 * seconds_per_byte(whole, 16384)
+    warps = "mapreduce:32x4:r1:i1:w:stream:u16"  # the rest unrolled like the steps
+    assert seconds_per_byte(warps, 16000) < 1.05 * seconds_per_byte(warps, 16384)
 
 
 def test_whole_rows_need_no_fill_and_spans_do():

@@ -75,6 +75,7 @@ from kfuse.ir.graph import Graph, Kernel
 
 VARIANT_PREFIX = "mapreduce"
 ROWSUM_MODES = ("shuffle", "smem", "stream")
+VECTOR_BYTES = (8, 16)       # one vector access: two or four 32-bit words
 SMEM_TILE_ROWS = 32          # rowsum="smem": lane tx sums row tx of the tile
 STATIC_SHARED_LIMIT = 48 * 1024
 OP_CODE = {"sum": 0, "min": 1, "max": 2}
@@ -82,28 +83,39 @@ OP_CODE = {"sum": 0, "min": 1, "max": 2}
 HELPERS = r"""#ifndef KF_MAPREDUCE_HELPERS
 #define KF_MAPREDUCE_HELPERS
 // ----- kfuse map-reduce helpers (kfuse.codegen.mapreduce) -----
-KF_DEVICE bool kf_mr_aligned(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
+KF_DEVICE bool kf_mr_aligned(const void* p, unsigned long long bytes = 16) {
+  return ((unsigned long long)p & (bytes - 1)) == 0;
+}
 
-// Load V consecutive elements: one 16-byte load when allowed and all V exist, else
-// 'count' scalar loads (the rest read as 0: callers mask them).
+// Load V consecutive elements: one 16-byte (or 8-byte) load when allowed and all V exist,
+// else 'count' scalar loads (the rest read as 0: callers mask them).
 template <int V, typename T>
 KF_DEVICE void kf_mr_load(const T* p, int count, bool vec, T (&v)[V]) {
   if (V > 1 && V * sizeof(T) == 16 && vec && count == V) {
     union { uint4 w; T e[V]; } u;
     u.w = *reinterpret_cast<const uint4*>(p);
     for (int k = 0; k < V; ++k) v[k] = u.e[k];
+  } else if (V > 1 && V * sizeof(T) == 8 && vec && count == V) {
+    union { uint2 w; T e[V]; } u;
+    u.w = *reinterpret_cast<const uint2*>(p);
+    for (int k = 0; k < V; ++k) v[k] = u.e[k];
   } else {
     for (int k = 0; k < V; ++k) v[k] = k < count ? p[k] : T(0);
   }
 }
 
-// Store the first 'count' of V consecutive elements (one 16-byte store when allowed).
+// Store the first 'count' of V consecutive elements (one 16-byte or 8-byte store when
+// allowed).
 template <int V, typename T>
 KF_DEVICE void kf_mr_store(T* p, int count, bool vec, const T (&v)[V]) {
   if (V > 1 && V * sizeof(T) == 16 && vec && count == V) {
     union { uint4 w; T e[V]; } u;
     for (int k = 0; k < V; ++k) u.e[k] = v[k];
     *reinterpret_cast<uint4*>(p) = u.w;
+  } else if (V > 1 && V * sizeof(T) == 8 && vec && count == V) {
+    union { uint2 w; T e[V]; } u;
+    for (int k = 0; k < V; ++k) u.e[k] = v[k];
+    *reinterpret_cast<uint2*>(p) = u.w;
   } else {
     for (int k = 0; k < V; ++k) if (k < count) p[k] = v[k];
   }
@@ -138,12 +150,17 @@ class MapReduceVariant:
 
     ``rowsum="stream"`` is another thread-to-data mapping for matrix groups without column
     reductions (``A x``, maps, dots): warp ``ty`` owns ``rows`` consecutive rows and walks
-    along them, ``unroll`` coalesced 16-byte loads per row and thread in flight per step
+    along them, ``unroll`` coalesced vector loads per row and thread in flight per step
     (``32 * V * unroll`` columns), partial row results kept in registers across the whole
     walk and combined over the warp once at the end; ``span``: columns per block (0: whole
     rows, one plain store per row and no fill of the output; else a multiple of the step, one
     atomic per row and span); ``iters``: groups of ``threads[1] * rows`` rows per block;
     ``blocks``: a persistent grid of at most this many blocks looping over the row groups.
+    With ``threads = (T, 1)``, ``T`` a power of two above 32, the whole block walks its rows
+    together (*block rows*: ``T * V * unroll`` columns per step, each row combined over the
+    block's warps at the end; torch.compile's GEMV shape).
+
+    ``vector_bytes``: the size of one vector access when ``wide`` (16, or 8: two floats).
     """
 
     threads: tuple[int, int] = (256, 1)
@@ -155,6 +172,7 @@ class MapReduceVariant:
     blocks: int = 0
     unroll: int = 1
     span: int = 0
+    vector_bytes: int = 16
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -172,11 +190,18 @@ class MapReduceVariant:
                               "positive")
         if self.rowsum != "stream" and (self.unroll != 1 or self.span):
             raise FusionError("variant: unroll and span belong to the stream mapping")
+        if self.vector_bytes not in VECTOR_BYTES:
+            raise FusionError(f"variant: vector accesses are of {VECTOR_BYTES} bytes")
+        if self.rowsum == "stream" and bx != WARP and (by != 1 or bx & (bx - 1)):
+            raise FusionError(f"variant: a stream block of {bx}x{by} threads: warps walk rows "
+                              "in 32 x N blocks, whole blocks in T x 1 (T a power of two)")
 
     def text(self) -> str:
         """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
+        access = ("w" if self.vector_bytes == 16 else f"w{self.vector_bytes}") if self.wide \
+            else "s"
         parts = [VARIANT_PREFIX, f"{self.threads[0]}x{self.threads[1]}", f"r{self.rows}",
-                 f"i{self.iters}", "w" if self.wide else "s", self.rowsum]
+                 f"i{self.iters}", access, self.rowsum]
         if self.blocks:
             parts.append(f"g{self.blocks}")
         if self.unroll != 1:
@@ -191,9 +216,14 @@ class MapReduceVariant:
 
     @property
     def whole_rows(self) -> bool:
-        """One warp owns whole rows (the stream mapping without column spans): a row's
-        reduction is complete inside the warp."""
+        """One warp (or block) owns whole rows (the stream mapping without column spans): a
+        row's reduction is complete inside it."""
         return self.rowsum == "stream" and not self.span
+
+    @property
+    def block_rows(self) -> bool:
+        """The stream mapping with the whole block along its rows (``T x 1`` threads)."""
+        return self.rowsum == "stream" and self.threads[0] != WARP
 
     @classmethod
     def parse(cls, text: str) -> MapReduceVariant:
@@ -204,7 +234,8 @@ class MapReduceVariant:
         match = re.fullmatch(r"(\d+)x(\d+)", parts[1])
         rows = re.fullmatch(r"r(\d+)", parts[2])
         iters = re.fullmatch(r"i(\d+)", parts[3])
-        if not (match and rows and iters and parts[4] in ("w", "s")):
+        access = re.fullmatch(r"w(8|16)?|s", parts[4])
+        if not (match and rows and iters and access):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
         blocks, unroll, span = 0, 1, 0
@@ -220,14 +251,14 @@ class MapReduceVariant:
             else:
                 raise FusionError(f"malformed map-reduce variant {text!r}")
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
-                   int(iters.group(1)), parts[4] == "w", parts[5], order, blocks, unroll,
-                   span)
+                   int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
+                   span, int(access.group(1) or 16))
 
     def width(self, item_size: int | None) -> int:
-        """Elements per thread and access: 16 bytes' worth when wide, else 1."""
+        """Elements per thread and access: ``vector_bytes``' worth when wide, else 1."""
         if not self.wide or item_size not in (4, 8):
             return 1
-        return 16 // item_size
+        return max(1, self.vector_bytes // item_size)
 
 
 def is_variant_text(variant: object) -> bool:
@@ -376,9 +407,10 @@ class MapReduceGroup(GroupNames):
             if by != 1:
                 raise FusionError(f"variant {variant}: a vector kernel takes N x 1 threads")
             return MapReduceVariant((bx, 1), 1, variant.iters, variant.wide, "shuffle", (),
-                                    variant.blocks)
-        if bx != WARP:
-            raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads")
+                                    variant.blocks, vector_bytes=variant.vector_bytes)
+        if bx != WARP and variant.rowsum != "stream":
+            raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads (T x 1 "
+                              "only in the stream mapping)")
         if self.epilogue:
             reason = whole_row_stream_reason(variant)
             if reason:
@@ -403,7 +435,8 @@ class MapReduceGroup(GroupNames):
             if sorted(order) != sorted(names):
                 raise FusionError(f"variant {variant}: the order must name the row "
                                   f"reductions {names}")
-        result = MapReduceVariant((bx, by), rows, variant.iters, variant.wide, rowsum, order)
+        result = MapReduceVariant((bx, by), rows, variant.iters, variant.wide, rowsum, order,
+                                  vector_bytes=variant.vector_bytes)
         if self.shared_bytes(result) > STATIC_SHARED_LIMIT:
             raise FusionError(f"variant {result}: needs {self.shared_bytes(result)} bytes of "
                               f"shared memory, more than {STATIC_SHARED_LIMIT}")
@@ -419,7 +452,8 @@ class MapReduceGroup(GroupNames):
         step = self.step(variant)
         span = -(-variant.span // step) * step if variant.span else 0
         return MapReduceVariant(variant.threads, variant.rows, variant.iters, variant.wide,
-                                "stream", (), variant.blocks, variant.unroll, span)
+                                "stream", (), variant.blocks, variant.unroll, span,
+                                variant.vector_bytes)
 
     def width(self, variant: MapReduceVariant) -> int:
         return variant.width(self.item_size)
@@ -437,8 +471,9 @@ class MapReduceGroup(GroupNames):
         return list(self.reductions)
 
     def step(self, variant: MapReduceVariant) -> int:
-        """Columns a warp covers per step of the stream mapping (32 x V x unroll)."""
-        return WARP * self.width(variant) * variant.unroll
+        """Columns a warp (block rows: a block) covers per step of the stream mapping
+        (32 x V x unroll; T x V x unroll)."""
+        return variant.threads[0] * self.width(variant) * variant.unroll
 
     def tile(self, variant: MapReduceVariant) -> tuple[int, int]:
         """(rows, columns) of one tile of a matrix kernel; (1, elements) of a vector chunk.
@@ -502,20 +537,21 @@ def _align(offset: int) -> int:
 def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bool:
     """True when this module generates the group's kernel.
 
-    Never for plain maps; for a group with a reduction always under a map-reduce variant
-    string, and by default when the general templates do not cover it well: a vector
-    reduction, a matrix reduced along one axis, or several reductions.
+    Always under a map-reduce variant string (plain maps too: a plan that names a variant
+    runs it); by default (``auto``) never for plain maps, and for groups with a reduction
+    when the general templates do not cover them well: a vector reduction, a matrix reduced
+    along one axis, or several reductions.
     """
     kernels = [graph.kernel_by_name[name] for name in members]
     reductions = [k for k in kernels if k.reduction is not None]
     if reductions and is_row_epilogue_group(graph, members):
         return True  # a row reduction and its epilogue: only this module fuses them
+    if is_variant_text(variant):
+        return mapreduce_group_reason(graph, members) is None  # a named variant is honoured
     if not reductions:
         # plain maps: kfuse's flat and tiled kernels reach the copy bandwidth (measured on
         # an H200: SSCAL and MADD 5-7% faster than this module's map kernel)
         return False
-    if is_variant_text(variant):
-        return True
     if mapreduce_shape_reason(graph, members) is not None:
         return False
     if len(reductions) > 1 or kernels[0].ndim == 1:
@@ -586,11 +622,13 @@ class _Builder(StreamBody):
         return header, tuple(KernelParam(*p) for p in params)
 
     def aligned_flag(self, buffers: Sequence[str], stride: str | None) -> str:
-        """C condition for 16-byte accesses: pointers aligned (and rows a whole number of V)."""
+        """C condition for vector accesses: pointers aligned (and rows a whole number of V)."""
         if self.v == 1 or not buffers:
             return "false"
+        size = self.variant.vector_bytes
+        extra = "" if size == 16 else f", {size}"
         terms = [f"({stride} % {self.v} == 0)"] if stride else []
-        terms += [f"kf_mr_aligned({c_name(name)})" for name in buffers]
+        terms += [f"kf_mr_aligned({c_name(name)}{extra})" for name in buffers]
         return " && ".join(terms)
 
     def hook(self, load: Load, emitter: ExprEmitter) -> str | None:

@@ -1,9 +1,11 @@
-"""The "stream" map-reduce kernels: each warp walks along its own rows of a matrix.
+"""The "stream" map-reduce kernels: each warp (or whole block) walks along its own rows.
 
 Every load of a step is issued before its arithmetic, row results stay in registers until
 the end of the walk, and a warp that owns whole rows stores each result (and the
-elementwise epilogue that reads it) without atomics or a zero-fill. Part of the map-reduce
-generator (:mod:`kfuse.codegen.mapreduce`), whose kernel builder mixes this class in.
+elementwise epilogue that reads it) without atomics or a zero-fill. *Block rows* (``T x 1``
+threads) put a whole block on each row: the row's results are combined over the block's
+warps at the end (:func:`row_total`). Part of the map-reduce generator
+(:mod:`kfuse.codegen.mapreduce`), whose kernel builder mixes this class in.
 """
 
 from __future__ import annotations
@@ -11,23 +13,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kfuse.codegen.cexpr import EmitState, ExprEmitter, c_name, indent, size_var
-from kfuse.codegen.program import GRID_LIMITS, WARP, GridAxis
+from kfuse.codegen.program import GRID_LIMITS, GridAxis
 from kfuse.ir.expr import C_TYPES, Load
 
 if TYPE_CHECKING:
     from kfuse.codegen.mapreduce import Reduce
 
 
-def row_total(reduce: Reduce, unroll: int, target: str, comment: str = "") -> list[str]:
+def row_total(reduce: Reduce, unroll: int, target: str, comment: str = "",
+              block: bool = False) -> list[str]:
     """Lines that combine a row's ``unroll`` partials of ``reduce`` (``kf_racc_*[kf_k][*]``)
-    and then the warp's lanes into ``target``: the row's result, in every lane."""
+    and then the warp's lanes into ``target``: the row's result, in every lane. ``block``
+    (block rows): over the whole block instead, the result in thread 0 (every thread of the
+    block must run these lines: they hold barriers)."""
     combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
     partials = f"kf_racc_{reduce.var}[kf_k]"
+    over = (f"kf_block_reduce<{reduce.code}, {reduce.ctype}>({target}, {reduce.identity});"
+            "  // over the block's warps: valid in thread 0" if block else
+            f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>({target});")
     return [f"{reduce.ctype} {target} = {partials}[0];{comment}",
             "#pragma unroll",
             f"for (int kf_u = 1; kf_u < {unroll}; ++kf_u) {target} = {combine}({target}, "
             f"{partials}[kf_u]);",
-            f"{target} = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>({target});"]
+            f"{target} = {over}"]
 
 
 class StreamBody:
@@ -37,7 +45,9 @@ class StreamBody:
         """Warps walk along their rows: every load of a step in flight, row results in
         registers until the end of the walk (no column reductions in such a group)."""
         group, variant, v = self.group, self.variant, self.v
-        by, rows, unroll, iters = variant.threads[1], variant.rows, variant.unroll, variant.iters
+        bx, by = variant.threads
+        rows, unroll, iters = variant.rows, variant.unroll, variant.iters
+        owner = "block" if variant.block_rows else "warp"
         step = group.step(variant)
         rows_symbol, cols_symbol = group.domain
         n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
@@ -52,13 +62,13 @@ class StreamBody:
         # a row past the end must not store, nor read a vector by row, nor feed a dot
         guarded = bool(group.stores or group.generic or all_reductions)
 
-        def step_lines(full: bool) -> list[str]:
-            """One step: U chunks of V columns of each of the warp's rows. ``full``: every
-            chunk inside and 16-byte aligned (straight 16-byte loads, no masks)."""
+        def step_lines(full: bool, unroll: int = unroll) -> list[str]:
+            """One step: ``unroll`` chunks of V columns of each of the warp's rows. ``full``:
+            every chunk inside and aligned (straight vector loads, no masks)."""
             vec = "true" if full else "kf_vec"
             cols = (f"const int kf_cols = {v};" if full else
                     f"const int kf_cols = ix < kf_c1 ? min({v}, kf_c1 - ix) : 0;")
-            chunk = [f"const int ix = kf_cs + (kf_u * {WARP} + kf_tx) * {v};", cols]
+            chunk = [f"const int ix = kf_cs + (kf_u * {bx} + kf_tx) * {v};", cols]
             loads = [f"{C_TYPES[group.graph.buffers[name].dtype]} kf_ld_{c_name(name)}"
                      f"[{rows}][{unroll}][{v}];" for name in group.tile_inputs]
             loads += [f"{C_TYPES[group.graph.buffers[name].dtype]} kf_col_{c_name(name)}"
@@ -91,8 +101,8 @@ class StreamBody:
                                       f"({reduce.ctype}){value});")
             work = [*code, *self.store_lines(values, address, "kf_cols", vec), *accumulate]
             if guarded:
-                work = [f"if (iy < {n_rows}) {{  // the same for the whole warp: a warp owns "
-                        "its rows", *indent(work, 1), "}"]
+                work = [f"if (iy < {n_rows}) {{  // the same for the whole {owner}: a "
+                        f"{owner} owns its rows", *indent(work, 1), "}"]
             else:  # rows past the end only feed accumulators that are never flushed
                 work = ["// (no stores or row-indexed reads: rows past the end are computed "
                         "on clamped loads, never flushed)", *work]
@@ -124,7 +134,8 @@ class StreamBody:
             if stored:  # the warp owns whole rows: its result is the row's, no atomic
                 write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) "
                          f"{reduce.var}[kf_row0 + kf_k] = kf_part;")
-                how = "one plain store per row (the warp owns whole rows: no fill, no atomic)"
+                how = (f"one plain store per row (the {owner} owns whole rows: no fill, no "
+                       "atomic)")
             else:
                 write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) kf_atomic_{reduce.op}("
                          f"&{reduce.var}[kf_row0 + kf_k], kf_part);")
@@ -132,25 +143,33 @@ class StreamBody:
             flush += [
                 "#pragma unroll",
                 f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{  // '{reduce.kernel.name}': "
-                f"each row over the warp, {how}",
-                *indent(row_total(reduce, unroll, "kf_part"), 1),
+                f"each row over the {owner}, {how}",
+                *indent(row_total(reduce, unroll, "kf_part", block=variant.block_rows), 1),
                 write,
                 "}"]
+        rest = [f"for (; kf_cs < kf_c1; kf_cs += {step}) {{  // the rest: masked (and "
+                "unaligned)", *indent(step_lines(False), 1), "}"]
+        if variant.block_rows:
+            # One chunk per iteration, not unrolled: ptxas sizes the registers for the
+            # heaviest path, and a rest unrolled like the steps (masked loads all in flight)
+            # would take registers, hence resident blocks, from the whole-step path.
+            rest = ["#pragma unroll 1",
+                    f"for (; kf_cs < kf_c1; kf_cs += {bx * v}) {{  // the rest: one masked "
+                    "chunk per thread and iteration (and unaligned)",
+                    *indent(step_lines(False, 1), 1), "}"]
         walk = [
             f"for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{  // serial iterations: row groups",
             f"  const int kf_row0 = (kf_by * {iters} + kf_it) * {by * rows} + kf_ty * {rows};",
-            f"  if (kf_row0 >= {n_rows}) break;  // the same for the whole warp (no barrier "
-            "inside)",
+            f"  if (kf_row0 >= {n_rows}) break;  // the same for the whole {owner}"
+            + (" (no barrier inside)" if owner == "warp" else ""),
             *indent(accumulators, 1),
             "  int kf_cs = kf_c0;",
-            "  if (kf_vec) {  // whole aligned steps: straight 16-byte loads",
+            f"  if (kf_vec) {{  // whole aligned steps: straight {variant.vector_bytes}-byte loads",
             f"    for (; kf_cs + {step} <= kf_c1; kf_cs += {step}) {{",
             *indent(step_lines(True), 3),
             "    }",
             "  }",
-            f"  for (; kf_cs < kf_c1; kf_cs += {step}) {{  // the rest: masked (and unaligned)",
-            *indent(step_lines(False), 2),
-            "  }",
+            *indent(rest, 1),
             *indent(flush, 1),
             "}",
         ]
@@ -173,12 +192,17 @@ class StreamBody:
         if not variant.span:
             spans = ["{  // one span: whole rows", "  const int kf_c0 = 0;",
                      f"  const int kf_c1 = {n_cols};"]
+        mapping = (f"// stream mapping: warp ty owns rows row0 + ty * {rows} .. +{rows - 1} "
+                   f"and walks along them, {unroll} x {v} column(s) per row, thread and step")
+        if variant.block_rows:
+            mapping = (f"// stream mapping, block rows: the block's {bx} threads own rows row0 .. "
+                       f"+{rows - 1} and walk along them, {unroll} x {v} column(s) per row, "
+                       "thread and step")
         body = [
-            "// stream mapping: warp ty owns rows row0 + ty * "
-            f"{rows} .. +{rows - 1} and walks along them, {unroll} x {v} column(s) per row, "
-            "thread and step",
+            mapping,
             "const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;",
-            f"const bool kf_vec = {vec};  // 16-byte accesses where aligned",
+            f"const bool kf_vec = {vec};  // {variant.vector_bytes}-byte accesses where "
+            "aligned",
             f"const int kf_row_blocks = ({n_rows} + {by * rows * iters - 1}) / "
             f"{by * rows * iters};",
             "for (int kf_by = blockIdx.x; kf_by < kf_row_blocks; kf_by += gridDim.x) {",
@@ -200,10 +224,11 @@ class StreamBody:
         group = self.group
         results = {r.kernel.output: f"kf_row_{r.var}" for r in group.row_reductions()}
         lines = []
+        owner = "block" if self.variant.block_rows else "warp"
         for reduce in group.row_reductions():
             lines += row_total(reduce, unroll, f"kf_row_{reduce.var}",
-                               f"  // '{reduce.kernel.name}': the row over the warp (the warp "
-                               "owns it whole)")
+                               f"  // '{reduce.kernel.name}': the row over the {owner} (the "
+                               f"{owner} owns it whole)", block=self.variant.block_rows)
 
         def hook(load: Load, emitter: ExprEmitter) -> str | None:
             if load.buffer in results:

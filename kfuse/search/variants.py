@@ -13,7 +13,13 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
    pruned as the paper says: duplicates, variants that cannot run
    (shared memory), and variants *dominated* by one identical except for its calling order
    that uses no more on-chip memory; the general templates' own kernel (``auto``) is one
-   more implementation where they can run the group;
+   more implementation where they can run the group. Not enumerated, though they run and
+   are predicted when a plan names them: *block rows* (``T x 1`` stream blocks, torch.compile's
+   GEMV shape) and 8-byte accesses (``w8``). On an H200 at 16384^2 they measured within
+   ±0.5% of the warp-row stream variants, and which of them is fast depends on how many
+   registers ptxas gives them (occupancy), which the model does not predict: enumerated,
+   the model ranked slow ones first (SGEMV 0.258 ms instead of 0.235; docs/benchmarks.md,
+   session 9);
 3. **combinations**: exact covers of the operators by fusions with an acyclic quotient
    graph, each fusion with one implementation, enumerated best-first by the predicted sum
    (k-best; nothing is thrown away: low-ranked implementations appear in later ones).
@@ -90,6 +96,13 @@ MATRIX_THREADS_Y = (4, 8, 16)          # blocks of 32 x y threads
 MATRIX_ROWS = (1, 2, 4)                # rows per thread and tile (shuffle row sums)
 ITERATIONS = (1, 2, 4, 8, 16)
 PERSISTENT_ITERATIONS = (1, 4)         # chunks per loop step of a persistent vector grid
+# Plain maps (no reduction): beside the general templates (``auto``), one vector of 16 or 8
+# bytes per thread and input, one chunk per block (torch.compile's pointwise shape). Measured
+# on an H200 (2^27-2^28 elements, docs/benchmarks.md session 9): these are the fastest of
+# this module's vector kernels (VADD 128 x 8 bytes 0.4802 ms, SSCAL 128 x 16 bytes 0.2546,
+# the templates 0.4822 / 0.2559); persistent grids and more chunks per block, which the
+# model ranks first for their fewer blocks, were 2-8% slower.
+MAP_VARIANTS = ((128, 16), (128, 8), (256, 16), (256, 8))   # (threads, vector bytes)
 STREAM_THREADS_Y = (4, 8)              # stream mapping: warps per block, one row group each
 STREAM_ROWS = (1, 2, 4)                # rows per warp walked together
 STREAM_UNROLL = (2, 4, 8, 16)          # 16-byte loads per row, thread and step
@@ -118,6 +131,8 @@ MAX_BLOCKS_PER_SM = 32
 STREAM_BASE_REGISTERS = 20
 REGISTERS_PER_MATRIX_WORD = 1.5        # 32-bit words of a matrix a thread keeps in flight
 REGISTERS_PER_VECTOR_WORD = 0.85       # words of column vectors kept per step chunk
+BLOCK_ROW_BASE_REGISTERS = 24          # block rows (fitted to ptxas -v, CUDA 13, sm_90)
+BLOCK_ROW_REGISTERS_PER_WORD = 0.5     # words a thread loads per step (block rows)
 REGISTER_UNIT = 8                      # registers are allocated per thread in units of 8
 MAX_REGISTERS = 255
 KNEE = 4.0                             # soft knee of the drawn bandwidth vs bytes in flight
@@ -144,6 +159,11 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
     """
     result: list[MapReduceVariant] = []
     wides = (True, False) if group.item_size in (4, 8) else (False,)
+    if group.flat and not group.reductions:  # plain maps (see MAP_VARIANTS)
+        for threads, size in MAP_VARIANTS:
+            result.append(MapReduceVariant((threads, 1), 1, 1, wides[0], "shuffle",
+                                           vector_bytes=size))
+        return result
     if group.flat:
         for threads, iters, wide in itertools.product(VECTOR_THREADS, ITERATIONS, wides):
             result.append(MapReduceVariant((threads, 1), 1, iters, wide, "shuffle"))
@@ -343,12 +363,20 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     cycles = BLOCK_CYCLES + (EPILOGUE_CYCLES if group.reductions or shared else 0)
     if stream:
         reads = sum(graph.nbytes(b, sizes) for b in group.tile_inputs)
-        efficiency = _matrix_efficiency(
-            blocks=blocks, per_sm=per_sm, profile=profile,
-            block_in_flight=threads * v * item * max(tile_inputs, 1)
-            * variant.rows * variant.unroll,
-            read_share=reads / dram if dram else 1.0, block_bytes=dram / blocks,
-            fixed_s=cycles / CLOCK_HZ)
+        chunk_in_flight = threads * v * item * max(tile_inputs, 1) * variant.rows
+
+        def drawn(chunks: int) -> float:
+            return _matrix_efficiency(
+                blocks=blocks, per_sm=per_sm, profile=profile,
+                block_in_flight=chunk_in_flight * chunks,
+                read_share=reads / dram if dram else 1.0, block_bytes=dram / blocks,
+                fixed_s=cycles / CLOCK_HZ)
+
+        efficiency = drawn(variant.unroll)
+        if variant.block_rows:  # the columns past the whole steps: one chunk at a time
+            cols = variant.span or sizes[group.domain[1]]
+            rest = (cols % group.step(variant)) / cols if cols else 0.0
+            efficiency = 1.0 / ((1.0 - rest) / efficiency + rest / drawn(1))
         efficiency /= 1.0 + ROW_STREAM_COST * _concurrent_rows(
             group, variant, blocks, per_sm * profile.sm_count)
     times = {
@@ -374,11 +402,17 @@ def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     """Registers per thread of a stream-mapped matrix kernel, estimated (fitted to ptxas on
     sm_90): about 1.5 per 32-bit word of the matrices a thread keeps in flight (the value
     and its share of addresses and masks), 0.85 per word of column vectors per step chunk,
-    one per row accumulator."""
+    one per row accumulator. Block rows: ptxas interleaves a step's loads with their
+    arithmetic rather than keeping all in flight (CUDA 13, 256-1024 threads per row, 8-16
+    loads: 32-102 registers), about 24 plus half a register per word loaded per step."""
     v = group.width(variant)
     words = (group.item_size or 4) // 4 or 1
     matrices = max(1, len(group.tile_inputs)) + len(group.stores)
     chunks = variant.unroll
+    if variant.block_rows:
+        loaded = chunks * v * words * (variant.rows * matrices + len(group.col_inputs))
+        return min(MAX_REGISTERS, int(math.ceil(BLOCK_ROW_BASE_REGISTERS
+                                                + BLOCK_ROW_REGISTERS_PER_WORD * loaded)))
     estimate = (STREAM_BASE_REGISTERS
                 + REGISTERS_PER_MATRIX_WORD * chunks * v * variant.rows * matrices * words
                 + REGISTERS_PER_VECTOR_WORD * chunks * v * len(group.col_inputs) * words

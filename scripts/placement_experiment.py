@@ -1,0 +1,81 @@
+"""Does where the output lies in device memory change a streaming kernel's time? (GPU
+experiment)
+
+kfuse and torch.compile read the very same input arrays in ``interleaved_bench.py``, but
+each writes its own output buffer (kfuse allocates its own; torch.compile's comes from
+PyTorch's caching allocator). Here kfuse's planned program writes its outputs into views of
+fresh allocations at several byte offsets, each timed in alternating rounds beside
+torch.compile; and torch.compile is also given inputs at other offsets (copies).
+
+Usage on the device machine (repo root)::
+
+    PYTHONPATH=. python3 scripts/placement_experiment.py [app ...] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from kfuse.apps import get_app
+from kfuse.bench.timing import print_rounds, time_alternating
+from kfuse.runtime import _auto_plan, get_backend
+
+OFFSETS = (0, 256, 4096, 65536, 1 << 20, 3 << 20)   # bytes
+
+
+def shifted(cupy, like, offset: int):
+    """A view like ``like`` (same shape and dtype) starting ``offset`` bytes into a fresh
+    allocation."""
+    raw = cupy.empty(like.nbytes + offset, dtype=cupy.uint8)
+    return raw[offset:offset + like.nbytes].view(like.dtype).reshape(like.shape)
+
+
+def compare(name: str, rounds: int, runs: int) -> None:
+    import cupy
+    import torch
+
+    from kfuse.bench.torch_baseline import compile_core, translate
+
+    app = get_app(name)
+    graph = app.build().graph()
+    size = (2**27,) if app.ndim == 1 else (16384, 16384)
+    arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+    given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
+    program = translate(graph)
+    compiled = program.function(compile_core(program))
+    runs_by_label = {}
+    for offset in OFFSETS:
+        executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+        for output in graph.outputs:
+            executable.buffers[output] = shifted(cupy, executable.buffers[output], offset)
+        executable.launch_all()
+        runs_by_label[f"kfuse out+{offset}"] = executable.launch_all
+    for offset in OFFSETS[:3]:
+        tensors = {}
+        for key, value in given.items():
+            if isinstance(value, float):
+                continue
+            copy = shifted(cupy, value, offset)
+            copy[...] = value
+            tensors[key] = torch.as_tensor(copy, device="cuda")
+        compiled(**tensors, **params)
+        runs_by_label[f"compile in+{offset}"] = (
+            lambda tensors=tensors: compiled(**tensors, **params))
+    print_rounds(name, time_alternating(runs_by_label, rounds, repeat=runs),
+                 "compile in+0")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("apps", nargs="*", default=["vadd", "madd", "sgemv"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    for name in args.apps:
+        compare(name, args.rounds, args.runs)
+
+
+if __name__ == "__main__":
+    main()
