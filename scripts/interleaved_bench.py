@@ -39,7 +39,10 @@ def compare(name: str, rounds: int, runs: int) -> None:
     graph = app.build().graph()
     arrays, params = app.make_inputs(bench_size(app), np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+    planner = getattr(app, "planner", None)  # BLAS apps: as blas_bench.py plans them
+    plan = (planner(graph, app.sizes(graph, bench_size(app))) if planner is not None
+            else _auto_plan(graph, given))
+    executable = get_backend("cuda").prepare(graph, given, plan=plan)
     program = translate(graph)
     compiled = program.function(compile_core(program))
     tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()
@@ -57,6 +60,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
     ours_ms, theirs_ms = times["kfuse"], times["compile"]
     won = sum(a <= b for a, b in zip(ours_ms, theirs_ms, strict=True))
     ours, theirs = float(np.median(ours_ms)), float(np.median(theirs_ms))
+    print(f"{name:8s} plan {[g.variant for g in plan.groups]}")
     print(f"{name:8s} kfuse {ours:.4f} ms  torch.compile {theirs:.4f} ms  "
           f"x compile {theirs / ours:.4f}  kfuse faster in {won}/{rounds} rounds", flush=True)
     print("         kfuse rounds   " + " ".join(f"{t:.4f}" for t in ours_ms))

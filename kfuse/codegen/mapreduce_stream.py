@@ -48,6 +48,11 @@ class StreamBody:
         bx, by = variant.threads
         rows, unroll, iters = variant.rows, variant.unroll, variant.iters
         owner = "block" if variant.block_rows else "warp"
+        # partial row results per thread: one per chunk of a step (independent chains), or
+        # for block rows one per row (ptxas then interleaves the step's loads with their
+        # arithmetic in few registers, as in torch.compile's GEMV: more blocks per SM)
+        partials = 1 if variant.block_rows else unroll
+        slot = "0" if variant.block_rows else "kf_u"
         step = group.step(variant)
         rows_symbol, cols_symbol = group.domain
         n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
@@ -90,9 +95,9 @@ class StreamBody:
                 for element, value in enumerate(values[reduce.kernel.output]):
                     item = (f"({reduce.ctype}){value}" if full else
                             f"{element} < kf_cols ? ({reduce.ctype}){value} : {reduce.identity}")
-                    accumulate.append(f"kf_racc_{reduce.var}[kf_k][kf_u] = kf_combine<"
+                    accumulate.append(f"kf_racc_{reduce.var}[kf_k][{slot}] = kf_combine<"
                                       f"{reduce.code}, {reduce.ctype}>(kf_racc_{reduce.var}"
-                                      f"[kf_k][kf_u], {item});")
+                                      f"[kf_k][{slot}], {item});")
             for reduce in all_reductions:
                 for element, value in enumerate(values[reduce.kernel.output]):
                     guard = "" if full else f"if ({element} < kf_cols) "
@@ -117,19 +122,19 @@ class StreamBody:
                     "// stage 2: every member at each element, row results accumulated",
                     *compute]
 
-        accumulators = [f"{r.ctype} kf_racc_{r.var}[{rows}][{unroll}];  // partial {r.op} of "
-                        f"'{r.kernel.name}' per row and chunk"
+        accumulators = [f"{r.ctype} kf_racc_{r.var}[{rows}][{partials}];  // partial {r.op} of "
+                        f"'{r.kernel.name}' per row" + (" and chunk" if partials > 1 else "")
                         for r in row_reductions]
         if row_reductions:
             accumulators += [
                 "#pragma unroll", f"for (int kf_k = 0; kf_k < {rows}; ++kf_k)",
-                "  #pragma unroll", f"  for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
+                "  #pragma unroll", f"  for (int kf_u = 0; kf_u < {partials}; ++kf_u) {{",
                 *[f"    kf_racc_{r.var}[kf_k][kf_u] = {r.identity};" for r in row_reductions],
                 "  }"]
         flush = []
         stored = group.stored_rows(variant)
         if group.epilogue:  # (normalize: whole rows) results, then the epilogue, per row
-            flush = self.epilogue_flush(rows, unroll, n_rows)
+            flush = self.epilogue_flush(rows, partials, n_rows)
         for reduce in row_reductions if not group.epilogue else ():
             if stored:  # the warp owns whole rows: its result is the row's, no atomic
                 write = (f"  if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) "
@@ -144,7 +149,7 @@ class StreamBody:
                 "#pragma unroll",
                 f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{  // '{reduce.kernel.name}': "
                 f"each row over the {owner}, {how}",
-                *indent(row_total(reduce, unroll, "kf_part", block=variant.block_rows), 1),
+                *indent(row_total(reduce, partials, "kf_part", block=variant.block_rows), 1),
                 write,
                 "}"]
         rest = [f"for (; kf_cs < kf_c1; kf_cs += {step}) {{  // the rest: masked (and "
