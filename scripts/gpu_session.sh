@@ -10,7 +10,12 @@ part="${1:-check}"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 KFUSE_CACHE_DIR="${KFUSE_CACHE_DIR:-/tmp/kfuse-cache}"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 APPS="harris shi_tomasi sobel unsharp enhance night diffusion3d"
-echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') part $part"
+# The device's copy of the working tree can carry stale git metadata: name the sources by a
+# digest of their contents too (the same command in a checkout gives the commit's digest).
+digest=$(find kfuse scripts -type f \( -name '*.py' -o -name '*.sh' \) | LC_ALL=C sort \
+         | xargs cat | sha256sum | cut -c1-12)
+echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
+     "sources $digest part $part"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv
 if [ "$part" = check ]; then
   python3 -m kfuse calibrate 2>&1 | tee "$OUT/calibrate.txt"

@@ -53,3 +53,50 @@ def test_cupy_and_torch_inputs_are_not_copied():
     assert isinstance(y, torch.Tensor) and y.is_cuda
     expected = tensor.double().cpu().numpy()
     assert relative_error(y.cpu().numpy(), expected / expected.sum()) <= 1e-5
+
+
+@pytest.mark.parametrize("app", [a.name for a in list_apps("blas")])
+def test_blas_apps_on_cuda_match_the_reference(app):
+    spec = get_app(app)
+    arrays, params = spec.make_inputs(spec.test_size, np.random.default_rng(7), "float32")
+    outputs = spec.build().run(backend="cuda", plan="auto", **arrays, **params)
+    reference = spec.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                               None)
+    for name, expected in reference.items():
+        assert relative_error(outputs[name], expected) <= spec.tolerance, name
+
+
+NAMED_VARIANTS = [  # (app, the group, variant): block rows, 8-byte accesses, plain maps
+    ("sgemv", ("z_prod", "z"), "mapreduce:512x1:r1:i1:w8:stream:u16"),
+    ("gesummv", ("Ax", "Bx", "y"), "mapreduce:1024x1:r1:i1:w8:stream:u8"),
+    ("sgemv", ("z_prod", "z"), "mapreduce:64x1:r1:i1:w8:stream:g3:u2"),
+    ("atax", ("t",), "mapreduce:256x1:r2:i2:w:stream:u4"),
+    ("vadd", ("wy", "x"), "mapreduce:128x1:r1:i1:w8:shuffle"),
+    ("madd", ("C",), "mapreduce:128x1:r1:i1:w:shuffle"),
+    ("axpydot", ("z", "r"), "mapreduce:256x1:r1:i2:w8:shuffle:g5"),
+]
+
+
+@pytest.mark.parametrize("app,members,variant", NAMED_VARIANTS)
+def test_named_map_reduce_variants_on_cuda(app, members, variant):
+    """Programs compiled for their sizes (as the backend compiles its own): odd sizes, and
+    rows of exactly one step of the 512 x 8-byte x 16 block rows."""
+    from kfuse.codegen import generate
+    from kfuse.fusion.plan import group_outputs, order_groups
+
+    spec = get_app(app)
+    graph = spec.build().graph()
+    groups = [(members, group_outputs(graph, members), variant)]
+    groups += [((k.name,), group_outputs(graph, (k.name,)), "auto") for k in graph.kernels
+               if k.name not in members]
+    order = order_groups(graph, [g[0] for g in groups])
+    groups.sort(key=lambda group: order.index(tuple(group[0])))
+    sizes = [(67, 1031), (16, 16384)] if spec.ndim == 2 else [(4099,), (1 << 20,)]
+    for size in sizes:
+        arrays, params = spec.make_inputs(size, np.random.default_rng(8), "float32")
+        program = generate(graph, groups, fixed_sizes=spec.sizes(graph, size))
+        outputs = CudaBackend().run(graph, {**arrays, **params}, program=program)
+        reference = spec.reference({k: v.astype(np.float64) for k, v in arrays.items()},
+                                   params, None)
+        for name, expected in reference.items():
+            assert relative_error(outputs[name], expected) <= spec.tolerance, (size, name)
