@@ -149,12 +149,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--sass", default=None, help="write each program's SASS here")
     parser.add_argument("--picks", default=None, help="comma-separated variants (no prefix)")
+    parser.add_argument("--matrix-first", action="store_true",
+                        help="each chunk's matrix loads before its vectors' (MATRIX_FIRST)")
     parser.add_argument("--plain-loads", action="store_true",
                         help="timing only: inputs without __restrict__ (plain, not .nc, loads)")
     parser.add_argument("--hoist", action="store_true",
                         help="timing only: row sums of p * term multiply by p once per row")
     args = parser.parse_args()
     picks = tuple(args.picks.split(",")) if args.picks else PICKS
+    if args.matrix_first:
+        import kfuse.codegen.mapreduce_stream as stream
+        stream.MATRIX_FIRST = True
     for name in args.apps:
         compare(name, args.top, args.rounds, args.runs, args.sass, picks, args.hoist,
                 args.plain_loads)

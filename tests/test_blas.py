@@ -775,16 +775,24 @@ def test_eight_byte_vector_kernels_compute_the_reference(name, variant):
             assert relative_error(out[key], value) <= 1e-5, (name, variant, size, key)
 
 
-def test_block_rows_are_predicted_but_not_enumerated():
-    """Named block-row variants are predicted (registers fitted to ptxas, the columns past
-    the whole steps at one chunk in flight); the space does not enumerate them."""
+def test_block_rows_enumerated_in_one_form_and_predicted():
+    """The space holds block rows of 512 threads with 8-byte accesses only (other forms run
+    and are predicted when named); the model charges the columns past the whole steps at
+    one chunk in flight."""
     from kfuse.model.device import h200_like_profile
-    from kfuse.search.variants import predict_variant
+    from kfuse.search.variants import (
+        BLOCK_ROW_THREADS,
+        BLOCK_ROW_VECTOR_BYTES,
+        predict_variant,
+    )
     profile = h200_like_profile()
     graph = get_app("sgemv").build().graph()
-    assert not any(MapReduceVariant.parse(v).block_rows
-                   for v in group_variants(graph, ["z_prod"], profile=profile)
-                   if v != "auto")
+    blocks = [MapReduceVariant.parse(v) for v in group_variants(graph, ["z_prod"],
+                                                                profile=profile)
+              if v != "auto" and MapReduceVariant.parse(v).block_rows]
+    assert {v.unroll for v in blocks} == {2, 4, 8, 16}
+    assert all(v.threads == (BLOCK_ROW_THREADS, 1) and v.vector_bytes == BLOCK_ROW_VECTOR_BYTES
+               and v.whole_rows for v in blocks)
 
     def seconds_per_byte(variant: str, cols: int) -> float:
         sizes = {"A.0": 16384, "A.1": cols}

@@ -16,6 +16,8 @@ from kfuse.codegen.cexpr import EmitState, ExprEmitter, c_name, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis
 from kfuse.ir.expr import C_TYPES, Load
 
+MATRIX_FIRST = False  # experiment: each chunk's matrix loads before its vectors' (block rows)
+
 if TYPE_CHECKING:
     from kfuse.codegen.mapreduce import Reduce
 
@@ -80,15 +82,14 @@ class StreamBody:
                       f"[{unroll}][{v}];" for name in group.col_inputs]
             loads += ["#pragma unroll", f"for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
                       *indent(chunk, 1)]
-            for name in group.col_inputs:
-                loads.append(f"  kf_mr_load<{v}>({c_name(name)} + ix, kf_cols, {vec}, "
-                             f"kf_col_{c_name(name)}[kf_u]);")
-            if group.tile_inputs:
-                loads += ["  #pragma unroll", f"  for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
-                          f"    const int iy = min(kf_row0 + kf_k, {n_rows} - 1);  // clamped: "
-                          "loads stay inside",
-                          *indent(self.tile_loads(address, "kf_cols", vec, declare=False), 2),
-                          "  }"]
+            vectors = [f"  kf_mr_load<{v}>({c_name(name)} + ix, kf_cols, {vec}, "
+                       f"kf_col_{c_name(name)}[kf_u]);" for name in group.col_inputs]
+            matrices = ["  #pragma unroll", f"  for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                        f"    const int iy = min(kf_row0 + kf_k, {n_rows} - 1);  // clamped: "
+                        "loads stay inside",
+                        *indent(self.tile_loads(address, "kf_cols", vec, declare=False), 2),
+                        "  }"] if group.tile_inputs else []
+            loads += [*matrices, *vectors] if MATRIX_FIRST else [*vectors, *matrices]
             loads.append("}")
             accumulate = []
             for reduce in row_reductions:

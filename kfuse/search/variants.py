@@ -13,13 +13,12 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
    pruned as the paper says: duplicates, variants that cannot run
    (shared memory), and variants *dominated* by one identical except for its calling order
    that uses no more on-chip memory; the general templates' own kernel (``auto``) is one
-   more implementation where they can run the group. Not enumerated, though they run and
-   are predicted when a plan names them: *block rows* (``T x 1`` stream blocks, torch.compile's
-   GEMV shape) and 8-byte accesses (``w8``). On an H200 at 16384^2 they measured within
-   ±0.5% of the warp-row stream variants, and which of them is fast depends on how many
-   registers ptxas gives them (occupancy), which the model does not predict: enumerated,
-   the model ranked slow ones first (SGEMV 0.258 ms instead of 0.235; docs/benchmarks.md,
-   session 9);
+   more implementation where they can run the group. Plain maps get only one vector per
+   thread (``MAP_VARIANTS``) beside the templates; matrix rows also *block rows* in one form
+   (``BLOCK_ROW_THREADS`` threads along each row with 8-byte accesses). Other block rows
+   and 8-byte accesses run and are predicted when a plan names them but are not enumerated:
+   which of them is fast depends on the registers ptxas gives them, which the model does
+   not follow (docs/benchmarks.md, session 9);
 3. **combinations**: exact covers of the operators by fusions with an acyclic quotient
    graph, each fusion with one implementation, enumerated best-first by the predicted sum
    (k-best; nothing is thrown away: low-ranked implementations appear in later ones).
@@ -108,6 +107,14 @@ STREAM_ROWS = (1, 2, 4)                # rows per warp walked together
 STREAM_UNROLL = (2, 4, 8, 16)          # 16-byte loads per row, thread and step
 STREAM_SPANS = (0, 4096)               # columns per block (0: whole rows)
 STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (registers)
+# Block rows (T x 1 stream blocks, the whole block along one row: torch.compile's GEMV shape)
+# enumerated in one form: 512 threads, 8-byte accesses, whole rows. Measured on an H200 at
+# 16384^2 (docs/benchmarks.md, session 9): GESUMMV 512 x 8 bytes x 16 0.461 ms against
+# 0.465-0.475 for the warp-row variants (torch.compile 0.461); SGEMV, ATAX, SGEMVT and
+# GEMVER within +-0.3% of the warp rows; 1024 threads and 16-byte accesses were up to 3%
+# slower in some apps.
+BLOCK_ROW_THREADS = 512
+BLOCK_ROW_VECTOR_BYTES = 8
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
 RANK_RESOLUTION = 0.002                # predictions closer than this rank as equal
 # Rows of a matrix tile that also writes the matrix (a rank-1 update beside a column
@@ -131,8 +138,8 @@ MAX_BLOCKS_PER_SM = 32
 STREAM_BASE_REGISTERS = 20
 REGISTERS_PER_MATRIX_WORD = 1.5        # 32-bit words of a matrix a thread keeps in flight
 REGISTERS_PER_VECTOR_WORD = 0.85       # words of column vectors kept per step chunk
-BLOCK_ROW_BASE_REGISTERS = 24          # block rows (fitted to ptxas -v, CUDA 13, sm_90)
-BLOCK_ROW_REGISTERS_PER_WORD = 0.5     # words a thread loads per step (block rows)
+BLOCK_ROW_BASE_REGISTERS = 28          # block rows (fitted to ptxas -v, CUDA 13, sm_90,
+BLOCK_ROW_REGISTERS_PER_WORD = 0.04    # 8-byte accesses): per word a thread loads per step
 REGISTER_UNIT = 8                      # registers are allocated per thread in units of 8
 MAX_REGISTERS = 255
 KNEE = 4.0                             # soft knee of the drawn bandwidth vs bytes in flight
@@ -180,6 +187,10 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
             if rows * unroll * inputs <= STREAM_MAX_LOADS and rows * inputs <= 4:
                 result.append(MapReduceVariant((32, by), rows, 1, wides[0], "stream", (), 0,
                                                unroll, span))
+        if wides[0]:  # block rows: ptxas interleaves their loads (no cap on loads per step)
+            for unroll in STREAM_UNROLL:
+                result.append(MapReduceVariant((BLOCK_ROW_THREADS, 1), 1, 1, True, "stream",
+                                               (), 0, unroll, 0, BLOCK_ROW_VECTOR_BYTES))
     for by, iters, wide in itertools.product(MATRIX_THREADS_Y, ITERATIONS, wides):
         for rows in MATRIX_ROWS:
             result.append(MapReduceVariant((32, by), rows, iters, wide, "shuffle"))
@@ -402,9 +413,10 @@ def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     """Registers per thread of a stream-mapped matrix kernel, estimated (fitted to ptxas on
     sm_90): about 1.5 per 32-bit word of the matrices a thread keeps in flight (the value
     and its share of addresses and masks), 0.85 per word of column vectors per step chunk,
-    one per row accumulator. Block rows: ptxas interleaves a step's loads with their
-    arithmetic rather than keeping all in flight (CUDA 13, 256-1024 threads per row, 8-16
-    loads: 32-102 registers), about 24 plus half a register per word loaded per step."""
+    one per row accumulator. Block rows: one partial sum per row, so ptxas interleaves a
+    step's loads with their arithmetic rather than keeping all in flight (CUDA 13, 256-1024
+    threads per row, 8-byte accesses, 32-192 words per step: 31-40 registers; 16-byte
+    accesses take up to 50, which this fit does not follow)."""
     v = group.width(variant)
     words = (group.item_size or 4) // 4 or 1
     matrices = max(1, len(group.tile_inputs)) + len(group.stores)
