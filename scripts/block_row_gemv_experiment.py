@@ -17,12 +17,10 @@ Usage on the device machine (repo root)::
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from kfuse.apps import get_app
-from kfuse.bench.timing import print_rounds, time_alternating
+from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
 from kfuse.runtime import _auto_plan, get_backend
 
 PRELUDE = r"""
@@ -129,9 +127,8 @@ CONFIGS = [(512, 2, 0), (512, 2, 1), (256, 4, 0), (256, 4, 1), (512, 4, 0), (102
 
 def compare(name: str, rounds: int, runs: int) -> None:
     import cupy
-    import torch
 
-    from kfuse.bench.torch_baseline import compile_core, translate
+    from kfuse.bench.torch_baseline import compiled_on
 
     app = get_app(name)
     graph = app.build().graph()
@@ -141,11 +138,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
     executable.launch_all()
     (output,) = graph.outputs
     expected = executable.buffers[output].copy()
-    program = translate(graph)
-    compiled = program.function(compile_core(program))
-    tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()
-               if not isinstance(v, float)}
-    compiled(**tensors, **params)
+    compiled = compiled_on(graph, given)
     rows, cols = given["A"].shape
     alpha, beta = np.float32(params["alpha"]), np.float32(params["beta"])
     result = cupy.empty(rows, dtype=cupy.float32)
@@ -153,8 +146,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
         body, args = SGEMV, (given["A"], given["x"], given["y"], result, alpha, beta)
     else:
         body, args = GESUMMV, (given["A"], given["B"], given["x"], result, alpha, beta)
-    runs_by_label = {"kfuse": executable.launch_all,
-                     "compile": lambda: compiled(**tensors, **params)}
+    runs_by_label = {"kfuse": executable.launch_all, "compile": compiled}
     for threads, width, hints in CONFIGS:
         source = PRELUDE.format(cols=cols, threads=threads, width=width, hints=hints,
                                 vec=f"float{width}") + body
@@ -175,13 +167,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("apps", nargs="*", default=["sgemv", "gesummv"])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=30)
-    args = parser.parse_args()
-    for name in args.apps:
-        compare(name, args.rounds, args.runs)
+    alternating_main(__doc__.splitlines()[0], compare, ("sgemv", "gesummv"))
 
 
 if __name__ == "__main__":

@@ -70,9 +70,8 @@ CONFIGS = [(width, per_thread, threads)
 
 def experiment(name: str, arity: int) -> None:
     import cupy
-    import torch
 
-    from kfuse.bench.torch_baseline import compile_core, translate
+    from kfuse.bench.torch_baseline import compiled_on
 
     app = get_app(name)
     size = (2**27,) if app.ndim == 1 else (16384, 16384)
@@ -83,11 +82,7 @@ def experiment(name: str, arity: int) -> None:
     executable.launch_all()
     output = graph.outputs[0]
     expected = executable.buffers[output].copy()
-    program = translate(graph)
-    compiled = program.function(compile_core(program))
-    tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()
-               if not isinstance(v, float)}
-    compiled(**tensors, **params)
+    compiled = compiled_on(graph, given)
     names = sorted(arrays)  # madd: A, B; vadd: w, y, z -> x = z + (y + w)
     if arity == 2:
         a, b, d = given["A"], given["B"], given["A"]
@@ -101,7 +96,7 @@ def experiment(name: str, arity: int) -> None:
 
     def reference_pair() -> str:
         ours = time_gpu(executable.launch_all, warmup=3, repeat=30).median_s * 1e3
-        theirs = time_gpu(lambda: compiled(**tensors, **params), warmup=3,
+        theirs = time_gpu(compiled, warmup=3,
                           repeat=30).median_s * 1e3
         return f"kfuse {ours:.4f}  torch.compile {theirs:.4f}"
 
@@ -138,16 +133,12 @@ def main() -> None:
     experiment("vadd", 3)
     for name in ("sgemv", "gesummv", "sgemvt"):  # their Triton kernels, for reading
         import cupy
-        import torch
 
-        from kfuse.bench.torch_baseline import compile_core, translate
+        from kfuse.bench.torch_baseline import compiled_on
         app = get_app(name)
         graph = app.build().graph()
         arrays, params = app.make_inputs((16384, 16384), np.random.default_rng(0), "float32")
-        program = translate(graph)
-        compiled = program.function(compile_core(program))
-        compiled(**{k: torch.as_tensor(cupy.asarray(v), device="cuda")
-                    for k, v in arrays.items()}, **params)
+        compiled_on(graph, {k: cupy.asarray(v) for k, v in arrays.items()} | params)
     copy_triton_sources()
 
 

@@ -117,9 +117,8 @@ SMEM = [(u, w, b) for u in (2, 4, 8) for w in (8, 16, 32) for b in (1, 2, 3)]
 
 def main() -> None:
     import cupy
-    import torch
 
-    from kfuse.bench.torch_baseline import compile_core, translate
+    from kfuse.bench.torch_baseline import compiled_on
 
     app = get_app("sgemv")
     graph = app.build().graph()
@@ -128,11 +127,7 @@ def main() -> None:
     executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
     executable.launch_all()
     expected = executable.buffers["z"].copy()
-    program = translate(graph)
-    compiled = program.function(compile_core(program))
-    tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()
-               if not isinstance(v, float)}
-    compiled(**tensors, **params)
+    compiled = compiled_on(graph, given)
     a, x, y = given["A"], given["x"], given["y"]
     n, m = a.shape
     alpha, beta = np.float32(params["alpha"]), np.float32(params["beta"])
@@ -144,7 +139,7 @@ def main() -> None:
 
     def reference_pair() -> str:
         ours = time_gpu(executable.launch_all, warmup=3, repeat=30).median_s * 1e3
-        theirs = time_gpu(lambda: compiled(**tensors, **params), warmup=3,
+        theirs = time_gpu(compiled, warmup=3,
                           repeat=30).median_s * 1e3
         return f"kfuse {ours:.4f}  torch.compile {theirs:.4f}"
 

@@ -14,12 +14,10 @@ Usage on the device machine (repo root)::
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from kfuse.apps import get_app
-from kfuse.bench.timing import time_alternating
+from kfuse.bench.timing import alternating_main, time_alternating
 from kfuse.runtime import _auto_plan, get_backend
 
 DEFAULT_APPS = ("sgemv", "sgemvt", "gesummv", "madd", "vadd", "waxpby", "sscal", "atax")
@@ -31,9 +29,8 @@ def bench_size(app) -> tuple[int, ...]:
 
 def compare(name: str, rounds: int, runs: int) -> None:
     import cupy
-    import torch
 
-    from kfuse.bench.torch_baseline import compile_core, translate
+    from kfuse.bench.torch_baseline import compiled_on
 
     app = get_app(name)
     graph = app.build().graph()
@@ -43,19 +40,15 @@ def compare(name: str, rounds: int, runs: int) -> None:
     plan = (planner(graph, app.sizes(graph, bench_size(app))) if planner is not None
             else _auto_plan(graph, given))
     executable = get_backend("cuda").prepare(graph, given, plan=plan)
-    program = translate(graph)
-    compiled = program.function(compile_core(program))
-    tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()
-               if not isinstance(v, float)}
+    compiled = compiled_on(graph, given)
     executable.launch_all()
-    result = compiled(**tensors, **params)
+    result = compiled()
     for output in graph.outputs:
         ours = executable.buffers[output]
         theirs = cupy.asarray(result[output])
         error = float(cupy.abs(ours - theirs).max() / cupy.abs(theirs).max())
         assert error < 1e-4, f"{name}: '{output}' differs from torch.compile by {error:.1e}"
-    times = time_alternating({"kfuse": executable.launch_all,
-                              "compile": lambda: compiled(**tensors, **params)},
+    times = time_alternating({"kfuse": executable.launch_all, "compile": compiled},
                              rounds, repeat=runs)
     ours_ms, theirs_ms = times["kfuse"], times["compile"]
     won = sum(a <= b for a, b in zip(ours_ms, theirs_ms, strict=True))
@@ -68,13 +61,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("apps", nargs="*", default=list(DEFAULT_APPS))
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--runs", type=int, default=30)
-    args = parser.parse_args()
-    for name in args.apps:
-        compare(name, args.rounds, args.runs)
+    alternating_main(__doc__.splitlines()[0], compare, DEFAULT_APPS, rounds=8)
 
 
 if __name__ == "__main__":

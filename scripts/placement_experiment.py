@@ -14,12 +14,10 @@ Usage on the device machine (repo root)::
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from kfuse.apps import get_app
-from kfuse.bench.timing import print_rounds, time_alternating
+from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
 from kfuse.runtime import _auto_plan, get_backend
 
 OFFSETS = (0, 256, 4096, 65536, 1 << 20, 3 << 20)   # bytes
@@ -34,17 +32,14 @@ def shifted(cupy, like, offset: int):
 
 def compare(name: str, rounds: int, runs: int) -> None:
     import cupy
-    import torch
 
-    from kfuse.bench.torch_baseline import compile_core, translate
+    from kfuse.bench.torch_baseline import compiled_on
 
     app = get_app(name)
     graph = app.build().graph()
     size = (2**27,) if app.ndim == 1 else (16384, 16384)
     arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    program = translate(graph)
-    compiled = program.function(compile_core(program))
     runs_by_label = {}
     for offset in OFFSETS:
         executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
@@ -53,28 +48,19 @@ def compare(name: str, rounds: int, runs: int) -> None:
         executable.launch_all()
         runs_by_label[f"kfuse out+{offset}"] = executable.launch_all
     for offset in OFFSETS[:3]:
-        tensors = {}
+        copies = {}
         for key, value in given.items():
-            if isinstance(value, float):
-                continue
-            copy = shifted(cupy, value, offset)
-            copy[...] = value
-            tensors[key] = torch.as_tensor(copy, device="cuda")
-        compiled(**tensors, **params)
-        runs_by_label[f"compile in+{offset}"] = (
-            lambda tensors=tensors: compiled(**tensors, **params))
+            copies[key] = value
+            if not isinstance(value, float):
+                copies[key] = shifted(cupy, value, offset)
+                copies[key][...] = value
+        runs_by_label[f"compile in+{offset}"] = compiled_on(graph, copies)
     print_rounds(name, time_alternating(runs_by_label, rounds, repeat=runs),
                  "compile in+0")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("apps", nargs="*", default=["vadd", "madd", "sgemv"])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=30)
-    args = parser.parse_args()
-    for name in args.apps:
-        compare(name, args.rounds, args.runs)
+    alternating_main(__doc__.splitlines()[0], compare, ("vadd", "madd", "sgemv"))
 
 
 if __name__ == "__main__":

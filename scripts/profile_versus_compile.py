@@ -23,7 +23,7 @@ def main() -> None:
     import cupy
     import torch
 
-    from kfuse.bench.torch_baseline import compile_core, translate
+    from kfuse.bench.torch_baseline import compiled_on
 
     app = get_app(sys.argv[1])
     size = (2**27,) if app.ndim == 1 else (16384, 16384)
@@ -34,18 +34,15 @@ def main() -> None:
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as file:
             file.write(executable.program.source)
-    program = translate(graph)
-    compiled = program.function(compile_core(program))
-    tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()
-               if not isinstance(v, float)}
+    compiled = compiled_on(graph, given)
     for _ in range(3):
         executable.launch_all()
-        compiled(**tensors, **params)
+        compiled()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
     for _ in range(2):
         executable.launch_all()
-        compiled(**tensors, **params)
+        compiled()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
 

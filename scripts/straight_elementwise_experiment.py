@@ -64,9 +64,8 @@ SHAPES = [  # (label, threads, width, nc, masked, looped)
 
 def main() -> None:
     import cupy
-    import torch
 
-    from kfuse.bench.torch_baseline import compile_core, translate
+    from kfuse.bench.torch_baseline import compiled_on
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -79,11 +78,7 @@ def main() -> None:
     executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
     executable.launch_all()
     expected = executable.buffers["x"].copy()
-    program = translate(graph)
-    compiled = program.function(compile_core(program))
-    tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()}
-    compiled(**tensors, **params)
-    runs = {"compile": lambda: compiled(**tensors, **params), "kfuse": executable.launch_all}
+    runs = {"compile": compiled_on(graph, given), "kfuse": executable.launch_all}
     n = given["w"].size
     result = cupy.empty_like(expected)
     for label, threads, width, nc, masked, looped in SHAPES:

@@ -68,9 +68,8 @@ def compare(name: str, top: int, rounds: int, runs: int, sass_dir: str | None = 
             picks: tuple[str, ...] = PICKS, hoist: bool = False,
             plain_loads: bool = False) -> None:
     import cupy
-    import torch
 
-    from kfuse.bench.torch_baseline import compile_core, translate
+    from kfuse.bench.torch_baseline import compiled_on
 
     app = get_app(name)
     graph = app.build().graph()
@@ -82,12 +81,7 @@ def compare(name: str, top: int, rounds: int, runs: int, sass_dir: str | None = 
     planned = backend.prepare(graph, given, plan=plan)
     planned.launch_all()
     expected = {o: planned.buffers[o].copy() for o in graph.outputs}
-    program = translate(graph)
-    compiled = program.function(compile_core(program))
-    tensors = {k: torch.as_tensor(v, device="cuda") for k, v in given.items()
-               if not isinstance(v, float)}
-    compiled(**tensors, **params)
-    runs_by_label = {"compile": lambda: compiled(**tensors, **params),
+    runs_by_label = {"compile": compiled_on(graph, given),
                      f"plan {[g.variant for g in plan.groups]}": planned.launch_all}
     if hasattr(app, "planner"):  # BLAS apps: also the implementation space's predicted best
         blas_plan = app.planner(graph, app.sizes(graph, size))

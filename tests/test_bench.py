@@ -488,3 +488,20 @@ def test_alternating_rounds_time_each_callable_in_turn(monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:5] == ["app", "a", "6.0000", "ms", "1.0000x"]
     assert lines[1].split()[:5] == ["app", "b", "4.0000", "ms", "1.5000x"]
+
+
+def test_alternating_main_reads_apps_rounds_and_runs(monkeypatch):
+    from kfuse.bench.timing import alternating_main
+
+    calls = []
+
+    def compare(name, rounds, runs):
+        calls.append((name, rounds, runs))
+
+    monkeypatch.setattr("sys.argv", ["script"])
+    alternating_main("doc", compare, ("sgemv", "vadd"), rounds=5)
+    assert calls == [("sgemv", 5, 30), ("vadd", 5, 30)]
+    calls.clear()
+    monkeypatch.setattr("sys.argv", ["script", "madd", "--rounds", "2", "--runs", "7"])
+    alternating_main("doc", compare, ("sgemv",))
+    assert calls == [("madd", 2, 7)]

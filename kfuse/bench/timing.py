@@ -147,3 +147,18 @@ def print_rounds(name: str, times: Mapping[str, list[float]], base: str) -> None
         median = float(np.median(values))
         print(f"{name:11s} {label:{width}s} {median:.4f} ms  {reference / median:.4f}x {base}  "
               f"rounds {' '.join(f'{v:.4f}' for v in values)}", flush=True)
+
+
+def alternating_main(description: str, compare: Callable[[str, int, int], None],
+                     apps: Sequence[str], rounds: int = 3, runs: int = 30) -> None:
+    """Command line of the alternating-rounds experiment scripts: ``[app ...] [--rounds R]
+    [--runs N]``, then ``compare(app, rounds, runs)`` for each app."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("apps", nargs="*", default=list(apps))
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--runs", type=int, default=runs)
+    args = parser.parse_args()
+    for name in args.apps:
+        compare(name, args.rounds, args.runs)
