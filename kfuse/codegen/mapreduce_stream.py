@@ -16,7 +16,8 @@ from kfuse.codegen.cexpr import EmitState, ExprEmitter, c_name, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis
 from kfuse.ir.expr import C_TYPES, Load
 
-MATRIX_FIRST = False  # experiment: each chunk's matrix loads before its vectors' (block rows)
+MATRIX_FIRST = False  # experiment switch (stream_variant_bench.py --matrix-first): each chunk's
+# matrix loads issued before its vectors' (measured no faster on an H200, session 9)
 
 if TYPE_CHECKING:
     from kfuse.codegen.mapreduce import Reduce

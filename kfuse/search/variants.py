@@ -108,11 +108,11 @@ STREAM_UNROLL = (2, 4, 8, 16)          # 16-byte loads per row, thread and step
 STREAM_SPANS = (0, 4096)               # columns per block (0: whole rows)
 STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (registers)
 # Block rows (T x 1 stream blocks, the whole block along one row: torch.compile's GEMV shape)
-# enumerated in one form: 512 threads, 8-byte accesses, whole rows. Measured on an H200 at
-# 16384^2 (docs/benchmarks.md, session 9): GESUMMV 512 x 8 bytes x 16 0.461 ms against
-# 0.465-0.475 for the warp-row variants (torch.compile 0.461); SGEMV, ATAX, SGEMVT and
-# GEMVER within +-0.3% of the warp rows; 1024 threads and 16-byte accesses were up to 3%
-# slower in some apps.
+# enumerated in one form: 512 threads, 8-byte accesses, whole rows. Measured on H200s at
+# 16384^2 (docs/benchmarks.md, session 9): GESUMMV 512 x 8 bytes x 16 0.4708 / 0.4612 ms on
+# two machines against 0.4740 / 0.4650 for the best warp rows (torch.compile 0.4705 /
+# 0.4611); SGEMV, ATAX, SGEMVT and GEMVER within +-0.3% of the warp rows; 1024 threads and
+# 16-byte accesses were up to 3% slower in some apps.
 BLOCK_ROW_THREADS = 512
 BLOCK_ROW_VECTOR_BYTES = 8
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
