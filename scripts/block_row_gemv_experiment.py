@@ -77,49 +77,57 @@ __device__ __forceinline__ float block_sum(float v) {{
 }}
 """
 
-SGEMV = r"""
+KERNEL = r"""
+// SGEMV: out = alpha A x + beta other (a vector); GESUMMV (SECOND_MATRIX): out = alpha A x +
+// beta other x (other a matrix)
 extern "C" __global__ void __launch_bounds__(THREADS) block_row(
-    const float* __restrict__ A, const float* __restrict__ x, const float* __restrict__ y,
-    float* __restrict__ z, float alpha, float beta) {
+    const float* __restrict__ A, const float* __restrict__ other, const float* __restrict__ x,
+    float* __restrict__ out, float alpha, float beta) {
   const unsigned long long first = HINTS ? policy(true) : 0, last = HINTS ? policy(false) : 0;
   const vec_t* a = reinterpret_cast<const vec_t*>(A + (size_t)blockIdx.x * COLS);
   const vec_t* xv = reinterpret_cast<const vec_t*>(x);
   vec_t av[STEPS], xs[STEPS];
+#if SECOND_MATRIX
+  const vec_t* b = reinterpret_cast<const vec_t*>(other + (size_t)blockIdx.x * COLS);
+  vec_t bv[STEPS];
+#endif
   #pragma unroll
   for (int s = 0; s < STEPS; ++s) {
     av[s] = load(a + s * THREADS + threadIdx.x, first, true);
+#if SECOND_MATRIX
+    bv[s] = load(b + s * THREADS + threadIdx.x, first, true);
+#endif
     xs[s] = load(xv + s * THREADS + threadIdx.x, last, false);
   }
-  float acc = 0.0f;
+  float acc_a = 0.0f;
+#if SECOND_MATRIX
+  float acc_b = 0.0f;
+#endif
   #pragma unroll
-  for (int s = 0; s < STEPS; ++s) acc += dot(av[s], xs[s]);
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) z[blockIdx.x] = alpha * acc + beta * y[blockIdx.x];
+  for (int s = 0; s < STEPS; ++s) {
+    acc_a += dot(av[s], xs[s]);
+#if SECOND_MATRIX
+    acc_b += dot(bv[s], xs[s]);
+#endif
+  }
+#if SECOND_MATRIX
+  const float acc = block_sum(alpha * acc_a + beta * acc_b);
+  if (threadIdx.x == 0) out[blockIdx.x] = acc;
+#else
+  const float acc = block_sum(acc_a);
+  if (threadIdx.x == 0) out[blockIdx.x] = alpha * acc + beta * other[blockIdx.x];
+#endif
 }
 """
 
-GESUMMV = r"""
-extern "C" __global__ void __launch_bounds__(THREADS) block_row(
-    const float* __restrict__ A, const float* __restrict__ B, const float* __restrict__ x,
-    float* __restrict__ y, float alpha, float beta) {
-  const unsigned long long first = HINTS ? policy(true) : 0, last = HINTS ? policy(false) : 0;
-  const vec_t* a = reinterpret_cast<const vec_t*>(A + (size_t)blockIdx.x * COLS);
-  const vec_t* b = reinterpret_cast<const vec_t*>(B + (size_t)blockIdx.x * COLS);
-  const vec_t* xv = reinterpret_cast<const vec_t*>(x);
-  vec_t av[STEPS], bv[STEPS], xs[STEPS];
-  #pragma unroll
-  for (int s = 0; s < STEPS; ++s) {
-    av[s] = load(a + s * THREADS + threadIdx.x, first, true);
-    bv[s] = load(b + s * THREADS + threadIdx.x, first, true);
-    xs[s] = load(xv + s * THREADS + threadIdx.x, last, false);
-  }
-  float acc_a = 0.0f, acc_b = 0.0f;
-  #pragma unroll
-  for (int s = 0; s < STEPS; ++s) { acc_a += dot(av[s], xs[s]); acc_b += dot(bv[s], xs[s]); }
-  const float acc = block_sum(alpha * acc_a + beta * acc_b);
-  if (threadIdx.x == 0) y[blockIdx.x] = acc;
-}
-"""
+
+def source(app: str, cols: int, threads: int, width: int, hints: int) -> str:
+    """The hand-written block-row kernel of ``app`` (sgemv or gesummv)."""
+    second = int(app == "gesummv")
+    return (f"#define SECOND_MATRIX {second}\n"
+            + PRELUDE.format(cols=cols, threads=threads, width=width, hints=hints,
+                             vec=f"float{width}") + KERNEL)
+
 
 CONFIGS = [(512, 2, 0), (512, 2, 1), (256, 4, 0), (256, 4, 1), (512, 4, 0), (1024, 2, 0),
            (1024, 4, 0), (256, 2, 0), (128, 4, 0)]
@@ -142,15 +150,12 @@ def compare(name: str, rounds: int, runs: int) -> None:
     rows, cols = given["A"].shape
     alpha, beta = np.float32(params["alpha"]), np.float32(params["beta"])
     result = cupy.empty(rows, dtype=cupy.float32)
-    if name == "sgemv":
-        body, args = SGEMV, (given["A"], given["x"], given["y"], result, alpha, beta)
-    else:
-        body, args = GESUMMV, (given["A"], given["B"], given["x"], result, alpha, beta)
+    other = given["y"] if name == "sgemv" else given["B"]
+    args = (given["A"], other, given["x"], result, alpha, beta)
     runs_by_label = {"kfuse": executable.launch_all, "compile": compiled}
     for threads, width, hints in CONFIGS:
-        source = PRELUDE.format(cols=cols, threads=threads, width=width, hints=hints,
-                                vec=f"float{width}") + body
-        kernel = cupy.RawModule(code=source, options=("-std=c++17",)).get_function("block_row")
+        kernel = cupy.RawModule(code=source(name, cols, threads, width, hints),
+                                options=("-std=c++17",)).get_function("block_row")
         label = f"{threads}x{width}{' hints' if hints else ''} r{kernel.num_regs}"
 
         def launch(kernel=kernel, threads=threads) -> None:

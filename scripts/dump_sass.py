@@ -4,22 +4,28 @@ For reading the instructions a generated kernel executes: ``$OUT/APP.cu`` and
 ``$OUT/APP.sass`` (nvcc -arch=sm_90 -cubin, cuobjdump -sass), and a count by opcode.
 ``sass_of`` and ``opcode_counts`` serve the other experiment scripts.
 
-Usage (device machine, repo root): PYTHONPATH=. python3 scripts/dump_sass.py APP [APP ...]
+Usage (device machine, repo root)::
+
+    PYTHONPATH=. python3 scripts/dump_sass.py APP [APP ...] [--variant 512x1:r1:i1:w8:stream:u16]
+
+``--variant`` runs the app's row-streaming map-reduce group (else its first map-reduce group)
+under that variant instead of the planned one.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 
 from kfuse.apps import get_app
+from kfuse.bench.harness import app_plan
 from kfuse.codegen import generate
-from kfuse.search import search
+from kfuse.codegen.mapreduce import is_variant_text
 
 
 def sass_of(source: str) -> str | None:
@@ -42,13 +48,18 @@ def opcode_counts(sass: str) -> collections.Counter[str]:
         r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], variant: str | None = None) -> None:
     out = os.environ.get("OUT", ".")
     for name in names:
         app = get_app(name)
         graph = app.build().graph()
-        sizes = graph.bind_shapes({n: app.bench_size for n in graph.inputs})
-        program = generate(graph, search(graph, sizes=sizes).kernel_groups, fixed_sizes=sizes)
+        sizes = app.sizes(graph, app.bench_size)
+        groups = [(tuple(g.members), tuple(g.outputs), g.variant)
+                  for g in app_plan(app, graph, sizes).groups]
+        if variant:  # the map-reduce group that streams rows (else the first) runs it
+            index = studied_group(groups)
+            groups[index] = (*groups[index][:2], "mapreduce:" + variant)
+        program = generate(graph, groups, fixed_sizes=sizes)
         sass = sass_of(program.source)
         if sass is None:
             raise SystemExit("needs nvcc and cuobjdump on PATH")
@@ -59,5 +70,19 @@ def main(names: list[str]) -> None:
         print(name, sum(counts.values()), dict(counts.most_common(25)), flush=True)
 
 
+def studied_group(groups: list[tuple]) -> int:
+    """Index of the group (members, outputs, variant) that runs a stream variant (else the
+    first map-reduce one, else the first)."""
+    indices = [i for i, group in enumerate(groups) if is_variant_text(group[2])]
+    streams = [i for i in indices if ":stream" in groups[i][2]]
+    return (streams or indices or [0])[0]
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("apps", nargs="+")
+    parser.add_argument("--variant", default=None,
+                        help="run the app's row-streaming group under this map-reduce "
+                        "variant (without the 'mapreduce:' prefix)")
+    arguments = parser.parse_args()
+    main(arguments.apps, arguments.variant)

@@ -74,7 +74,7 @@ def experiment(name: str, arity: int) -> None:
     from kfuse.bench.torch_baseline import compiled_on
 
     app = get_app(name)
-    size = (2**27,) if app.ndim == 1 else (16384, 16384)
+    size = app.bench_size
     graph = app.build().graph()
     arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params

@@ -17,14 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from kfuse.apps import get_app
+from kfuse.bench.harness import app_plan
 from kfuse.bench.timing import alternating_main, time_alternating
-from kfuse.runtime import _auto_plan, get_backend
+from kfuse.runtime import get_backend
 
 DEFAULT_APPS = ("sgemv", "sgemvt", "gesummv", "madd", "vadd", "waxpby", "sscal", "atax")
-
-
-def bench_size(app) -> tuple[int, ...]:
-    return (2**27,) if app.ndim == 1 else (16384, 16384)
 
 
 def compare(name: str, rounds: int, runs: int) -> None:
@@ -34,11 +31,10 @@ def compare(name: str, rounds: int, runs: int) -> None:
 
     app = get_app(name)
     graph = app.build().graph()
-    arrays, params = app.make_inputs(bench_size(app), np.random.default_rng(0), "float32")
+    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    planner = getattr(app, "planner", None)  # BLAS apps: as blas_bench.py plans them
-    plan = (planner(graph, app.sizes(graph, bench_size(app))) if planner is not None
-            else _auto_plan(graph, given))
+    plan = app_plan(app, graph, graph.bind_shapes(
+        {name: array.shape for name, array in arrays.items()}))  # as kfuse bench plans it
     executable = get_backend("cuda").prepare(graph, given, plan=plan)
     compiled = compiled_on(graph, given)
     executable.launch_all()

@@ -51,7 +51,7 @@ class FusedApp:
         graph = app.build().graph()
         arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
         given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-        plan = search(graph, sizes=graph.bind_shapes({n: app.bench_size for n in graph.inputs}))
+        plan = search(graph, sizes=app.sizes(graph, app.bench_size))
         program = generate(graph, plan.kernel_groups)
         executable = get_backend("cuda").prepare(graph, given, program=program)
         executable.launch_all()

@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from kfuse.apps import get_app
+from kfuse.bench.harness import app_plan
 from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
-from kfuse.runtime import _auto_plan, get_backend
+from kfuse.runtime import get_backend
 
 OFFSETS = (0, 256, 4096, 65536, 1 << 20, 3 << 20)   # bytes
 
@@ -37,12 +38,12 @@ def compare(name: str, rounds: int, runs: int) -> None:
 
     app = get_app(name)
     graph = app.build().graph()
-    size = (2**27,) if app.ndim == 1 else (16384, 16384)
-    arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
+    plan = app_plan(app, graph, graph.bind_shapes({k: v.shape for k, v in arrays.items()}))
     runs_by_label = {}
     for offset in OFFSETS:
-        executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+        executable = get_backend("cuda").prepare(graph, given, plan=plan)
         for output in graph.outputs:
             executable.buffers[output] = shifted(cupy, executable.buffers[output], offset)
         executable.launch_all()

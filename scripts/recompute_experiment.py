@@ -46,7 +46,7 @@ def compare(name: str, rounds: int, tiles: list[tuple[int, ...]],
     graph = app.build().graph()
     arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    sizes = graph.bind_shapes({n: app.bench_size for n in graph.inputs})
+    sizes = app.sizes(graph, app.bench_size)
     reference = app.reference(arrays, params, "clamp")
     backend = get_backend("cuda")
     executables = {}

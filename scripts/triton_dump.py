@@ -36,7 +36,7 @@ def dump(name: str, out: Path) -> None:
 
     torch._dynamo.reset()
     app = get_app(name)
-    size = (2**27,) if app.ndim == 1 else (16384, 16384)
+    size = app.bench_size
     graph = app.build().graph()
     arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
     program = translate(graph)

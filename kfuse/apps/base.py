@@ -37,6 +37,11 @@ class App:
     test_size: tuple[int, ...] = (37, 53)      # odd, not a multiple of any block size
     ndim: int = 2
 
+    def sizes(self, graph: Any, size: tuple[int, ...]) -> dict[str, int]:
+        """Size symbols of the app's graph at ``size``: every input has that shape (the BLAS
+        apps bind vectors too, :class:`kfuse.apps.blas.BlasApp`)."""
+        return graph.bind_shapes({name: size for name in graph.inputs})
+
 
 def pad(x: np.ndarray, radius: Sequence[int] | int, boundary: object) -> np.ndarray:
     """Pad ``x`` by ``radius`` per axis as kfuse's boundary mode ``boundary`` reads outside it."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -24,6 +24,7 @@ import numpy as np
 
 from kfuse.bench.floor import dram_floor_bytes, floor_seconds, launch_bytes
 from kfuse.bench.timing import Timing, input_sets_needed, time_gpu, time_host
+from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile, current_profile
 from kfuse.runtime.binding import to_numpy
 
@@ -496,6 +497,13 @@ def _choose_plan(app: Any, graph, given: dict[str, Any], sizes: dict[str, int],
         row.notes.append(f"autotuned: {len(result.measured)} of {result.count} "
                          f"implementations timed; the fastest was {origin}")
         return result.plan
+    return app_plan(app, graph, sizes, profile)
+
+
+def app_plan(app: Any, graph: Graph, sizes: Mapping[str, int],
+             profile: DeviceProfile | None = None) -> Any:
+    """The plan an app runs in benchmarks: its own planner (the BLAS apps: the
+    implementation space of seed 004), else the default search."""
     planner = getattr(app, "planner", None)
     if planner is not None:
         return planner(graph, sizes, profile)

@@ -16,9 +16,6 @@ from kfuse.codegen.cexpr import EmitState, ExprEmitter, c_name, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis
 from kfuse.ir.expr import C_TYPES, Load
 
-MATRIX_FIRST = False  # experiment switch (stream_variant_bench.py --matrix-first): each chunk's
-# matrix loads issued before its vectors' (measured no faster on an H200, session 9)
-
 if TYPE_CHECKING:
     from kfuse.codegen.mapreduce import Reduce
 
@@ -90,7 +87,7 @@ class StreamBody:
                         "loads stay inside",
                         *indent(self.tile_loads(address, "kf_cols", vec, declare=False), 2),
                         "  }"] if group.tile_inputs else []
-            loads += [*matrices, *vectors] if MATRIX_FIRST else [*vectors, *matrices]
+            loads += [*vectors, *matrices]
             loads.append("}")
             accumulate = []
             for reduce in row_reductions:
