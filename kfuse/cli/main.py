@@ -62,7 +62,7 @@ def command_demo(args: argparse.Namespace) -> int:
     graph = pipeline.graph()
     console.print(f"[bold]kfuse demo[/bold]: Harris corners ({len(graph.kernels)} operators) on a "
                   f"{height}x{width} synthetic image, backend [cyan]{backend}[/cyan]")
-    plan = pipeline.plan(sizes=_sizes_for(graph, app, (height, width)))
+    plan = pipeline.plan(sizes=app.sizes(graph, (height, width)))
     started = time.perf_counter()
     with console.status("compiling and running the generated CUDA C..."):
         outputs = pipeline.run(backend=backend, plan=plan, img=image, **params)
@@ -118,7 +118,7 @@ def command_run(args: argparse.Namespace) -> int:
     plan = None if args.unfused else _plan_for(app, graph, size, args, backend, search)
     groups = plan.kernel_groups if plan else None
     # the source as the backend compiles it (the GPU's: for the run's sizes)
-    fixed_sizes = _sizes_for(graph, app, size) if compiles_for_sizes(backend) else None
+    fixed_sizes = app.sizes(graph, size) if compiles_for_sizes(backend) else None
     if args.show_source:
         print(generate(graph, groups, fixed_sizes=fixed_sizes).source)
         return 0
@@ -152,18 +152,10 @@ def command_run(args: argparse.Namespace) -> int:
     return 0 if result.get("verified", True) else 1
 
 
-def _sizes_for(graph, app, size: tuple[int, ...]) -> dict[str, int]:
-    """Size symbols of an app's graph bound from its input size (apps' inputs share it;
-    BLAS apps bind vectors and matrices from one ``(n,)`` or ``(M, N)``)."""
-    if hasattr(app, "sizes"):
-        return app.sizes(graph, size)
-    return graph.bind_shapes({name: size for name in graph.inputs})
-
-
 def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backend: str,
               search):
     """``kfuse run``'s plan: autotuned (``--autotune K``), the app's planner, or the search."""
-    sizes = _sizes_for(graph, app, size)
+    sizes = app.sizes(graph, size)
     if getattr(args, "autotune", 0):
         from kfuse.search.variants import autotune
         arrays, params = app.make_inputs(size, np.random.default_rng(args.seed), "float32")
@@ -204,7 +196,7 @@ def command_plan(args: argparse.Namespace) -> int:
     app = get_app(args.app)
     graph = app.build().graph()
     size = _parse_size(args.size) or app.bench_size
-    plan = plan_for(graph, args.strategy, args.model, _sizes_for(graph, app, size),
+    plan = plan_for(graph, args.strategy, args.model, app.sizes(graph, size),
                     seed=args.seed)
     if args.dot:
         with open(args.dot, "w") as handle:
@@ -365,7 +357,7 @@ def command_model_check(args: argparse.Namespace) -> int:
         app = get_app(name)
         graph = app.build().graph()
         size = _parse_size(args.size) or app.bench_size
-        sizes = _sizes_for(graph, app, size)
+        sizes = app.sizes(graph, size)
         plan = search(graph, args.strategy, args.model, sizes=sizes)
         groups = [g.members for g in plan.groups if len(g.members) > 1]
         if args.candidates == "pairs":
