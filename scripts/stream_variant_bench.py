@@ -9,7 +9,8 @@ rows by default; picks that do not apply to the group are skipped). Programs are
 for their sizes, as the backend compiles its own, and their outputs checked against the
 planned program's first. Prints each label's median over the rounds and its speed-up over
 torch.compile. Timing-only patches: ``--hoist`` (a row sum's scalar factor multiplied once
-per row), ``--plain-loads`` (inputs without ``__restrict__``).
+per row), ``--plain-loads`` (inputs without ``__restrict__``), ``--chunk-dots`` (a chunk's
+products summed first, then added to the row's partial sum, as in the hand-written GEMV).
 
 Usage on the device machine (repo root)::
 
@@ -61,8 +62,18 @@ def hoist_factors(source: str) -> str:
     return source
 
 
+def chunk_dots(source: str) -> str:
+    """Timing only: consecutive accumulations of one partial sum
+    (``acc = kf_combine<0, float>(acc, (float)a); acc = ...(acc, (float)b);``) become one,
+    ``acc = kf_combine<0, float>(acc, (float)a + (float)b)`` (the hand kernel's ``acc +=
+    dot(a, x)``; rounding differs)."""
+    line = r"( *)(kf_racc_\w+\[kf_k\]\[0\]) = kf_combine<0, float>\(\2, (\(float\)v\d+)\);\n"
+    pair = re.compile(line + r"\1\2 = kf_combine<0, float>\(\2, (\(float\)v\d+)\);\n")
+    return pair.sub(r"\1\2 = kf_combine<0, float>(\2, \3 + \4);\n", source)
+
+
 def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] = PICKS,
-            hoist: bool = False, plain_loads: bool = False) -> None:
+            hoist: bool = False, plain_loads: bool = False, dots: bool = False) -> None:
     import cupy
 
     from kfuse.bench.torch_baseline import compiled_on
@@ -91,7 +102,8 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
         except KfuseError as error:
             print(f"{name}: skipped {text}: {error}", flush=True)
             continue
-        if normal not in candidates and normal != chosen.variant:
+        patched = hoist or plain_loads or dots  # (the planned variant patched is new too)
+        if normal not in candidates and (normal != chosen.variant or patched):
             candidates.append(normal)
     for variant in candidates:
         groups = [(tuple(g.members), tuple(g.outputs), variant if i == index else g.variant)
@@ -99,6 +111,11 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
         program = generate(graph, groups, fixed_sizes=sizes)  # as the backend compiles its own
         if hoist:
             program = replace(program, source=hoist_factors(program.source))
+        if dots:
+            patched = chunk_dots(program.source)
+            print(f"{name} {variant}: chunk dots {'patched' if patched != program.source else 'unchanged'}",
+                  flush=True)
+            program = replace(program, source=patched)
         if plain_loads:  # timing only: inputs not restrict, so loads are plain ld.global
             program = replace(program, source=program.source.replace(
                 "const float* __restrict__", "const float*"))
@@ -125,12 +142,15 @@ def main() -> None:
     parser.add_argument("--picks", default=None, help="comma-separated variants (no prefix)")
     parser.add_argument("--plain-loads", action="store_true",
                         help="timing only: inputs without __restrict__ (plain, not .nc, loads)")
+    parser.add_argument("--chunk-dots", action="store_true",
+                        help="timing only: a chunk's products summed before the row's sum")
     parser.add_argument("--hoist", action="store_true",
                         help="timing only: row sums of p * term multiply by p once per row")
     args = parser.parse_args()
     picks = tuple(args.picks.split(",")) if args.picks else PICKS
     for name in args.apps:
-        compare(name, args.top, args.rounds, args.runs, picks, args.hoist, args.plain_loads)
+        compare(name, args.top, args.rounds, args.runs, picks, args.hoist, args.plain_loads,
+                args.chunk_dots)
 
 
 if __name__ == "__main__":

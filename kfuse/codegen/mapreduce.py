@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from kfuse.codegen.barriers import Routine, SharedAccess, SharedElement, place_barriers
 from kfuse.codegen.cexpr import (
+    EmitState,
     ExprEmitter,
     c_name,
     indent,
@@ -64,11 +65,12 @@ from kfuse.codegen.mapreduce_stream import StreamBody
 from kfuse.codegen.program import GRID_LIMITS, WARP, GridAxis, KernelParam, LaunchSpec
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import (
-    is_row_epilogue_group,
+    epilogue_kind,
+    epilogue_variant_reason,
+    epilogue_violations,
+    is_epilogue_group,
     mapreduce_shape_reason,
-    row_epilogue_violations,
-    split_row_epilogue,
-    whole_row_stream_reason,
+    split_epilogue,
 )
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph, Kernel
@@ -161,6 +163,12 @@ class MapReduceVariant:
     block's warps at the end; torch.compile's GEMV shape).
 
     ``vector_bytes``: the size of one vector access when ``wide`` (16, or 8: two floats).
+
+    ``whole_columns`` (the tile mapping only): one block walks every row of its column tile
+    (a grid of column tiles only), so its column reductions are complete in the block:
+    stored plainly (no fill, no atomics), and an elementwise epilogue over the reduced vector
+    can follow in the same kernel (SGEMVT's ``x = beta Aᵀ y + z``; torch.compile's shape for
+    column sums). ``iters`` is then 1.
     """
 
     threads: tuple[int, int] = (256, 1)
@@ -173,6 +181,7 @@ class MapReduceVariant:
     unroll: int = 1
     span: int = 0
     vector_bytes: int = 16
+    whole_columns: bool = False
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -192,6 +201,9 @@ class MapReduceVariant:
             raise FusionError("variant: unroll and span belong to the stream mapping")
         if self.vector_bytes not in VECTOR_BYTES:
             raise FusionError(f"variant: vector accesses are of {VECTOR_BYTES} bytes")
+        if self.whole_columns and self.rowsum == "stream":
+            raise FusionError("variant: whole columns belong to the tile mapping (the stream "
+                              "mapping walks along rows)")
         if self.rowsum == "stream" and bx != WARP and (by != 1 or bx & (bx - 1)):
             raise FusionError(f"variant: a stream block of {bx}x{by} threads: warps walk rows "
                               "in 32 x N blocks, whole blocks in T x 1 (T a power of two)")
@@ -208,6 +220,8 @@ class MapReduceVariant:
             parts.append(f"u{self.unroll}")
         if self.span:
             parts.append(f"c{self.span}")
+        if self.whole_columns:
+            parts.append("wc")
         if self.order:
             parts.append("o=" + ",".join(self.order))
         return ":".join(parts)
@@ -238,9 +252,11 @@ class MapReduceVariant:
         if not (match and rows and iters and access):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
-        blocks, unroll, span = 0, 1, 0
+        blocks, unroll, span, whole_columns = 0, 1, 0, False
         for extra in parts[6:]:
-            if extra.startswith("o="):
+            if extra == "wc":
+                whole_columns = True
+            elif extra.startswith("o="):
                 order = tuple(n for n in extra[2:].split(",") if n)
             elif re.fullmatch(r"g\d+", extra):
                 blocks = int(extra[1:])
@@ -252,7 +268,7 @@ class MapReduceVariant:
                 raise FusionError(f"malformed map-reduce variant {text!r}")
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
                    int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
-                   span, int(access.group(1) or 16))
+                   span, int(access.group(1) or 16), whole_columns)
 
     def width(self, item_size: int | None) -> int:
         """Elements per thread and access: ``vector_bytes``' worth when wide, else 1."""
@@ -267,10 +283,11 @@ def is_variant_text(variant: object) -> bool:
 
 def mapreduce_group_reason(graph: Graph, members: Sequence[str]) -> str | None:
     """Why this module cannot generate ``members`` as one kernel under some variant; ``None``
-    for a map/reduce group, or one plus an elementwise epilogue of its row reductions (then
-    only whole-row stream variants apply: :meth:`MapReduceGroup.normalize`)."""
-    if is_row_epilogue_group(graph, members):
-        found = row_epilogue_violations(graph, members, None)
+    for a map/reduce group, or one plus an elementwise epilogue of its row (column)
+    reductions (then only whole-row stream (whole-column) variants apply:
+    :meth:`MapReduceGroup.normalize`)."""
+    if is_epilogue_group(graph, members):
+        found = epilogue_violations(graph, members, None)
         return str(found[0]) if found else None
     return mapreduce_shape_reason(graph, members)
 
@@ -320,12 +337,14 @@ class MapReduceGroup(GroupNames):
         reason = mapreduce_group_reason(graph, members)
         if reason is not None:
             raise FusionError(f"group {list(members)} is not a map/reduce group: {reason}")
-        core, epilogue = split_row_epilogue(graph, members)
+        core, epilogue = split_epilogue(graph, members)
         self.graph = graph
         self.members = tuple(graph.kernel_by_name[name] for name in members)
         # the maps over the reduced vector that consume row reductions (whole-row stream
-        # variants only): evaluated by the warp owning the row once its results are complete
+        # variants only: evaluated by the warp owning the row once its results are complete)
+        # or column reductions (whole-column variants: by the block owning the columns)
         self.epilogue = tuple(graph.kernel_by_name[name] for name in epilogue)
+        self.epilogue_kind = epilogue_kind(graph, members) if epilogue else None
         self.core = tuple(graph.kernel_by_name[name] for name in core)
         self.outputs = tuple(outputs)
         self.produced = {kernel.output: kernel for kernel in self.members}
@@ -394,6 +413,9 @@ class MapReduceGroup(GroupNames):
     # -- variants -----------------------------------------------------------------------------
     def default_variant(self) -> MapReduceVariant:
         """The variant used when a plan names none (a good choice on Hopper at large sizes)."""
+        if self.epilogue_kind == "col":  # only blocks owning whole columns
+            return MapReduceVariant((32, 16), 2, 1, True, "shuffle", vector_bytes=8,
+                                    whole_columns=True)
         if self.epilogue:  # only warps owning whole rows can go on to the epilogue
             return MapReduceVariant((32, 8), 1, 1, True, "stream", (), 0, 8)
         if self.flat:
@@ -406,16 +428,19 @@ class MapReduceGroup(GroupNames):
         if self.flat:
             if by != 1:
                 raise FusionError(f"variant {variant}: a vector kernel takes N x 1 threads")
+            if variant.whole_columns:
+                raise FusionError(f"variant {variant}: whole columns belong to matrix kernels")
             return MapReduceVariant((bx, 1), 1, variant.iters, variant.wide, "shuffle", (),
                                     variant.blocks, vector_bytes=variant.vector_bytes)
         if bx != WARP and variant.rowsum != "stream":
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads (T x 1 "
                               "only in the stream mapping)")
         if self.epilogue:
-            reason = whole_row_stream_reason(variant)
+            reason = epilogue_variant_reason(variant, self.epilogue_kind or "row")
             if reason:
                 names = [k.name for k in self.epilogue]
-                raise FusionError(f"a row reduction feeds the epilogue {names} in its own "
+                what = "column" if self.epilogue_kind == "col" else "row"
+                raise FusionError(f"a {what} reduction feeds the epilogue {names} in its own "
                                   f"kernel: {reason}")
         if variant.rowsum == "stream":
             return self._normalize_stream(variant)
@@ -435,8 +460,10 @@ class MapReduceGroup(GroupNames):
             if sorted(order) != sorted(names):
                 raise FusionError(f"variant {variant}: the order must name the row "
                                   f"reductions {names}")
-        result = MapReduceVariant((bx, by), rows, variant.iters, variant.wide, rowsum, order,
-                                  vector_bytes=variant.vector_bytes)
+        iters = 1 if variant.whole_columns else variant.iters  # one block walks every row
+        result = MapReduceVariant((bx, by), rows, iters, variant.wide, rowsum, order,
+                                  vector_bytes=variant.vector_bytes,
+                                  whole_columns=variant.whole_columns)
         if self.shared_bytes(result) > STATIC_SHARED_LIMIT:
             raise FusionError(f"variant {result}: needs {self.shared_bytes(result)} bytes of "
                               f"shared memory, more than {STATIC_SHARED_LIMIT}")
@@ -464,11 +491,17 @@ class MapReduceGroup(GroupNames):
         the warp and its output needs neither atomics nor a fill before the launch."""
         return not self.flat and variant.whole_rows
 
+    def stored_columns(self, variant: MapReduceVariant) -> bool:
+        """True when the column reductions are written with plain stores: one block walks
+        every row of its columns (a whole-column variant)."""
+        return not self.flat and variant.whole_columns
+
     def atomic_reductions(self, variant: MapReduceVariant) -> list[Reduce]:
         """The reductions combined with atomics (their outputs are filled first)."""
-        if self.stored_rows(variant):
-            return [r for r in self.reductions if r.kind != "row"]
-        return list(self.reductions)
+        stored = {"row"} if self.stored_rows(variant) else set()
+        if self.stored_columns(variant):
+            stored.add("col")
+        return [r for r in self.reductions if r.kind not in stored]
 
     def step(self, variant: MapReduceVariant) -> int:
         """Columns a warp (block rows: a block) covers per step of the stream mapping
@@ -544,8 +577,8 @@ def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bo
     """
     kernels = [graph.kernel_by_name[name] for name in members]
     reductions = [k for k in kernels if k.reduction is not None]
-    if reductions and is_row_epilogue_group(graph, members):
-        return True  # a row reduction and its epilogue: only this module fuses them
+    if reductions and is_epilogue_group(graph, members):
+        return True  # a reduction and its epilogue: only this module fuses them
     if is_variant_text(variant):
         return mapreduce_group_reason(graph, members) is None  # a named variant is honoured
     if not reductions:
@@ -593,7 +626,9 @@ class _Builder(StreamBody):
                  f"'{group.graph.name}': {', '.join(k.name for k in group.members)}"]
         for kernel in group.members:
             prefix = f"//   [{kernel.name}] " if fused else "//   "
-            role = "epilogue map over the reduced rows" if kernel in group.epilogue else "map"
+            role = (f"epilogue map over the reduced "
+                    f"{'columns' if group.epilogue_kind == 'col' else 'rows'}"
+                    if kernel in group.epilogue else "map")
             for reduce in group.reductions:
                 if reduce.kernel is kernel:
                     role = f"{reduce.op}-reduction {kinds[reduce.kind]}"
@@ -604,6 +639,10 @@ class _Builder(StreamBody):
             lines.append(f"//   {shape} of {' x '.join(group.domain)}: {self.v} elements per "
                          f"thread, {variant.iters} chunk(s) per block of {variant.threads[0]}"
                          " threads")
+        elif variant.whole_columns:
+            lines.append(f"//   matrix tiles of {tm} x {tn}, every row of its columns per block "
+                         f"of {variant.threads[0]} x {variant.threads[1]} threads (whole "
+                         "columns); row reductions by " + variant.rowsum)
         else:
             lines.append(f"//   matrix tiles of {tm} x {tn}, {variant.iters} per block of "
                          f"{variant.threads[0]} x {variant.threads[1]} threads; row "
@@ -734,7 +773,8 @@ class _Builder(StreamBody):
             f"// block takes {v} consecutive element(s) of each of {iters} chunk(s) of "
             f"{bx * v}",
             f"const kf_index_t kf_n = {count};",
-            f"const bool kf_vec = {vec};  // 16-byte loads and stores where aligned",
+            f"const bool kf_vec = {vec};  // {variant.vector_bytes}-byte loads and stores where "
+            "aligned",
             f"const kf_index_t kf_chunk = (kf_index_t){bx * v};",
             f"const kf_index_t kf_blocks = (kf_n + kf_chunk * {iters} - 1) / (kf_chunk * "
             f"{iters});",
@@ -880,7 +920,7 @@ class _Builder(StreamBody):
             f"{tm}-row tile",
             "const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;",
             f"const bool kf_vec = {self.aligned_flag(group.tile_inputs + group.stores, n_cols)};"
-            "  // 16-byte accesses where aligned",
+            f"  // {variant.vector_bytes}-byte accesses where aligned",
             f"const int kf_col_blocks = ({n_cols} + {tn - 1}) / {tn};",
             f"const int kf_row_blocks = ({n_rows} + {tm * iters - 1}) / {tm * iters};",
         ]
@@ -899,25 +939,31 @@ class _Builder(StreamBody):
         if invariant:
             body += ["  // stage 0: invariant loads (vectors indexed by column: once per block)",
                      *indent(invariant, 1)]
+        whole = variant.whole_columns  # one block walks every row (grid: column tiles only)
         by_loop = [
-            "for (int kf_by = blockIdx.y; kf_by < kf_row_blocks; kf_by += gridDim.y) {",
+            "for (int kf_by = blockIdx.y; kf_by < kf_row_blocks; kf_by += gridDim.y) {"
+            + ("  // every row block: the grid has one block per column tile" if whole
+               else ""),
         ]
-        if smem:
+        if smem and not whole:  # (whole columns flush once, after every row block)
             by_loop.append("  __syncthreads();  // B2: a new block of tiles reuses shared "
                            "storage")
-        by_loop += indent(accumulators, 1)
+        by_loop += indent(accumulators, 1) if not whole else []
         by_loop += [
             f"  for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{  // serial iterations",
             f"    const int kf_row0 = (kf_by * {iters} + kf_it) * {tm};",
             f"    if (kf_row0 >= {n_rows}) break;  // the same for the whole block",
             *indent(loop_lines, 2),
             "  }",
-            *indent(end_lines, 1),
+            *(indent(end_lines, 1) if not whole else []),
             "}",
         ]
+        if whole:  # partial results accumulate over every row, flushed once at the end
+            by_loop = [*accumulators, *by_loop, *end_lines]
         body += [*indent(by_loop, 1), "}"]
-        grid = (GridAxis((cols_symbol,), tn),
-                GridAxis((rows_symbol,), tm * iters, GRID_LIMITS[1]), GridAxis())
+        rows_axis = GridAxis() if whole else GridAxis((rows_symbol,), tm * iters,
+                                                      GRID_LIMITS[1])
+        grid = (GridAxis((cols_symbol,), tn), rows_axis, GridAxis())
         return body, grid
 
     # -- matrices, the stream mapping -----------------------------------------------------------
@@ -968,9 +1014,12 @@ class _Builder(StreamBody):
         ]
 
     def column_flush(self, layout: dict[str, SharedElement]) -> list[Routine]:
-        """Column reductions: the warps' partial results combined, one atomic per column."""
+        """Column reductions: the warps' partial results combined, one atomic per column
+        (whole columns: one plain store, and the epilogue)."""
         v, by = self.v, self.variant.threads[1]
         tn = self.group.tile(self.variant)[1]
+        if self.variant.whole_columns:
+            return self.column_store(layout)
         routines = []
         for reduce in self.group.col_reductions():
             combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
@@ -997,6 +1046,80 @@ class _Builder(StreamBody):
                 "}"],
                 (SharedAccess(element, False, "lane"),)))
         return routines
+
+    def column_store(self, layout: dict[str, SharedElement]) -> list[Routine]:
+        """Whole columns: each column's result is complete once the block's warps are
+        combined; warp 0 stores it plainly (no fill, no atomic) where it must reach memory
+        and evaluates the column epilogue there."""
+        group, v, by = self.group, self.v, self.variant.threads[1]
+        tn = group.tile(self.variant)[1]
+        reductions = group.col_reductions()
+        routines, reads, totals = [], [], []
+        for reduce in reductions:
+            if by == 1:  # one warp: the thread's partial results are the columns' results
+                totals.append(f"{reduce.ctype} (&kf_sum_{reduce.var})[{v}] = "
+                              f"kf_acc_{reduce.var};")
+                continue
+            element = layout[f"colpart_{reduce.var}"]
+            reads.append(SharedAccess(element, False, "lane"))
+            routines.append(Routine(f"stage {reduce.kernel.name}", [
+                f"// '{reduce.kernel.name}': each warp's partial results per column",
+                f"kf_mr_store<{v}>(kf_colpart_{reduce.var} + kf_ty * {tn} + kf_tx * {v}, {v}, "
+                f"true, kf_acc_{reduce.var});"],
+                (SharedAccess(element, True, "column"),)))
+            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
+            totals += [
+                f"{reduce.ctype} kf_sum_{reduce.var}[{v}];  // '{reduce.kernel.name}': the "
+                "warps combined",
+                "#pragma unroll",
+                f"for (int e = 0; e < {v}; ++e) {{",
+                f"  kf_sum_{reduce.var}[e] = kf_colpart_{reduce.var}[kf_tx * {v} + e];",
+                f"  for (int j = 1; j < {by}; ++j) kf_sum_{reduce.var}[e] = {combine}("
+                f"kf_sum_{reduce.var}[e], kf_colpart_{reduce.var}[j * {tn} + kf_tx * {v} + e]);",
+                "}"]
+        results = {r.kernel.output: f"kf_sum_{r.var}[e]" for r in reductions}
+        emitter = self.epilogue_emitter(results, (("jx", 0),), group.domain[1:])
+        values = {k.output: emitter.emit(k.body)  # type: ignore[arg-type]
+                  for k in group.epilogue if k.output in group.epilogue_stores}
+        stores = [f"{c_name(name)}[jx] = {results[name]};" for name in group.outputs
+                  if name in results]
+        stores += [f"{c_name(name)}[jx] = ({C_TYPES[group.graph.buffers[name].dtype]})"
+                   f"{values[name]};" for name in group.epilogue_stores]
+        names = ", ".join(f"'{k.name}'" for k in group.epilogue)
+        what = f"the epilogue {names} at each column, " if names else ""
+        lines = [
+            "if (kf_ty == 0) {  // the block walked every row of its columns: their results "
+            "are complete",
+            *indent(totals, 1),
+            "  #pragma unroll",
+            f"  for (int e = 0; e < {v}; ++e) {{  // {what}one plain store per column and "
+            "output (no fill, no atomic)",
+            "    const int jx = ix + e;",
+            "    if (e < kf_cols) {",
+            *indent([*emitter.lines, *stores], 3),
+            "    }",
+            "  }",
+            "}"]
+        routines.append(Routine("store columns", lines, tuple(reads)))
+        return routines
+
+    def epilogue_emitter(self, results: dict[str, str], coords: tuple,
+                         domain: tuple[str, ...]) -> ExprEmitter:
+        """An emitter for the epilogue at one point of the reduced vector: reads of the
+        group's reductions answered by ``results`` (C expressions), of other epilogue
+        members by evaluating them in registers."""
+        group = self.group
+
+        def hook(load: Load, emitter: ExprEmitter) -> str | None:
+            if load.buffer in results:
+                return results[load.buffer]
+            producer = group.produced.get(load.buffer)
+            if producer is not None:  # another epilogue member, evaluated in registers
+                return emitter.emit(producer.body)  # type: ignore[arg-type]
+            return None
+
+        return ExprEmitter(group.graph, coords, domain, None, hook,
+                           EmitState(counter=self.names_used))
 
     def all_flush(self) -> list[Routine]:
         routines = []

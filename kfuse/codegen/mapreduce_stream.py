@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kfuse.codegen.cexpr import EmitState, ExprEmitter, c_name, indent, size_var
+from kfuse.codegen.cexpr import c_name, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis
-from kfuse.ir.expr import C_TYPES, Load
+from kfuse.ir.expr import C_TYPES
 
 if TYPE_CHECKING:
     from kfuse.codegen.mapreduce import Reduce
@@ -234,16 +234,7 @@ class StreamBody:
                                f"  // '{reduce.kernel.name}': the row over the {owner} (the "
                                f"{owner} owns it whole)", block=self.variant.block_rows)
 
-        def hook(load: Load, emitter: ExprEmitter) -> str | None:
-            if load.buffer in results:
-                return results[load.buffer]
-            producer = group.produced.get(load.buffer)
-            if producer is not None:  # another epilogue member, evaluated in registers
-                return emitter.emit(producer.body)  # type: ignore[arg-type]
-            return None
-
-        emitter = ExprEmitter(group.graph, (("iy", 0),), group.domain[:1], None, hook,
-                              EmitState(counter=self.names_used))
+        emitter = self.epilogue_emitter(results, (("iy", 0),), group.domain[:1])
         values = {k.output: emitter.emit(k.body)  # type: ignore[arg-type]
                   for k in group.epilogue if k.output in group.epilogue_stores}
         stores = [f"{c_name(name)}[iy] = {results[name]};" for name in group.outputs

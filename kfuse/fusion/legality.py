@@ -75,9 +75,10 @@ def rule_connected(graph: Graph, members: Sequence[str]) -> str | None:
 def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> str | None:
     """A reduction's result needs every block done (a global barrier): never read in its kernel.
 
-    The one exception (:func:`row_epilogue_violations`) needs the implementation to be known:
-    a row reduction computed by a stream variant whose warps own whole rows may feed an
-    elementwise epilogue reading it at the same row. Without a variant the rule holds.
+    The one exception (:func:`epilogue_violations`) needs the implementation to be known:
+    a row reduction computed by a stream variant whose warps own whole rows (a column
+    reduction by a variant whose blocks walk whole columns) may feed an elementwise epilogue
+    reading it at the same row (column). Without a variant the rule holds.
     """
     group = set(members)
     for name in members:
@@ -88,9 +89,9 @@ def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> s
         if readers:
             text = (f"'{readers[0]}' reads the reduction '{name}' in the same kernel; a "
                     "reduction is complete only after every block finished (a global barrier)")
-            if row_epilogue_violations(graph, members, None) == []:
-                text += ("; only a stream variant whose warps own whole rows (no ':c' column "
-                         "span) may compute the row reduction and its epilogue in one kernel")
+            kind = epilogue_kind(graph, members)
+            if kind and epilogue_violations(graph, members, None) == []:
+                text += f"; {EPILOGUE_OWNERS[kind]}: it may feed its epilogue in one kernel"
             return text
     return None
 
@@ -204,11 +205,20 @@ def rule_same_nesting_depth(graph: Graph, members: Sequence[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Row-reduction epilogues: the one exception to F2 (needs the implementation to be known)
+# Reduction epilogues: the one exception to F2 (needs the implementation to be known)
 # ---------------------------------------------------------------------------------------------
 
-def split_row_epilogue(graph: Graph, members: Sequence[str]
-                       ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+# What an epilogue reads, by the kind of reduction: the variants that own such a result whole
+EPILOGUE_OWNERS = {
+    "row": ("only a stream variant whose warps own whole rows (no ':c' column span) has a "
+            "row's reduction complete inside one warp"),
+    "col": ("only a whole-column variant (':wc': one block walks every row of its columns) "
+            "has a column's reduction complete inside one block"),
+}
+
+
+def split_epilogue(graph: Graph, members: Sequence[str]
+                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(core, epilogue) of a group: the epilogue is every member that depends, through the
     group, on a reduction of the group; the core is the rest (members in the given order).
     An empty epilogue means no reduction is consumed inside the group."""
@@ -232,27 +242,48 @@ def split_row_epilogue(graph: Graph, members: Sequence[str]
             tuple(n for n in members if n in dependent))
 
 
-def is_row_epilogue_group(graph: Graph, members: Sequence[str]) -> bool:
+def is_epilogue_group(graph: Graph, members: Sequence[str]) -> bool:
     """True when some member consumes a reduction of the group (the epilogue is not empty)."""
-    return len(members) > 1 and bool(split_row_epilogue(graph, members)[1])
+    return len(members) > 1 and bool(split_epilogue(graph, members)[1])
 
 
-def whole_row_stream_reason(variant: object) -> str | None:
-    """Why ``variant`` cannot compute a row reduction and its epilogue in one kernel (``None``:
-    it can, a stream variant without a column span: one warp owns whole rows)."""
+def epilogue_kind(graph: Graph, members: Sequence[str]) -> str | None:
+    """``"row"`` when the group's epilogue reads only row reductions of its core (``A x``),
+    ``"col"`` when only column reductions (``Aᵀ y``); ``None`` otherwise (no epilogue, or
+    other reads: :func:`epilogue_violations` says what is wrong)."""
+    core, epilogue = split_epilogue(graph, members)
+    kinds = set()
+    for name in epilogue:
+        for buffer in graph.kernel_by_name[name].reads:
+            producer = graph.producer.get(buffer)
+            reduction = graph.kernel_by_name[producer].reduction if producer in core else None
+            if reduction is not None:
+                kinds.add({(1,): "row", (0,): "col"}.get(reduction.axes, "all"))
+    return kinds.pop() if len(kinds) == 1 and kinds <= {"row", "col"} else None
+
+
+def epilogue_variant_reason(variant: object, kind: str = "row") -> str | None:
+    """Why ``variant`` cannot compute a ``kind`` (``"row"``, ``"col"``) reduction and its
+    epilogue in one kernel (``None``: it can: a stream variant without a column span has
+    whole rows in one warp or block, a whole-column variant whole columns in one block)."""
     from kfuse.codegen.mapreduce import MapReduceVariant, is_variant_text
     from kfuse.errors import FusionError
-    need = ("only a stream variant whose warps own whole rows (no ':c' column span) has a "
-            "row's reduction complete inside one warp")
+    need = EPILOGUE_OWNERS[kind]
+    wanted = "stream" if kind == "row" else "whole-column"
     if isinstance(variant, MapReduceVariant):
         parsed = variant
     elif not is_variant_text(variant):
-        return f"the implementation {variant!r} is not a map-reduce stream variant; {need}"
+        return f"the implementation {variant!r} is not a map-reduce {wanted} variant; {need}"
     else:
         try:
             parsed = MapReduceVariant.parse(str(variant))
         except FusionError as error:
             return str(error)
+    if kind == "col":
+        if parsed.whole_columns:
+            return None
+        return (f"variant {variant} combines column results of several blocks with atomics "
+                f"(a global barrier before the epilogue); {need}")
     if parsed.whole_rows:
         return None
     if parsed.rowsum != "stream":
@@ -262,20 +293,22 @@ def whole_row_stream_reason(variant: object) -> str | None:
             f"with atomics (a global barrier before the epilogue); {need}")
 
 
-def row_epilogue_violations(graph: Graph, members: Sequence[str],
-                            variant: object) -> list[Violation]:
-    """Rules for a map/reduce group plus an elementwise *epilogue* consuming its row results.
+def epilogue_violations(graph: Graph, members: Sequence[str],
+                        variant: object) -> list[Violation]:
+    """Rules for a map/reduce group plus an elementwise *epilogue* consuming its reductions.
 
-    The exception to F2: when one warp owns whole rows (a stream variant without column
-    spans), each row's reduction is complete in that warp, which can go on to evaluate a
-    map over the reduced vector at the same row. Allowed only when the core (members not
-    depending on a reduction) is a matrix map/reduce group without column reductions, and
-    every epilogue member is a map over the core's rows that reads the group's reductions
-    only as row reductions at its own row (a point access, no offsets, no other row).
-    ``variant`` ``None`` checks the structure only. ``[]`` when legal.
+    The exception to F2: when one warp (or block) owns whole rows (a stream variant without
+    column spans), each row's reduction is complete there, and it can go on to evaluate a
+    map over the reduced vector at the same row; likewise a block that walks every row of
+    its columns (a whole-column variant) owns whole column reductions. Allowed only when the
+    core (members not depending on a reduction) is a matrix map/reduce group (without column
+    reductions for a row epilogue), and every epilogue member is a map over the reduced
+    vector that reads the group's reductions, all of one kind, only at its own row (column):
+    a point access, no offsets, no other index. ``variant`` ``None`` checks the structure
+    only. ``[]`` when legal.
     """
     rule = "reduction_epilogue"
-    core, epilogue = split_row_epilogue(graph, members)
+    core, epilogue = split_epilogue(graph, members)
     if not epilogue:
         return [Violation(rule, "no member consumes a reduction of the group (not an epilogue)")]
     if not core:
@@ -289,18 +322,23 @@ def row_epilogue_violations(graph: Graph, members: Sequence[str],
     shape = mapreduce_shape_reason(graph, core)
     domain = kernels[core[0]].domain
     if shape is None and len(domain) != 2:
-        shape = "it is not a matrix group (an epilogue follows reductions along matrix rows)"
+        shape = ("it is not a matrix group (an epilogue follows reductions along matrix rows "
+                 "or columns)")
     if shape is not None:
         found.append(Violation(rule, f"the epilogue's producers {list(core)} are not one "
                                      f"matrix map/reduce group: {shape}"))
         return found
+    kind = epilogue_kind(graph, members)
+    axis = {"row": 0, "col": 1}.get(kind or "row", 0)  # the reduced vector's matrix axis
+    what = "row" if axis == 0 else "column"
     columns = [n for n in core if kernels[n].reduction is not None
                and kernels[n].reduction.axes != (1,)  # type: ignore[union-attr]
                and len(kernels[n].reduction.axes) == 1]  # type: ignore[union-attr]
-    if columns:
+    if columns and kind == "row":
         found.append(Violation(rule, f"the group reduces along columns ({columns}): no warp "
                                      "walks whole rows, so no epilogue can follow in the "
                                      "same kernel"))
+    read_kinds = set()
     for name in epilogue:
         kernel = kernels[name]
         if kernel.reduction is not None or kernel.body is None:
@@ -318,27 +356,33 @@ def row_epilogue_violations(graph: Graph, members: Sequence[str],
             reduction = source.reduction
             if producer in core and reduction is None:
                 found.append(Violation(rule, f"epilogue '{name}' reads the matrix map "
-                                             f"'{producer}', not a row result"))
-            elif reduction is not None and reduction.axes != (1,):
-                kind = "a full reduction" if len(reduction.axes) == len(source.domain) \
-                    else "a column reduction"
-                found.append(Violation(rule, f"'{name}' reads '{producer}', {kind}: it is "
-                                             "complete only after every block finished (a "
-                                             "global barrier), never in its own kernel"))
-            elif access.dims != (0,) or not access.is_point:
-                found.append(Violation(rule, f"epilogue '{name}' reads '{access.buffer}' at "
-                                             "another row (an offset or another index): a "
-                                             "warp holds only its own rows' results"))
-        if kernel.domain != domain[:1]:
+                                             f"'{producer}', not a {what} result"))
+            elif reduction is not None and len(reduction.axes) == len(source.domain):
+                found.append(Violation(rule, f"'{name}' reads '{producer}', a full reduction: "
+                                             "it is complete only after every block finished "
+                                             "(a global barrier), never in its own kernel"))
+            elif reduction is not None:
+                read_kinds.add("row" if reduction.axes == (1,) else "column")
+                if access.dims != (0,) or not access.is_point:
+                    found.append(Violation(rule, f"epilogue '{name}' reads '{access.buffer}' "
+                                                 f"at another {what} (an offset or another "
+                                                 f"index): a {'warp' if axis == 0 else 'block'}"
+                                                 f" holds only its own {what}s' results"))
+        if kernel.domain != domain[axis:axis + 1]:
             found.append(Violation(rule, f"epilogue '{name}' iterates over {kernel.domain}, "
-                                         f"not over the reduced vector's rows {domain[:1]}"))
+                                         f"not over the reduced vector's {what}s "
+                                         f"{domain[axis:axis + 1]}"))
+    if len(read_kinds) > 1:
+        found.append(Violation(rule, f"the epilogue {list(epilogue)} reads both row and "
+                                     "column reductions: no block owns whole rows and whole "
+                                     "columns at once"))
     if len(core) > 1:
         found += group_violations(graph, core)
-    if variant is not None and not found:
-        reason = whole_row_stream_reason(variant)
+    if variant is not None and not found and kind is not None:
+        reason = epilogue_variant_reason(variant, kind)
         if reason:
-            found.append(Violation(rule, f"a row reduction feeds {list(epilogue)} in its own "
-                                         f"kernel: {reason}"))
+            found.append(Violation(rule, f"a {what} reduction feeds {list(epilogue)} in its "
+                                         f"own kernel: {reason}"))
     return found
 
 
@@ -358,8 +402,8 @@ def group_violations(graph: Graph, members: Sequence[str],
                      variant: object = None) -> list[Violation]:
     """Every structural rule the group breaks (resources are checked on generated code).
 
-    ``variant`` (the group's implementation, when known): a group in which a row reduction
-    feeds an elementwise epilogue is judged by :func:`row_epilogue_violations` under it;
+    ``variant`` (the group's implementation, when known): a group in which a reduction
+    feeds an elementwise epilogue is judged by :func:`epilogue_violations` under it;
     without one (every search but the BLAS implementation space) such a group is refused.
     """
     unknown = [n for n in members if n not in graph.kernel_by_name]
@@ -367,8 +411,8 @@ def group_violations(graph: Graph, members: Sequence[str],
         return [Violation("known_kernels", f"no operator named {unknown[0]!r}")]
     if len(members) < 2:
         return []
-    if variant is not None and is_row_epilogue_group(graph, members):
-        return row_epilogue_violations(graph, members, variant)
+    if variant is not None and is_epilogue_group(graph, members):
+        return epilogue_violations(graph, members, variant)
     found = []
     for rule in GROUP_RULES:
         reason = rule(graph, members)

@@ -4,9 +4,10 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
 
 1. **fusions**: every legal subset of operators (rules F1-F5 of :mod:`kfuse.fusion.legality`:
    connected through data or shared inputs, convex, no reduction consumed in its own
-   kernel, equal nesting depth), singletons included; plus a row reduction with the
-   elementwise epilogue that reads it at the same row, whose implementations are only the
-   whole-row stream variants (the one exception to F2: a warp owns the whole row);
+   kernel, equal nesting depth), singletons included; plus a row (column) reduction with
+   the elementwise epilogue that reads it at the same row (column), whose implementations
+   are only the whole-row stream (whole-column) variants (the one exception to F2: a warp
+   or block owns the whole row, a block the whole column);
 2. **implementations of a fusion**: every :class:`~kfuse.codegen.mapreduce.MapReduceVariant`
    (block size, tile shape, serial iterations, 16-byte accesses, how row reductions are
    combined, calling order; vector kernels also a persistent grid sized to the device),
@@ -15,7 +16,8 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
    that uses no more on-chip memory; the general templates' own kernel (``auto``) is one
    more implementation where they can run the group. Plain maps get only one vector per
    thread (``MAP_VARIANTS``) beside the templates; matrix rows also *block rows* in one form
-   (``BLOCK_ROW_THREADS`` threads along each row with 8-byte accesses). Other block rows
+   (``BLOCK_ROW_THREADS`` threads along each row with 8-byte accesses); column reductions
+   also *whole columns* (a grid of column tiles, each block walking every row). Other block rows
    and 8-byte accesses run and are predicted when a plan names them but are not enumerated:
    which of them is fast depends on the registers ptxas gives them, which the model does
    not follow (docs/benchmarks.md, session 9);
@@ -79,10 +81,10 @@ from kfuse.codegen.mapreduce import (
 )
 from kfuse.errors import FusionError, KfuseError
 from kfuse.fusion.legality import (
+    epilogue_violations,
     group_violations,
-    is_row_epilogue_group,
+    is_epilogue_group,
     plan_violations,
-    row_epilogue_violations,
 )
 from kfuse.fusion.plan import FusionPlan, group_outputs, make_plan
 from kfuse.ir.expr import count_operations
@@ -115,6 +117,12 @@ STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (re
 # 16-byte accesses were up to 3% slower in some apps.
 BLOCK_ROW_THREADS = 512
 BLOCK_ROW_VECTOR_BYTES = 8
+# Whole columns (column reductions: one block walks every row of its column tile, so the
+# results are stored plainly, with no fill or atomics, and a column epilogue can follow in the
+# same kernel; torch.compile's column sums): warps per block, rows per thread, vector bytes
+# (0: one element per thread and row).
+WHOLE_COLUMN_THREADS_Y = (8, 16, 32)
+WHOLE_COLUMN_VECTOR_BYTES = (16, 8, 0)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
 RANK_RESOLUTION = 0.002                # predictions closer than this rank as equal
 # Rows of a matrix tile that also writes the matrix (a rank-1 update beside a column
@@ -191,6 +199,13 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
             for unroll in STREAM_UNROLL:
                 result.append(MapReduceVariant((BLOCK_ROW_THREADS, 1), 1, 1, True, "stream",
                                                (), 0, unroll, 0, BLOCK_ROW_VECTOR_BYTES))
+    if group.col_reductions():
+        for by, rows, size in itertools.product(WHOLE_COLUMN_THREADS_Y, MATRIX_ROWS,
+                                                WHOLE_COLUMN_VECTOR_BYTES):
+            if size and not wides[0]:
+                continue
+            result.append(MapReduceVariant((32, by), rows, 1, bool(size), "shuffle",
+                                           vector_bytes=size or 16, whole_columns=True))
     for by, iters, wide in itertools.product(MATRIX_THREADS_Y, ITERATIONS, wides):
         for rows in MATRIX_ROWS:
             result.append(MapReduceVariant((32, by), rows, iters, wide, "shuffle"))
@@ -309,7 +324,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     else:
         rows, cols = (sizes[s] for s in group.domain)
         col_blocks = math.ceil(cols / tile_cols)
-        row_blocks = math.ceil(rows / (tile_rows * variant.iters))
+        row_blocks = 1 if variant.whole_columns else math.ceil(rows / (tile_rows
+                                                                     * variant.iters))
         if stream:  # one block per row group and span; a step of columns per iteration
             col_blocks = math.ceil(cols / variant.span) if variant.span else 1
         blocks = col_blocks * row_blocks
@@ -335,7 +351,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         for name in group.col_inputs:  # each block re-reads its slice of the vector
             l2 += graph.nbytes(name, sizes) * row_blocks
         atomics += sizes[group.domain[0]] * col_blocks * len(group.row_reductions())
-        atomics += sizes[group.domain[1]] * row_blocks * len(group.col_reductions())
+        if not group.stored_columns(variant):  # whole columns are stored plainly
+            atomics += sizes[group.domain[1]] * row_blocks * len(group.col_reductions())
     serial += blocks * len(group.all_reductions())
     # occupancy: threads, shared memory, registers
     shared = group.shared_bytes(variant)
@@ -363,7 +380,9 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     for kernel in group.members:
         counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
                                                                                  "sfu": 0}
-        at = sizes[group.domain[0]] if kernel in group.epilogue else points  # once per row
+        # an epilogue runs once per row (column) of the reduced vector
+        at = sizes[group.domain[1 if group.epilogue_kind == "col" else 0]] \
+            if kernel in group.epilogue else points
         operations += (counts["alu"] + 4 * counts["sfu"] + (1 if kernel.reduction else 0)) \
             * at
     if variant.rowsum == "shuffle":
@@ -489,9 +508,10 @@ def _matrix_efficiency(*, blocks: int, per_sm: int, profile: DeviceProfile,
 def fusible_groups(graph: Graph) -> list[tuple[str, ...]]:
     """Every legal fusion (rules F1-F5), singletons included, members in program order.
 
-    Also a row reduction with an elementwise epilogue reading its rows (the exception to F2,
-    :func:`kfuse.fusion.legality.row_epilogue_violations`): such a fusion's implementations
-    are only the whole-row stream variants, which is what makes it legal.
+    Also a row (column) reduction with an elementwise epilogue reading its rows (columns),
+    the exception to F2 (:func:`kfuse.fusion.legality.epilogue_violations`): such a
+    fusion's implementations are only the whole-row stream (whole-column) variants, which
+    is what makes it legal.
     """
     names = [k.name for k in graph.kernels]
     if len(names) > MAX_EXHAUSTIVE_KERNELS:
@@ -502,8 +522,8 @@ def fusible_groups(graph: Graph) -> list[tuple[str, ...]]:
         for members in itertools.combinations(names, size):
             if size == 1 or not group_violations(graph, list(members)):
                 result.append(members)
-            elif is_row_epilogue_group(graph, members) \
-                    and not row_epilogue_violations(graph, members, None):
+            elif is_epilogue_group(graph, members) \
+                    and not epilogue_violations(graph, members, None):
                 result.append(members)
     return result
 
