@@ -10,7 +10,9 @@ for their sizes, as the backend compiles its own, and their outputs checked agai
 planned program's first. Prints each label's median over the rounds and its speed-up over
 torch.compile. Timing-only patches: ``--hoist`` (a row sum's scalar factor multiplied once
 per row), ``--plain-loads`` (inputs without ``__restrict__``), ``--chunk-dots`` (a chunk's
-products summed first, then added to the row's partial sum, as in the hand-written GEMV).
+products summed first, then added to the row's partial sum, as in the hand-written GEMV),
+``--straight`` (no grid-stride loop over the row groups and the pointers taken as aligned,
+so that only the whole-step path is compiled: the hand-written GEMV's structure).
 
 Usage on the device machine (repo root)::
 
@@ -72,8 +74,26 @@ def chunk_dots(source: str) -> str:
     return pair.sub(r"\1\2 = kf_combine<0, float>(\2, \3 + \4);\n", source)
 
 
+def straight(source: str, parts: str = "grid,aligned") -> str:
+    """Timing only (the grid covers every row group; aligned arrays): ``grid``: each block
+    takes the row group of its index without a grid-stride loop; ``aligned``: ``kf_vec`` is
+    ``true``."""
+    if "aligned" in parts:
+        source = re.sub(r"const bool kf_vec = [^;]*;", "const bool kf_vec = true;", source)
+    if "grid" not in parts:
+        return source
+    source = re.sub(r"for \(int kf_by = blockIdx\.x; kf_by < kf_row_blocks; "
+                    r"kf_by \+= gridDim\.x\) \{",
+                    "{ const int kf_by = blockIdx.x;", source)
+    source = re.sub(r"for \(kf_index_t kf_b = blockIdx\.x; kf_b < kf_blocks; "
+                    r"kf_b \+= gridDim\.x\) \{",
+                    "{ const kf_index_t kf_b = blockIdx.x;", source)
+    return source
+
+
 def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] = PICKS,
-            hoist: bool = False, plain_loads: bool = False, dots: bool = False) -> None:
+            hoist: bool = False, plain_loads: bool = False, dots: bool = False,
+            straighten: str = "") -> None:
     import cupy
 
     from kfuse.bench.torch_baseline import compiled_on
@@ -102,7 +122,7 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
         except KfuseError as error:
             print(f"{name}: skipped {text}: {error}", flush=True)
             continue
-        patched = hoist or plain_loads or dots  # (the planned variant patched is new too)
+        patched = hoist or plain_loads or dots or straighten  # (the planned variant patched is new too)
         if normal not in candidates and (normal != chosen.variant or patched):
             candidates.append(normal)
     for variant in candidates:
@@ -111,6 +131,8 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
         program = generate(graph, groups, fixed_sizes=sizes)  # as the backend compiles its own
         if hoist:
             program = replace(program, source=hoist_factors(program.source))
+        if straighten:
+            program = replace(program, source=straight(program.source, straighten))
         if dots:
             patched = chunk_dots(program.source)
             print(f"{name} {variant}: chunk dots {'patched' if patched != program.source else 'unchanged'}",
@@ -142,6 +164,9 @@ def main() -> None:
     parser.add_argument("--picks", default=None, help="comma-separated variants (no prefix)")
     parser.add_argument("--plain-loads", action="store_true",
                         help="timing only: inputs without __restrict__ (plain, not .nc, loads)")
+    parser.add_argument("--straight", default="", const="grid,aligned", nargs="?",
+                        help="timing only: no grid-stride loop (grid), pointers taken as "
+                        "aligned (aligned); both without a value")
     parser.add_argument("--chunk-dots", action="store_true",
                         help="timing only: a chunk's products summed before the row's sum")
     parser.add_argument("--hoist", action="store_true",
@@ -150,7 +175,7 @@ def main() -> None:
     picks = tuple(args.picks.split(",")) if args.picks else PICKS
     for name in args.apps:
         compare(name, args.top, args.rounds, args.runs, picks, args.hoist, args.plain_loads,
-                args.chunk_dots)
+                args.chunk_dots, args.straight)
 
 
 if __name__ == "__main__":

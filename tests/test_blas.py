@@ -280,8 +280,10 @@ def test_fusible_groups_and_covers_of_bicgk():
     assert sorted(covers(graph, fusible_groups(graph))) == [(("q",), ("s",)), (("q", "s"),)]
     gemver = get_app("gemver").build().graph()
     groups = fusible_groups(gemver)
-    assert groups == [("B",), ("x_prod",), ("x",), ("w",), ("B", "x_prod")]
-    # (B, w) is not convex (the path B -> x_prod -> x -> w leaves it); x_prod -> x is F2/F3
+    assert groups == [("B",), ("x_prod",), ("x",), ("w",), ("B", "x_prod"), ("x_prod", "x"),
+                      ("B", "x_prod", "x")]
+    # (B, w) is not convex (the path B -> x_prod -> x -> w leaves it); x_prod -> x only as a
+    # column epilogue (whole-column variants); x -> w never (F2: w reads all of x)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -983,13 +985,16 @@ def test_epilogue_is_legal_only_under_a_whole_row_stream_variant():
     assert plan.groups[0].variant == "mapreduce:32x8:r1:i1:w:stream:u8"
 
 
-def test_epilogue_of_a_column_reduction_or_another_row_is_refused():
+def test_epilogue_of_a_split_column_reduction_or_another_row_is_refused():
     stream = "mapreduce:32x8:r1:i1:w:stream:u8"
-    # a column reduction (SGEMVT's x = beta A^T y + z) completes only after every block
+    # a column reduction (SGEMVT's x = beta A^T y + z) split over several blocks completes
+    # only after every block: only whole columns may feed the epilogue
     sgemvt = get_app("sgemvt").build().graph()
-    reasons = " ".join(str(v) for v in group_violations(sgemvt, ["x_prod", "x"], stream))
-    assert "column reduction" in reasons and "global barrier" in reasons
-    assert ("x_prod", "x") not in fusible_groups(sgemvt)
+    for variant in (stream, "mapreduce:32x8:r2:i16:w:shuffle", "single"):
+        reasons = " ".join(str(v) for v in group_violations(sgemvt, ["x_prod", "x"], variant))
+        assert "column reduction" in reasons and "whole-column" in reasons, variant
+    assert "global barrier" in str(group_violations(sgemvt, ["x_prod", "x"],
+                                                    "mapreduce:32x8:r2:i16:w:shuffle")[0])
     # ATAX: y = A^T t reduces over the rows (not an elementwise map over the reduced vector)
     atax = get_app("atax").build().graph()
     assert group_violations(atax, ["t", "y"], stream)
@@ -1037,6 +1042,146 @@ def test_epilogue_fusions_are_enumerated_and_predicted_one_launch_less():
         assert plan.groups[0].variant == choices[0].variant
     # the image apps' fusions are unchanged (no reduction feeds an epilogue there)
     harris = get_app("harris").build().graph()
-    from kfuse.fusion.legality import is_row_epilogue_group
+    from kfuse.fusion.legality import is_epilogue_group
     names = [k.name for k in harris.kernels]
-    assert not any(is_row_epilogue_group(harris, names[:k]) for k in range(2, len(names)))
+    assert not any(is_epilogue_group(harris, names[:k]) for k in range(2, len(names)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole columns: a block walks every row of its columns (plain stores, column epilogues)
+# ---------------------------------------------------------------------------------------------
+
+WHOLE_COLUMN_GROUPS = [("sgemvt", ("x_prod", "x")), ("sgemvt", ("x_prod",)), ("atax", ("y",)),
+                       ("gemver", ("B", "x_prod", "x")), ("bicgk", ("q", "s"))]
+
+
+@pytest.mark.parametrize("variant", [
+    "mapreduce:32x32:r4:i1:w:shuffle:wc",        # an enumerated form
+    "mapreduce:32x16:r2:i1:w8:shuffle:wc",       # 8-byte accesses
+    "mapreduce:32x1:r3:i1:s:shuffle:wc",         # one warp (no shared combine), 3 rows
+    "mapreduce:32x8:r2:i1:w:smem:wc",            # row reductions in the padded tile (BiCGK)
+])
+@pytest.mark.parametrize("name,members", WHOLE_COLUMN_GROUPS)
+def test_whole_column_variants_compute_the_reference(name, members, variant):
+    """Odd and unaligned sizes; outputs start poisoned (no fill): a column left unwritten
+    shows."""
+    cpu_or_skip()
+    run_group_variant(name, members, variant,
+                      [(37, 45), (1, 3), (129, 7), (67, 150), (33, 1031), (8, 516)])
+
+
+def test_whole_columns_store_plainly_and_fuse_the_column_epilogue():
+    graph = get_app("sgemvt").build().graph()
+    text = "mapreduce:32x32:r4:i1:w:shuffle:wc"
+    program = generate(graph, [(("x_prod", "x"), ("x",), text)])
+    (launch,) = program.launches
+    assert launch.initial_values == () and launch.operators == ("x_prod", "x")
+    assert launch.grid[1].blocks({"A.0": 100000, "A.1": 64}) == 1  # every row in one block
+    kernel = program.source[program.source.index("sgemvt_x_prod_x("):]
+    assert "kf_atomic" not in kernel and "x[jx] = (float)" in kernel and "z[jx]" in kernel
+    assert "float* __restrict__ x_prod" not in kernel  # the intermediate stays in registers
+    both = generate(graph, [(("x_prod", "x"), ("x_prod", "x"), text)]).source
+    assert "x_prod[jx] = kf_sum_x_prod[e];" in both  # also stored where read elsewhere
+    # atomics where the columns are split over blocks, and for row reductions anyway
+    split = generate(graph, [(("x_prod",), ("x_prod",), "mapreduce:32x8:r2:i16:w:shuffle")])
+    assert split.launches[0].initial_values == (("x_prod", 0.0),)
+    bicgk = get_app("bicgk").build().graph()
+    fused = generate(bicgk, [(("q", "s"), ("q", "s"), "mapreduce:32x8:r2:i1:w:shuffle:wc")])
+    assert fused.launches[0].initial_values == (("q", 0.0),)
+    # the variant: text round trip, iterations normalised, where it does not apply
+    group = MapReduceGroup(graph, ["x_prod", "x"], ["x"])
+    assert group.normalize(MapReduceVariant.parse(text)).text() == text
+    assert group.normalize(MapReduceVariant.parse(
+        "mapreduce:32x4:r1:i8:w:shuffle:wc")).iters == 1
+    assert group.default_variant().whole_columns and claims(graph, ["x_prod", "x"])
+    with pytest.raises(FusionError, match="tile mapping"):
+        MapReduceVariant.parse("mapreduce:32x4:r1:i1:w:stream:u4:wc")
+    vadd = get_app("vadd").build().graph()
+    with pytest.raises(FusionError, match="matrix kernels"):
+        MapReduceGroup(vadd, ["wy", "x"], ["x"]).normalize(
+            MapReduceVariant.parse("mapreduce:128x1:r1:i1:w:shuffle:wc"))
+
+
+def test_column_epilogue_is_legal_only_under_whole_columns():
+    from kfuse.fusion.plan import make_plan
+    graph = get_app("sgemvt").build().graph()
+    members = ["x_prod", "x"]
+    text = "mapreduce:32x32:r4:i1:w:shuffle:wc"
+    assert group_violations(graph, members, text) == []
+    reason = next(str(v) for v in group_violations(graph, members)  # no variant: F2, and why
+                  if v.rule == "no_reduction_consumed_inside")
+    assert "global barrier" in reason and "whole-column" in reason
+    plan = make_plan(graph, [members, ["w"]], check_resources=False,
+                     variants={frozenset(members): text})
+    assert plan.groups[0].variant == text
+    with pytest.raises(FusionError, match="illegal fusion"):
+        make_plan(graph, [members, ["w"]],
+                  variants={frozenset(members): "mapreduce:32x8:r2:i16:w:shuffle"})
+    with pytest.raises(FusionError, match="own kernel"):
+        generate(graph, [(tuple(members), ("x",), "mapreduce:32x8:r2:i16:w:shuffle")])
+    # an epilogue reading a row and a column reduction: no block owns both
+    p = kf.Pipeline("both")
+    a = p.input("A", shape=("n", "n"))
+    v = p.input("v", shape=("n",))
+    rows = kf.matvec_t(a, v, name="rows")
+    cols = kf.matvec(a, v, name="cols")
+    p.output(kf.point(rows + cols, name="mixed"))
+    mixed = p.graph()
+    reasons = " ".join(str(x) for x in group_violations(mixed, ["rows", "cols", "mixed"], text))
+    assert "both row and column" in reasons
+
+
+def test_whole_columns_enumerated_only_for_column_epilogues():
+    from kfuse.model.device import h200_like_profile
+    from kfuse.search.variants import WHOLE_COLUMN_FORMS
+    profile = h200_like_profile()
+    app = get_app("sgemvt")
+    graph = app.build().graph()
+    space = ImplementationSpace(graph, app.sizes(graph, (16384, 16384)), profile)
+    forms = {(32, by, rows, size) for by, rows, size in WHOLE_COLUMN_FORMS}
+    choices = space.choices(("x_prod", "x"))
+    found = {(*MapReduceVariant.parse(c.variant).threads, MapReduceVariant.parse(c.variant).rows,
+              MapReduceVariant.parse(c.variant).vector_bytes) for c in choices}
+    assert found == forms
+    assert all(c.prediction.launches == 1 for c in choices)
+    apart = space.choices(("x_prod",))[0].prediction.launches + \
+        space.choices(("x",))[0].prediction.launches
+    assert apart == 3  # the kernel, its fill, the epilogue's kernel
+    assert not any(MapReduceVariant.parse(c.variant).whole_columns
+                   for c in space.choices(("x_prod",)) if c.variant.startswith("mapreduce"))
+    plan = space.best().plan(graph)
+    assert [list(g.members) for g in plan.groups] == [["x_prod", "x"], ["w"]]
+    # GEMVER's rank-1 update tile keeps at most 16 rows: no whole-column form fits, and the
+    # space still plans (a fusion without implementations is left out of every cover)
+    gemver = get_app("gemver")
+    ggraph = gemver.build().graph()
+    gspace = ImplementationSpace(ggraph, gemver.sizes(ggraph, (16384, 16384)), profile)
+    assert gspace.choices(("B", "x_prod", "x")) == []
+    assert ["B", "x_prod", "x"] not in [list(g.members) for g in gspace.best().plan(ggraph).groups]
+
+
+@pytest.mark.parametrize("name,members,variant,loops", [
+    ("sgemv", ("z_prod", "z"), "mapreduce:512x1:r1:i1:w8:stream:u16", False),
+    ("sgemv", ("z_prod", "z"), "mapreduce:32x4:r1:i1:w:stream:g7:u4", True),
+    ("vadd", ("wy", "x"), "mapreduce:128x1:r1:i1:w8:shuffle", False),
+    ("vadd", ("wy", "x"), "mapreduce:128x1:r1:i2:w:shuffle:g9", True),
+    ("atax", ("y",), "mapreduce:32x8:r2:i16:w:shuffle", False),
+])
+def test_grids_covering_the_work_take_their_block_without_a_loop(name, members, variant, loops):
+    """Blocks take the unit of their index (a grid-stride loop measured 1% slower on an H200
+    SGEMV); persistent grids loop; a covering grid refuses what it cannot cover."""
+    from dataclasses import replace
+
+    from kfuse.errors import LaunchError
+    graph = get_app(name).build().graph()
+    from kfuse.fusion.plan import group_outputs
+    program = generate(graph, [(members, group_outputs(graph, members), variant)])
+    source, (launch,) = program.source, program.launches
+    kernel = source[source.index(launch.symbol + "("):]
+    assert ("gridDim.x" in kernel) == loops
+    assert launch.grid[0].covering != loops
+    if not loops:
+        axis = replace(launch.grid[0], cap=10)
+        assert axis.blocks({s: axis.per_block for s in axis.symbols}) <= axis.per_block
+        with pytest.raises(LaunchError, match="at most 10"):
+            axis.blocks({s: 1 << 20 for s in axis.symbols})

@@ -74,6 +74,11 @@ NAMED_VARIANTS = [  # (app, the group, variant): block rows, 8-byte accesses, pl
     ("vadd", ("wy", "x"), "mapreduce:128x1:r1:i1:w8:shuffle"),
     ("madd", ("C",), "mapreduce:128x1:r1:i1:w:shuffle"),
     ("axpydot", ("z", "r"), "mapreduce:256x1:r1:i2:w8:shuffle:g5"),
+    # whole columns: plain stores, a column epilogue, with atomics for BiCGK's rows
+    ("sgemvt", ("x_prod", "x"), "mapreduce:32x32:r4:i1:w:shuffle:wc"),
+    ("atax", ("y",), "mapreduce:32x32:r2:i1:w8:shuffle:wc"),
+    ("bicgk", ("q", "s"), "mapreduce:32x16:r2:i1:s:shuffle:wc"),
+    ("gemver", ("B", "x_prod", "x"), "mapreduce:32x8:r2:i1:w:smem:wc"),
 ]
 
 

@@ -776,10 +776,14 @@ class _Builder(StreamBody):
             f"const bool kf_vec = {vec};  // {variant.vector_bytes}-byte loads and stores where "
             "aligned",
             f"const kf_index_t kf_chunk = (kf_index_t){bx * v};",
-            f"const kf_index_t kf_blocks = (kf_n + kf_chunk * {iters} - 1) / (kf_chunk * "
-            f"{iters});",
-            "for (kf_index_t kf_b = blockIdx.x; kf_b < kf_blocks; kf_b += gridDim.x) {",
         ]
+        if variant.blocks:  # a persistent grid: each block loops over the chunk groups
+            body += [f"const kf_index_t kf_blocks = (kf_n + kf_chunk * {iters} - 1) / "
+                     f"(kf_chunk * {iters});",
+                     "for (kf_index_t kf_b = blockIdx.x; kf_b < kf_blocks; kf_b += gridDim.x) {"]
+        else:
+            body.append("{  const kf_index_t kf_b = blockIdx.x;  // the grid has one block per "
+                        "chunk group")
         inner = [f"{r.ctype} kf_acc_{r.var} = {r.identity};  // partial {r.op} of "
                  f"'{r.kernel.name}'" for r in reductions]
         inner += [
@@ -805,8 +809,10 @@ class _Builder(StreamBody):
                       f"if (threadIdx.x == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
                       f"kf_acc_{reduce.var});"]
         body += [*indent(inner, 1), "}"]
-        cap = variant.blocks or GRID_LIMITS[0]  # a persistent grid loops over the chunks
-        grid = (GridAxis(group.domain, bx * v * iters, cap), GridAxis(), GridAxis())
+        # a persistent grid loops over the chunks; else one block per chunk group, no loop
+        grid = (GridAxis(group.domain, bx * v * iters, variant.blocks) if variant.blocks
+                else GridAxis(group.domain, bx * v * iters, covering=True),
+                GridAxis(), GridAxis())
         return body, grid
 
     # -- matrices ------------------------------------------------------------------------------
@@ -921,7 +927,6 @@ class _Builder(StreamBody):
             "const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;",
             f"const bool kf_vec = {self.aligned_flag(group.tile_inputs + group.stores, n_cols)};"
             f"  // {variant.vector_bytes}-byte accesses where aligned",
-            f"const int kf_col_blocks = ({n_cols} + {tn - 1}) / {tn};",
             f"const int kf_row_blocks = ({n_rows} + {tm * iters - 1}) / {tm * iters};",
         ]
         if smem:
@@ -932,7 +937,7 @@ class _Builder(StreamBody):
                 body.append(f"{ctype}* const kf_{element.name} = ({ctype}*)(kf_smem + "
                             f"{element.offset});  // {element.size} bytes")
         body += [
-            "for (int kf_bx = blockIdx.x; kf_bx < kf_col_blocks; kf_bx += gridDim.x) {",
+            "{  const int kf_bx = blockIdx.x;  // the grid has one block per column tile",
             f"  const int ix = (kf_bx * {WARP} + kf_tx) * {v};",
             f"  const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;",
         ]
@@ -963,7 +968,7 @@ class _Builder(StreamBody):
         body += [*indent(by_loop, 1), "}"]
         rows_axis = GridAxis() if whole else GridAxis((rows_symbol,), tm * iters,
                                                       GRID_LIMITS[1])
-        grid = (GridAxis((cols_symbol,), tn), rows_axis, GridAxis())
+        grid = (GridAxis((cols_symbol,), tn, covering=True), rows_axis, GridAxis())
         return body, grid
 
     # -- matrices, the stream mapping -----------------------------------------------------------

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 
+from kfuse.errors import LaunchError
+
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 WARP = 32  # threads of a warp
 
@@ -27,15 +29,26 @@ class KernelParam:
 
 @dataclass(frozen=True)
 class GridAxis:
-    """Blocks along one grid axis: ceil(product of ``symbols`` / ``per_block``), at most ``cap``."""
+    """Blocks along one grid axis: ceil(product of ``symbols`` / ``per_block``), at most ``cap``.
+
+    ``covering``: the kernel takes the unit of its block index without a grid-stride loop
+    (measured faster: docs/benchmarks.md, session 10), so every block must be launched; a
+    size that would need more than ``cap`` blocks is refused rather than computed in part.
+    """
 
     symbols: tuple[str, ...] = ()
     per_block: int = 1
     cap: int = GRID_LIMITS[0]
+    covering: bool = False
 
     def blocks(self, sizes: Mapping[str, int]) -> int:
         extent = prod(sizes[s] for s in self.symbols) if self.symbols else 1
-        return max(1, min(self.cap, -(-extent // self.per_block)))
+        needed = -(-extent // self.per_block)
+        if self.covering and needed > self.cap:
+            raise LaunchError(f"{extent} points along {'*'.join(self.symbols)} need {needed} "
+                              f"blocks of {self.per_block}; a grid axis holds at most "
+                              f"{self.cap}")
+        return max(1, min(self.cap, needed))
 
 
 @dataclass(frozen=True)

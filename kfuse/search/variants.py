@@ -117,12 +117,15 @@ STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (re
 # 16-byte accesses were up to 3% slower in some apps.
 BLOCK_ROW_THREADS = 512
 BLOCK_ROW_VECTOR_BYTES = 8
-# Whole columns (column reductions: one block walks every row of its column tile, so the
-# results are stored plainly, with no fill or atomics, and a column epilogue can follow in the
-# same kernel; torch.compile's column sums): warps per block, rows per thread, vector bytes
-# (0: one element per thread and row).
-WHOLE_COLUMN_THREADS_Y = (8, 16, 32)
-WHOLE_COLUMN_VECTOR_BYTES = (16, 8, 0)
+# Whole columns (one block walks every row of its column tile: column reductions stored
+# plainly, with no fill or atomics, and a column epilogue in the same kernel; torch.compile's
+# column sums) as (warps per block, rows per thread, vector bytes), enumerated only for a
+# column reduction feeding an epilogue, which only they can fuse. Measured on an H200 at
+# 16384^2 (docs/benchmarks.md, session 10): SGEMVT 32 x 4 x 16 bytes 0.4870 ms, 32 x 2 x 8
+# 0.4880, against 0.4884 for atomics plus an epilogue kernel; 16 warps or 4-byte accesses
+# 0.4926-0.5564. Where no epilogue needs them atomics were as fast or faster (ATAX's y 0.6%,
+# BiCGK, whose row reductions then take fewer, longer blocks, 27%).
+WHOLE_COLUMN_FORMS = ((32, 4, 16), (32, 2, 8))
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
 RANK_RESOLUTION = 0.002                # predictions closer than this rank as equal
 # Rows of a matrix tile that also writes the matrix (a rank-1 update beside a column
@@ -199,13 +202,10 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
             for unroll in STREAM_UNROLL:
                 result.append(MapReduceVariant((BLOCK_ROW_THREADS, 1), 1, 1, True, "stream",
                                                (), 0, unroll, 0, BLOCK_ROW_VECTOR_BYTES))
-    if group.col_reductions():
-        for by, rows, size in itertools.product(WHOLE_COLUMN_THREADS_Y, MATRIX_ROWS,
-                                                WHOLE_COLUMN_VECTOR_BYTES):
-            if size and not wides[0]:
-                continue
-            result.append(MapReduceVariant((32, by), rows, 1, bool(size), "shuffle",
-                                           vector_bytes=size or 16, whole_columns=True))
+    if group.epilogue_kind == "col":  # whole columns: the only legal implementations
+        for by, rows, size in WHOLE_COLUMN_FORMS:
+            result.append(MapReduceVariant((32, by), rows, 1, wides[0], "shuffle",
+                                           vector_bytes=size, whole_columns=True))
     for by, iters, wide in itertools.product(MATRIX_THREADS_Y, ITERATIONS, wides):
         for rows in MATRIX_ROWS:
             result.append(MapReduceVariant((32, by), rows, iters, wide, "shuffle"))
@@ -679,6 +679,8 @@ class ImplementationSpace:
     def _cover_stream(self, cover: tuple[tuple[str, ...], ...]) -> Iterator[Implementation]:
         """One cover's combinations in ascending ranked time (lazy k-best of sums)."""
         lists = [self._clustered_choices(group) for group in cover]  # (time, choice) pairs
+        if not all(lists):  # a fusion whose every implementation was pruned
+            return
         start = (0,) * len(lists)
 
         def total(index: tuple[int, ...]) -> float:
