@@ -7,12 +7,17 @@ two are timed in alternating rounds (kfuse, compile, kfuse, compile, ...) on the
 input arrays; each round's median is printed, then the median of the rounds and how many
 rounds kfuse won.
 
+``KFUSE_AUTOTUNE=K`` runs the fastest of the K best-predicted implementations (``kfuse run
+--autotune K``; torch.compile autotunes its own kernels too) instead of the predicted plan.
+
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 scripts/interleaved_bench.py [app ...] [--rounds 8] [--runs 30]
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -33,8 +38,12 @@ def compare(name: str, rounds: int, runs: int) -> None:
     graph = app.build().graph()
     arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    plan = app_plan(app, graph, graph.bind_shapes(
-        {name: array.shape for name, array in arrays.items()}))  # as kfuse bench plans it
+    sizes = graph.bind_shapes({name: array.shape for name, array in arrays.items()})
+    plan = app_plan(app, graph, sizes)  # as kfuse bench plans it
+    tune = int(os.environ.get("KFUSE_AUTOTUNE", "0"))
+    if tune:
+        from kfuse.search.variants import autotune
+        plan = autotune(graph, given, tune, sizes=sizes).plan
     executable = get_backend("cuda").prepare(graph, given, plan=plan)
     compiled = compiled_on(graph, given)
     executable.launch_all()

@@ -833,74 +833,89 @@ class _Builder(StreamBody):
         address = f"(kf_index_t)iy * {n_cols} + ix"
         declarations = [f"{C_TYPES[group.graph.buffers[name].dtype]} kf_ld_{c_name(name)}"
                         f"[{rows}][{v}];" for name in group.tile_inputs]
-        load_rows = [
-            "// stage 1: the elements of all this thread's rows of the tile first (loads in",
-            "// flight together; 16-byte loads where aligned)",
-            *declarations,
-            "#pragma unroll",
-            f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
-            f"  const int iy = kf_row0 + kf_ty + kf_k * {by};",
-            f"  if (iy < {n_rows}) {{",
-            *indent(self.tile_loads(address, "kf_cols", "kf_vec", declare=False), 2),
-            "  }",
-            "}",
-        ] if group.tile_inputs else []
-        row_lines = [
-            "// stage 2: every member at each element (intermediates stay in registers)",
-            *code,
-            "// stage 3: store the maps, accumulate the reductions",
-            *self.store_lines(values, address, "kf_cols", "kf_vec"),
-        ]
-        for reduce in group.col_reductions():
-            for element, value in enumerate(values[reduce.kernel.output]):
-                row_lines.append(f"if ({element} < kf_cols) kf_acc_{reduce.var}[{element}] = "
-                                 f"kf_combine<{reduce.code}, {reduce.ctype}>("
-                                 f"kf_acc_{reduce.var}[{element}], ({reduce.ctype}){value});")
-        for reduce in group.all_reductions():
-            for element, value in enumerate(values[reduce.kernel.output]):
-                row_lines.append(f"if ({element} < kf_cols) kf_acc_{reduce.var} = "
-                                 f"kf_combine<{reduce.code}, {reduce.ctype}>("
-                                 f"kf_acc_{reduce.var}, ({reduce.ctype}){value});")
-        for reduce in group.row_reductions():
-            masked = [f"{element} < kf_cols ? ({reduce.ctype}){value} : {reduce.identity}"
-                      for element, value in enumerate(values[reduce.kernel.output])]
-            if variant.rowsum == "shuffle":
-                row_lines.append(f"{{  // '{reduce.kernel.name}': this row's values over the "
-                                 "warp (shuffles), one atomic per row and tile")
-                row_lines.append(f"  {reduce.ctype} kf_part = {masked[0]};")
-                for item in masked[1:]:
-                    row_lines.append(f"  kf_part = kf_combine<{reduce.code}, {reduce.ctype}>("
-                                     f"kf_part, {item});")
-                row_lines += [f"  kf_part = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
-                              "(kf_part);",
-                              f"  if (kf_tx == 0) kf_atomic_{reduce.op}(&{reduce.var}[iy], "
-                              "kf_part);", "}"]
-            else:
-                ld = tn + _pad(v)
-                items = ", ".join(masked)
-                row_lines.append(f"{{ const {reduce.ctype} kf_st[{v}] = {{{items}}};  // stage "
-                                 f"'{reduce.kernel.name}' in its tile")
-                row_lines.append(f"  kf_mr_store<{v}>(kf_tile_{reduce.var} + (kf_ty + kf_k * "
-                                 f"{by}) * {ld} + kf_tx * {v}, {v}, true, kf_st); }}")
-        compute_accesses = tuple(
-            SharedAccess(layout[f"tile_{r.var}"], True, "column")
-            for r in group.row_reductions() if variant.rowsum == "smem")
-        compute = Routine("compute", [
-            *load_rows,
-            "#pragma unroll",
-            f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
-            f"  const int iy = kf_row0 + kf_ty + kf_k * {by};",
-            f"  if (iy < {n_rows}) {{  // the same for the whole warp: a warp owns one row",
-            *indent(row_lines, 2),
-            "  }",
-            "}",
-        ], compute_accesses)
-        loop_routines = [compute]
-        if variant.rowsum == "smem":
-            by_name = {r.kernel.name: r for r in group.row_reductions()}
-            for name in variant.order:
-                loop_routines += self.smem_row_sum(by_name[name], layout, tn)
-        loop_lines, state = place_barriers(loop_routines, loop=True)
+
+        def tile_pass(full: bool) -> tuple[list[str], object]:
+            """The lines of one pass over a tile (and the barrier state after it). ``full``:
+            the block's whole column tile is inside and aligned (straight vector accesses,
+            no masks); else every access masked by ``kf_cols``."""
+            count, vec = (str(v), "true") if full else ("kf_cols", "kf_vec")
+
+            def guard(element: int) -> str:
+                return "" if full else f"if ({element} < kf_cols) "
+
+            load_rows = [
+                "// stage 1: the elements of all this thread's rows of the tile first (loads "
+                "in",
+                f"// flight together; {variant.vector_bytes}-byte loads where aligned)",
+                *declarations,
+                "#pragma unroll",
+                f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                f"  const int iy = kf_row0 + kf_ty + kf_k * {by};",
+                f"  if (iy < {n_rows}) {{",
+                *indent(self.tile_loads(address, count, vec, declare=False), 2),
+                "  }",
+                "}",
+            ] if group.tile_inputs else []
+            row_lines = [
+                "// stage 2: every member at each element (intermediates stay in registers)",
+                *code,
+                "// stage 3: store the maps, accumulate the reductions",
+                *self.store_lines(values, address, count, vec),
+            ]
+            for reduce in group.col_reductions():
+                for element, value in enumerate(values[reduce.kernel.output]):
+                    row_lines.append(f"{guard(element)}kf_acc_{reduce.var}[{element}] = "
+                                     f"kf_combine<{reduce.code}, {reduce.ctype}>("
+                                     f"kf_acc_{reduce.var}[{element}], ({reduce.ctype}){value});")
+            for reduce in group.all_reductions():
+                for element, value in enumerate(values[reduce.kernel.output]):
+                    row_lines.append(f"{guard(element)}kf_acc_{reduce.var} = "
+                                     f"kf_combine<{reduce.code}, {reduce.ctype}>("
+                                     f"kf_acc_{reduce.var}, ({reduce.ctype}){value});")
+            for reduce in group.row_reductions():
+                masked = [f"({reduce.ctype}){value}" if full else
+                          f"{element} < kf_cols ? ({reduce.ctype}){value} : {reduce.identity}"
+                          for element, value in enumerate(values[reduce.kernel.output])]
+                if variant.rowsum == "shuffle":
+                    row_lines.append(f"{{  // '{reduce.kernel.name}': this row's values over "
+                                     "the warp (shuffles), one atomic per row and tile")
+                    row_lines.append(f"  {reduce.ctype} kf_part = {masked[0]};")
+                    for item in masked[1:]:
+                        row_lines.append(f"  kf_part = kf_combine<{reduce.code}, "
+                                         f"{reduce.ctype}>(kf_part, {item});")
+                    row_lines += [f"  kf_part = kf_mr_warp_reduce<{reduce.code}, "
+                                  f"{reduce.ctype}>(kf_part);",
+                                  f"  if (kf_tx == 0) kf_atomic_{reduce.op}(&{reduce.var}[iy], "
+                                  "kf_part);", "}"]
+                else:
+                    ld = tn + _pad(v)
+                    items = ", ".join(masked)
+                    row_lines.append(f"{{ const {reduce.ctype} kf_st[{v}] = {{{items}}};  // "
+                                     f"stage '{reduce.kernel.name}' in its tile")
+                    row_lines.append(f"  kf_mr_store<{v}>(kf_tile_{reduce.var} + (kf_ty + kf_k "
+                                     f"* {by}) * {ld} + kf_tx * {v}, {v}, true, kf_st); }}")
+            compute_accesses = tuple(
+                SharedAccess(layout[f"tile_{r.var}"], True, "column")
+                for r in group.row_reductions() if variant.rowsum == "smem")
+            compute = Routine("compute", [
+                *load_rows,
+                "#pragma unroll",
+                f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
+                f"  const int iy = kf_row0 + kf_ty + kf_k * {by};",
+                f"  if (iy < {n_rows}) {{  // the same for the whole warp: a warp owns one row",
+                *indent(row_lines, 2),
+                "  }",
+                "}",
+            ], compute_accesses)
+            loop_routines = [compute]
+            if variant.rowsum == "smem":
+                by_name = {r.kernel.name: r for r in group.row_reductions()}
+                for name in variant.order:
+                    loop_routines += self.smem_row_sum(by_name[name], layout, tn)
+            return place_barriers(loop_routines, loop=True)
+
+        full_lines, _ = tile_pass(True)
+        loop_lines, state = tile_pass(False)
         end_routines = self.column_flush(layout) + self.all_flush()
         end_lines, _ = place_barriers(end_routines, entry=state)
 
@@ -940,6 +955,8 @@ class _Builder(StreamBody):
             "{  const int kf_bx = blockIdx.x;  // the grid has one block per column tile",
             f"  const int ix = (kf_bx * {WARP} + kf_tx) * {v};",
             f"  const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;",
+            f"  const bool kf_full = {'kf_vec && ' if v > 1 else ''}(kf_bx + 1) * {tn} <= "
+            f"{n_cols};  // the same for the whole block",
         ]
         if invariant:
             body += ["  // stage 0: invariant loads (vectors indexed by column: once per block)",
@@ -958,7 +975,11 @@ class _Builder(StreamBody):
             f"  for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{  // serial iterations",
             f"    const int kf_row0 = (kf_by * {iters} + kf_it) * {tm};",
             f"    if (kf_row0 >= {n_rows}) break;  // the same for the whole block",
-            *indent(loop_lines, 2),
+            "    if (kf_full) {  // the block's whole column tile inside and aligned: no masks",
+            *indent(full_lines, 3),
+            "    } else {",
+            *indent(loop_lines, 3),
+            "    }",
             "  }",
             *(indent(end_lines, 1) if not whole else []),
             "}",
