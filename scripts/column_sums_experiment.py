@@ -7,7 +7,9 @@ column-reducing group runs under other implementations:
 - ``split``: the plan without whole columns (the group's core under its best-predicted
   atomic variant, an epilogue as its own kernel): the form kfuse planned before whole
   columns, one fill and one launch more;
-- the ``--top`` best-predicted whole-column variants of the planned group, and ``--picks``.
+- the ``--top`` best-predicted whole-column variants of the planned group, and ``--picks``;
+- ``--masked-twins``: each of these also with its tile mapping's straight pass turned off
+  (``kf_full = false``: every tile masked, as before session 10; timing only).
 
 Programs are compiled for their sizes as the backend compiles its own; outputs are checked
 against the planned program's first.
@@ -20,6 +22,8 @@ Usage on the device machine (repo root)::
 from __future__ import annotations
 
 import argparse
+import re
+from dataclasses import replace
 
 import numpy as np
 
@@ -63,7 +67,13 @@ def split_groups(graph, space, groups, index) -> list[tuple]:
     return sorted(result, key=lambda group: order.index(tuple(group[0])))
 
 
-def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...]) -> None:
+def masked_only(source: str) -> str:
+    """Timing only: the tile mapping's straight pass turned off (every tile masked)."""
+    return re.sub(r"const bool kf_full = [^;]*;", "const bool kf_full = false;", source)
+
+
+def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...],
+            twins: bool = False) -> None:
     import cupy
 
     from kfuse.bench.torch_baseline import compiled_on
@@ -100,8 +110,15 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...])
         if normal != groups[index][2]:
             trials.setdefault(label, [*groups[:index], (members, outputs, normal),
                                       *groups[index + 1:]])
-    for label, trial in trials.items():
+    programs = {}
+    for label, trial in [("plan", plan.kernel_groups), *trials.items()]:
         program = generate(graph, trial, fixed_sizes=sizes)  # as the backend compiles its own
+        if label != "plan":
+            programs[label] = program
+        if twins and "kf_full" in program.source:
+            programs[label + ", masked tiles"] = replace(program,
+                                                         source=masked_only(program.source))
+    for label, program in programs.items():
         executable = backend.prepare(graph, given, program=program)
         executable.launch_all()
         error = max(float(cupy.abs(executable.buffers[o] - expected[o]).max()
@@ -121,10 +138,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--picks", default=None, help="comma-separated variants (no prefix)")
+    parser.add_argument("--masked-twins", action="store_true",
+                        help="timing only: each program also with every tile masked")
     args = parser.parse_args()
     picks = tuple(args.picks.split(",")) if args.picks else PICKS
     for name in args.apps:
-        compare(name, args.top, args.rounds, args.runs, picks)
+        compare(name, args.top, args.rounds, args.runs, picks, args.masked_twins)
 
 
 if __name__ == "__main__":
