@@ -7,18 +7,23 @@ point, each loop runs once. Here every such loop of an app's planned program is 
 stop after its first pass (``iy += step`` becomes ``iy = n``) and the two programs are timed
 in alternating rounds beside torch.compile; the outputs must agree.
 
+``TILES=10x4:32x2,9x4:32x2`` (register tile : threads of 2-D ``recompute`` groups, the
+kind Harris and Shi-Tomasi plan) times each such configuration with and without the loops.
+
 Usage on the device machine (repo root)::
 
-    PYTHONPATH=. python3 scripts/grid_loop_experiment.py [app ...] [--rounds 3] [--runs 30]
+    [TILES=..] PYTHONPATH=. python3 scripts/grid_loop_experiment.py [app ...] [--rounds 3]
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import replace
 
 import numpy as np
 
+import kfuse.codegen.kernels as kernels
 from kfuse.apps import get_app
 from kfuse.bench.harness import app_plan
 from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
@@ -45,20 +50,39 @@ def compare(name: str, rounds: int, runs: int) -> None:
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
     sizes = graph.bind_shapes({name: array.shape for name, array in arrays.items()})
     plan = app_plan(app, graph, sizes)
-    program = generate(graph, plan.kernel_groups, fixed_sizes=sizes)
-    patched, count = once(program.source)
     backend = get_backend("cuda")
-    planned = backend.prepare(graph, given, program=program)
-    single = backend.prepare(graph, given, program=replace(program, source=patched))
-    planned.launch_all()
-    single.launch_all()
-    error = max(float(cupy.abs(single.buffers[o] - planned.buffers[o]).max()
-                      / cupy.abs(planned.buffers[o]).max()) for o in graph.outputs)
-    print(f"{name}: {count} grid-stride loop(s) patched; error against the plan {error:.1e}",
-          flush=True)
-    labels = {"compile": compiled_on(graph, given), "plan": planned.launch_all}
-    if count and error < 1e-6:
-        labels["loops run once"] = single.launch_all
+    labels = {"compile": compiled_on(graph, given)}
+    expected = None
+    configs = [c for c in os.environ.get("TILES", "").split(",") if c] or [""]
+    for config in configs:
+        saved = dict(kernels.REGISTER_TILES), dict(kernels.TILED_BLOCKS)
+        if config:
+            tile, threads = config.split(":")
+            kernels.REGISTER_TILES[("recompute", 2)] = tuple(int(t) for t in tile.split("x"))
+            kernels.TILED_BLOCKS[("recompute", 2)] = tuple(int(t) for t in threads.split("x"))
+        try:
+            groups = [(*g[:3], kernels.REGISTER_TILES[("recompute", 2)])
+                      if config and g[2] == "recompute" and len(g[3] or ()) == 2 else g
+                      for g in plan.kernel_groups]  # (the plan fixed its tile)
+            program = generate(graph, groups, fixed_sizes=sizes)
+        finally:
+            kernels.REGISTER_TILES.update(saved[0])
+            kernels.TILED_BLOCKS.update(saved[1])
+        patched, count = once(program.source)
+        planned = backend.prepare(graph, given, program=program)
+        single = backend.prepare(graph, given, program=replace(program, source=patched))
+        planned.launch_all()
+        single.launch_all()
+        expected = expected or {o: planned.buffers[o].copy() for o in graph.outputs}
+        error = max(float(cupy.abs(run.buffers[o] - expected[o]).max()
+                          / cupy.abs(expected[o]).max())
+                    for o in graph.outputs for run in (planned, single))
+        print(f"{name} {config or 'defaults'}: {count} grid-stride loop(s) patched; error "
+              f"against the first {error:.1e}", flush=True)
+        if error < 1e-6:
+            labels[f"plan {config}"] = planned.launch_all
+            if count:
+                labels[f"loops run once {config}"] = single.launch_all
     print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
 
 
