@@ -316,16 +316,16 @@ def study_app(name: str, args, profile) -> dict[str, Any]:
 
 
 def split_epilogues(graph, groups):
-    """``groups`` (members, outputs, variant) with each row reduction's fused epilogue made
-    its own kernel again (the core keeps the variant): the comparison for epilogue fusion."""
-    from kfuse.fusion.legality import is_row_epilogue_group, split_row_epilogue
+    """``groups`` (members, outputs, variant) with each reduction's fused epilogue made its
+    own kernel again (the core keeps the variant): the comparison for epilogue fusion."""
+    from kfuse.fusion.legality import is_epilogue_group, split_epilogue
     from kfuse.fusion.plan import group_outputs
     result = []
     for members, outputs, variant in groups:
-        if not is_row_epilogue_group(graph, members):
+        if not is_epilogue_group(graph, members):
             result.append((members, outputs, variant))
             continue
-        core, epilogue = split_row_epilogue(graph, members)
+        core, epilogue = split_epilogue(graph, members)
         result.append((core, group_outputs(graph, core), variant))
         result.append((epilogue, group_outputs(graph, epilogue), "auto"))
     return result

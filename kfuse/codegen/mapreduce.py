@@ -28,15 +28,24 @@ the warp and is written with a plain store, and the output needs no fill:
   combines the warps); one atomic per row and column tile;
 - along a column (``Aᵀ y``): accumulated in registers across all rows a thread visits (an
   *accumulated* reduction, zeroed before the loop and stored after it, §5.1), combined over
-  the block's warps in shared memory, one atomic per column and block;
+  the block's warps in shared memory, one atomic per column and block; with *whole
+  columns* (a grid of column tiles, each block walking every row) one plain store per
+  column and no fill;
 - over everything (``dot``): a block reduction, one atomic per block.
 
 A group may also carry an elementwise *epilogue*: maps over the reduced vector that read
-the row reductions at their own row (SGEMV's ``z = alpha A x + beta y``). Only the stream
-mapping without column spans serves it (legality: :func:`kfuse.fusion.legality.
-row_epilogue_violations`): once the warp has combined a row, lane 0 evaluates the epilogue
-at that row and stores its outputs (and the reduction's own result only where the plan
-needs it in memory): one launch, no intermediate written or read back.
+the row reductions at their own row (SGEMV's ``z = alpha A x + beta y``) or the column
+reductions at their own column (SGEMVT's ``x = beta Aᵀ y + z``). Only the stream mapping
+without column spans serves a row epilogue, only whole columns a column epilogue
+(legality: :func:`kfuse.fusion.legality.epilogue_violations`): once the warp (block) has
+combined a row (column), one thread evaluates the epilogue there and stores its outputs
+(and the reduction's own result only where the plan needs it in memory): one launch, no
+intermediate written or read back.
+
+Blocks take the rows, chunks or column tile of their own index (the grid covers them:
+``GridAxis.covering``); only persistent grids (``gG``) loop. Where a block's whole column
+tile is inside and aligned, the tile mapping reads it with straight vector loads (no masks,
+``kf_full``), else every access is masked.
 
 Shared memory is one array per kernel; elements get offsets by lifetime (interval
 allocation, §3.4) and ``__syncthreads()`` goes exactly where the paper's rules B1 (a routine
