@@ -21,11 +21,8 @@ import os
 import re
 from dataclasses import replace
 
-import numpy as np
-
 import kfuse.codegen.kernels as kernels
-from kfuse.apps import get_app
-from kfuse.bench.harness import app_plan
+from kfuse.bench.harness import device_case
 from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
 from kfuse.codegen import generate
 from kfuse.runtime import get_backend
@@ -44,12 +41,8 @@ def compare(name: str, rounds: int, runs: int) -> None:
 
     from kfuse.bench.torch_baseline import compiled_on
 
-    app = get_app(name)
-    graph = app.build().graph()
-    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
-    given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    sizes = graph.bind_shapes({name: array.shape for name, array in arrays.items()})
-    plan = app_plan(app, graph, sizes)
+    case = device_case(name)
+    graph, given, sizes, plan = case.graph, case.given, case.sizes, case.plan
     backend = get_backend("cuda")
     labels = {"compile": compiled_on(graph, given)}
     expected = None

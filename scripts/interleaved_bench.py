@@ -21,8 +21,7 @@ import os
 
 import numpy as np
 
-from kfuse.apps import get_app
-from kfuse.bench.harness import app_plan
+from kfuse.bench.harness import device_case
 from kfuse.bench.timing import alternating_main, time_alternating
 from kfuse.runtime import get_backend
 
@@ -34,12 +33,8 @@ def compare(name: str, rounds: int, runs: int) -> None:
 
     from kfuse.bench.torch_baseline import compiled_on
 
-    app = get_app(name)
-    graph = app.build().graph()
-    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
-    given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    sizes = graph.bind_shapes({name: array.shape for name, array in arrays.items()})
-    plan = app_plan(app, graph, sizes)  # as kfuse bench plans it
+    case = device_case(name)  # planned as kfuse bench plans it
+    graph, given, sizes, plan = case.graph, case.given, case.sizes, case.plan
     tune = int(os.environ.get("KFUSE_AUTOTUNE", "0"))
     if tune:
         from kfuse.search.variants import autotune

@@ -14,10 +14,7 @@ Usage on the device machine (repo root)::
 
 from __future__ import annotations
 
-import numpy as np
-
-from kfuse.apps import get_app
-from kfuse.bench.harness import app_plan
+from kfuse.bench.harness import device_case
 from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
 from kfuse.runtime import get_backend
 
@@ -36,11 +33,8 @@ def compare(name: str, rounds: int, runs: int) -> None:
 
     from kfuse.bench.torch_baseline import compiled_on
 
-    app = get_app(name)
-    graph = app.build().graph()
-    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
-    given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    plan = app_plan(app, graph, graph.bind_shapes({k: v.shape for k, v in arrays.items()}))
+    case = device_case(name)
+    graph, given, plan = case.graph, case.given, case.plan
     runs_by_label = {}
     for offset in OFFSETS:
         executable = get_backend("cuda").prepare(graph, given, plan=plan)

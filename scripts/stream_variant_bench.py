@@ -27,10 +27,7 @@ import re
 import sys
 from dataclasses import replace
 
-import numpy as np
-
-from kfuse.apps import get_app
-from kfuse.bench.harness import app_plan
+from kfuse.bench.harness import device_case
 from kfuse.bench.timing import print_rounds, time_alternating
 from kfuse.codegen import generate
 from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant
@@ -98,12 +95,8 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
 
     from kfuse.bench.torch_baseline import compiled_on
 
-    app = get_app(name)
-    graph = app.build().graph()
-    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
-    given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    sizes = graph.bind_shapes({name: array.shape for name, array in arrays.items()})
-    plan = app_plan(app, graph, sizes)
+    case = device_case(name)
+    graph, given, sizes, plan = case.graph, case.given, case.sizes, case.plan
     backend = get_backend("cuda")
     planned = backend.prepare(graph, given, plan=plan)
     planned.launch_all()

@@ -105,3 +105,16 @@ def test_named_map_reduce_variants_on_cuda(app, members, variant):
                                    params, None)
         for name, expected in reference.items():
             assert relative_error(outputs[name], expected) <= spec.tolerance, (size, name)
+
+
+def test_device_case_puts_an_app_on_the_gpu_as_kfuse_bench_plans_it():
+    """The start of the GPU experiment scripts: inputs on the device, sizes, the plan."""
+    import cupy
+
+    from kfuse.bench.harness import app_plan, device_case
+
+    case = device_case("sgemv")
+    assert isinstance(case.given["A"], cupy.ndarray) and case.given["A"].shape == (16384, 16384)
+    assert case.sizes == case.app.sizes(case.graph, case.app.bench_size)
+    assert case.plan.kernel_groups == app_plan(case.app, case.graph, case.sizes).kernel_groups
+    assert case.given["alpha"] == device_case("sgemv").given["alpha"]  # seeded

@@ -1113,13 +1113,6 @@ class _Builder(StreamBody):
                 f"kf_sum_{reduce.var}[e], kf_colpart_{reduce.var}[j * {tn} + kf_tx * {v} + e]);",
                 "}"]
         results = {r.kernel.output: f"kf_sum_{r.var}[e]" for r in reductions}
-        emitter = self.epilogue_emitter(results, (("jx", 0),), group.domain[1:])
-        values = {k.output: emitter.emit(k.body)  # type: ignore[arg-type]
-                  for k in group.epilogue if k.output in group.epilogue_stores}
-        stores = [f"{c_name(name)}[jx] = {results[name]};" for name in group.outputs
-                  if name in results]
-        stores += [f"{c_name(name)}[jx] = ({C_TYPES[group.graph.buffers[name].dtype]})"
-                   f"{values[name]};" for name in group.epilogue_stores]
         names = ", ".join(f"'{k.name}'" for k in group.epilogue)
         what = f"the epilogue {names} at each column, " if names else ""
         lines = [
@@ -1131,18 +1124,19 @@ class _Builder(StreamBody):
             "output (no fill, no atomic)",
             "    const int jx = ix + e;",
             "    if (e < kf_cols) {",
-            *indent([*emitter.lines, *stores], 3),
+            *indent(self.epilogue_lines(results, "jx", group.domain[1:]), 3),
             "    }",
             "  }",
             "}"]
         routines.append(Routine("store columns", lines, tuple(reads)))
         return routines
 
-    def epilogue_emitter(self, results: dict[str, str], coords: tuple,
-                         domain: tuple[str, ...]) -> ExprEmitter:
-        """An emitter for the epilogue at one point of the reduced vector: reads of the
-        group's reductions answered by ``results`` (C expressions), of other epilogue
-        members by evaluating them in registers."""
+    def epilogue_lines(self, results: dict[str, str], index: str,
+                       domain: tuple[str, ...]) -> list[str]:
+        """Statements evaluating the epilogue at point ``index`` (a C variable) of the reduced
+        vector over ``domain`` and storing what must reach memory: the epilogue's outputs,
+        and a reduction's own result (``results``: C expressions) only where the plan needs
+        it. Reads of other epilogue members are evaluated in registers."""
         group = self.group
 
         def hook(load: Load, emitter: ExprEmitter) -> str | None:
@@ -1153,8 +1147,15 @@ class _Builder(StreamBody):
                 return emitter.emit(producer.body)  # type: ignore[arg-type]
             return None
 
-        return ExprEmitter(group.graph, coords, domain, None, hook,
-                           EmitState(counter=self.names_used))
+        emitter = ExprEmitter(group.graph, ((index, 0),), domain, None, hook,
+                              EmitState(counter=self.names_used))
+        values = {k.output: emitter.emit(k.body)  # type: ignore[arg-type]
+                  for k in group.epilogue if k.output in group.epilogue_stores}
+        stores = [f"{c_name(name)}[{index}] = {results[name]};" for name in group.outputs
+                  if name in results]
+        stores += [f"{c_name(name)}[{index}] = ({C_TYPES[group.graph.buffers[name].dtype]})"
+                   f"{values[name]};" for name in group.epilogue_stores]
+        return [*emitter.lines, *stores]
 
     def all_flush(self) -> list[Routine]:
         routines = []

@@ -237,17 +237,10 @@ class StreamBody:
                                f"  // '{reduce.kernel.name}': the row over the {owner} (the "
                                f"{owner} owns it whole)", block=self.variant.block_rows)
 
-        emitter = self.epilogue_emitter(results, (("iy", 0),), group.domain[:1])
-        values = {k.output: emitter.emit(k.body)  # type: ignore[arg-type]
-                  for k in group.epilogue if k.output in group.epilogue_stores}
-        stores = [f"{c_name(name)}[iy] = {results[name]};" for name in group.outputs
-                  if name in results]
-        stores += [f"{c_name(name)}[iy] = ({C_TYPES[group.graph.buffers[name].dtype]})"
-                   f"{values[name]};" for name in group.epilogue_stores]
         names = ", ".join(f"'{k.name}'" for k in group.epilogue)
         lines += [f"if (kf_tx == 0 && kf_row0 + kf_k < {n_rows}) {{  // epilogue {names} at "
                   "this row: one plain store per row and output, no fill, no atomic",
                   "  const int iy = kf_row0 + kf_k;",
-                  *indent(emitter.lines, 1), *indent(stores, 1), "}"]
+                  *indent(self.epilogue_lines(results, "iy", group.domain[:1]), 1), "}"]
         return ["#pragma unroll", f"for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
                 *indent(lines, 1), "}"]
