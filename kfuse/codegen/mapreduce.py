@@ -648,14 +648,13 @@ class _Builder(StreamBody):
             lines.append(f"//   {shape} of {' x '.join(group.domain)}: {self.v} elements per "
                          f"thread, {variant.iters} chunk(s) per block of {variant.threads[0]}"
                          " threads")
-        elif variant.whole_columns:
-            lines.append(f"//   matrix tiles of {tm} x {tn}, every row of its columns per block "
-                         f"of {variant.threads[0]} x {variant.threads[1]} threads (whole "
-                         "columns); row reductions by " + variant.rowsum)
         else:
-            lines.append(f"//   matrix tiles of {tm} x {tn}, {variant.iters} per block of "
-                         f"{variant.threads[0]} x {variant.threads[1]} threads; row "
-                         f"reductions by {variant.rowsum}")
+            walk = ("every row of its columns" if variant.whole_columns
+                    else f"{variant.iters}")
+            rowsum = f"; row reductions by {variant.rowsum}" if group.row_reductions() else ""
+            lines.append(f"//   matrix tiles of {tm} x {tn}, {walk} per block of "
+                         f"{variant.threads[0]} x {variant.threads[1]} threads"
+                         f"{' (whole columns)' if variant.whole_columns else ''}{rowsum}")
         lines.append(f"//   variant {variant}; writes {', '.join(repr(o) for o in group.outputs)}")
         return lines
 
