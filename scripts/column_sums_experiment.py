@@ -25,11 +25,15 @@ import argparse
 import re
 from dataclasses import replace
 
-from kfuse.bench.harness import device_case
+from kfuse.bench.experiment import (
+    device_case,
+    normalized_variants,
+    planned_run,
+    run_checked,
+)
 from kfuse.bench.timing import print_rounds, time_alternating
 from kfuse.codegen import generate
 from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant, is_variant_text
-from kfuse.errors import KfuseError
 from kfuse.fusion.legality import split_epilogue
 from kfuse.fusion.plan import group_outputs, order_groups
 from kfuse.runtime import get_backend
@@ -71,8 +75,6 @@ def masked_only(source: str) -> str:
 
 def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...],
             twins: bool = False) -> None:
-    import cupy
-
     from kfuse.bench.torch_baseline import compiled_on
 
     case = device_case(name)
@@ -81,9 +83,7 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...],
     groups = [(tuple(g.members), tuple(g.outputs), g.variant) for g in plan.groups]
     index = column_group(graph, groups)
     backend = get_backend("cuda")
-    planned = backend.prepare(graph, given, plan=plan)
-    planned.launch_all()
-    expected = {o: planned.buffers[o].copy() for o in graph.outputs}
+    planned, expected = planned_run(case, backend)
     runs_by_label = {"compile": compiled_on(graph, given),
                      f"plan {[g[2] for g in groups]}": planned.launch_all}
     members, outputs = groups[index][:2]
@@ -92,12 +92,8 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...],
               if is_variant_text(c.variant) and MapReduceVariant.parse(c.variant).whole_columns]
     trials = {"split " + " | ".join(g[2] for g in split_groups(graph, space, groups, index)):
               split_groups(graph, space, groups, index)}
-    for text in [*ranked[:top], *("mapreduce:" + p for p in picks)]:
-        try:
-            normal = group.normalize(MapReduceVariant.parse(text)).text()
-        except KfuseError as error:
-            print(f"{name}: skipped {text}: {error}", flush=True)
-            continue
+    for normal in normalized_variants(group, [*ranked[:top], *("mapreduce:" + p for p in picks)],
+                                      name):
         rank = ranked.index(normal) + 1 if normal in ranked else None
         label = f"{normal.removeprefix('mapreduce:')} (rank {rank})"
         if normal != groups[index][2]:
@@ -112,11 +108,7 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...],
             programs[label + ", masked tiles"] = replace(program,
                                                          source=masked_only(program.source))
     for label, program in programs.items():
-        executable = backend.prepare(graph, given, program=program)
-        executable.launch_all()
-        error = max(float(cupy.abs(executable.buffers[o] - expected[o]).max()
-                          / cupy.abs(expected[o]).max()) for o in graph.outputs)
-        registers = "/".join(str(f.num_regs) for f in executable.functions.values())
+        executable, error, registers = run_checked(backend, case, program, expected)
         print(f"{name} {label} (registers {registers}): error against the plan {error:.1e}",
               flush=True)
         if error < 1e-4:

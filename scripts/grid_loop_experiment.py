@@ -22,7 +22,7 @@ import re
 from dataclasses import replace
 
 import kfuse.codegen.kernels as kernels
-from kfuse.bench.harness import device_case
+from kfuse.bench.experiment import device_case
 from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
 from kfuse.codegen import generate
 from kfuse.runtime import get_backend

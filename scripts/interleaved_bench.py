@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from kfuse.bench.harness import device_case
+from kfuse.bench.experiment import device_case
 from kfuse.bench.timing import alternating_main, time_alternating
 from kfuse.runtime import get_backend
 

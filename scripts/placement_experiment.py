@@ -14,7 +14,7 @@ Usage on the device machine (repo root)::
 
 from __future__ import annotations
 
-from kfuse.bench.harness import device_case
+from kfuse.bench.experiment import device_case
 from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
 from kfuse.runtime import get_backend
 

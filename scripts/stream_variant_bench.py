@@ -27,11 +27,15 @@ import re
 import sys
 from dataclasses import replace
 
-from kfuse.bench.harness import device_case
+from kfuse.bench.experiment import (
+    device_case,
+    normalized_variants,
+    planned_run,
+    run_checked,
+)
 from kfuse.bench.timing import print_rounds, time_alternating
 from kfuse.codegen import generate
-from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant
-from kfuse.errors import KfuseError
+from kfuse.codegen.mapreduce import MapReduceGroup
 from kfuse.runtime import get_backend
 from kfuse.search.variants import ImplementationSpace
 
@@ -91,16 +95,12 @@ def straight(source: str, parts: str = "grid,aligned") -> str:
 def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] = PICKS,
             hoist: bool = False, plain_loads: bool = False, dots: bool = False,
             straighten: str = "") -> None:
-    import cupy
-
     from kfuse.bench.torch_baseline import compiled_on
 
     case = device_case(name)
     graph, given, sizes, plan = case.graph, case.given, case.sizes, case.plan
     backend = get_backend("cuda")
-    planned = backend.prepare(graph, given, plan=plan)
-    planned.launch_all()
-    expected = {o: planned.buffers[o].copy() for o in graph.outputs}
+    planned, expected = planned_run(case, backend)
     runs_by_label = {"compile": compiled_on(graph, given),
                      f"plan {[g.variant for g in plan.groups]}": planned.launch_all}
     index = studied_group([(g.members, g.outputs, g.variant) for g in plan.groups])
@@ -108,16 +108,10 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
     members, outputs = tuple(chosen.members), tuple(chosen.outputs)
     ranked = [c.variant for c in ImplementationSpace(graph, sizes).choices(members)[:top]]
     group = MapReduceGroup(graph, members, outputs)
-    candidates = []
-    for text in [*ranked, *("mapreduce:" + p for p in picks)]:
-        try:
-            normal = group.normalize(MapReduceVariant.parse(text)).text()
-        except KfuseError as error:
-            print(f"{name}: skipped {text}: {error}", flush=True)
-            continue
-        patched = hoist or plain_loads or dots or straighten  # (the planned variant patched is new too)
-        if normal not in candidates and (normal != chosen.variant or patched):
-            candidates.append(normal)
+    patched = hoist or plain_loads or dots or straighten  # (the planned one patched is new too)
+    candidates = [normal for normal in normalized_variants(
+        group, [*ranked, *("mapreduce:" + p for p in picks)], name)
+        if normal != chosen.variant or patched]
     for variant in candidates:
         groups = [(tuple(g.members), tuple(g.outputs), variant if i == index else g.variant)
                   for i, g in enumerate(plan.groups)]
@@ -134,12 +128,8 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
         if plain_loads:  # timing only: inputs not restrict, so loads are plain ld.global
             program = replace(program, source=program.source.replace(
                 "const float* __restrict__", "const float*"))
-        executable = backend.prepare(graph, given, program=program)
-        executable.launch_all()
-        error = max(float(cupy.abs(executable.buffers[o] - expected[o]).max()
-                          / cupy.abs(expected[o]).max()) for o in graph.outputs)
+        executable, error, registers = run_checked(backend, case, program, expected)
         rank = ranked.index(variant) + 1 if variant in ranked else None
-        registers = "/".join(str(f.num_regs) for f in executable.functions.values())
         label = f"{variant.removeprefix('mapreduce:')} (rank {rank}, r{registers})"
         print(f"{name} {label}: error against the plan {error:.1e}", flush=True)
         if error < 1e-4:

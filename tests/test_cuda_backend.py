@@ -111,7 +111,8 @@ def test_device_case_puts_an_app_on_the_gpu_as_kfuse_bench_plans_it():
     """The start of the GPU experiment scripts: inputs on the device, sizes, the plan."""
     import cupy
 
-    from kfuse.bench.harness import app_plan, device_case
+    from kfuse.bench.experiment import device_case
+    from kfuse.bench.harness import app_plan
 
     case = device_case("sgemv")
     assert isinstance(case.given["A"], cupy.ndarray) and case.given["A"].shape == (16384, 16384)

@@ -500,33 +500,6 @@ def _choose_plan(app: Any, graph, given: dict[str, Any], sizes: dict[str, int],
     return app_plan(app, graph, sizes, profile)
 
 
-@dataclass(frozen=True)
-class DeviceCase:
-    """An app at its benchmark size on the GPU: random float32 inputs on the device (seeded)
-    with its parameters, the sizes they bind, and the plan ``kfuse bench`` runs. The common
-    start of the GPU experiment scripts."""
-
-    app: Any
-    graph: Graph
-    given: dict[str, Any]
-    sizes: dict[str, int]
-    plan: Any
-
-
-def device_case(name: str, seed: int = 0) -> DeviceCase:
-    """:class:`DeviceCase` of the app ``name`` (needs CuPy and a GPU)."""
-    import cupy
-
-    from kfuse.apps import get_app
-
-    app = get_app(name)
-    graph = app.build().graph()
-    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(seed), "float32")
-    given = {key: cupy.asarray(value) for key, value in arrays.items()} | dict(params)
-    sizes = graph.bind_shapes({key: value.shape for key, value in arrays.items()})
-    return DeviceCase(app, graph, given, sizes, app_plan(app, graph, sizes))
-
-
 def app_plan(app: Any, graph: Graph, sizes: Mapping[str, int],
              profile: DeviceProfile | None = None) -> Any:
     """The plan an app runs in benchmarks: its own planner (the BLAS apps: the

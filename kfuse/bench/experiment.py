@@ -1,0 +1,83 @@
+"""What the GPU experiment scripts share: an app on the device, named variants of one of its
+groups, and programs run and checked against the planned one (``scripts/*_experiment.py``,
+``scripts/*_bench.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kfuse.bench.harness import app_plan
+from kfuse.errors import KfuseError
+from kfuse.ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class DeviceCase:
+    """An app at its benchmark size on the GPU: random float32 inputs on the device (seeded)
+    with its parameters, the sizes they bind, and the plan ``kfuse bench`` runs."""
+
+    app: Any
+    graph: Graph
+    given: dict[str, Any]
+    sizes: dict[str, int]
+    plan: Any
+
+
+def device_case(name: str, seed: int = 0) -> DeviceCase:
+    """:class:`DeviceCase` of the app ``name`` (needs CuPy and a GPU)."""
+    import cupy
+
+    from kfuse.apps import get_app
+
+    app = get_app(name)
+    graph = app.build().graph()
+    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(seed), "float32")
+    given = {key: cupy.asarray(value) for key, value in arrays.items()} | dict(params)
+    sizes = graph.bind_shapes({key: value.shape for key, value in arrays.items()})
+    return DeviceCase(app, graph, given, sizes, app_plan(app, graph, sizes))
+
+
+def planned_run(case: DeviceCase, backend: Any) -> tuple[Any, dict[str, Any]]:
+    """The planned program prepared on ``backend`` and run once on ``case``'s inputs, and a
+    copy of its outputs (what other programs are checked against)."""
+    executable = backend.prepare(case.graph, case.given, plan=case.plan)
+    executable.launch_all()
+    return executable, {o: executable.buffers[o].copy() for o in case.graph.outputs}
+
+
+def normalized_variants(group: Any, texts: Iterable[str], name: str) -> list[str]:
+    """The variant strings ``texts`` as ``group`` (a map-reduce group) runs them, in order and
+    without repeats; those that do not apply to it are skipped with a printed reason."""
+    from kfuse.codegen.mapreduce import MapReduceVariant
+
+    result: list[str] = []
+    for text in texts:
+        try:
+            normal = group.normalize(MapReduceVariant.parse(text)).text()
+        except KfuseError as error:
+            print(f"{name}: skipped {text}: {error}", flush=True)
+            continue
+        if normal not in result:
+            result.append(normal)
+    return result
+
+
+def run_checked(backend: Any, case: DeviceCase, program: Any,
+                expected: Mapping[str, Any]) -> tuple[Any, float, str]:
+    """(executable, largest relative error of any output against ``expected``, registers of
+    each kernel as ``a/b/c``) of ``program`` run once on ``case``'s inputs."""
+    import cupy
+
+    executable = backend.prepare(case.graph, case.given, program=program)
+    executable.launch_all()
+    error = max(float(cupy.abs(executable.buffers[o] - expected[o]).max()
+                      / cupy.abs(expected[o]).max()) for o in case.graph.outputs)
+    registers = "/".join(str(f.num_regs) for f in executable.functions.values())
+    return executable, error, registers
+
+
+__all__ = ["DeviceCase", "device_case", "normalized_variants", "planned_run", "run_checked"]
