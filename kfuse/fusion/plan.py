@@ -180,8 +180,9 @@ def check_groups(graph: Graph, groups: Sequence[Sequence[str]],
                  variants: Mapping[frozenset[str], str] | None = None) -> list[Violation]:
     """All violations of a proposed partition (structural rules per group, then plan rules).
 
-    ``variants`` (members -> implementation) where known: a row reduction's epilogue is
-    legal only under a whole-row stream variant (:func:`group_violations`).
+    ``variants`` (members -> implementation) where known: a row (column) reduction's
+    epilogue is legal only under a whole-row stream (whole-column) variant
+    (:func:`group_violations`).
     """
     found = []
     for group in groups:
@@ -205,7 +206,7 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
     spills and shared memory against the device limits; the register tile of a recompute
     group is always the largest that fits; ``variants`` (members -> implementation) are set
     on the groups they name and judge their legality (a row reduction's epilogue needs a
-    whole-row stream variant).
+    whole-row stream variant, a column reduction's a whole-column one).
     """
     listed = {name for group in groups for name in group}
     groups = [list(g) for g in groups if g] + [[k.name] for k in graph.kernels
