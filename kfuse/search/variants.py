@@ -110,12 +110,14 @@ STREAM_UNROLL = (2, 4, 8, 16)          # 16-byte loads per row, thread and step
 STREAM_SPANS = (0, 4096)               # columns per block (0: whole rows)
 STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (registers)
 # Block rows (T x 1 stream blocks, the whole block along one row: torch.compile's GEMV shape)
-# enumerated in one form: 512 threads, 8-byte accesses, whole rows. Measured on H200s at
-# 16384^2 (docs/benchmarks.md, session 9): GESUMMV 512 x 8 bytes x 16 0.4708 / 0.4612 ms on
+# enumerated with 512 or 1024 threads, 8-byte accesses, whole rows, and like warp rows at
+# most STREAM_MAX_LOADS matrix loads per thread and step. Measured on H200s at 16384^2
+# (docs/benchmarks.md, sessions 9 and 10): GESUMMV 512 x 8 bytes x 16 0.4708 / 0.4612 ms on
 # two machines against 0.4740 / 0.4650 for the best warp rows (torch.compile 0.4705 /
-# 0.4611); SGEMV, ATAX, SGEMVT and GEMVER within +-0.3% of the warp rows; 1024 threads and
+# 0.4611), and 1024 x 8 bytes x 8 (16 loads of its two matrices) 0.4698 against 0.4706 for
+# 512 x 8 bytes x 16 (32 loads; torch.compile 0.4706); SGEMV 512 x 16 0.2369, 1024 x 8 0.2439;
 # 16-byte accesses were up to 3% slower in some apps.
-BLOCK_ROW_THREADS = 512
+BLOCK_ROW_THREADS = (512, 1024)
 BLOCK_ROW_VECTOR_BYTES = 8
 # Whole columns (one block walks every row of its column tile: column reductions stored
 # plainly, with no fill or atomics, and a column epilogue in the same kernel; torch.compile's
@@ -198,10 +200,11 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
             if rows * unroll * inputs <= STREAM_MAX_LOADS and rows * inputs <= 4:
                 result.append(MapReduceVariant((32, by), rows, 1, wides[0], "stream", (), 0,
                                                unroll, span))
-        if wides[0]:  # block rows: ptxas interleaves their loads (no cap on loads per step)
-            for unroll in STREAM_UNROLL:
-                result.append(MapReduceVariant((BLOCK_ROW_THREADS, 1), 1, 1, True, "stream",
-                                               (), 0, unroll, 0, BLOCK_ROW_VECTOR_BYTES))
+        if wides[0]:  # block rows
+            for threads, unroll in itertools.product(BLOCK_ROW_THREADS, STREAM_UNROLL):
+                if unroll * inputs <= STREAM_MAX_LOADS:
+                    result.append(MapReduceVariant((threads, 1), 1, 1, True, "stream", (), 0,
+                                                   unroll, 0, BLOCK_ROW_VECTOR_BYTES))
     if group.epilogue_kind == "col":  # whole columns: the only legal implementations
         for by, rows, size in WHOLE_COLUMN_FORMS:
             result.append(MapReduceVariant((32, by), rows, 1, wides[0], "shuffle",
