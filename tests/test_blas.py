@@ -303,7 +303,7 @@ def test_bicgk_reads_a_once_with_16_byte_loads():
     assert source.count("kf_mr_load<4>(A + ") == 2
     assert "kf_mr_load<4>(A + (kf_index_t)iy * n_A_1 + ix, 4, true, kf_ld_A[kf_k]);" in source
     assert "const bool kf_full = kf_vec && (kf_bx + 1) * 128 <= n_A_1;" in source
-    assert "kf_mr_warp_reduce<0, float>" in source and "kf_atomic_sum(&s[ix + e]" in source
+    assert "kf_mr_warp_reduce<0, float>" in source and "kf_atomic_sum(&s[jx], kf_sum_s[e]);" in source
     assert "(n_A_1 % 4 == 0) && kf_mr_aligned(A)" in source  # scalar fallback otherwise
     assert source.count("kfuse prelude: shared by every generated kernel") == 1
 

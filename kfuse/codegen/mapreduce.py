@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kfuse.codegen.barriers import Routine, SharedAccess, SharedElement, place_barriers
 from kfuse.codegen.cexpr import (
@@ -98,38 +98,43 @@ KF_DEVICE bool kf_mr_aligned(const void* p, unsigned long long bytes = 16) {
   return ((unsigned long long)p & (bytes - 1)) == 0;
 }
 
+// The word of one vector access of B bytes (16: uint4, 8: uint2; other sizes: none).
+template <int B> struct kf_mr_word { typedef unsigned char type; static const bool ok = false; };
+template <> struct kf_mr_word<16> { typedef uint4 type; static const bool ok = true; };
+template <> struct kf_mr_word<8> { typedef uint2 type; static const bool ok = true; };
+
 // Load V consecutive elements: one 16-byte (or 8-byte) load when allowed and all V exist,
 // else 'count' scalar loads (the rest read as 0: callers mask them).
 template <int V, typename T>
 KF_DEVICE void kf_mr_load(const T* p, int count, bool vec, T (&v)[V]) {
-  if (V > 1 && V * sizeof(T) == 16 && vec && count == V) {
-    union { uint4 w; T e[V]; } u;
-    u.w = *reinterpret_cast<const uint4*>(p);
-    for (int k = 0; k < V; ++k) v[k] = u.e[k];
-  } else if (V > 1 && V * sizeof(T) == 8 && vec && count == V) {
-    union { uint2 w; T e[V]; } u;
-    u.w = *reinterpret_cast<const uint2*>(p);
-    for (int k = 0; k < V; ++k) v[k] = u.e[k];
-  } else {
-    for (int k = 0; k < V; ++k) v[k] = k < count ? p[k] : T(0);
+  typedef kf_mr_word<int(V * sizeof(T))> Word;
+  typedef typename Word::type W;
+  if constexpr (V > 1 && Word::ok) {
+    if (vec && count == V) {
+      union { W w; T e[V]; } u;
+      u.w = *reinterpret_cast<const W*>(p);
+      for (int k = 0; k < V; ++k) v[k] = u.e[k];
+      return;
+    }
   }
+  for (int k = 0; k < V; ++k) v[k] = k < count ? p[k] : T(0);
 }
 
 // Store the first 'count' of V consecutive elements (one 16-byte or 8-byte store when
 // allowed).
 template <int V, typename T>
 KF_DEVICE void kf_mr_store(T* p, int count, bool vec, const T (&v)[V]) {
-  if (V > 1 && V * sizeof(T) == 16 && vec && count == V) {
-    union { uint4 w; T e[V]; } u;
-    for (int k = 0; k < V; ++k) u.e[k] = v[k];
-    *reinterpret_cast<uint4*>(p) = u.w;
-  } else if (V > 1 && V * sizeof(T) == 8 && vec && count == V) {
-    union { uint2 w; T e[V]; } u;
-    for (int k = 0; k < V; ++k) u.e[k] = v[k];
-    *reinterpret_cast<uint2*>(p) = u.w;
-  } else {
-    for (int k = 0; k < V; ++k) if (k < count) p[k] = v[k];
+  typedef kf_mr_word<int(V * sizeof(T))> Word;
+  typedef typename Word::type W;
+  if constexpr (V > 1 && Word::ok) {
+    if (vec && count == V) {
+      union { W w; T e[V]; } u;
+      for (int k = 0; k < V; ++k) u.e[k] = v[k];
+      *reinterpret_cast<W*>(p) = u.w;
+      return;
+    }
   }
+  for (int k = 0; k < V; ++k) if (k < count) p[k] = v[k];
 }
 
 // Combine a value over the 32 lanes of a warp (every lane gets the result).
@@ -439,8 +444,7 @@ class MapReduceGroup(GroupNames):
                 raise FusionError(f"variant {variant}: a vector kernel takes N x 1 threads")
             if variant.whole_columns:
                 raise FusionError(f"variant {variant}: whole columns belong to matrix kernels")
-            return MapReduceVariant((bx, 1), 1, variant.iters, variant.wide, "shuffle", (),
-                                    variant.blocks, vector_bytes=variant.vector_bytes)
+            return replace(variant, rows=1, rowsum="shuffle", order=(), unroll=1, span=0)
         if bx != WARP and variant.rowsum != "stream":
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads (T x 1 "
                               "only in the stream mapping)")
@@ -470,9 +474,7 @@ class MapReduceGroup(GroupNames):
                 raise FusionError(f"variant {variant}: the order must name the row "
                                   f"reductions {names}")
         iters = 1 if variant.whole_columns else variant.iters  # one block walks every row
-        result = MapReduceVariant((bx, by), rows, iters, variant.wide, rowsum, order,
-                                  vector_bytes=variant.vector_bytes,
-                                  whole_columns=variant.whole_columns)
+        result = replace(variant, rows=rows, iters=iters, rowsum=rowsum, order=order)
         if self.shared_bytes(result) > STATIC_SHARED_LIMIT:
             raise FusionError(f"variant {result}: needs {self.shared_bytes(result)} bytes of "
                               f"shared memory, more than {STATIC_SHARED_LIMIT}")
@@ -487,9 +489,7 @@ class MapReduceGroup(GroupNames):
                               f"cannot keep the column reductions {names}")
         step = self.step(variant)
         span = -(-variant.span // step) * step if variant.span else 0
-        return MapReduceVariant(variant.threads, variant.rows, variant.iters, variant.wide,
-                                "stream", (), variant.blocks, variant.unroll, span,
-                                variant.vector_bytes)
+        return replace(variant, order=(), span=span)
 
     def width(self, variant: MapReduceVariant) -> int:
         return variant.width(self.item_size)
@@ -591,8 +591,8 @@ def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bo
     if is_variant_text(variant):
         return mapreduce_group_reason(graph, members) is None  # a named variant is honoured
     if not reductions:
-        # plain maps: kfuse's flat and tiled kernels reach the copy bandwidth (measured on
-        # an H200: SSCAL and MADD 5-7% faster than this module's map kernel)
+        # plain maps: the general templates by default; the implementation space offers this
+        # module's map variants beside them (kfuse.search.variants.MAP_VARIANTS)
         return False
     if mapreduce_shape_reason(graph, members) is not None:
         return False
@@ -1048,46 +1048,15 @@ class _Builder(StreamBody):
         ]
 
     def column_flush(self, layout: dict[str, SharedElement]) -> list[Routine]:
-        """Column reductions: the warps' partial results combined, one atomic per column
-        (whole columns: one plain store, and the epilogue)."""
-        v, by = self.v, self.variant.threads[1]
-        tn = self.group.tile(self.variant)[1]
-        if self.variant.whole_columns:
-            return self.column_store(layout)
-        routines = []
-        for reduce in self.group.col_reductions():
-            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
-            if by == 1:
-                routines.append(Routine(f"store {reduce.kernel.name}", [
-                    f"for (int e = 0; e < {v}; ++e) if (e < kf_cols) "
-                    f"kf_atomic_{reduce.op}(&{reduce.var}[ix + e], kf_acc_{reduce.var}[e]);"]))
-                continue
-            element = layout[f"colpart_{reduce.var}"]
-            routines.append(Routine(f"stage {reduce.kernel.name}", [
-                f"// '{reduce.kernel.name}': each warp's partial results per column",
-                f"kf_mr_store<{v}>(kf_colpart_{reduce.var} + kf_ty * {tn} + kf_tx * {v}, {v}, "
-                f"true, kf_acc_{reduce.var});"],
-                (SharedAccess(element, True, "column"),)))
-            routines.append(Routine(f"store {reduce.kernel.name}", [
-                f"if (kf_ty == 0) {{  // '{reduce.kernel.name}': combine the warps, one atomic "
-                "per column and block",
-                f"  for (int e = 0; e < {v}; ++e) {{",
-                f"    {reduce.ctype} kf_total = kf_colpart_{reduce.var}[kf_tx * {v} + e];",
-                f"    for (int j = 1; j < {by}; ++j) kf_total = {combine}(kf_total, "
-                f"kf_colpart_{reduce.var}[j * {tn} + kf_tx * {v} + e]);",
-                f"    if (e < kf_cols) kf_atomic_{reduce.op}(&{reduce.var}[ix + e], kf_total);",
-                "  }",
-                "}"],
-                (SharedAccess(element, False, "lane"),)))
-        return routines
-
-    def column_store(self, layout: dict[str, SharedElement]) -> list[Routine]:
-        """Whole columns: each column's result is complete once the block's warps are
-        combined; warp 0 stores it plainly (no fill, no atomic) where it must reach memory
-        and evaluates the column epilogue there."""
+        """Column reductions: each warp's partial results staged per column and combined by
+        warp 0, then one atomic per column and block, or, with whole columns (the block
+        walked every row: the results are complete), one plain store where the result must
+        reach memory and the column epilogue there (no fill, no atomic)."""
         group, v, by = self.group, self.v, self.variant.threads[1]
         tn = group.tile(self.variant)[1]
         reductions = group.col_reductions()
+        if not reductions:
+            return []
         routines, reads, totals = [], [], []
         for reduce in reductions:
             if by == 1:  # one warp: the thread's partial results are the columns' results
@@ -1111,19 +1080,23 @@ class _Builder(StreamBody):
                 f"  for (int j = 1; j < {by}; ++j) kf_sum_{reduce.var}[e] = {combine}("
                 f"kf_sum_{reduce.var}[e], kf_colpart_{reduce.var}[j * {tn} + kf_tx * {v} + e]);",
                 "}"]
-        results = {r.kernel.output: f"kf_sum_{r.var}[e]" for r in reductions}
-        names = ", ".join(f"'{k.name}'" for k in group.epilogue)
-        what = f"the epilogue {names} at each column, " if names else ""
+        if self.variant.whole_columns:
+            results = {r.kernel.output: f"kf_sum_{r.var}[e]" for r in reductions}
+            names = ", ".join(f"'{k.name}'" for k in group.epilogue)
+            how = ((f"the epilogue {names} at each column, " if names else "")
+                   + "one plain store per column and output (no fill, no atomic)")
+            write = self.epilogue_lines(results, "jx", group.domain[1:])
+        else:
+            how = "one atomic per column and block"
+            write = [f"kf_atomic_{r.op}(&{r.var}[jx], kf_sum_{r.var}[e]);" for r in reductions]
         lines = [
-            "if (kf_ty == 0) {  // the block walked every row of its columns: their results "
-            "are complete",
+            "if (kf_ty == 0) {  // the warps' results combined per column",
             *indent(totals, 1),
             "  #pragma unroll",
-            f"  for (int e = 0; e < {v}; ++e) {{  // {what}one plain store per column and "
-            "output (no fill, no atomic)",
+            f"  for (int e = 0; e < {v}; ++e) {{  // {how}",
             "    const int jx = ix + e;",
             "    if (e < kf_cols) {",
-            *indent(self.epilogue_lines(results, "jx", group.domain[1:]), 3),
+            *indent(write, 3),
             "    }",
             "  }",
             "}"]

@@ -15,12 +15,13 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
    (shared memory), and variants *dominated* by one identical except for its calling order
    that uses no more on-chip memory; the general templates' own kernel (``auto``) is one
    more implementation where they can run the group. Plain maps get only one vector per
-   thread (``MAP_VARIANTS``) beside the templates; matrix rows also *block rows* in one form
-   (``BLOCK_ROW_THREADS`` threads along each row with 8-byte accesses); column reductions
-   also *whole columns* (a grid of column tiles, each block walking every row). Other block rows
-   and 8-byte accesses run and are predicted when a plan names them but are not enumerated:
-   which of them is fast depends on the registers ptxas gives them, which the model does
-   not follow (docs/benchmarks.md, session 9);
+   thread (``MAP_VARIANTS``) beside the templates; matrix rows also *block rows*
+   (``BLOCK_ROW_THREADS`` threads along each row with 8-byte accesses); a column reduction
+   feeding an epilogue *whole columns* (``WHOLE_COLUMN_FORMS``: a grid of column tiles, each
+   block walking every row). Other block rows, whole columns and 8-byte accesses run and
+   are predicted when a plan names them but are not enumerated: which of them is fast
+   depends on the registers ptxas gives them, which the model does not follow
+   (docs/benchmarks.md, sessions 9 and 10);
 3. **combinations**: exact covers of the operators by fusions with an acyclic quotient
    graph, each fusion with one implementation, enumerated best-first by the predicted sum
    (k-best; nothing is thrown away: low-ranked implementations appear in later ones).
