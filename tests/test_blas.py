@@ -303,7 +303,7 @@ def test_bicgk_reads_a_once_with_16_byte_loads():
     assert source.count("kf_mr_load<4>(A + ") == 2
     assert "kf_mr_load<4>(A + (kf_index_t)iy * n_A_1 + ix, 4, true, kf_ld_A[kf_k]);" in source
     assert "const bool kf_full = kf_vec && (kf_bx + 1) * 128 <= n_A_1;" in source
-    assert "kf_mr_warp_reduce<0, float>" in source and "kf_atomic_sum(&s[jx], kf_sum_s[e]);" in source
+    assert "kf_mr_warp_reduce<0, float>" in source and "kf_atomic_sum(&s[jx], kf_sum_s);" in source
     assert "(n_A_1 % 4 == 0) && kf_mr_aligned(A)" in source  # scalar fallback otherwise
     assert source.count("kfuse prelude: shared by every generated kernel") == 1
 
@@ -1094,7 +1094,7 @@ def test_whole_columns_store_plainly_and_fuse_the_column_epilogue():
     assert "kf_atomic" not in kernel and "x[jx] = (float)" in kernel and "z[jx]" in kernel
     assert "float* __restrict__ x_prod" not in kernel  # the intermediate stays in registers
     both = generate(graph, [(("x_prod", "x"), ("x_prod", "x"), text)]).source
-    assert "x_prod[jx] = kf_sum_x_prod[e];" in both  # also stored where read elsewhere
+    assert "x_prod[jx] = kf_sum_x_prod;" in both  # also stored where read elsewhere
     # atomics where the columns are split over blocks, and for row reductions anyway
     split = generate(graph, [(("x_prod",), ("x_prod",), "mapreduce:32x8:r2:i16:w:shuffle")])
     assert split.launches[0].initial_values == (("x_prod", 0.0),)

@@ -1049,9 +1049,10 @@ class _Builder(StreamBody):
 
     def column_flush(self, layout: dict[str, SharedElement]) -> list[Routine]:
         """Column reductions: each warp's partial results staged per column and combined by
-        warp 0, then one atomic per column and block, or, with whole columns (the block
-        walked every row: the results are complete), one plain store where the result must
-        reach memory and the column epilogue there (no fill, no atomic)."""
+        warp 0, column by column, then one atomic per column and block, or, with whole
+        columns (the block walked every row: the results are complete), one plain store
+        where the result must reach memory and the column epilogue there (no fill, no
+        atomic)."""
         group, v, by = self.group, self.v, self.variant.threads[1]
         tn = group.tile(self.variant)[1]
         reductions = group.col_reductions()
@@ -1059,9 +1060,9 @@ class _Builder(StreamBody):
             return []
         routines, reads, totals = [], [], []
         for reduce in reductions:
+            total = f"kf_sum_{reduce.var}"
             if by == 1:  # one warp: the thread's partial results are the columns' results
-                totals.append(f"{reduce.ctype} (&kf_sum_{reduce.var})[{v}] = "
-                              f"kf_acc_{reduce.var};")
+                totals.append(f"const {reduce.ctype} {total} = kf_acc_{reduce.var}[e];")
                 continue
             element = layout[f"colpart_{reduce.var}"]
             reads.append(SharedAccess(element, False, "lane"))
@@ -1070,30 +1071,24 @@ class _Builder(StreamBody):
                 f"kf_mr_store<{v}>(kf_colpart_{reduce.var} + kf_ty * {tn} + kf_tx * {v}, {v}, "
                 f"true, kf_acc_{reduce.var});"],
                 (SharedAccess(element, True, "column"),)))
-            combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
             totals += [
-                f"{reduce.ctype} kf_sum_{reduce.var}[{v}];  // '{reduce.kernel.name}': the "
-                "warps combined",
-                "#pragma unroll",
-                f"for (int e = 0; e < {v}; ++e) {{",
-                f"  kf_sum_{reduce.var}[e] = kf_colpart_{reduce.var}[kf_tx * {v} + e];",
-                f"  for (int j = 1; j < {by}; ++j) kf_sum_{reduce.var}[e] = {combine}("
-                f"kf_sum_{reduce.var}[e], kf_colpart_{reduce.var}[j * {tn} + kf_tx * {v} + e]);",
-                "}"]
+                f"{reduce.ctype} {total} = kf_colpart_{reduce.var}[kf_tx * {v} + e];  // "
+                f"'{reduce.kernel.name}': the warps combined",
+                f"for (int j = 1; j < {by}; ++j) {total} = kf_combine<{reduce.code}, "
+                f"{reduce.ctype}>({total}, kf_colpart_{reduce.var}[j * {tn} + kf_tx * {v} + e]);"]
         if self.variant.whole_columns:
-            results = {r.kernel.output: f"kf_sum_{r.var}[e]" for r in reductions}
+            results = {r.kernel.output: f"kf_sum_{r.var}" for r in reductions}
             names = ", ".join(f"'{k.name}'" for k in group.epilogue)
             how = ((f"the epilogue {names} at each column, " if names else "")
                    + "one plain store per column and output (no fill, no atomic)")
             write = self.epilogue_lines(results, "jx", group.domain[1:])
         else:
             how = "one atomic per column and block"
-            write = [f"kf_atomic_{r.op}(&{r.var}[jx], kf_sum_{r.var}[e]);" for r in reductions]
+            write = [f"kf_atomic_{r.op}(&{r.var}[jx], kf_sum_{r.var});" for r in reductions]
         lines = [
-            "if (kf_ty == 0) {  // the warps' results combined per column",
-            *indent(totals, 1),
-            "  #pragma unroll",
+            "if (kf_ty == 0) {  // warp 0 combines the warps' results, column by column",
             f"  for (int e = 0; e < {v}; ++e) {{  // {how}",
+            *indent(totals, 2),
             "    const int jx = ix + e;",
             "    if (e < kf_cols) {",
             *indent(write, 3),
