@@ -107,8 +107,9 @@ def test_sequence_matches_reference_fused_and_unfused(name):
 
 
 def test_fusions_the_paper_expects():
-    """BiCGK reads A once; GEMVER makes three passes; ATAX and SGEMVT cannot fuse (F2);
-    SGEMV and GESUMMV fuse their elementwise epilogue into the row reduction (whole rows)."""
+    """BiCGK reads A once; GEMVER makes three passes; SGEMVT cannot fuse (F2); SGEMV and
+    GESUMMV fuse their elementwise epilogue into the row reduction (whole rows); ATAX reads A
+    once, its blocks holding whole rows (the row's A x feeds Aᵀ t at that row)."""
     expected = {
         "sgemv": [["z_prod", "z"]],
         "bicgk": [["q", "s"]],
@@ -116,7 +117,7 @@ def test_fusions_the_paper_expects():
         "vadd": [["wy", "x"]],
         "waxpby": [["by", "w"]],
         "gemver": [["B", "x_prod"], ["x"], ["w"]],
-        "atax": [["t"], ["y"]],
+        "atax": [["t", "y"]],
         "gesummv": [["Ax", "Bx", "y"]],
     }
     for name, groups in expected.items():
@@ -157,13 +158,17 @@ def test_default_plan_of_a_users_blas_pipeline_reads_the_matrix_once():
 
 @pytest.mark.parametrize("name", TABLE_1)
 def test_fused_traffic_is_table_3(name):
-    """DRAM words of the predicted-best plan equal seed 004's fused words (vectors aside)."""
+    """DRAM words of the predicted-best plan equal seed 004's fused words (vectors aside);
+    ATAX's held rows read A once where seed 004 reads it twice."""
     app = get_app(name)
     graph = app.build().graph()
     space = ImplementationSpace(graph, app.sizes(graph, app.bench_size))
     best = space.best()
     words = sum(choice.prediction.dram_bytes for choice in best.choices) / 4
     expected = app.words(app.bench_size)
+    if name == "atax":
+        rows, cols = app.bench_size
+        expected = rows * cols + rows + cols  # A once, x read, y written
     assert expected <= words <= expected * 1.01, (words, expected)
 
 
@@ -526,9 +531,9 @@ def test_autotune_per_group_keeps_each_groups_fastest_variant(monkeypatch):
         return timing.Timing(1.0 / len(calls), 1.0 / len(calls), 0.0, 0.0, 1)
 
     monkeypatch.setattr(timing, "time_host", clock)
-    # (ATAX: two groups. GESUMMV is now one kernel, its epilogue fused, so its per-group
-    # tuning would time the same implementations as the whole-combination ranking)
-    app = get_app("atax")
+    # (SGEMVT: two groups. GESUMMV and ATAX are one kernel each, so their per-group tuning
+    # would time the same implementations as the whole-combination ranking)
+    app = get_app("sgemvt")
     graph = app.build().graph()
     arrays, params = app.make_inputs((37, 45), np.random.default_rng(0), "float32")
     space = ImplementationSpace(graph, app.sizes(graph, (37, 45)))
@@ -1198,3 +1203,158 @@ def test_grids_covering_the_work_take_their_block_without_a_loop(name, members, 
         assert axis.blocks({s: axis.per_block for s in axis.symbols}) <= axis.per_block
         with pytest.raises(LaunchError, match="at most 10"):
             axis.blocks({s: 1 << 20 for s in axis.symbols})
+
+
+# ---------------------------------------------------------------------------------------------
+# Held rows: a block holds each whole row, so a row reduction feeds members over that row
+# ---------------------------------------------------------------------------------------------
+
+HELD_VARIANTS = [
+    "mapreduce:1024x1:r1:i1:w:stream:g132:u4:hr",   # the planned form at 16384^2
+    "mapreduce:64x1:r1:i1:w:stream:g5:u2:hr",       # 16-byte accesses, rows of <= 512
+    "mapreduce:128x1:r1:i1:w8:stream:g64:u1:hr",    # 8-byte accesses, one row per block
+    "mapreduce:64x1:r1:i1:s:stream:g3:u3:hr",       # scalar accesses, 3 per thread
+]
+HELD_SIZES = [(37, 45), (5, 9), (1, 3), (67, 150), (70, 192), (4, 188)]
+
+
+def held_pipeline() -> kf.Pipeline:
+    """Every kind of member around a held row: a core map (an intermediate), a row reduction
+    that is also an output, a fed map stored per point (reading the row's result, a vector
+    along the rows and one along the columns), fed column and full reductions."""
+    p = kf.Pipeline("held")
+    a = p.input("A", ndim=2)
+    x = p.input("x", shape=(a.shape[1],))
+    u = p.input("u", shape=(a.shape[0],))
+    b = kf.point(a * 2.0 - 0.5, name="B")
+    t = kf.matvec(b, x, name="t")
+    c = kf.point(b * kf.along(t, 0) + kf.outer(u, x), name="C")
+    y = kf.matvec_t(b, t, name="y")
+    s = kf.reduce_sum(c, name="s")
+    p.output(t, c, y, s)
+    return p
+
+
+def held_reference(arrays: dict) -> dict:
+    a, x, u = (arrays[k].astype(np.float64) for k in ("A", "x", "u"))
+    b = a * 2.0 - 0.5
+    t = b @ x
+    c = b * t[:, None] + u[:, None] * x[None, :]
+    return {"t": t, "C": c, "y": b.T @ t, "s": np.array(c.sum())}
+
+
+@pytest.mark.parametrize("variant", HELD_VARIANTS)
+def test_held_row_variants_compute_the_reference(variant):
+    """ATAX in one kernel, and a group with every kind of member, at odd and unaligned sizes
+    (outputs start poisoned: a row not stored shows)."""
+    cpu_or_skip()
+    run_group_variant("atax", ("t", "y"), variant, HELD_SIZES)
+    graph = held_pipeline().graph()
+    members = ("B", "t", "C", "y", "s")
+    assert group_violations(graph, members, variant) == []
+    program = generate(graph, [(members, ("t", "C", "y", "s"), variant)])
+    rng = np.random.default_rng(7)
+    for rows, cols in HELD_SIZES:
+        arrays = {"A": rng.uniform(0.1, 1.1, (rows, cols)).astype(np.float32),
+                  "x": rng.uniform(0.1, 1.1, cols).astype(np.float32),
+                  "u": rng.uniform(0.1, 1.1, rows).astype(np.float32)}
+        out = get_backend("cpu").run(graph, arrays, program=program)
+        for key, expected in held_reference(arrays).items():
+            assert relative_error(out[key], expected) <= 1e-5, (variant, rows, cols, key)
+
+
+def test_held_rows_read_the_matrix_once_and_store_what_they_must():
+    graph = get_app("atax").build().graph()
+    text = "mapreduce:1024x1:r1:i1:w:stream:g132:u4:hr"
+    program = generate(graph, [(("t", "y"), ("y",), text)])
+    (launch,) = program.launches
+    assert launch.operators == ("t", "y") and launch.initial_values == (("y", 0.0),)
+    assert launch.size_limits == (("A.1", 16384),)
+    assert launch.grid_size({"A.0": 16384, "A.1": 16384}) == (132, 1, 1)
+    assert launch.grid_size({"A.0": 50, "A.1": 7}) == (50, 1, 1)  # at most one block a row
+    kernel = program.source[program.source.index("atax_t_y("):]
+    assert kernel.count("__syncthreads()") == 1  # one barrier per row
+    assert kernel.count("kf_mr_load<4>(A + ") == 1 and "float* __restrict__ t" not in kernel
+    assert "kf_atomic_sum(&y[ix + e]" in kernel
+    # a row longer than the block holds is refused at launch, never computed in part
+    from kfuse.errors import LaunchError
+    with pytest.raises(LaunchError, match="A.1 <= 16384, not 16385"):
+        launch.grid_size({"A.0": 4, "A.1": 16385})
+    arrays, params = get_app("atax").make_inputs((3, 1100), np.random.default_rng(0),
+                                                  "float32")
+    small = generate(graph, [(("t", "y"), ("y",), "mapreduce:64x1:r1:i1:w:stream:g5:u2:hr")])
+    with pytest.raises(LaunchError, match="atax_t_y"):
+        get_backend("cpu").run(graph, {**arrays, **params}, program=small)
+    # the row reduction is stored plainly (one store per row, no fill) where it is needed
+    both = generate(graph, [(("t", "y"), ("t", "y"), text)])
+    assert both.launches[0].initial_values == (("y", 0.0),)
+    assert "if (kf_tx == 0) t[iy] = kf_row_t;" in both.source
+    # the variant: text round trip; what it needs
+    group = MapReduceGroup(graph, ["t", "y"], ["y"])
+    assert group.normalize(MapReduceVariant.parse(text)).text() == text
+    assert group.default_variant().held_rows and claims(graph, ["t", "y"])
+    with pytest.raises(FusionError, match="grid"):
+        group.normalize(MapReduceVariant.parse("mapreduce:1024x1:r1:i1:w:stream:u4:hr"))
+    with pytest.raises(FusionError, match="block rows"):
+        MapReduceVariant.parse("mapreduce:32x4:r1:i1:w:stream:g8:u4:hr")
+    sgemv = get_app("sgemv").build().graph()
+    with pytest.raises(FusionError, match="reduced vector"):
+        MapReduceGroup(sgemv, ["z_prod", "z"], ["z"]).normalize(MapReduceVariant.parse(text))
+
+
+def test_held_rows_are_the_only_legal_implementation_of_a_fed_row_reduction():
+    from kfuse.fusion.legality import epilogue_kind
+    graph = get_app("atax").build().graph()
+    assert epilogue_kind(graph, ["t", "y"]) == "held"
+    reason = next(str(v) for v in group_violations(graph, ["t", "y"])
+                  if v.rule == "no_reduction_consumed_inside")
+    assert "global barrier" in reason and "held-row" in reason
+    for variant in ("mapreduce:512x1:r1:i1:w8:stream:u16", "mapreduce:32x8:r2:i16:w:shuffle",
+                    "mapreduce:32x32:r4:i1:w:shuffle:wc", "auto"):
+        (violation,) = group_violations(graph, ["t", "y"], variant)
+        assert "held-row" in violation.reason, variant
+    assert ("t", "y") in fusible_groups(graph)
+    # a row reduction of values fed by the row's own result needs the row twice
+    p = kf.Pipeline("twice")
+    a = p.input("A", ndim=2)
+    x = p.input("x", shape=(a.shape[1],))
+    t = kf.matvec(a, x, name="t")
+    scaled = kf.point(a * kf.along(t, 0), name="scaled")
+    r = kf.matvec(scaled, x, name="r")
+    p.output(r)
+    twice = p.graph()
+    text = "mapreduce:64x1:r1:i1:w:stream:g5:u2:hr"
+    reasons = " ".join(v.reason for v in group_violations(twice, ["t", "scaled", "r"], text))
+    assert "second time" in reasons
+    assert ("t", "scaled", "r") not in fusible_groups(twice)
+    # the row's result read at another row, or a fed reduction read inside
+    q = kf.Pipeline("shifted_held")
+    a = q.input("A", ndim=2)
+    x = q.input("x", shape=(a.shape[1],))
+    t = kf.matvec(a, x, name="t")
+    shifted = kf.point(a * kf.along(t.at(1, boundary="clamp"), 0), name="shifted")
+    q.output(kf.matvec_t(shifted, x, name="y"))
+    reasons = " ".join(v.reason for v in group_violations(q.graph(), ["t", "shifted", "y"],
+                                                          text))
+    assert "another row" in reasons
+
+
+def test_held_rows_are_enumerated_where_the_row_fits_and_planned_for_atax():
+    from kfuse.model.device import h200_like_profile
+    profile = h200_like_profile()
+    graph = get_app("atax").build().graph()
+    group = MapReduceGroup(graph, ["t", "y"], ["y"])
+    assert enumerate_variants(group, profile) == []  # the forms depend on the rows' length
+    forms = enumerate_variants(group, profile, {"A.0": 16384, "A.1": 16384})
+    assert [(v.threads[0], v.unroll, v.blocks) for v in forms] == [(1024, 4, 132),
+                                                                    (512, 8, 132)]
+    assert all(v.held_rows and group.normalize(v) == v for v in forms)
+    assert enumerate_variants(group, profile, {"A.0": 16384, "A.1": 65536}) == []  # too long
+    space = ImplementationSpace(graph, {"A.0": 16384, "A.1": 16384}, profile)
+    best = space.best()
+    assert [c.members for c in best.choices] == [("t", "y")]
+    assert best.choices[0].variant == "mapreduce:1024x1:r1:i1:w:stream:g132:u4:hr"
+    two = space.choices(("t",))[0].prediction.time_s + space.choices(("y",))[0].prediction.time_s
+    assert best.predicted_s < 0.6 * two
+    wide = ImplementationSpace(graph, {"A.0": 4096, "A.1": 65536}, profile).best()
+    assert [c.members for c in wide.choices] == [("t",), ("y",)]  # rows too long: two passes

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kfuse.codegen.barriers import Routine, SharedAccess, SharedElement, place_barriers
 from kfuse.codegen.cexpr import (
@@ -70,6 +70,7 @@ from kfuse.codegen.cexpr import (
     sizes_of,
 )
 from kfuse.codegen.kernels import GroupNames, identity_text, identity_value
+from kfuse.codegen.mapreduce_held import HeldBody
 from kfuse.codegen.mapreduce_stream import StreamBody
 from kfuse.codegen.program import GRID_LIMITS, WARP, GridAxis, KernelParam, LaunchSpec
 from kfuse.errors import FusionError
@@ -183,6 +184,15 @@ class MapReduceVariant:
     stored plainly (no fill, no atomics), and an elementwise epilogue over the reduced vector
     can follow in the same kernel (SGEMVT's ``x = beta Aᵀ y + z``; torch.compile's shape for
     column sums). ``iters`` is then 1.
+
+    ``held_rows`` (block rows only): the block's ``T`` threads hold each of its rows whole in
+    registers, ``unroll`` accesses of ``V`` elements per thread (rows of at most
+    ``T x V x unroll`` columns: larger ones are refused at launch), so a row's reductions
+    are complete while the row is still on chip and members that read them at that row go
+    on over the same values (ATAX's ``Aᵀ (A x)`` in one pass over ``A``); column reductions
+    accumulate in registers over all the block's rows (each thread keeps its own columns),
+    one atomic per column and block at the end. Blocks take contiguous row ranges of a grid
+    of at most ``blocks`` blocks.
     """
 
     threads: tuple[int, int] = (256, 1)
@@ -196,6 +206,7 @@ class MapReduceVariant:
     span: int = 0
     vector_bytes: int = 16
     whole_columns: bool = False
+    held_rows: bool = False
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -221,6 +232,9 @@ class MapReduceVariant:
         if self.rowsum == "stream" and bx != WARP and (by != 1 or bx & (bx - 1)):
             raise FusionError(f"variant: a stream block of {bx}x{by} threads: warps walk rows "
                               "in 32 x N blocks, whole blocks in T x 1 (T a power of two)")
+        if self.held_rows and (not self.block_rows or self.span):
+            raise FusionError("variant: held rows are block rows (stream, T x 1 threads, T a "
+                              "power of two above 32) without column spans")
 
     def text(self) -> str:
         """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
@@ -236,6 +250,8 @@ class MapReduceVariant:
             parts.append(f"c{self.span}")
         if self.whole_columns:
             parts.append("wc")
+        if self.held_rows:
+            parts.append("hr")
         if self.order:
             parts.append("o=" + ",".join(self.order))
         return ":".join(parts)
@@ -266,10 +282,12 @@ class MapReduceVariant:
         if not (match and rows and iters and access):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
-        blocks, unroll, span, whole_columns = 0, 1, 0, False
+        blocks, unroll, span, whole_columns, held_rows = 0, 1, 0, False, False
         for extra in parts[6:]:
             if extra == "wc":
                 whole_columns = True
+            elif extra == "hr":
+                held_rows = True
             elif extra.startswith("o="):
                 order = tuple(n for n in extra[2:].split(",") if n)
             elif re.fullmatch(r"g\d+", extra):
@@ -282,7 +300,7 @@ class MapReduceVariant:
                 raise FusionError(f"malformed map-reduce variant {text!r}")
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
                    int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
-                   span, int(access.group(1) or 16), whole_columns)
+                   span, int(access.group(1) or 16), whole_columns, held_rows)
 
     def width(self, item_size: int | None) -> int:
         """Elements per thread and access: ``vector_bytes``' worth when wide, else 1."""
@@ -360,12 +378,15 @@ class MapReduceGroup(GroupNames):
         self.epilogue = tuple(graph.kernel_by_name[name] for name in epilogue)
         self.epilogue_kind = epilogue_kind(graph, members) if epilogue else None
         self.core = tuple(graph.kernel_by_name[name] for name in core)
+        # held rows: the epilogue is a second phase over the matrix (maps, column and full
+        # reductions reading the row reductions at their row), its values per point
+        self.fed = self.epilogue if self.epilogue_kind == "held" else ()
         self.outputs = tuple(outputs)
         self.produced = {kernel.output: kernel for kernel in self.members}
         self.domain = self.core[0].domain
         self.ndim = len(self.domain)
         self.reductions: list[Reduce] = []
-        for kernel in self.core:
+        for kernel in (*self.core, *self.fed):
             if kernel.reduction is None:
                 continue
             axes = kernel.reduction.axes
@@ -381,16 +402,20 @@ class MapReduceGroup(GroupNames):
                 raise FusionError(f"'{readers[0]}' reads the reduction "
                                   f"'{reduce.kernel.name}' inside its own kernel")
         epilogue_outputs = {k.output for k in self.epilogue}
-        # maps of the matrix stored per point (the epilogue's outputs are stored per row)
+        # maps of the matrix stored per point (the epilogue's outputs are stored per row or
+        # column; a held-row group's second phase stores its maps per point too)
         self.stores = [name for name in self.outputs
                        if self.produced[name].reduction is None
                        and name not in epilogue_outputs]
-        self.epilogue_stores = [name for name in self.outputs if name in epilogue_outputs]
+        self.fed_stores = [name for name in self.outputs if name in epilogue_outputs
+                           and self.produced[name].reduction is None and self.fed]
+        self.epilogue_stores = [name for name in self.outputs if name in epilogue_outputs
+                                and not self.fed]
         identity = tuple(range(self.ndim))
         self.tile_inputs: list[str] = []
         self.col_inputs: list[str] = []
         self.generic = False
-        for kernel in self.core:
+        for kernel in (*self.core, *self.fed):
             for node in kernel.body.walk():  # type: ignore[union-attr]
                 if isinstance(node, Coord):
                     self.generic = True
@@ -409,7 +434,7 @@ class MapReduceGroup(GroupNames):
         # long vector: the vector kernel serves it over rows * cols elements.
         self.flat = self.ndim == 1 or (not self.generic and not self.col_inputs
                                        and kinds <= {"all"})
-        sized = self.tile_inputs + self.col_inputs + self.stores
+        sized = self.tile_inputs + self.col_inputs + self.stores + self.fed_stores
         sizes = {ITEM_SIZE[graph.buffers[name].dtype] for name in sized}
         self.item_size = sizes.pop() if len(sizes) == 1 else None
 
@@ -427,6 +452,9 @@ class MapReduceGroup(GroupNames):
     # -- variants -----------------------------------------------------------------------------
     def default_variant(self) -> MapReduceVariant:
         """The variant used when a plan names none (a good choice on Hopper at large sizes)."""
+        if self.epilogue_kind == "held":  # rows of up to 16384 columns, two blocks per SM
+            return MapReduceVariant((1024, 1), 1, 1, True, "stream", (), 264, 4,
+                                    held_rows=True)
         if self.epilogue_kind == "col":  # only blocks owning whole columns
             return MapReduceVariant((32, 16), 2, 1, True, "shuffle", vector_bytes=8,
                                     whole_columns=True)
@@ -442,8 +470,9 @@ class MapReduceGroup(GroupNames):
         if self.flat:
             if by != 1:
                 raise FusionError(f"variant {variant}: a vector kernel takes N x 1 threads")
-            if variant.whole_columns:
-                raise FusionError(f"variant {variant}: whole columns belong to matrix kernels")
+            if variant.whole_columns or variant.held_rows:
+                raise FusionError(f"variant {variant}: whole columns and held rows belong to "
+                                  "matrix kernels")
             return replace(variant, rows=1, rowsum="shuffle", order=(), unroll=1, span=0)
         if bx != WARP and variant.rowsum != "stream":
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads (T x 1 "
@@ -455,6 +484,8 @@ class MapReduceGroup(GroupNames):
                 what = "column" if self.epilogue_kind == "col" else "row"
                 raise FusionError(f"a {what} reduction feeds the epilogue {names} in its own "
                                   f"kernel: {reason}")
+        if variant.held_rows:
+            return self._normalize_held(variant)
         if variant.rowsum == "stream":
             return self._normalize_stream(variant)
         if variant.blocks:
@@ -479,6 +510,17 @@ class MapReduceGroup(GroupNames):
             raise FusionError(f"variant {result}: needs {self.shared_bytes(result)} bytes of "
                               f"shared memory, more than {STATIC_SHARED_LIMIT}")
         return result
+
+    def _normalize_held(self, variant: MapReduceVariant) -> MapReduceVariant:
+        """Held rows: one row per block and step (its rows a contiguous range of a grid of at
+        most ``blocks`` blocks); no epilogue over the reduced vector."""
+        if self.epilogue and self.epilogue_kind != "held":
+            raise FusionError(f"variant {variant}: held rows go on over the matrix, not over "
+                              "the reduced vector (an epilogue of rows or columns)")
+        if not variant.blocks:
+            raise FusionError(f"variant {variant}: held rows need a grid of at most B blocks "
+                              "(':gB'), each taking a contiguous range of rows")
+        return replace(variant, rows=1, iters=1, order=(), span=0)
 
     def _normalize_stream(self, variant: MapReduceVariant) -> MapReduceVariant:
         """The stream mapping: no column reductions (a warp walks along its rows, so no
@@ -613,12 +655,16 @@ def group_kernel(graph: Graph, members: Sequence[str], outputs: Sequence[str],
 
 
 @dataclass
-class _Builder(StreamBody):
+class _Builder(StreamBody, HeldBody):
     group: MapReduceGroup
     variant: MapReduceVariant
     row_index: str = ""  # matrices: tile loads are kept per row of the thread ("[kf_k]")
     col_index: str = ""  # stream mapping: column vectors are kept per step chunk ("[kf_u]")
     names_used: int = 0  # C names the point code took (the epilogue's continue after them)
+    # held rows: C values answering reads of the row reductions (the fed members' phase)
+    held_values: dict[str, str] = field(default_factory=dict)
+    # (size symbol, largest value) the kernel can run at (held rows: the row's columns)
+    size_limits: tuple[tuple[str, int], ...] = ()
 
     # -- shared pieces --------------------------------------------------------------------------
     @property
@@ -641,6 +687,9 @@ class _Builder(StreamBody):
             for reduce in group.reductions:
                 if reduce.kernel is kernel:
                     role = f"{reduce.op}-reduction {kinds[reduce.kind]}"
+            if kernel in group.fed:
+                role = (f"{'map' if kernel.reduction is None else role}, fed by the row "
+                        "reductions at its row (held rows)")
             lines.append(f"{prefix}{role}" + (f", written at {kernel.where}"
                                               if kernel.where else ""))
         shape = "vector" if group.ndim == 1 else "matrix"
@@ -648,6 +697,10 @@ class _Builder(StreamBody):
             lines.append(f"//   {shape} of {' x '.join(group.domain)}: {self.v} elements per "
                          f"thread, {variant.iters} chunk(s) per block of {variant.threads[0]}"
                          " threads")
+        elif variant.held_rows:
+            lines.append(f"//   matrix rows held whole by blocks of {variant.threads[0]} "
+                         f"threads, {variant.unroll} x {self.v} columns per thread, contiguous "
+                         f"rows per block (at most {variant.blocks} blocks)")
         else:
             walk = ("every row of its columns" if variant.whole_columns
                     else f"{variant.iters}")
@@ -681,6 +734,8 @@ class _Builder(StreamBody):
     def hook(self, load: Load, emitter: ExprEmitter) -> str | None:
         """Answer a read: intermediates evaluated in registers, tiles and invariants loaded."""
         group = self.group
+        if load.buffer in self.held_values:
+            return self.held_values[load.buffer]
         producer = group.produced.get(load.buffer)
         if producer is not None:
             emitter.state.evaluated.add((producer.name, emitter.coords))
@@ -693,8 +748,10 @@ class _Builder(StreamBody):
             return f"kf_col_{c_name(load.buffer)}{self.col_index}[{element}]"
         return None
 
-    def points(self, coords_of: Callable[[int], tuple]) -> tuple[list[str], dict[str, list[str]]]:
-        """Straight-line code evaluating every stored map and reduction at the V points.
+    def points(self, coords_of: Callable[[int], tuple], kernels: Sequence[Kernel] | None = None
+               ) -> tuple[list[str], dict[str, list[str]]]:
+        """Straight-line code evaluating every stored map and reduction of ``kernels`` (the
+        core by default) at the V points.
 
         ``coords_of(e)`` gives the emitter coordinates of element ``e``. Returns the lines
         and, per output buffer, the C variable of its value at each element.
@@ -704,7 +761,7 @@ class _Builder(StreamBody):
         values: dict[str, list[str]] = {}
         for element in range(self.v):
             point = emitter.at(coords_of(element))
-            for kernel in group.core:
+            for kernel in group.core if kernels is None else kernels:
                 # (a reduction only an epilogue reads is still accumulated)
                 if kernel.output not in group.outputs and kernel.reduction is None:
                     continue
@@ -715,9 +772,10 @@ class _Builder(StreamBody):
         return emitter.lines, values
 
     def store_lines(self, values: dict[str, list[str]], address: str, count: str,
-                    vec: str) -> list[str]:
+                    vec: str, names: Sequence[str] | None = None) -> list[str]:
+        """Stores of the maps ``names`` (the core's stored maps by default) at ``address``."""
         lines = []
-        for name in self.group.stores:
+        for name in self.group.stores if names is None else names:
             ctype = C_TYPES[self.group.graph.buffers[name].dtype]
             items = ", ".join(f"({ctype}){value}" for value in values[name])
             lines.append(f"{{ const {ctype} kf_st[{self.v}] = {{{items}}}; "
@@ -742,12 +800,15 @@ class _Builder(StreamBody):
         initial = tuple((r.kernel.output, identity_value(r.op, r.dtype))
                         for r in group.atomic_reductions(self.variant))
         return LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
-                          (self.variant.threads[0], self.variant.threads[1], 1), grid, initial)
+                          (self.variant.threads[0], self.variant.threads[1], 1), grid, initial,
+                          size_limits=self.size_limits)
 
     def build(self) -> tuple[list[str], LaunchSpec]:
         header, params = self.signature()
         if self.group.flat:
             body, grid = self.vector_body()
+        elif self.variant.held_rows:
+            body, grid = self.held_body()
         elif self.variant.rowsum == "stream":
             body, grid = self.stream_body()
         else:

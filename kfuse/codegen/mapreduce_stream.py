@@ -181,11 +181,7 @@ class StreamBody:
                  f"'{r.kernel.name}'" for r in all_reductions]
         inner += walk
         for reduce in all_reductions:
-            inner += [f"// '{reduce.kernel.name}': combine over the block, one atomic per block",
-                      f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
-                      f"kf_acc_{reduce.var}, {reduce.identity});",
-                      f"if (kf_tx == 0 && kf_ty == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
-                      f"kf_acc_{reduce.var});"]
+            inner += self.block_atomic_lines(reduce)
         vec = self.aligned_flag(group.tile_inputs + group.stores + group.col_inputs, n_cols)
         span = variant.span
         spans = [f"const int kf_spans = ({n_cols} + {span} - 1) / {span};",
@@ -223,6 +219,16 @@ class StreamBody:
                 GridAxis((cols_symbol,), variant.span, GRID_LIMITS[1]) if variant.span
                 else GridAxis(), GridAxis())
         return body, grid
+
+    @staticmethod
+    def block_atomic_lines(reduce: Reduce) -> list[str]:
+        """A full reduction's partials combined over the block, one atomic per block (every
+        thread of the block runs these lines: they hold barriers)."""
+        return [f"// '{reduce.kernel.name}': combine over the block, one atomic per block",
+                f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
+                f"kf_acc_{reduce.var}, {reduce.identity});",
+                f"if (threadIdx.x == 0 && threadIdx.y == 0) kf_atomic_{reduce.op}("
+                f"&{reduce.var}[0], kf_acc_{reduce.var});"]
 
     def epilogue_flush(self, rows: int, unroll: int, n_rows: str) -> list[str]:
         """Whole rows: each row's reductions over the warp, then lane 0 evaluates the epilogue

@@ -56,7 +56,9 @@ class LaunchSpec:
     """One generated kernel: its C name, the IR operators it computes and its launch shape.
 
     ``initial_values`` lists outputs that must hold a value before the launch (reductions
-    combine into them with atomics).
+    combine into them with atomics). ``size_limits``: (size symbol, largest value) pairs the
+    kernel can run at (a block holding whole rows in registers holds so many columns); a
+    launch at a larger size is refused.
     """
 
     symbol: str
@@ -66,8 +68,15 @@ class LaunchSpec:
     grid: tuple[GridAxis, GridAxis, GridAxis]
     initial_values: tuple[tuple[str, float], ...] = ()
     dynamic_shared_bytes: int = 0
+    size_limits: tuple[tuple[str, int], ...] = ()
 
     def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
+        for symbol, largest in self.size_limits:
+            if sizes[symbol] > largest:
+                raise LaunchError(f"kernel '{self.symbol}' ({', '.join(self.operators)}) runs "
+                                  f"at {symbol} <= {largest}, not {sizes[symbol]}: its variant "
+                                  "holds that many columns per row (plan it for these sizes, "
+                                  "or name a variant with more threads or accesses per row)")
         return tuple(axis.blocks(sizes) for axis in self.grid)  # type: ignore[return-value]
 
 

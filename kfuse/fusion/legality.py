@@ -214,6 +214,8 @@ EPILOGUE_OWNERS = {
             "row's reduction complete inside one warp"),
     "col": ("only a whole-column variant (':wc': one block walks every row of its columns) "
             "has a column's reduction complete inside one block"),
+    "held": ("only a held-row variant (':hr': the block holds each whole row in registers) "
+             "has a row's reduction complete while the row is still on chip"),
 }
 
 
@@ -248,10 +250,15 @@ def is_epilogue_group(graph: Graph, members: Sequence[str]) -> bool:
 
 
 def epilogue_kind(graph: Graph, members: Sequence[str]) -> str | None:
-    """``"row"`` when the group's epilogue reads only row reductions of its core (``A x``),
-    ``"col"`` when only column reductions (``Aᵀ y``); ``None`` otherwise (no epilogue, or
-    other reads: :func:`epilogue_violations` says what is wrong)."""
+    """``"row"`` when the group's epilogue is a map over the reduced vector reading only row
+    reductions of its core (``alpha A x + beta y``), ``"col"`` when only column reductions
+    (``beta Aᵀ y + z``); ``"held"`` when it iterates over the core's matrix again and reads
+    only row reductions (ATAX's ``Aᵀ (A x)``: a second phase over each row); ``None``
+    otherwise (no epilogue, or other reads: :func:`epilogue_violations` says what is
+    wrong)."""
     core, epilogue = split_epilogue(graph, members)
+    if not core or not epilogue:
+        return None
     kinds = set()
     for name in epilogue:
         for buffer in graph.kernel_by_name[name].reads:
@@ -259,7 +266,14 @@ def epilogue_kind(graph: Graph, members: Sequence[str]) -> str | None:
             reduction = graph.kernel_by_name[producer].reduction if producer in core else None
             if reduction is not None:
                 kinds.add({(1,): "row", (0,): "col"}.get(reduction.axes, "all"))
-    return kinds.pop() if len(kinds) == 1 and kinds <= {"row", "col"} else None
+    if len(kinds) != 1 or not kinds <= {"row", "col"}:
+        return None
+    domain = graph.kernel_by_name[core[0]].domain
+    over_matrix = [graph.kernel_by_name[name].domain == domain and len(domain) == 2
+                   for name in epilogue]
+    if all(over_matrix):
+        return "held" if kinds == {"row"} else None
+    return kinds.pop() if not any(over_matrix) else None
 
 
 def epilogue_variant_reason(variant: object, kind: str = "row") -> str | None:
@@ -284,6 +298,11 @@ def epilogue_variant_reason(variant: object, kind: str = "row") -> str | None:
             return None
         return (f"variant {variant} combines column results of several blocks with atomics "
                 f"(a global barrier before the epilogue); {need}")
+    if kind == "held":
+        if parsed.held_rows:
+            return None
+        return (f"variant {variant} lets go of each part of a row before the row's "
+                f"reductions are complete; {need}")
     if parsed.whole_rows:
         return None
     if parsed.rowsum != "stream":
@@ -329,6 +348,14 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
                                      f"matrix map/reduce group: {shape}"))
         return found
     kind = epilogue_kind(graph, members)
+    if kind == "held":
+        found += _held_row_violations(graph, core, epilogue)
+        if variant is not None and not found:
+            reason = epilogue_variant_reason(variant, kind)
+            if reason:
+                found.append(Violation(rule, f"a row reduction feeds {list(epilogue)} in its "
+                                             f"own kernel: {reason}"))
+        return found
     axis = {"row": 0, "col": 1}.get(kind or "row", 0)  # the reduced vector's matrix axis
     what = "row" if axis == 0 else "column"
     columns = [n for n in core if kernels[n].reduction is not None
@@ -383,6 +410,48 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
         if reason:
             found.append(Violation(rule, f"a {what} reduction feeds {list(epilogue)} in its "
                                          f"own kernel: {reason}"))
+    return found
+
+
+def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
+                         ) -> list[Violation]:
+    """Rules for a *held-row* group: its ``fed`` members iterate over the core's matrix
+    again and read the core's row reductions at their own row (ATAX's ``Aᵀ (A x)``). A
+    block that holds each whole row in registers completes the row's reductions, then goes
+    on over the same row: maps, and column or full reductions accumulated across its rows
+    (combined over blocks with atomics, so never read inside the kernel); a row reduction
+    of the fed values would need the row a second time and is refused."""
+    rule = "reduction_epilogue"
+    found = []
+    members = [*core, *fed]
+    shape = mapreduce_shape_reason(graph, members)
+    if shape is not None:
+        found.append(Violation(rule, f"{members} is not one matrix map/reduce group: {shape}"))
+    group = set(members)
+    for name in fed:
+        kernel = graph.kernel_by_name[name]
+        if kernel.reduction is not None and kernel.reduction.axes == (1,):
+            found.append(Violation(rule, f"'{name}' reduces along rows values that depend on "
+                                         "a row's own reduction: that needs the row a second "
+                                         "time (only column and full reductions follow)"))
+        for access in kernel.accesses:
+            producer = graph.producer.get(access.buffer)
+            if producer not in group:
+                continue
+            reduction = graph.kernel_by_name[producer].reduction
+            if reduction is None:
+                continue
+            if producer in fed:
+                found.append(Violation(rule, f"'{name}' reads '{producer}', a reduction "
+                                             "combined over blocks (a global barrier), in "
+                                             "its own kernel"))
+            elif access.dims != (0,) or not access.is_point:
+                found.append(Violation(rule, f"'{name}' reads the row reduction "
+                                             f"'{access.buffer}' at another row (an offset or "
+                                             "another index): a block holds only its own "
+                                             "rows' results"))
+    if len(core) > 1:
+        found += group_violations(graph, core)
     return found
 
 

@@ -129,6 +129,17 @@ BLOCK_ROW_VECTOR_BYTES = 8
 # 0.4926-0.5564. Where no epilogue needs them atomics were as fast or faster (ATAX's y 0.6%,
 # BiCGK, whose row reductions then take fewer, longer blocks, 27%).
 WHOLE_COLUMN_FORMS = ((32, 4, 16), (32, 2, 8))
+# Held rows (a block holds each whole row in registers: a row reduction feeds members over
+# the same row, ATAX's Aᵀ (A x) in one pass over A) as (threads, vector bytes); the accesses
+# per thread follow from the row's length, and a form is enumerated while the words a thread
+# holds (its share of the row, of column vectors and of column accumulators) fit in the
+# registers a block of that many threads may take, less HELD_BASE_REGISTERS. Measured on an
+# H200 at 16384^2 (hand-written, docs/benchmarks.md session 11): 1024 threads x 4 x 16 bytes
+# 0.2556 ms, 512 x 8 x 16 bytes 0.2572, against 0.4843 for two kernels and 0.4863 for
+# torch.compile.
+HELD_ROW_FORMS = ((1024, 16), (512, 16))
+HELD_BASE_REGISTERS = 16
+HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
 RANK_RESOLUTION = 0.002                # predictions closer than this rank as equal
 # Rows of a matrix tile that also writes the matrix (a rank-1 update beside a column
@@ -171,14 +182,19 @@ def _auto_equivalent(group: MapReduceGroup) -> MapReduceVariant:
     return MapReduceVariant((32, 8), 4, 1, False, "shuffle")
 
 
-def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = None
-                       ) -> list[MapReduceVariant]:
+def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = None,
+                       sizes: Mapping[str, int] | None = None) -> list[MapReduceVariant]:
     """Every implementation of a map/reduce group, before pruning (normalised, may repeat).
 
     With a device ``profile``, vector kernels also get persistent grids: as many blocks as
-    the device holds at once, each looping over the chunks.
+    the device holds at once, each looping over the chunks; with ``sizes`` too, a row
+    reduction feeding members over the same row gets the held-row forms that hold its rows.
     """
     result: list[MapReduceVariant] = []
+    if group.epilogue_kind == "held":  # held rows: the only legal implementations
+        if profile is not None and sizes is not None:
+            result += held_row_variants(group, profile, sizes[group.domain[1]])
+        return result
     wides = (True, False) if group.item_size in (4, 8) else (False,)
     if group.flat and not group.reductions:  # plain maps (see MAP_VARIANTS)
         for threads, size in MAP_VARIANTS:
@@ -220,6 +236,33 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
     return result
 
 
+def held_words(group: MapReduceGroup, variant: MapReduceVariant) -> int:
+    """32-bit words a thread of a held-row variant keeps: its share of the row of each
+    matrix, of each column vector and of each column accumulator."""
+    words = (group.item_size or 4) // 4 or 1
+    kept = len(group.tile_inputs) + len(group.col_inputs) + len(group.col_reductions())
+    return group.width(variant) * variant.unroll * words * max(kept, 1)
+
+
+def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: int
+                      ) -> list[MapReduceVariant]:
+    """The held-row forms (``HELD_ROW_FORMS``) that hold rows of ``columns`` in registers,
+    each with a grid of as many blocks as the device holds at once."""
+    result = []
+    for threads, size in HELD_ROW_FORMS:
+        probe = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), 1, 1, 0, size,
+                                 held_rows=True)
+        per_access = threads * group.width(probe)
+        unroll = max(1, -(-columns // per_access))
+        variant = replace(probe, unroll=unroll)
+        registers = HELD_BASE_REGISTERS + held_words(group, variant)
+        if registers > min(MAX_REGISTERS, profile.registers_per_sm // threads):
+            continue  # the row does not fit in the registers of such a block
+        resident = max(1, _register_blocks(registers, threads, profile))
+        result.append(replace(variant, blocks=resident * profile.sm_count))
+    return result
+
+
 def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
                    ) -> list[MapReduceVariant]:
     """Drop duplicates, variants that cannot run, and dominated ones (seed 004 §4).
@@ -246,17 +289,20 @@ def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
 
 def group_variants(graph: Graph, members: Sequence[str],
                    outputs: Sequence[str] | None = None,
-                   profile: DeviceProfile | None = None) -> list[str]:
+                   profile: DeviceProfile | None = None,
+                   sizes: Mapping[str, int] | None = None) -> list[str]:
     """The implementations of one fusion as plan variant strings (``"auto"``: the templates).
 
     A group the map-reduce generator does not serve has the one implementation ``auto``;
-    ``profile`` adds the device-sized persistent grids.
+    ``profile`` adds the device-sized persistent grids, ``profile`` and ``sizes`` the
+    held-row forms (which depend on the rows' length).
     """
     if mapreduce_group_reason(graph, members) is not None:
         return ["auto"]
     outputs = tuple(outputs) if outputs is not None else group_outputs(graph, members)
     group = MapReduceGroup(graph, members, outputs)
-    texts = [v.text() for v in prune_variants(group, enumerate_variants(group, profile))]
+    texts = [v.text() for v in prune_variants(group, enumerate_variants(group, profile,
+                                                                        sizes))]
     if not claims(graph, members, "auto"):
         texts.append("auto")  # the general templates run it too
     return texts
@@ -344,7 +390,12 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
             for access in kernel.accesses:
                 if access.dims == (0,) and access.buffer not in group.produced:
                     l2 += sizes[group.domain[0]] * 4 * col_blocks
-    if stream:
+    if stream and variant.held_rows:
+        # column vectors once per block; columns combined over blocks, one atomic per block
+        for name in group.col_inputs:
+            l2 += graph.nbytes(name, sizes) * blocks
+        atomics += sizes[group.domain[1]] * blocks * len(group.col_reductions())
+    elif stream:
         # each warp re-reads the column vectors once per its rows (L1 shares them in part)
         warps_rows = sizes[group.domain[0]] / variant.rows
         for name in group.col_inputs:
@@ -384,9 +435,9 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     for kernel in group.members:
         counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
                                                                                  "sfu": 0}
-        # an epilogue runs once per row (column) of the reduced vector
+        # an epilogue runs once per row (column) of the reduced vector (held rows: per point)
         at = sizes[group.domain[1 if group.epilogue_kind == "col" else 0]] \
-            if kernel in group.epilogue else points
+            if kernel in group.epilogue and not group.fed else points
         operations += (counts["alu"] + 4 * counts["sfu"] + (1 if kernel.reduction else 0)) \
             * at
     if variant.rowsum == "shuffle":
@@ -395,6 +446,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         operations += 2 * 5 * sizes[group.domain[0]] * col_blocks * WARP \
             * len(group.row_reductions())
     cycles = BLOCK_CYCLES + (EPILOGUE_CYCLES if group.reductions or shared else 0)
+    if variant.held_rows:  # each row's combine over the block, with no loads in flight
+        cycles += HELD_ROW_CYCLES * math.ceil(sizes[group.domain[0]] / blocks)
     if stream:
         reads = sum(graph.nbytes(b, sizes) for b in group.tile_inputs)
         chunk_in_flight = threads * v * item * max(tile_inputs, 1) * variant.rows
@@ -407,7 +460,9 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
                 fixed_s=cycles / CLOCK_HZ)
 
         efficiency = drawn(variant.unroll)
-        if variant.block_rows:  # the columns past the whole steps: one chunk at a time
+        # block rows: the columns past the whole steps, one chunk at a time (held rows
+        # hold the whole row in one step)
+        if variant.block_rows and not variant.held_rows:
             cols = variant.span or sizes[group.domain[1]]
             rest = (cols % group.step(variant)) / cols if cols else 0.0
             efficiency = 1.0 / ((1.0 - rest) / efficiency + rest / drawn(1))
@@ -444,6 +499,8 @@ def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     words = (group.item_size or 4) // 4 or 1
     matrices = max(1, len(group.tile_inputs)) + len(group.stores)
     chunks = variant.unroll
+    if variant.held_rows:  # the row, column vectors and accumulators, all kept
+        return min(MAX_REGISTERS, HELD_BASE_REGISTERS + held_words(group, variant))
     if variant.block_rows:
         loaded = chunks * v * words * (variant.rows * matrices + len(group.col_inputs))
         return min(MAX_REGISTERS, int(math.ceil(BLOCK_ROW_BASE_REGISTERS
@@ -623,11 +680,14 @@ def _clustered(choices: Sequence[GroupChoice]) -> list[tuple[float, GroupChoice]
 
 
 def _tie_key(choice: GroupChoice) -> tuple:
-    """Among equal predictions: fewer rows per warp, then more loads in flight, then name."""
+    """Among equal predictions: fewer rows per warp, then more loads in flight (held rows:
+    more threads), then name."""
     rows, loads = 0, 0
     if is_variant_text(choice.variant):
         variant = MapReduceVariant.parse(choice.variant)
         rows, loads = variant.rows, variant.rows * variant.unroll
+        if variant.held_rows:  # the whole row is in flight either way: more threads first
+            loads = variant.threads[0]  # (ATAX at 16384^2: 1024 threads 0.6% faster)
     return (rows, -loads, choice.variant)
 
 
@@ -654,7 +714,8 @@ class ImplementationSpace:
             group = None if mapreduce_group_reason(self.graph, members) is not None \
                 else MapReduceGroup(self.graph, members, outputs)  # shared by the variants
             found = []
-            for variant in group_variants(self.graph, members, outputs, self.profile):
+            for variant in group_variants(self.graph, members, outputs, self.profile,
+                                          self.sizes):
                 prediction = predict_variant(self.graph, members, outputs, variant,
                                              self.sizes, self.profile, group)
                 found.append(GroupChoice(members, outputs, variant, prediction))
