@@ -1210,7 +1210,7 @@ def test_grids_covering_the_work_take_their_block_without_a_loop(name, members, 
 # ---------------------------------------------------------------------------------------------
 
 HELD_VARIANTS = [
-    "mapreduce:1024x1:r1:i1:w:stream:g132:u4:hr",   # the planned form at 16384^2
+    "mapreduce:1024x1:r1:i1:w8:stream:g132:u8:hr",  # the planned form at 16384^2
     "mapreduce:64x1:r1:i1:w:stream:g5:u2:hr",       # 16-byte accesses, rows of <= 512
     "mapreduce:128x1:r1:i1:w8:stream:g64:u1:hr",    # 8-byte accesses, one row per block
     "mapreduce:64x1:r1:i1:s:stream:g3:u3:hr",       # scalar accesses, 3 per thread
@@ -1346,15 +1346,26 @@ def test_held_rows_are_enumerated_where_the_row_fits_and_planned_for_atax():
     group = MapReduceGroup(graph, ["t", "y"], ["y"])
     assert enumerate_variants(group, profile) == []  # the forms depend on the rows' length
     forms = enumerate_variants(group, profile, {"A.0": 16384, "A.1": 16384})
-    assert [(v.threads[0], v.unroll, v.blocks) for v in forms] == [(1024, 4, 132),
-                                                                    (512, 8, 132)]
+    assert [(v.threads[0], v.vector_bytes, v.unroll, v.blocks) for v in forms] == [
+        (1024, 8, 8, 132), (1024, 16, 4, 132), (512, 16, 8, 132)]
     assert all(v.held_rows and group.normalize(v) == v for v in forms)
     assert enumerate_variants(group, profile, {"A.0": 16384, "A.1": 65536}) == []  # too long
     space = ImplementationSpace(graph, {"A.0": 16384, "A.1": 16384}, profile)
     best = space.best()
     assert [c.members for c in best.choices] == [("t", "y")]
-    assert best.choices[0].variant == "mapreduce:1024x1:r1:i1:w:stream:g132:u4:hr"
+    assert best.choices[0].variant == "mapreduce:1024x1:r1:i1:w8:stream:g132:u8:hr"
     two = space.choices(("t",))[0].prediction.time_s + space.choices(("y",))[0].prediction.time_s
     assert best.predicted_s < 0.6 * two
     wide = ImplementationSpace(graph, {"A.0": 4096, "A.1": 65536}, profile).best()
     assert [c.members for c in wide.choices] == [("t",), ("y",)]  # rows too long: two passes
+    # row and column reductions side by side (BiCGK) get them too, and plan them
+    bicgk = get_app("bicgk").build().graph()
+    sizes = {"A.0": 16384, "A.1": 16384}
+    assert any(v.held_rows for v in enumerate_variants(
+        MapReduceGroup(bicgk, ["q", "s"], ["q", "s"]), profile, sizes))
+    planned = ImplementationSpace(bicgk, sizes, profile).best().choices
+    assert [(c.members, MapReduceVariant.parse(c.variant).held_rows) for c in planned] == [
+        (("q", "s"), True)]
+    sgemv = get_app("sgemv").build().graph()  # no column reduction: none
+    assert not any(v.held_rows for v in enumerate_variants(
+        MapReduceGroup(sgemv, ["z_prod"], ["z_prod"]), profile, sizes))

@@ -130,14 +130,16 @@ BLOCK_ROW_VECTOR_BYTES = 8
 # BiCGK, whose row reductions then take fewer, longer blocks, 27%).
 WHOLE_COLUMN_FORMS = ((32, 4, 16), (32, 2, 8))
 # Held rows (a block holds each whole row in registers: a row reduction feeds members over
-# the same row, ATAX's Aᵀ (A x) in one pass over A) as (threads, vector bytes); the accesses
-# per thread follow from the row's length, and a form is enumerated while the words a thread
-# holds (its share of the row, of column vectors and of column accumulators) fit in the
-# registers a block of that many threads may take, less HELD_BASE_REGISTERS. Measured on an
-# H200 at 16384^2 (hand-written, docs/benchmarks.md session 11): 1024 threads x 4 x 16 bytes
-# 0.2556 ms, 512 x 8 x 16 bytes 0.2572, against 0.4843 for two kernels and 0.4863 for
-# torch.compile.
-HELD_ROW_FORMS = ((1024, 16), (512, 16))
+# the same row, ATAX's Aᵀ (A x) in one pass over A; row and column reductions side by side,
+# BiCGK's, read A once too) as (threads, vector bytes); the accesses per thread follow from
+# the row's length, and a form is enumerated while the words a thread holds (its share of
+# the row, of column vectors and of column accumulators) fit in the registers a block of
+# that many threads may take, less HELD_BASE_REGISTERS. Measured on an H200 at 16384^2
+# (generated, one block per SM, docs/benchmarks.md session 11), ATAX / BiCGK: 1024 threads
+# x 8 x 8 bytes 0.2470 / 0.2493 ms, 1024 x 4 x 16 bytes 0.2519 / 0.2531, 512 x 8 x 16 bytes
+# 0.2591; two blocks per SM (two waves) 7-10% slower, 256 threads 12-16% slower; ATAX as two
+# kernels 0.4843, BiCGK's shared-memory tile 0.2648, torch.compile 0.476.
+HELD_ROW_FORMS = ((1024, 8), (1024, 16), (512, 16))
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
@@ -191,10 +193,12 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
     reduction feeding members over the same row gets the held-row forms that hold its rows.
     """
     result: list[MapReduceVariant] = []
+    held = profile is not None and sizes is not None
     if group.epilogue_kind == "held":  # held rows: the only legal implementations
-        if profile is not None and sizes is not None:
-            result += held_row_variants(group, profile, sizes[group.domain[1]])
-        return result
+        return held_row_variants(group, profile, sizes[group.domain[1]]) if held else []
+    if held and not group.flat and not group.epilogue and not group.stores \
+            and group.row_reductions() and group.col_reductions():  # (BiCGK: A once)
+        result += held_row_variants(group, profile, sizes[group.domain[1]])
     wides = (True, False) if group.item_size in (4, 8) else (False,)
     if group.flat and not group.reductions:  # plain maps (see MAP_VARIANTS)
         for threads, size in MAP_VARIANTS:
@@ -681,13 +685,13 @@ def _clustered(choices: Sequence[GroupChoice]) -> list[tuple[float, GroupChoice]
 
 def _tie_key(choice: GroupChoice) -> tuple:
     """Among equal predictions: fewer rows per warp, then more loads in flight (held rows:
-    more threads), then name."""
+    more accesses per row), then name."""
     rows, loads = 0, 0
     if is_variant_text(choice.variant):
         variant = MapReduceVariant.parse(choice.variant)
         rows, loads = variant.rows, variant.rows * variant.unroll
-        if variant.held_rows:  # the whole row is in flight either way: more threads first
-            loads = variant.threads[0]  # (ATAX at 16384^2: 1024 threads 0.6% faster)
+        if variant.held_rows:  # the whole row is in flight either way: more accesses
+            loads = variant.threads[0] * variant.unroll  # first (HELD_ROW_FORMS)
     return (rows, -loads, choice.variant)
 
 
