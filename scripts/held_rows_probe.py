@@ -8,8 +8,9 @@
 - ``colsum``: column sums ``Aᵀ v`` with the rows split over ``S`` blocks per column tile
   (atomics), against whole columns (S = 1): is the whole-column kernel held back by 128
   column tiles on 132 SMs?
-- ``vadd``: ``x = w + y + z`` with cache hints (evict-first loads, streaming stores) against
-  torch.compile and the planned program.
+- ``vadd``: ``x = w + y + z`` with cache hints (evict-first loads, streaming stores) and in
+  other shapes (threads per block x 16-byte accesses per thread and array, all loads first)
+  against torch.compile and the planned program.
 
 Usage on the device machine (repo root)::
 
@@ -162,19 +163,29 @@ extern "C" __global__ void __launch_bounds__(32 * BY) colsum(
 }
 """
 
-# x = w + y + z: one float4 per thread and array; LOAD / STORE pick the cache hints.
+# x = w + y + z: ITEMS float4 per thread and array (all loads first, THREADS apart);
+# LOAD / STORE pick the cache hints.
 VADD = r"""
-extern "C" __global__ void __launch_bounds__(256) vadd(
+extern "C" __global__ void __launch_bounds__(THREADS) vadd(
     const float4* __restrict__ w, const float4* __restrict__ y, const float4* __restrict__ z,
     float4* __restrict__ x, long long n4) {
-  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
-  if (i < n4) {
-    const float4 a = LOAD(w + i), b = LOAD(y + i), c = LOAD(z + i);
-    STORE(x + i, make_float4(a.x + b.x + c.x, a.y + b.y + c.y, a.z + b.z + c.z,
-                             a.w + b.w + c.w));
+  const long long base = (long long)blockIdx.x * THREADS * ITEMS + threadIdx.x;
+  float4 a[ITEMS], b[ITEMS], c[ITEMS];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const long long i = base + k * THREADS;
+    if (i < n4) { a[k] = LOAD(w + i); b[k] = LOAD(y + i); c[k] = LOAD(z + i); }
+  }
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const long long i = base + k * THREADS;
+    if (i < n4) STORE(x + i, make_float4(a[k].x + b[k].x + c[k].x, a[k].y + b[k].y + c[k].y,
+                                         a[k].z + b[k].z + c[k].z, a[k].w + b[k].w + c[k].w));
   }
 }
 """
+VADD_SHAPES = ((128, 1), (128, 2), (256, 1), (256, 2), (256, 4), (512, 1), (512, 2),
+               (1024, 1))  # (threads, float4 per thread and array)
 VADD_HINTS = {
     "plain": ("*", "PLAIN_STORE"),
     "ldg": ("__ldg", "PLAIN_STORE"),
@@ -282,13 +293,19 @@ def probe_vadd(rounds: int, runs: int) -> None:
     out = cupy.empty(n, dtype=cupy.float32)
     runs_by_label = {"planned": executable.launch_all,
                      "compile": compiled_on(case.graph, given)}
-    for label, (load, store) in VADD_HINTS.items():
-        kernel = compiled(VADD, "vadd", {"LOAD": load, "STORE": store})
+    shapes = [(256, 1, label) for label in VADD_HINTS] + [
+        (threads, items, "plain") for threads, items in VADD_SHAPES if (threads, items)
+        != (256, 1)]
+    for threads, items, hint in shapes:
+        load, store = VADD_HINTS[hint]
+        kernel = compiled(VADD, "vadd", {"LOAD": load, "STORE": store, "THREADS": threads,
+                                         "ITEMS": items})
         n4 = n // 4
+        label = f"{hint} {threads}x{items}"
 
-        def run(kernel=kernel, n4=n4):
-            kernel((-(-n4 // 256),), (256,), (given["w"], given["y"], given["z"], out,
-                                              np.int64(n4)))
+        def run(kernel=kernel, n4=n4, threads=threads, items=items):
+            kernel((-(-n4 // (threads * items)),), (threads,),
+                   (given["w"], given["y"], given["z"], out, np.int64(n4)))
 
         run()
         error = float(cupy.abs(out - expected["x"]).max())

@@ -79,6 +79,10 @@ NAMED_VARIANTS = [  # (app, the group, variant): block rows, 8-byte accesses, pl
     ("atax", ("y",), "mapreduce:32x32:r2:i1:w8:shuffle:wc"),
     ("bicgk", ("q", "s"), "mapreduce:32x16:r2:i1:s:shuffle:wc"),
     ("gemver", ("B", "x_prod", "x"), "mapreduce:32x8:r2:i1:w:smem:wc"),
+    # held rows: a row reduction feeding the same row's column sums, or beside them
+    ("atax", ("t", "y"), "mapreduce:1024x1:r1:i1:w8:stream:g132:u8:hr"),
+    ("atax", ("t", "y"), "mapreduce:512x1:r1:i1:w:stream:g7:u8:hr"),
+    ("bicgk", ("q", "s"), "mapreduce:1024x1:r1:i1:w:stream:g132:u4:hr"),
 ]
 
 
