@@ -105,6 +105,14 @@ PERSISTENT_ITERATIONS = (1, 4)         # chunks per loop step of a persistent ve
 # the templates 0.4822 / 0.2559); persistent grids and more chunks per block, which the
 # model ranks first for their fewer blocks, were 2-8% slower.
 MAP_VARIANTS = ((128, 16), (128, 8), (256, 16), (256, 8))   # (threads, vector bytes)
+# Their blocks' fixed work is hidden by the other resident blocks (128 threads x 8 bytes:
+# four times the blocks of the templates, measured no slower), so they predict equal times,
+# and among equal predictions the widest access whose bytes over all inputs stay within
+# MAP_THREAD_BYTES per thread ranks first: measured on H200s (sessions 7, 9, 10 and 11)
+# VADD (three inputs) 8 bytes 0.4801 ms against 16 bytes 0.4818-0.4849 (torch.compile
+# 0.4801-0.4835), MADD and WAXPBY (two) 16 bytes 0.7317-0.7334 against 8 bytes 0.7394,
+# SSCAL (one) 16 bytes 0.2546 against the templates 0.2559.
+MAP_THREAD_BYTES = 32
 STREAM_THREADS_Y = (4, 8)              # stream mapping: warps per block, one row group each
 STREAM_ROWS = (1, 2, 4)                # rows per warp walked together
 STREAM_UNROLL = (2, 4, 8, 16)          # 16-byte loads per row, thread and step
@@ -331,6 +339,9 @@ class VariantPrediction:
     shared_bytes: int
     launches: int
     bound: str
+    # plain maps: bytes one thread loads per access of each input, and of all inputs
+    access_bytes: int = 0
+    thread_bytes: int = 0
 
 
 def predict_variant(graph: Graph, members: Sequence[str], outputs: Sequence[str],
@@ -484,11 +495,14 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     # each block's fixed work per resident slot (the stream mapping counts that work in its
     # duty cycle instead: _matrix_efficiency).
     exposed = ATOMIC_EXPOSED * atomics / ATOMIC_RATE_PER_S + serial / SAME_ADDRESS_RATE_PER_S
-    if not stream:
+    plain_map = group.flat and not group.reductions
+    if not stream and not plain_map:  # (a plain map's blocks hide each other's: MAP_VARIANTS)
         exposed += blocks * cycles / CLOCK_HZ / (per_sm * profile.sm_count)
     total = times[bound] + exposed + launches * profile.launch_overhead_s
+    access = v * item if plain_map else 0
     return VariantPrediction(total, dram, l2, atomics + serial, operations, efficiency, blocks,
-                             per_sm, shared, launches, bound)
+                             per_sm, shared, launches, bound, access,
+                             access * max(tile_inputs, 1))
 
 
 def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
@@ -686,6 +700,12 @@ def _clustered(choices: Sequence[GroupChoice]) -> list[tuple[float, GroupChoice]
 def _tie_key(choice: GroupChoice) -> tuple:
     """Among equal predictions: fewer rows per warp, then more loads in flight (held rows:
     more accesses per row), then name."""
+    found = choice.prediction
+    if found.access_bytes:  # plain maps (MAP_VARIANTS): the widest access within the bytes
+        over = found.thread_bytes > MAP_THREAD_BYTES  # per thread, then the fewest threads
+        threads = MapReduceVariant.parse(choice.variant).threads[0] \
+            if is_variant_text(choice.variant) else 0
+        return (over, -found.access_bytes, threads, choice.variant)
     rows, loads = 0, 0
     if is_variant_text(choice.variant):
         variant = MapReduceVariant.parse(choice.variant)
