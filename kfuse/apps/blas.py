@@ -137,7 +137,8 @@ def ref_axpydot(arrays, params, boundary=None):
 
 
 def build_atax(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
-    """y = Aᵀ (A x): two passes over A (the second needs the completed A x, rule F2)."""
+    """y = Aᵀ (A x): ``Aᵀ`` needs each row's completed ``A x`` (rule F2 keeps them apart);
+    a block holding each whole row (held rows) has it, and reads A once."""
     p = kfuse.Pipeline("atax")
     a = p.input("A", ndim=2, dtype=dtype)
     x = p.input("x", shape=(a.shape[1],), dtype=dtype)

@@ -40,7 +40,10 @@ without column spans serves a row epilogue, only whole columns a column epilogue
 (legality: :func:`kfuse.fusion.legality.epilogue_violations`): once the warp (block) has
 combined a row (column), one thread evaluates the epilogue there and stores its outputs
 (and the reduction's own result only where the plan needs it in memory): one launch, no
-intermediate written or read back.
+intermediate written or read back. Members that read a row reduction at its row while
+iterating over the matrix again (ATAX's ``Aᵀ (A x)``) follow it only under *held rows*
+(:mod:`kfuse.codegen.mapreduce_held`): the block holds the whole row in registers, so the
+row's result is complete while its values are still on chip.
 
 Blocks take the rows, chunks or column tile of their own index (the grid covers them:
 ``GridAxis.covering``); only persistent grids (``gG``) loop. Where a block's whole column

@@ -78,7 +78,9 @@ def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> s
     The one exception (:func:`epilogue_violations`) needs the implementation to be known:
     a row reduction computed by a stream variant whose warps own whole rows (a column
     reduction by a variant whose blocks walk whole columns) may feed an elementwise epilogue
-    reading it at the same row (column). Without a variant the rule holds.
+    reading it at the same row (column), and a row reduction whose block holds each whole
+    row (held rows) may feed members over the same row of the matrix. Without a variant the
+    rule holds.
     """
     group = set(members)
     for name in members:
@@ -323,8 +325,10 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
     core (members not depending on a reduction) is a matrix map/reduce group (without column
     reductions for a row epilogue), and every epilogue member is a map over the reduced
     vector that reads the group's reductions, all of one kind, only at its own row (column):
-    a point access, no offsets, no other index. ``variant`` ``None`` checks the structure
-    only. ``[]`` when legal.
+    a point access, no offsets, no other index. Members that iterate over the matrix again
+    and read row reductions at their row (held rows) are checked by
+    :func:`_held_row_violations`. ``variant`` ``None`` checks the structure only. ``[]``
+    when legal.
     """
     rule = "reduction_epilogue"
     core, epilogue = split_epilogue(graph, members)

@@ -7,7 +7,8 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
    kernel, equal nesting depth), singletons included; plus a row (column) reduction with
    the elementwise epilogue that reads it at the same row (column), whose implementations
    are only the whole-row stream (whole-column) variants (the one exception to F2: a warp
-   or block owns the whole row, a block the whole column);
+   or block owns the whole row, a block the whole column), and a row reduction with members
+   over the same matrix reading it at their row (ATAX), implemented only by held rows;
 2. **implementations of a fusion**: every :class:`~kfuse.codegen.mapreduce.MapReduceVariant`
    (block size, tile shape, serial iterations, 16-byte accesses, how row reductions are
    combined, calling order; vector kernels also a persistent grid sized to the device),
