@@ -78,19 +78,20 @@ def compare(name: str, rounds: int, runs: int) -> None:
             sources |= {f"{label} ftz": flush_subnormal_roots(text)
                         for label, text in sources.items()
                         if flush_subnormal_roots(text) != text}
-        runs = {label: backend.prepare(graph, given, program=replace(program, source=text))
-                for label, text in sources.items()}
-        for run in runs.values():
+        programs = {label: backend.prepare(graph, given,
+                                           program=replace(program, source=text))
+                    for label, text in sources.items()}
+        for run in programs.values():
             run.launch_all()
-        first = next(iter(runs.values()))
+        first = next(iter(programs.values()))
         expected = expected or {o: first.buffers[o].copy() for o in graph.outputs}
         error = max(float(cupy.abs(run.buffers[o] - expected[o]).max()
                           / cupy.abs(expected[o]).max())
-                    for o in graph.outputs for run in runs.values())
+                    for o in graph.outputs for run in programs.values())
         print(f"{name} {config or 'defaults'}: {count} grid-stride loop(s) patched, "
-              f"{len(runs)} programs; error against the first {error:.1e}", flush=True)
+              f"{len(programs)} programs; error against the first {error:.1e}", flush=True)
         if error < 1e-6:
-            labels |= {label: run.launch_all for label, run in runs.items()}
+            labels |= {label: run.launch_all for label, run in programs.items()}
     print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
 
 
