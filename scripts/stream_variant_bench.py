@@ -5,7 +5,8 @@ For each app, the program the planner picks is timed beside torch.compile, then 
 program with its row-streaming group (the group whose planned implementation is a stream
 variant; else its first map-reduce group, e.g. the vector kernel of MADD) under other
 variants: the ``--top`` best-predicted ones and the ``--picks`` list (warp rows and block
-rows by default; picks that do not apply to the group are skipped). Programs are compiled
+rows by default; picks that do not apply to the group are skipped; ``auto``, ``single`` and
+``registers`` run the general templates' kernel). Programs are compiled
 for their sizes, as the backend compiles its own, and their outputs checked against the
 planned program's first. Prints each label's median over the rounds and its speed-up over
 torch.compile. Timing-only patches: ``--hoist`` (a row sum's scalar factor multiplied once
@@ -42,6 +43,7 @@ from kfuse.search.variants import ImplementationSpace
 sys.path.insert(0, os.path.dirname(__file__))
 from dump_sass import studied_group  # noqa: E402
 
+TEMPLATES = ("auto", "single", "registers")  # picks run by the general templates
 PICKS = ("32x4:r1:i1:w:stream:u16", "32x4:r1:i1:w:stream:u8",
          "512x1:r1:i1:w8:stream:u16", "512x1:r1:i1:w8:stream:u8", "512x1:r1:i1:w:stream:u8",
          "1024x1:r1:i1:w8:stream:u8", "256x1:r1:i1:w8:stream:u16", "256x1:r1:i1:w:stream:u16",
@@ -109,9 +111,10 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
     ranked = [c.variant for c in ImplementationSpace(graph, sizes).choices(members)[:top]]
     group = MapReduceGroup(graph, members, outputs)
     patched = hoist or plain_loads or dots or straighten  # (the planned one patched is new too)
+    templates = [p for p in picks if p in TEMPLATES]  # the general templates' kernels
     candidates = [normal for normal in normalized_variants(
-        group, [*ranked, *("mapreduce:" + p for p in picks)], name)
-        if normal != chosen.variant or patched]
+        group, [*ranked, *("mapreduce:" + p for p in picks if p not in TEMPLATES)], name)
+        if normal != chosen.variant or patched] + templates
     for variant in candidates:
         groups = [(tuple(g.members), tuple(g.outputs), variant if i == index else g.variant)
                   for i, g in enumerate(plan.groups)]
@@ -131,6 +134,8 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
         executable, error, registers = run_checked(backend, case, program, expected)
         rank = ranked.index(variant) + 1 if variant in ranked else None
         label = f"{variant.removeprefix('mapreduce:')} (rank {rank}, r{registers})"
+        if variant in TEMPLATES:
+            label = f"template {variant} (r{registers})"
         print(f"{name} {label}: error against the plan {error:.1e}", flush=True)
         if error < 1e-4:
             runs_by_label[label] = executable.launch_all
