@@ -11,7 +11,7 @@ Usage on the device machine (repo root)::
 2. **compare**: ``kfuse.bench.bench_apps`` on one calibrated profile: kfuse fused, unfused,
    the cuBLAS call sequence, ``torch.compile``, the DRAM floor (inputs once, outputs once)
    and the *plan floor* (the bytes the plan must move: GEMVER's three passes over the
-   matrix, ATAX's two), with the issue's targets checked;
+   matrix, SGEMVT's two), with the issue's targets checked;
 3. **rank** (seed 004 Table 4): the ``--rank`` best-predicted implementations of each app
    timed; the number of implementations in the space, the predicted rank of the measured
    best (within 0.1% counts as equal), the predicted-first as % of the best, the worst
