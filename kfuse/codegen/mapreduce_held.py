@@ -169,8 +169,8 @@ class HeldBody:
             "}",
         ]
         if flush:
-            body += ["// stage 5: combine over the blocks: one atomic per column (full "
-                     "reduction) and block", *flush]
+            body += ["// stage 5: combine over the blocks: one atomic per column and block "
+                     "(a full reduction: per block)", *flush]
         self.size_limits = ((cols_symbol, threads * v * chunks),)
         grid = (GridAxis((rows_symbol,), 1, variant.blocks), GridAxis(), GridAxis())
         return body, grid
