@@ -22,11 +22,11 @@ Usage on the device machine (repo root)::
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import replace
 
 from kfuse.bench.experiment import (
     device_case,
+    masked_only,
     normalized_variants,
     planned_run,
     run_checked,
@@ -66,11 +66,6 @@ def split_groups(graph, space, groups, index) -> list[tuple]:
     result = [*groups[:index], *parts, *groups[index + 1:]]
     order = order_groups(graph, [g[0] for g in result])
     return sorted(result, key=lambda group: order.index(tuple(group[0])))
-
-
-def masked_only(source: str) -> str:
-    """Timing only: the tile mapping's straight pass turned off (every tile masked)."""
-    return re.sub(r"const bool kf_full = [^;]*;", "const bool kf_full = false;", source)
 
 
 def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...],

@@ -13,7 +13,9 @@ torch.compile. Timing-only patches: ``--hoist`` (a row sum's scalar factor multi
 per row), ``--plain-loads`` (inputs without ``__restrict__``), ``--chunk-dots`` (a chunk's
 products summed first, then added to the row's partial sum, as in the hand-written GEMV),
 ``--straight`` (no grid-stride loop over the row groups and the pointers taken as aligned,
-so that only the whole-step path is compiled: the hand-written GEMV's structure).
+so that only the whole-step path is compiled: the hand-written GEMV's structure);
+``--masked-twins`` times each program also with its straight passes turned off (every tile
+or chunk masked).
 
 Usage on the device machine (repo root)::
 
@@ -30,6 +32,7 @@ from dataclasses import replace
 
 from kfuse.bench.experiment import (
     device_case,
+    masked_only,
     normalized_variants,
     planned_run,
     run_checked,
@@ -96,7 +99,7 @@ def straight(source: str, parts: str = "grid,aligned") -> str:
 
 def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] = PICKS,
             hoist: bool = False, plain_loads: bool = False, dots: bool = False,
-            straighten: str = "") -> None:
+            straighten: str = "", twins: bool = False) -> None:
     from kfuse.bench.torch_baseline import compiled_on
 
     case = device_case(name)
@@ -110,7 +113,8 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
     members, outputs = tuple(chosen.members), tuple(chosen.outputs)
     ranked = [c.variant for c in ImplementationSpace(graph, sizes).choices(members)[:top]]
     group = MapReduceGroup(graph, members, outputs)
-    patched = hoist or plain_loads or dots or straighten  # (the planned one patched is new too)
+    # (the planned one patched is new too)
+    patched = hoist or plain_loads or dots or straighten or twins
     templates = [p for p in picks if p in TEMPLATES]  # the general templates' kernels
     candidates = [normal for normal in normalized_variants(
         group, [*ranked, *("mapreduce:" + p for p in picks if p not in TEMPLATES)], name)
@@ -131,14 +135,17 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...] 
         if plain_loads:  # timing only: inputs not restrict, so loads are plain ld.global
             program = replace(program, source=program.source.replace(
                 "const float* __restrict__", "const float*"))
-        executable, error, registers = run_checked(backend, case, program, expected)
         rank = ranked.index(variant) + 1 if variant in ranked else None
-        label = f"{variant.removeprefix('mapreduce:')} (rank {rank}, r{registers})"
-        if variant in TEMPLATES:
-            label = f"template {variant} (r{registers})"
-        print(f"{name} {label}: error against the plan {error:.1e}", flush=True)
-        if error < 1e-4:
-            runs_by_label[label] = executable.launch_all
+        twin = [(", masked", replace(program, source=masked_only(program.source)))] \
+            if twins and variant not in TEMPLATES else []
+        for suffix, timed in [("", program), *twin]:
+            executable, error, registers = run_checked(backend, case, timed, expected)
+            label = f"{variant.removeprefix('mapreduce:')} (rank {rank}, r{registers}){suffix}"
+            if variant in TEMPLATES:
+                label = f"template {variant} (r{registers})"
+            print(f"{name} {label}: error against the plan {error:.1e}", flush=True)
+            if error < 1e-4:
+                runs_by_label[label] = executable.launch_all
     print_rounds(name, time_alternating(runs_by_label, rounds, repeat=runs), "compile")
 
 
@@ -157,13 +164,15 @@ def main() -> None:
                         "aligned (aligned); both without a value")
     parser.add_argument("--chunk-dots", action="store_true",
                         help="timing only: a chunk's products summed before the row's sum")
+    parser.add_argument("--masked-twins", action="store_true",
+                        help="timing only: each program also with its straight passes off")
     parser.add_argument("--hoist", action="store_true",
                         help="timing only: row sums of p * term multiply by p once per row")
     args = parser.parse_args()
     picks = tuple(args.picks.split(",")) if args.picks else PICKS
     for name in args.apps:
         compare(name, args.top, args.rounds, args.runs, picks, args.hoist, args.plain_loads,
-                args.chunk_dots, args.straight)
+                args.chunk_dots, args.straight, args.masked_twins)
 
 
 if __name__ == "__main__":

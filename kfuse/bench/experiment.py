@@ -66,6 +66,14 @@ def normalized_variants(group: Any, texts: Iterable[str], name: str) -> list[str
     return result
 
 
+def masked_only(source: str) -> str:
+    """Timing only: the straight passes of map-reduce kernels turned off (``kf_full`` false:
+    every tile or chunk through the masked accesses, as before sessions 10 and 11)."""
+    import re
+
+    return re.sub(r"const bool kf_full = [^;]*;", "const bool kf_full = false;", source)
+
+
 def run_checked(backend: Any, case: DeviceCase, program: Any,
                 expected: Mapping[str, Any]) -> tuple[Any, float, str]:
     """(executable, largest relative error of any output against ``expected``, registers of
@@ -80,4 +88,5 @@ def run_checked(backend: Any, case: DeviceCase, program: Any,
     return executable, error, registers
 
 
-__all__ = ["DeviceCase", "device_case", "normalized_variants", "planned_run", "run_checked"]
+__all__ = ["DeviceCase", "device_case", "masked_only", "normalized_variants", "planned_run",
+           "run_checked"]

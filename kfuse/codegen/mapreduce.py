@@ -832,13 +832,23 @@ class _Builder(StreamBody, HeldBody):
 
         code, values = self.points(coords_of)
         reductions = group.all_reductions()
-        accumulate = []
-        for reduce in reductions:
-            for element, value in enumerate(values[reduce.kernel.output]):
-                guard = f"if ({element} < kf_count) " if element else ""
-                accumulate.append(f"{guard}kf_acc_{reduce.var} = kf_combine<{reduce.code}, "
-                                  f"{reduce.ctype}>(kf_acc_{reduce.var}, "
-                                  f"({reduce.ctype}){value});")
+
+        def chunk_lines(full: bool) -> list[str]:
+            """One chunk of the thread: loads, every member, stores and partial results.
+            ``full``: every element inside and aligned (straight accesses, no masks)."""
+            count, vec = (str(v), "true") if full else ("kf_count", "kf_vec")
+            accumulate = []
+            for reduce in reductions:
+                for element, value in enumerate(values[reduce.kernel.output]):
+                    guard = f"if ({element} < kf_count) " if element and not full else ""
+                    accumulate.append(f"{guard}kf_acc_{reduce.var} = kf_combine<{reduce.code}, "
+                                      f"{reduce.ctype}>(kf_acc_{reduce.var}, "
+                                      f"({reduce.ctype}){value});")
+            return ["// stage 1: load", *self.tile_loads("i", count, vec),
+                    "// stage 2: compute every member at each element", *code,
+                    "// stage 3: store the maps, accumulate the reductions",
+                    *self.store_lines(values, "i", count, vec), *accumulate]
+
         vec = self.aligned_flag(group.tile_inputs + group.stores, None)
         body = [
             "// thread-to-data mapping shared by every member (seed 004 F1): thread t of a",
@@ -858,28 +868,26 @@ class _Builder(StreamBody, HeldBody):
                         "chunk group")
         inner = [f"{r.ctype} kf_acc_{r.var} = {r.identity};  // partial {r.op} of "
                  f"'{r.kernel.name}'" for r in reductions]
+        aligned = "kf_vec && " if v > 1 else ""
         inner += [
+            f"const bool kf_full = {aligned}(kf_b + 1) * kf_chunk * {iters} <= kf_n;  // the "
+            "same for the whole block",
             f"for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{",
             f"  const kf_index_t i = (kf_b * {iters} + kf_it) * kf_chunk + "
             f"(kf_index_t)threadIdx.x * {v};",
-            f"  const int kf_count = i < kf_n ? (int)(kf_n - i < {v} ? kf_n - i : {v}) : 0;",
-            "  if (kf_count > 0) {",
-            "    // stage 1: load",
-            *indent(self.tile_loads("i", "kf_count", "kf_vec"), 2),
-            "    // stage 2: compute every member at each element",
-            *indent(code, 2),
-            "    // stage 3: store the maps, accumulate the reductions",
-            *indent(self.store_lines(values, "i", "kf_count", "kf_vec"), 2),
-            *indent(accumulate, 2),
+            "  if (kf_full) {  // the block's chunks inside and aligned: straight accesses, no "
+            "masks",
+            *indent(chunk_lines(True), 2),
+            "  } else {",
+            f"    const int kf_count = i < kf_n ? (int)(kf_n - i < {v} ? kf_n - i : {v}) : 0;",
+            "    if (kf_count > 0) {",
+            *indent(chunk_lines(False), 3),
+            "    }",
             "  }",
             "}",
         ]
         for reduce in reductions:
-            inner += [f"// combine '{reduce.kernel.name}' over the block, one atomic per block",
-                      f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
-                      f"kf_acc_{reduce.var}, {reduce.identity});",
-                      f"if (threadIdx.x == 0) kf_atomic_{reduce.op}(&{reduce.var}[0], "
-                      f"kf_acc_{reduce.var});"]
+            inner += self.block_atomic_lines(reduce)
         body += [*indent(inner, 1), "}"]
         # a persistent grid loops over the chunks; else one block per chunk group, no loop
         grid = (GridAxis(group.domain, bx * v * iters, variant.blocks) if variant.blocks
