@@ -869,9 +869,9 @@ class _Builder(StreamBody, HeldBody):
         inner = [f"{r.ctype} kf_acc_{r.var} = {r.identity};  // partial {r.op} of "
                  f"'{r.kernel.name}'" for r in reductions]
         aligned = "kf_vec && " if v > 1 else ""
-        inner += [
-            f"const bool kf_full = {aligned}(kf_b + 1) * kf_chunk * {iters} <= kf_n;  // the "
-            "same for the whole block",
+        inner += [  # (a size compiled in that is a whole number of blocks folds the test)
+            f"const bool kf_full = {aligned}(kf_n % {bx * v * iters} == 0 || "
+            f"(kf_b + 1) * kf_chunk * {iters} <= kf_n);  // the same for the whole block",
             f"for (int kf_it = 0; kf_it < {iters}; ++kf_it) {{",
             f"  const kf_index_t i = (kf_b * {iters} + kf_it) * kf_chunk + "
             f"(kf_index_t)threadIdx.x * {v};",

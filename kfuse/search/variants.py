@@ -108,12 +108,14 @@ PERSISTENT_ITERATIONS = (1, 4)         # chunks per loop step of a persistent ve
 MAP_VARIANTS = ((128, 16), (128, 8), (256, 16), (256, 8))   # (threads, vector bytes)
 # Their blocks' fixed work is hidden by the other resident blocks (128 threads x 8 bytes:
 # four times the blocks of the templates, measured no slower), so they predict equal times,
-# and among equal predictions the widest access whose bytes over all inputs stay within
-# MAP_THREAD_BYTES per thread ranks first: measured on H200s (sessions 7, 9, 10 and 11)
-# VADD (three inputs) 8 bytes 0.4801 ms against 16 bytes 0.4818-0.4849 (torch.compile
-# 0.4801-0.4835), MADD and WAXPBY (two) 16 bytes 0.7317-0.7334 against 8 bytes 0.7394,
-# SSCAL (one) 16 bytes 0.2546 against the templates 0.2559.
-MAP_THREAD_BYTES = 32
+# and among equal predictions the narrowest access whose bytes over all inputs reach
+# MAP_THREAD_BYTES per thread ranks first, then the fewest threads: measured on H200s
+# (sessions 7 and 11, alternating rounds, docs/benchmarks.md) 128 threads x 8 bytes for
+# VADD (three inputs: 0.4835 ms against 0.4852 for 16 bytes; torch.compile 0.4834), MADD
+# (two: 0.7324 against 0.7364; 0.7308) and WAXPBY (two: 0.3692 against 0.3708; 0.3677), and
+# 16 bytes for SSCAL (one: 0.2537 against 0.3224 for 8 bytes; 0.2536); 256 threads
+# 0.5-1.5% slower for MADD and WAXPBY.
+MAP_THREAD_BYTES = 16
 STREAM_THREADS_Y = (4, 8)              # stream mapping: warps per block, one row group each
 STREAM_ROWS = (1, 2, 4)                # rows per warp walked together
 STREAM_UNROLL = (2, 4, 8, 16)          # 16-byte loads per row, thread and step
@@ -700,13 +702,13 @@ def _clustered(choices: Sequence[GroupChoice]) -> list[tuple[float, GroupChoice]
 
 def _tie_key(choice: GroupChoice) -> tuple:
     """Among equal predictions: fewer rows per warp, then more loads in flight (held rows:
-    more accesses per row), then name."""
+    more accesses per row; plain maps: MAP_THREAD_BYTES), then name."""
     found = choice.prediction
-    if found.access_bytes:  # plain maps (MAP_VARIANTS): the widest access within the bytes
-        over = found.thread_bytes > MAP_THREAD_BYTES  # per thread, then the fewest threads
+    if found.access_bytes:  # plain maps (MAP_VARIANTS): the narrowest access that reaches
+        short = found.thread_bytes < MAP_THREAD_BYTES  # the bytes per thread, then the
         threads = MapReduceVariant.parse(choice.variant).threads[0] \
-            if is_variant_text(choice.variant) else 0
-        return (over, -found.access_bytes, threads, choice.variant)
+            if is_variant_text(choice.variant) else 0  # fewest threads
+        return (short, found.access_bytes, threads, choice.variant)
     rows, loads = 0, 0
     if is_variant_text(choice.variant):
         variant = MapReduceVariant.parse(choice.variant)
