@@ -455,8 +455,9 @@ class MapReduceGroup(GroupNames):
     # -- variants -----------------------------------------------------------------------------
     def default_variant(self) -> MapReduceVariant:
         """The variant used when a plan names none (a good choice on Hopper at large sizes)."""
-        if self.epilogue_kind == "held":  # rows of up to 16384 columns, two blocks per SM
-            return MapReduceVariant((1024, 1), 1, 1, True, "stream", (), 264, 4,
+        if self.epilogue_kind == "held":  # measured best at 16384^2 (rows of up to 16384
+            # columns), one block per SM of a 132-SM H100/H200
+            return MapReduceVariant((1024, 1), 1, 1, True, "stream", (), 132, 8, 0, 8,
                                     held_rows=True)
         if self.epilogue_kind == "col":  # only blocks owning whole columns
             return MapReduceVariant((32, 16), 2, 1, True, "shuffle", vector_bytes=8,

@@ -32,9 +32,12 @@ bandwidth, derated by how many bytes a variant keeps in flight (Little's law wit
 occupancy its block size, shared memory and registers allow) and by the last wave's tail;
 the L2 traffic of re-read vectors; arithmetic; plus what streaming does not hide: the atomics
 that combine partial reductions (in part), the serialised atomics on one address, each
-block's fixed prologue and epilogue, one launch and one fill per atomically combined output
-(the outputs are set to the identity first; rows a warp owns whole are stored plainly and
-need no fill). :func:`autotune` times the top ``k`` on the device and keeps the fastest.
+block's fixed prologue and epilogue (not for plain maps, whose short blocks hide each
+other's: ``MAP_THREAD_BYTES`` ranks their equal predictions), one launch and one fill per
+atomically combined output (the outputs are set to the identity first; rows a warp owns
+whole are stored plainly and need no fill). Held rows add each row's combine over the block
+to the block's fixed work. :func:`autotune` times the top ``k`` on the device and keeps the
+fastest.
 
 The stream mapping of matrix kernels (:func:`_matrix_efficiency`) uses a finer Little's law
 than vector kernels and the tile mapping (whose model and choices were checked on an H200 and
