@@ -8,7 +8,9 @@ input arrays; each round's median is printed, then the median of the rounds and 
 rounds kfuse won.
 
 ``KFUSE_AUTOTUNE=K`` runs the fastest of the K best-predicted implementations (``kfuse run
---autotune K``; torch.compile autotunes its own kernels too) instead of the predicted plan.
+--autotune K``; torch.compile autotunes its own kernels too) instead of the predicted plan;
+``SIZE=67108864`` (or ``8192x8192``) runs every app at that size instead of its benchmark
+size.
 
 Usage on the device machine (repo root)::
 
@@ -33,7 +35,9 @@ def compare(name: str, rounds: int, runs: int) -> None:
 
     from kfuse.bench.torch_baseline import compiled_on
 
-    case = device_case(name)  # planned as kfuse bench plans it
+    size = tuple(int(n) for n in os.environ["SIZE"].split("x")) if os.environ.get("SIZE") \
+        else None
+    case = device_case(name, size=size)  # planned as kfuse bench plans it
     graph, given, sizes, plan = case.graph, case.given, case.sizes, case.plan
     tune = int(os.environ.get("KFUSE_AUTOTUNE", "0"))
     if tune:
@@ -53,7 +57,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
     ours_ms, theirs_ms = times["kfuse"], times["compile"]
     won = sum(a <= b for a, b in zip(ours_ms, theirs_ms, strict=True))
     ours, theirs = float(np.median(ours_ms)), float(np.median(theirs_ms))
-    print(f"{name:8s} plan {[g.variant for g in plan.groups]}")
+    print(f"{name:8s} size {tuple(sizes.values())} plan {[g.variant for g in plan.groups]}")
     print(f"{name:8s} kfuse {ours:.4f} ms  torch.compile {theirs:.4f} ms  "
           f"x compile {theirs / ours:.4f}  kfuse faster in {won}/{rounds} rounds", flush=True)
     print("         kfuse rounds   " + " ".join(f"{t:.4f}" for t in ours_ms))

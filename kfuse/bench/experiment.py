@@ -27,15 +27,17 @@ class DeviceCase:
     plan: Any
 
 
-def device_case(name: str, seed: int = 0) -> DeviceCase:
-    """:class:`DeviceCase` of the app ``name`` (needs CuPy and a GPU)."""
+def device_case(name: str, seed: int = 0, size: tuple[int, ...] | None = None) -> DeviceCase:
+    """:class:`DeviceCase` of the app ``name`` at ``size`` (default: its benchmark size;
+    needs CuPy and a GPU)."""
     import cupy
 
     from kfuse.apps import get_app
 
     app = get_app(name)
     graph = app.build().graph()
-    arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(seed), "float32")
+    arrays, params = app.make_inputs(size or app.bench_size, np.random.default_rng(seed),
+                                     "float32")
     given = {key: cupy.asarray(value) for key, value in arrays.items()} | dict(params)
     sizes = graph.bind_shapes({key: value.shape for key, value in arrays.items()})
     return DeviceCase(app, graph, given, sizes, app_plan(app, graph, sizes))
