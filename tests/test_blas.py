@@ -1383,6 +1383,9 @@ def test_held_rows_are_enumerated_where_the_row_fits_and_planned_for_atax():
     assert best.predicted_s < 0.6 * two
     wide = ImplementationSpace(graph, {"A.0": 4096, "A.1": 65536}, profile).best()
     assert [c.members for c in wide.choices] == [("t",), ("y",)]  # rows too long: two passes
+    # a plan made without sizes runs at any size: no held rows (they hold one row length)
+    unsized = ImplementationSpace(graph, None, profile).best()
+    assert [c.members for c in unsized.choices] == [("t",), ("y",)]
     # row and column reductions side by side (BiCGK) get them too, and plan them
     bicgk = get_app("bicgk").build().graph()
     sizes = {"A.0": 16384, "A.1": 16384}

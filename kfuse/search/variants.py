@@ -722,12 +722,17 @@ def _tie_key(choice: GroupChoice) -> tuple:
 
 
 class ImplementationSpace:
-    """Fusions, their implementations and the combinations of one graph at given sizes."""
+    """Fusions, their implementations and the combinations of one graph at given sizes.
+
+    Without ``sizes`` the model predicts at nominal sizes, and the held-row forms (which
+    hold rows of one length) are left out, so that the plan runs at any size.
+    """
 
     def __init__(self, graph: Graph, sizes: Mapping[str, int] | None = None,
                  profile: DeviceProfile | None = None):
         from kfuse.model.roofline import nominal_sizes
         self.graph = graph
+        self.sized = bool(sizes)  # (held rows only for sizes known)
         self.sizes = dict(sizes) if sizes else nominal_sizes(graph)
         self.profile = profile or current_profile()
         self.fusions = fusible_groups(graph)
@@ -745,7 +750,7 @@ class ImplementationSpace:
                 else MapReduceGroup(self.graph, members, outputs)  # shared by the variants
             found = []
             for variant in group_variants(self.graph, members, outputs, self.profile,
-                                          self.sizes):
+                                          self.sizes if self.sized else None):
                 prediction = predict_variant(self.graph, members, outputs, variant,
                                              self.sizes, self.profile, group)
                 found.append(GroupChoice(members, outputs, variant, prediction))
