@@ -123,8 +123,9 @@ class HeldBody:
                           *self.store_lines(core_values, address, "kf_cols", "kf_vec"),
                           *accumulate(core_values, fed=False)]),
             "// stage 3: the row's reductions over the block: warp shuffles, each warp's part "
-            "in shared memory, one barrier, then every warp combines the parts (every "
-            "thread gets the row's result)",
+            "in shared memory,",
+            "// one barrier, then every warp combines the parts (every thread gets the row's "
+            "result)",
             *combine_rows,
         ]
         if group.fed:
