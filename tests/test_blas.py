@@ -7,6 +7,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import kfuse as kf
 from kfuse.apps import get_app, list_apps
@@ -1397,3 +1399,27 @@ def test_held_rows_are_enumerated_where_the_row_fits_and_planned_for_atax():
     sgemv = get_app("sgemv").build().graph()  # no column reduction: none
     assert not any(v.held_rows for v in enumerate_variants(
         MapReduceGroup(sgemv, ["z_prod"], ["z_prod"]), profile, sizes))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.integers(1, 40), cols=st.integers(1, 300), threads=st.sampled_from([64, 128]),
+       access=st.sampled_from(["s", "w8", "w"]), blocks=st.integers(1, 9),
+       spare=st.integers(0, 1))
+def test_held_rows_at_random_shapes(rows, cols, threads, access, blocks, spare):
+    """Random sizes, accesses, grids and rows that fill the held accesses exactly or leave
+    some spare: the group with every kind of member equals the reference."""
+    cpu_or_skip()
+    width = {"s": 1, "w8": 2, "w": 4}[access]
+    unroll = -(-cols // (threads * width)) + spare
+    variant = f"mapreduce:{threads}x1:r1:i1:{access}:stream:g{blocks}:u{unroll}:hr"
+    graph = held_pipeline().graph()
+    members = ("B", "t", "r", "C", "y", "s")
+    program = generate(graph, [(members, members, variant)])
+    rng = np.random.default_rng(rows * 1000 + cols)
+    arrays = {"A": rng.uniform(0.1, 1.1, (rows, cols)).astype(np.float32),
+              "x": rng.uniform(0.1, 1.1, cols).astype(np.float32),
+              "u": rng.uniform(0.1, 1.1, rows).astype(np.float32)}
+    out = get_backend("cpu").run(graph, arrays, program=program)
+    for key, expected in held_reference(arrays).items():
+        assert relative_error(out[key], expected) <= 1e-5, (variant, rows, cols, key)
