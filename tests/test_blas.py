@@ -1270,24 +1270,30 @@ def held_reference(arrays: dict) -> dict:
     return {"B": b, "t": t, "r": r, "C": c, "y": b.T @ t, "s": np.array(c.sum())}
 
 
-@pytest.mark.parametrize("variant", HELD_VARIANTS)
-def test_held_row_variants_compute_the_reference(variant):
-    """ATAX in one kernel, and a group with every kind of member, at odd and unaligned sizes
-    (outputs start poisoned: a row not stored shows)."""
-    cpu_or_skip()
-    run_group_variant("atax", ("t", "y"), variant, HELD_SIZES)
+def check_held_group(variant: str, sizes: list[tuple[int, int]], seed: int) -> None:
+    """The held-row group of :func:`held_pipeline` (every member) under ``variant`` on the
+    cpu backend, against the float64 reference at each of ``sizes``."""
     graph = held_pipeline().graph()
     members = ("B", "t", "r", "C", "y", "s")
     assert group_violations(graph, members, variant) == []
     program = generate(graph, [(members, members, variant)])
-    rng = np.random.default_rng(7)
-    for rows, cols in HELD_SIZES:
+    rng = np.random.default_rng(seed)
+    for rows, cols in sizes:
         arrays = {"A": rng.uniform(0.1, 1.1, (rows, cols)).astype(np.float32),
                   "x": rng.uniform(0.1, 1.1, cols).astype(np.float32),
                   "u": rng.uniform(0.1, 1.1, rows).astype(np.float32)}
         out = get_backend("cpu").run(graph, arrays, program=program)
         for key, expected in held_reference(arrays).items():
             assert relative_error(out[key], expected) <= 1e-5, (variant, rows, cols, key)
+
+
+@pytest.mark.parametrize("variant", HELD_VARIANTS)
+def test_held_row_variants_compute_the_reference(variant):
+    """ATAX in one kernel, and a group with every kind of member, at odd and unaligned sizes
+    (outputs start poisoned: a row not stored shows)."""
+    cpu_or_skip()
+    run_group_variant("atax", ("t", "y"), variant, HELD_SIZES)
+    check_held_group(variant, HELD_SIZES, seed=7)
 
 
 def test_held_rows_read_the_matrix_once_and_store_what_they_must():
@@ -1413,13 +1419,4 @@ def test_held_rows_at_random_shapes(rows, cols, threads, access, blocks, spare):
     width = {"s": 1, "w8": 2, "w": 4}[access]
     unroll = -(-cols // (threads * width)) + spare
     variant = f"mapreduce:{threads}x1:r1:i1:{access}:stream:g{blocks}:u{unroll}:hr"
-    graph = held_pipeline().graph()
-    members = ("B", "t", "r", "C", "y", "s")
-    program = generate(graph, [(members, members, variant)])
-    rng = np.random.default_rng(rows * 1000 + cols)
-    arrays = {"A": rng.uniform(0.1, 1.1, (rows, cols)).astype(np.float32),
-              "x": rng.uniform(0.1, 1.1, cols).astype(np.float32),
-              "u": rng.uniform(0.1, 1.1, rows).astype(np.float32)}
-    out = get_backend("cpu").run(graph, arrays, program=program)
-    for key, expected in held_reference(arrays).items():
-        assert relative_error(out[key], expected) <= 1e-5, (variant, rows, cols, key)
+    check_held_group(variant, [(rows, cols)], seed=rows * 1000 + cols)

@@ -279,13 +279,14 @@ def epilogue_kind(graph: Graph, members: Sequence[str]) -> str | None:
 
 
 def epilogue_variant_reason(variant: object, kind: str = "row") -> str | None:
-    """Why ``variant`` cannot compute a ``kind`` (``"row"``, ``"col"``) reduction and its
-    epilogue in one kernel (``None``: it can: a stream variant without a column span has
-    whole rows in one warp or block, a whole-column variant whole columns in one block)."""
+    """Why ``variant`` cannot compute a ``kind`` (``"row"``, ``"col"``, ``"held"``) reduction
+    and its epilogue in one kernel (``None``: it can: a stream variant without a column span
+    has whole rows in one warp or block, a whole-column variant whole columns in one block,
+    a held-row variant whole rows still in registers)."""
     from kfuse.codegen.mapreduce import MapReduceVariant, is_variant_text
     from kfuse.errors import FusionError
     need = EPILOGUE_OWNERS[kind]
-    wanted = "stream" if kind == "row" else "whole-column"
+    wanted = {"row": "stream", "col": "whole-column", "held": "held-row"}[kind]
     if isinstance(variant, MapReduceVariant):
         parsed = variant
     elif not is_variant_text(variant):
@@ -354,12 +355,28 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
     kind = epilogue_kind(graph, members)
     if kind == "held":
         found += _held_row_violations(graph, core, epilogue)
-        if variant is not None and not found:
-            reason = epilogue_variant_reason(variant, kind)
-            if reason:
-                found.append(Violation(rule, f"a row reduction feeds {list(epilogue)} in its "
-                                             f"own kernel: {reason}"))
-        return found
+    else:
+        found += _reduced_vector_violations(graph, core, epilogue, kind)
+    if len(core) > 1:
+        found += group_violations(graph, core)
+    if variant is not None and not found and kind is not None:
+        reason = epilogue_variant_reason(variant, kind)
+        if reason:
+            what = "column" if kind == "col" else "row"
+            found.append(Violation(rule, f"a {what} reduction feeds {list(epilogue)} in its "
+                                         f"own kernel: {reason}"))
+    return found
+
+
+def _reduced_vector_violations(graph: Graph, core: Sequence[str], epilogue: Sequence[str],
+                               kind: str | None) -> list[Violation]:
+    """Rules for an epilogue over the reduced vector (``kind`` ``"row"`` or ``"col"``): maps
+    over the core's rows (columns) reading its reductions of that kind at their own row
+    (column) only; a row epilogue beside column reductions is refused."""
+    rule = "reduction_epilogue"
+    kernels = {name: graph.kernel_by_name[name] for name in (*core, *epilogue)}
+    domain = kernels[core[0]].domain
+    found = []
     axis = {"row": 0, "col": 1}.get(kind or "row", 0)  # the reduced vector's matrix axis
     what = "row" if axis == 0 else "column"
     columns = [n for n in core if kernels[n].reduction is not None
@@ -407,13 +424,6 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
         found.append(Violation(rule, f"the epilogue {list(epilogue)} reads both row and "
                                      "column reductions: no block owns whole rows and whole "
                                      "columns at once"))
-    if len(core) > 1:
-        found += group_violations(graph, core)
-    if variant is not None and not found and kind is not None:
-        reason = epilogue_variant_reason(variant, kind)
-        if reason:
-            found.append(Violation(rule, f"a {what} reduction feeds {list(epilogue)} in its "
-                                         f"own kernel: {reason}"))
     return found
 
 
@@ -454,8 +464,6 @@ def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
                                              f"'{access.buffer}' at another row (an offset or "
                                              "another index): a block holds only its own "
                                              "rows' results"))
-    if len(core) > 1:
-        found += group_violations(graph, core)
     return found
 
 
