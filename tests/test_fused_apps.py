@@ -97,7 +97,10 @@ def test_register_tiles_of_rows_and_columns(tile, boundary, width, monkeypatch):
     equal the reference, unfused and with every Harris operator recomputed in one kernel.
 
     Width 71 takes the scalar path; at width 72 the vector path (one vector load or store
-    per row of a thread's columns) is forced, so a wrong vector path cannot hide.
+    per row of a thread's columns) is forced, so a wrong vector path cannot hide. The
+    interior test is a warp's or, in blocks narrower than a warp, a block's: blocks of 8 x 2
+    threads here, so that the blocks away from the edges take the vector path (a
+    warp-wide image: ``test_register_tiles_with_edge_and_interior_warps``).
     """
     from kfuse.codegen import generate, kernels
     from kfuse.runtime import get_backend
@@ -107,6 +110,7 @@ def test_register_tiles_of_rows_and_columns(tile, boundary, width, monkeypatch):
 
     for variant in ("single", "recompute"):
         monkeypatch.setitem(kernels.REGISTER_TILES, (variant, 2), tile)
+        monkeypatch.setitem(kernels.TILED_BLOCKS, (variant, 2), (8, 2))
     app = get_app("harris")
     graph = app.build(boundary=boundary).graph()
     arrays, params = app.make_inputs((38, width), np.random.default_rng(7), "float32")
@@ -120,6 +124,29 @@ def test_register_tiles_of_rows_and_columns(tile, boundary, width, monkeypatch):
             assert f"float{tile[1]} vec_" in program.source
         outputs = get_backend("cpu").run(graph, arrays | params, program=program)
         assert relative_error(outputs["hc"], reference["hc"]) <= 1e-5
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_register_tiles_with_edge_and_interior_warps(boundary, monkeypatch):
+    """Blocks of 32 x 2 threads and 10 x 4 tiles (the planned ones) over an image of 3 warps'
+    columns and 2 more: the first and last warps of each row take the edge path as a whole,
+    the middle one the vector path; every pixel equals the reference."""
+    from kfuse.codegen import generate, kernels
+    from kfuse.runtime import get_backend
+
+    monkeypatch.setattr(kernels, "_vector_condition", lambda group, columns: "true")
+    app = get_app("shi_tomasi")
+    graph = app.build(boundary=boundary).graph()
+    arrays, params = app.make_inputs((23, 3 * 32 * 4 + 2 * 4), np.random.default_rng(8),
+                                     "float32")
+    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                              boundary)
+    program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs,
+                                "recompute")])
+    assert "a 10 x 4 register tile" in program.source
+    assert "warp_ix >= 4 && warp_ix_last + 8 <=" in program.source
+    outputs = get_backend("cpu").run(graph, arrays | params, program=program)
+    assert relative_error(outputs["st"], reference["st"]) <= 1e-5
 
 
 @pytest.mark.parametrize("shape", [(9, 11, 13), (7, 6, 12)], ids=str)

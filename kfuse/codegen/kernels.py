@@ -403,13 +403,14 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         # rows are short: the threads at the edges, on the other path, would be too many)
         left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
-        interior = [f"ix >= {left}"] if left else []
-        interior += [f"ix + {columns + right} <= {sizes[-1]}"] if right else []
+        edge_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
         vector = _items_code(group, fast_points, sizes,
                              in_range | {"ix": (-left, columns - 1 + right)}, columns)
         fast = [f"if ({' && '.join([aligned, *interior])}) {{",
                 f"  // rows of {columns} columns: one aligned vector load or store each",
                 *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
+    else:
+        edge_lines = []
     single = _items_code(group, [single_point], sizes, {})
     extent, width = sizes[0], sizes[-1]
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
@@ -445,7 +446,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
     header, params = group.signature(block_x * block_y, TILE_MIN_BLOCKS)
     first_column = f"(blockIdx.x * blockDim.x + threadIdx.x) * {columns}" if columns > 1 \
         else "blockIdx.x * blockDim.x + threadIdx.x"
-    body = [f"const int ix = {first_column};", f"if (ix >= {width}) return;"]
+    body = [f"const int ix = {first_column};", f"if (ix >= {width}) return;", *edge_lines]
     if group.ndim == 2:
         body += outer_loop
         grid = (GridAxis((group.domain[1],), block_x * columns),
@@ -462,6 +463,32 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+
+
+def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: str
+                    ) -> tuple[list[str], list[str]]:
+    """(statements, conditions): whether a thread's whole warp is ``left`` columns or more
+    from the image's left edge and ``right`` from its right edge.
+
+    The test is the warp's, not the thread's: a warp with one thread at an edge would
+    otherwise run both the vector path and the edge path, one after the other (the edge
+    warps of Shi-Tomasi at 8192² ran 3.5% of all its instructions on one thread). A warp
+    holds 32 consecutive threads along x where blocks are a multiple of 32 wide; otherwise
+    the block's columns are taken, which contain the warp's.
+    """
+    if not left and not right:
+        return [], []
+    if block_x % 32 == 0:
+        first, last = "blockIdx.x * blockDim.x + (threadIdx.x & ~31u)", 31
+    else:
+        first, last = "blockIdx.x * blockDim.x", block_x - 1
+    lines = ["// the first columns of the first and last threads of this thread's warp: the",
+             "// warp takes one path, interior or edge, as a whole",
+             f"const int warp_ix = (int)({first}) * {columns};",
+             f"const int warp_ix_last = warp_ix + {last * columns};"]
+    conditions = [f"warp_ix >= {left}"] if left else []
+    conditions += [f"warp_ix_last + {columns + right} <= {width}"] if right else []
+    return lines, conditions
 
 
 def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
