@@ -478,13 +478,13 @@ def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: st
     """
     if not left and not right:
         return [], []
-    if block_x % 32 == 0:
-        first, last = "blockIdx.x * blockDim.x + (threadIdx.x & ~31u)", 31
+    if block_x % 32 == 0:  # (ix less the lane's columns: 8 registers fewer in Sobel's kernel
+        before, last = "threadIdx.x & 31u", 31  # than from blockIdx, by nvcc 13 for sm_90)
     else:
-        first, last = "blockIdx.x * blockDim.x", block_x - 1
+        before, last = "threadIdx.x", block_x - 1
     lines = ["// the first columns of the first and last threads of this thread's warp: the",
              "// warp takes one path, interior or edge, as a whole",
-             f"const int warp_ix = (int)({first}) * {columns};",
+             f"const int warp_ix = ix - (int)({before}) * {columns};",
              f"const int warp_ix_last = warp_ix + {last * columns};"]
     conditions = [f"warp_ix >= {left}"] if left else []
     conditions += [f"warp_ix_last + {columns + right} <= {width}"] if right else []
