@@ -308,17 +308,20 @@ def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
 def group_variants(graph: Graph, members: Sequence[str],
                    outputs: Sequence[str] | None = None,
                    profile: DeviceProfile | None = None,
-                   sizes: Mapping[str, int] | None = None) -> list[str]:
+                   sizes: Mapping[str, int] | None = None,
+                   group: MapReduceGroup | None = None) -> list[str]:
     """The implementations of one fusion as plan variant strings (``"auto"``: the templates).
 
     A group the map-reduce generator does not serve has the one implementation ``auto``;
     ``profile`` adds the device-sized persistent grids, ``profile`` and ``sizes`` the
-    held-row forms (which depend on the rows' length).
+    held-row forms (which depend on the rows' length). ``group``: the members' map/reduce
+    group, when the caller built it already.
     """
-    if mapreduce_group_reason(graph, members) is not None:
-        return ["auto"]
-    outputs = tuple(outputs) if outputs is not None else group_outputs(graph, members)
-    group = MapReduceGroup(graph, members, outputs)
+    if group is None:
+        if mapreduce_group_reason(graph, members) is not None:
+            return ["auto"]
+        outputs = tuple(outputs) if outputs is not None else group_outputs(graph, members)
+        group = MapReduceGroup(graph, members, outputs)
     texts = [v.text() for v in prune_variants(group, enumerate_variants(group, profile,
                                                                         sizes))]
     if not claims(graph, members, "auto"):
@@ -750,7 +753,7 @@ class ImplementationSpace:
                 else MapReduceGroup(self.graph, members, outputs)  # shared by the variants
             found = []
             for variant in group_variants(self.graph, members, outputs, self.profile,
-                                          self.sizes if self.sized else None):
+                                          self.sizes if self.sized else None, group):
                 prediction = predict_variant(self.graph, members, outputs, variant,
                                              self.sizes, self.profile, group)
                 found.append(GroupChoice(members, outputs, variant, prediction))
