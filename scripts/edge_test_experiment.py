@@ -6,9 +6,7 @@ test made per thread, the warp holding a thread at the image's left or right edg
 paths one after the other; the generator now makes the test per warp (``warp_ix``). Here
 the planned program is timed against the same program with the test per thread (and each
 with its grid-stride loops run once) in alternating rounds beside torch.compile, after
-checking that the outputs agree. For 3-D tiles (``diffusion3d``), which before read every
-warp's halo columns one by one through the boundary modes, the planned program (interior
-warps read them as vectors) is timed against that form.
+checking that the outputs agree.
 
 Usage on the device machine (repo root)::
 
@@ -37,20 +35,6 @@ def per_thread(source: str) -> str:
     return re.sub(r"warp_ix_last \+ (\d+) <=", r"ix + \1 <=", source)
 
 
-def halo_one_by_one(case) -> str:
-    """The planned program's source with every warp of its 3-D tiles reading the halo
-    columns one by one through the boundary modes (no interior test: the form before)."""
-    import kfuse.codegen.kernels as kernels
-
-    saved = kernels._column_reach
-    kernels._column_reach = lambda group, tile: (0, 0) if group.ndim == 3 \
-        else saved(group, tile)
-    try:
-        return generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes).source
-    finally:
-        kernels._column_reach = saved
-
-
 def compare(name: str, rounds: int, runs: int) -> None:
     from kfuse.bench.torch_baseline import compiled_on
 
@@ -58,10 +42,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
     backend = get_backend("cuda")
     program = generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes)
     _, expected = planned_run(case, backend)
-    if case.graph.buffers[case.graph.outputs[0]].ndim == 3:
-        sources = {"warp test": program.source, "halo one by one": halo_one_by_one(case)}
-    else:
-        sources = {"warp test": program.source, "thread test": per_thread(program.source)}
+    sources = {"warp test": program.source, "thread test": per_thread(program.source)}
     sources |= {f"{label}, loops once": once(text)[0] for label, text in sources.items()}
     labels = {"compile": compiled_on(case.graph, case.given)}
     for label, text in sources.items():

@@ -149,31 +149,6 @@ def test_register_tiles_with_edge_and_interior_warps(boundary, monkeypatch):
     assert relative_error(outputs["st"], reference["st"]) <= 1e-5
 
 
-@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
-def test_three_dimensional_tiles_with_edge_and_interior_warps(boundary, monkeypatch):
-    """Both diffusion steps in one kernel of the planned 8 x 2 x 4 tiles over rows of 3 warps'
-    columns and 2 more: the interior warps read their halo columns as vectors, the edge
-    warps one by one through the boundary mode; every point equals the reference."""
-    from kfuse.codegen import generate, kernels
-    from kfuse.runtime import get_backend
-
-    monkeypatch.setattr(kernels, "_vector_condition", lambda group, columns: "true")
-    app = get_app("diffusion3d")
-    graph = app.build(boundary=boundary).graph()
-    arrays, params = app.make_inputs((9, 3, 3 * 32 * 4 + 2 * 4), np.random.default_rng(12),
-                                     "float32")
-    reference = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
-                              boundary)
-    program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs,
-                                "recompute")])
-    assert "a 8 x 2 x 4 register tile" in program.source
-    assert "warp_ix >= 4 && warp_ix_last + 8 <=" in program.source
-    assert "} else if (true) {" in program.source  # the edge warps' vector rows
-    outputs = get_backend("cpu").run(graph, arrays | params, program=program)
-    for name, expected in reference.items():
-        assert relative_error(outputs[name], expected) <= 1e-5, name
-
-
 @pytest.mark.parametrize("shape", [(9, 11, 13), (7, 6, 12)], ids=str)
 @pytest.mark.parametrize("tile", [(3, 2, 4)], ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)

@@ -50,12 +50,6 @@ TILED_BLOCKS: dict[tuple[str, int], tuple[int, int]] = {
     ("single", 2): (TILE_X, TILE_Y), ("recompute", 2): (32, 2), ("arithmetic", 2): (TILE_X, TILE_Y),
     ("single", 3): (32, 4), ("recompute", 3): (32, 4), ("arithmetic", 3): (32, 4),
 }
-# Whether warps at the left or right edge of a register-tiled image (by dimensionality)
-# read their rows as aligned vectors too, the halo columns one by one, rather than take the
-# scalar path: in 3-D, where rows are short (two of the four warps of a 512-wide row are at
-# an edge); not in 2-D, where two warps of 64 are at an edge of an 8192-wide image and the
-# extra path cost Sobel's kernel 12 registers (nvcc 13, sm_90)
-VECTOR_EDGE_WARPS = {2: False, 3: True}
 # Blocks per SM that tiled kernels ask the compiler to fit (__launch_bounds__; 0: no
 # request, the compiler may use up to 255 registers per thread)
 TILE_MIN_BLOCKS = 0
@@ -403,26 +397,20 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         in_range["iy"] = (0, middle_count - 1)
     fast = _items_code(group, fast_points, sizes, in_range)
     aligned = _vector_condition(group, columns)
-    edge_lines: list[str] = []
     if aligned:
-        # rows of the tile as aligned vectors; warps away from the left and right edges
-        # read their halo columns as whole vectors too, with no boundary mode to apply
-        # along the rows, the others one by one through the boundary modes
-        left, right = _column_reach(group, tile)
+        # in 2-D, threads away from the left and right edges read their halo columns as
+        # whole aligned vectors too, with no boundary mode to apply along the rows (in 3-D
+        # rows are short: the threads at the edges, on the other path, would be too many)
+        left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
         edge_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
         vector = _items_code(group, fast_points, sizes,
                              in_range | {"ix": (-left, columns - 1 + right)}, columns)
-        paths = [f"if ({' && '.join([aligned, *interior])}) {{",
-                 f"  // rows of {columns} columns: one aligned vector load or store each",
-                 *indent(vector, 1)]
-        if interior and VECTOR_EDGE_WARPS[group.ndim]:
-            edge = _items_code(group, fast_points, sizes, in_range, columns)
-            paths += [f"}} else if ({aligned}) {{",
-                      f"  // rows of {columns} columns as aligned vectors, the halo columns "
-                      "one by one",
-                      *indent(edge, 1)]
-        fast = [*paths, "} else {", *indent(fast, 1), "}"]
+        fast = [f"if ({' && '.join([aligned, *interior])}) {{",
+                f"  // rows of {columns} columns: one aligned vector load or store each",
+                *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
+    else:
+        edge_lines = []
     single = _items_code(group, [single_point], sizes, {})
     extent, width = sizes[0], sizes[-1]
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
