@@ -20,10 +20,8 @@ import argparse
 
 import numpy as np
 
-from kfuse.bench.experiment import device_case, planned_run
 from kfuse.bench.timing import print_rounds, time_alternating
-from kfuse.runtime import get_backend
-from scripts.held_rows_probe import compiled
+from scripts.held_rows_probe import compiled, vadd_setup
 
 VADD_BULK = r"""
 __device__ __forceinline__ unsigned smem(const void* p) {
@@ -100,17 +98,9 @@ CONFIGS = ((256, 2048, 4, 2, 0), (256, 2048, 4, 2, 1), (256, 1024, 6, 3, 0),
 def probe_vadd_bulk(rounds: int, runs: int) -> None:
     import cupy
 
-    from kfuse.bench.torch_baseline import compiled_on
-
-    case = device_case("vadd")
-    backend = get_backend("cuda")
-    executable, expected = planned_run(case, backend)
-    given = case.given
+    given, out, expected, runs_by_label = vadd_setup()
     n = given["w"].size
-    out = cupy.empty(n, dtype=cupy.float32)
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    runs_by_label = {"planned": executable.launch_all,
-                     "compile": compiled_on(case.graph, given)}
     for threads, chunk, stages, per_sm, order in CONFIGS:
         label = f"bulk {threads} thr, {chunk * 4 // 1024} KB x {stages} stages, " \
                 f"{per_sm}/SM, order {order}"

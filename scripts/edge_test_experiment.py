@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import replace
 
-from kfuse.bench.experiment import device_case, planned_run, run_checked
-from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
+from kfuse.bench.experiment import device_case, time_sources
+from kfuse.bench.timing import alternating_main
 from kfuse.codegen import generate
-from kfuse.runtime import get_backend
 from scripts.grid_loop_experiment import once
 
 SIZE = None  # --size N: square images of N (else the benchmark size)
@@ -36,22 +34,11 @@ def per_thread(source: str) -> str:
 
 
 def compare(name: str, rounds: int, runs: int) -> None:
-    from kfuse.bench.torch_baseline import compiled_on
-
     case = device_case(name, size=(SIZE, SIZE) if SIZE else None)
-    backend = get_backend("cuda")
     program = generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes)
-    _, expected = planned_run(case, backend)
     sources = {"warp test": program.source, "thread test": per_thread(program.source)}
     sources |= {f"{label}, loops once": once(text)[0] for label, text in sources.items()}
-    labels = {"compile": compiled_on(case.graph, case.given)}
-    for label, text in sources.items():
-        executable, error, registers = run_checked(
-            backend, case, replace(program, source=text), expected)
-        print(f"{name} {label}: error {error:.1e}, registers {registers}", flush=True)
-        if error < 1e-6:
-            labels[label] = executable.launch_all
-    print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
+    time_sources(case, program, sources, rounds, runs)
 
 
 def main() -> None:

@@ -280,19 +280,25 @@ def probe_colsum(rounds: int, runs: int) -> None:
     print_rounds("colsum", time_alternating(runs_by_label, rounds, repeat=runs), "32x32 S1")
 
 
-def probe_vadd(rounds: int, runs: int) -> None:
+def vadd_setup() -> tuple[dict, object, dict, dict]:
+    """VADD at its benchmark size on the GPU: (inputs, an output vector for hand-written
+    kernels, the planned program's outputs, the planned program and torch.compile by label)."""
     import cupy
 
     from kfuse.bench.torch_baseline import compiled_on
 
     case = device_case("vadd")
-    backend = get_backend("cuda")
-    executable, expected = planned_run(case, backend)
-    given = case.given
+    executable, expected = planned_run(case, get_backend("cuda"))
+    out = cupy.empty(case.given["w"].size, dtype=cupy.float32)
+    return case.given, out, expected, {"planned": executable.launch_all,
+                                       "compile": compiled_on(case.graph, case.given)}
+
+
+def probe_vadd(rounds: int, runs: int) -> None:
+    import cupy
+
+    given, out, expected, runs_by_label = vadd_setup()
     n = given["w"].size
-    out = cupy.empty(n, dtype=cupy.float32)
-    runs_by_label = {"planned": executable.launch_all,
-                     "compile": compiled_on(case.graph, given)}
     shapes = [(256, 1, label) for label in VADD_HINTS] + [
         (threads, items, "plain") for threads, items in VADD_SHAPES if (threads, items)
         != (256, 1)]

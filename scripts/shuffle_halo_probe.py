@@ -19,12 +19,10 @@ Usage on the device machine (repo root)::
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
-from kfuse.bench.experiment import device_case, planned_run, run_checked
-from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
+from kfuse.bench.experiment import device_case, time_sources
+from kfuse.bench.timing import alternating_main
 from kfuse.codegen import generate
-from kfuse.runtime import get_backend
 from scripts.grid_loop_experiment import once
 
 VECTOR = re.compile(r"const float4 (\w+) = \*reinterpret_cast<const float4\*>"
@@ -90,24 +88,13 @@ def shuffled(source: str, columns: int = 4) -> tuple[str, int]:
 
 
 def compare(name: str, rounds: int, runs: int) -> None:
-    from kfuse.bench.torch_baseline import compiled_on
-
     case = device_case(name)
-    backend = get_backend("cuda")
     program = generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes)
-    _, expected = planned_run(case, backend)
     patched, count = shuffled(program.source)
     print(f"{name}: {count} halo loads from the neighbouring lanes", flush=True)
     sources = {"planned": program.source, "lanes": patched}
     sources |= {f"{label}, loops once": once(text)[0] for label, text in sources.items()}
-    labels = {"compile": compiled_on(case.graph, case.given)}
-    for label, text in sources.items():
-        executable, error, registers = run_checked(
-            backend, case, replace(program, source=text), expected)
-        print(f"{name} {label}: error {error:.1e}, registers {registers}", flush=True)
-        if error < 1e-6:
-            labels[label] = executable.launch_all
-    print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
+    time_sources(case, program, sources, rounds, runs)
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ groups, and programs run and checked against the planned one (``scripts/*_experi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -90,5 +90,27 @@ def run_checked(backend: Any, case: DeviceCase, program: Any,
     return executable, error, registers
 
 
+def time_sources(case: DeviceCase, program: Any, sources: Mapping[str, str], rounds: int,
+                 runs: int) -> None:
+    """``program`` (``case``'s planned program) with each of ``sources`` as its source, run
+    once and checked against the planned outputs, then the agreeing ones timed in
+    alternating rounds beside torch.compile (timing experiments on source patches)."""
+    from kfuse.bench.timing import print_rounds, time_alternating
+    from kfuse.bench.torch_baseline import compiled_on
+    from kfuse.runtime import get_backend
+
+    name = case.app.name
+    backend = get_backend("cuda")
+    _, expected = planned_run(case, backend)
+    labels = {"compile": compiled_on(case.graph, case.given)}
+    for label, text in sources.items():
+        executable, error, registers = run_checked(
+            backend, case, replace(program, source=text), expected)
+        print(f"{name} {label}: error {error:.1e}, registers {registers}", flush=True)
+        if error < 1e-6:
+            labels[label] = executable.launch_all
+    print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
+
+
 __all__ = ["DeviceCase", "device_case", "masked_only", "normalized_variants", "planned_run",
-           "run_checked"]
+           "run_checked", "time_sources"]
