@@ -128,9 +128,10 @@ def test_register_tiles_of_rows_and_columns(tile, boundary, width, monkeypatch):
 
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
 def test_register_tiles_with_edge_and_interior_warps(boundary, monkeypatch):
-    """Blocks of 32 x 2 threads and 10 x 4 tiles (the planned ones) over an image of 3 warps'
-    columns and 2 more: the first and last warps of each row take the edge path as a whole,
-    the middle one the vector path; every pixel equals the reference."""
+    """Blocks of 32 x 2 threads and 10 x 4 tiles (the planned ones) over an image 392 wide
+    (3 warps' columns and 2 threads' more): the first and last warps of each row take the
+    edge path as a whole, the two between them the vector path; every pixel equals the
+    reference (a wrong vector path fails it: checked by mutation)."""
     from kfuse.codegen import generate, kernels
     from kfuse.runtime import get_backend
 

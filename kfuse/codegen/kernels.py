@@ -398,9 +398,10 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
     fast = _items_code(group, fast_points, sizes, in_range)
     aligned = _vector_condition(group, columns)
     if aligned:
-        # in 2-D, threads away from the left and right edges read their halo columns as
-        # whole aligned vectors too, with no boundary mode to apply along the rows (in 3-D
-        # rows are short: the threads at the edges, on the other path, would be too many)
+        # in 2-D, warps away from the left and right edges read their halo columns as whole
+        # aligned vectors too, with no boundary mode to apply along the rows (in 3-D rows
+        # are short: two of the four warps of a 512-wide row would take the other path;
+        # measured 4% slower for diffusion3d, docs/benchmarks.md, session 12)
         left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
         edge_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
@@ -478,8 +479,10 @@ def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: st
     """
     if not left and not right:
         return [], []
-    if block_x % 32 == 0:  # (ix less the lane's columns: 8 registers fewer in Sobel's kernel
-        before, last = "threadIdx.x & 31u", 31  # than from blockIdx, by nvcc 13 for sm_90)
+    # the warp's first column as ix less the lane's columns (from blockIdx it took Sobel's
+    # kernel 8 registers more, nvcc 13 for sm_90)
+    if block_x % 32 == 0:
+        before, last = "threadIdx.x & 31u", 31
     else:
         before, last = "threadIdx.x", block_x - 1
     lines = ["// the first columns of the first and last threads of this thread's warp: the",
