@@ -231,3 +231,20 @@ def test_the_model_counts_a_log_inside_an_exp_as_the_cheap_form():
     # exp (special) + mul + log: one simple operation inside an exp, a special one outside
     assert operations_per_point(kernels["inside"]) == SFU_WEIGHT + 1 + 1
     assert operations_per_point(kernels["outside"]) == 2 * SFU_WEIGHT + 2
+
+
+@pytest.mark.parametrize(("block_x", "first", "last"),
+                         [(32, "threadIdx.x & 31u", 31 * 4), (64, "threadIdx.x & 31u", 31 * 4),
+                          (8, "threadIdx.x", 7 * 4), (48, "threadIdx.x", 47 * 4)])
+def test_the_interior_test_of_register_tiles_is_a_warps_or_its_blocks(block_x, first, last):
+    """A warp's first column from ``ix`` less its lane's columns where a warp is 32 threads of
+    one row (blocks a multiple of 32 wide), else from the block's first thread; the last
+    column 31 (or the block's width less one) threads of 4 columns on."""
+    from kfuse.codegen.kernels import _warp_edge_test
+
+    lines, conditions = _warp_edge_test(block_x, 4, 4, 4, "n_img_1")
+    assert f"const int warp_ix = ix - (int)({first}) * 4;" in lines
+    assert f"const int warp_ix_last = warp_ix + {last};" in lines
+    assert conditions == ["warp_ix >= 4", "warp_ix_last + 8 <= n_img_1"]
+    assert _warp_edge_test(block_x, 4, 0, 0, "n_img_1") == ([], [])
+    assert _warp_edge_test(block_x, 4, 0, 4, "n")[1] == ["warp_ix_last + 8 <= n"]
