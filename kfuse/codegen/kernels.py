@@ -50,9 +50,6 @@ TILED_BLOCKS: dict[tuple[str, int], tuple[int, int]] = {
     ("single", 2): (TILE_X, TILE_Y), ("recompute", 2): (32, 2), ("arithmetic", 2): (TILE_X, TILE_Y),
     ("single", 3): (32, 4), ("recompute", 3): (32, 4), ("arithmetic", 3): (32, 4),
 }
-# Whether register tiles (by dimensionality) get a path for tiles whose rows (and planes)
-# are all inside the array, with no boundary mode applied along them
-INTERIOR_ROWS = {2: False, 3: True}
 # Blocks per SM that tiled kernels ask the compiler to fit (__launch_bounds__; 0: no
 # request, the compiler may use up to 255 registers per thread)
 TILE_MIN_BLOCKS = 0
@@ -408,29 +405,11 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
         edge_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
-        vector_range = in_range | {"ix": (-left, columns - 1 + right)}
-        vector = _items_code(group, fast_points, sizes, vector_range, columns)
-        paths = [f"if ({' && '.join([aligned, *interior])}) {{",
-                 f"  // rows of {columns} columns: one aligned vector load or store each",
-                 *indent(vector, 1)]
-        if INTERIOR_ROWS[group.ndim]:
-            # tiles whose rows (and planes) are all inside: no boundary mode along them, so
-            # every row is a constant offset from the tile's first
-            reach = {name: _axis_reach(group, tile, axis)
-                     for axis, name in enumerate([outer, "iy"][:group.ndim - 1])}
-            ranges = {name: (-low, in_range[name][1] + high)
-                      for name, (low, high) in reach.items()}
-            inside_rows = [term for axis, (name, (low, high)) in enumerate(reach.items())
-                           for term in ([f"{name} >= {low}"] if low else []) +
-                           ([f"{name} + {ranges[name][1]} < {sizes[axis]}"] if high else [])]
-            if inside_rows:
-                rows_inside = _items_code(group, fast_points, sizes, vector_range | ranges,
-                                          columns)
-                paths = [f"if ({' && '.join([aligned, *interior, *inside_rows])}) {{",
-                         f"  // rows of {columns} columns: one aligned vector load or store "
-                         "each; every row inside", *indent(rows_inside, 1),
-                         f"}} else {paths[0]}", *paths[1:]]
-        fast = [*paths, "} else {", *indent(fast, 1), "}"]
+        vector = _items_code(group, fast_points, sizes,
+                             in_range | {"ix": (-left, columns - 1 + right)}, columns)
+        fast = [f"if ({' && '.join([aligned, *interior])}) {{",
+                f"  // rows of {columns} columns: one aligned vector load or store each",
+                *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
     else:
         edge_lines = []
     single = _items_code(group, [single_point], sizes, {})
@@ -518,26 +497,19 @@ def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: st
 def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
     """How many columns left of a thread's first and right of its last column the thread
     evaluates a member at or loads an input from."""
-    return _axis_reach(group, tile, group.ndim - 1)
-
-
-def _axis_reach(group: KernelGroup, tile: tuple[int, ...], axis: int) -> tuple[int, int]:
-    """How far before a thread's first and after its last point along ``axis`` the thread
-    evaluates a member at or loads an input from."""
     from kfuse.model.roofline import evaluation_points
 
     members = tuple(k.name for k in group.members)
     points = evaluation_points(group.graph, members, group.outputs, tile)
-    reached = {p[axis] for evaluated in points.values() for p in evaluated}
+    columns = {p[-1] for evaluated in points.values() for p in evaluated}
     for kernel in group.members:
         for access in kernel.accesses:
-            if access.buffer in group.produced:
-                continue  # intermediates are evaluated points
-            for position, dim in enumerate(access.dims):
-                if dim == axis:  # (reads along other axes only reach no point of this one)
-                    reached |= {p[axis] + offset[position] for p in points[kernel.name]
-                                for offset in access.offsets}
-    return max(0, -min(reached)), max(0, max(reached) - (tile[axis] - 1))
+            if access.buffer in group.produced or not access.dims or \
+                    access.dims[-1] != group.ndim - 1:
+                continue  # intermediates are evaluated points; others read no column
+            columns |= {p[-1] + offset[-1] for p in points[kernel.name]
+                        for offset in access.offsets}
+    return max(0, -min(columns)), max(0, max(columns) - (tile[-1] - 1))
 
 
 def _vector_condition(group: KernelGroup, columns: int) -> str | None:
