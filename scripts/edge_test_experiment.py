@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 
-from kfuse.bench.experiment import device_case, time_sources
+from kfuse.bench.experiment import device_case, planned_program, time_sources
 from kfuse.bench.timing import alternating_main
-from kfuse.codegen import generate
 from scripts.grid_loop_experiment import once
 
 SIZE = None  # --size N: square images of N (else the benchmark size)
@@ -35,10 +35,11 @@ def per_thread(source: str) -> str:
 
 def compare(name: str, rounds: int, runs: int) -> None:
     case = device_case(name, size=(SIZE, SIZE) if SIZE else None)
-    program = generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes)
+    program = planned_program(case)
     sources = {"warp test": program.source, "thread test": per_thread(program.source)}
     sources |= {f"{label}, loops once": once(text)[0] for label, text in sources.items()}
-    time_sources(case, program, sources, rounds, runs)
+    time_sources(case, {label: replace(program, source=text) for label, text in sources.items()},
+                 rounds, runs)
 
 
 def main() -> None:

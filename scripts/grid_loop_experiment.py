@@ -26,10 +26,9 @@ import re
 from dataclasses import replace
 
 import kfuse.codegen.kernels as kernels
-from kfuse.bench.experiment import device_case
-from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
+from kfuse.bench.experiment import device_case, time_sources
+from kfuse.bench.timing import alternating_main
 from kfuse.codegen import generate
-from kfuse.runtime import get_backend
 
 LOOP = re.compile(r"(for \((?:int|kf_index_t) (\w+) = [^;]+;\s*\2 < (\w+);\s*)"
                   r"\2 \+= (?:[^)]*gridDim[^)]*|step)\)")
@@ -46,15 +45,8 @@ def flush_subnormal_roots(source: str) -> str:
 
 
 def compare(name: str, rounds: int, runs: int) -> None:
-    import cupy
-
-    from kfuse.bench.torch_baseline import compiled_on
-
     case = device_case(name)
-    graph, given, sizes, plan = case.graph, case.given, case.sizes, case.plan
-    backend = get_backend("cuda")
-    labels = {"compile": compiled_on(graph, given)}
-    expected = None
+    programs = {}
     configs = [c for c in os.environ.get("TILES", "").split(",") if c] or [""]
     for config in configs:
         saved = dict(kernels.REGISTER_TILES), dict(kernels.TILED_BLOCKS)
@@ -65,12 +57,13 @@ def compare(name: str, rounds: int, runs: int) -> None:
         try:
             groups = [(*g[:3], kernels.REGISTER_TILES[("recompute", 2)])
                       if config and g[2] == "recompute" and len(g[3] or ()) == 2 else g
-                      for g in plan.kernel_groups]  # (the plan fixed its tile)
-            program = generate(graph, groups, fixed_sizes=sizes)
+                      for g in case.plan.kernel_groups]  # (the plan fixed its tile)
+            program = generate(case.graph, groups, fixed_sizes=case.sizes)
         finally:
             kernels.REGISTER_TILES.update(saved[0])
             kernels.TILED_BLOCKS.update(saved[1])
         patched, count = once(program.source)
+        print(f"{name} {config or 'defaults'}: {count} grid-stride loop(s) patched", flush=True)
         sources = {f"plan {config}": program.source}
         if count:
             sources[f"loops run once {config}"] = patched
@@ -78,21 +71,8 @@ def compare(name: str, rounds: int, runs: int) -> None:
             sources |= {f"{label} ftz": flush_subnormal_roots(text)
                         for label, text in sources.items()
                         if flush_subnormal_roots(text) != text}
-        programs = {label: backend.prepare(graph, given,
-                                           program=replace(program, source=text))
-                    for label, text in sources.items()}
-        for run in programs.values():
-            run.launch_all()
-        first = next(iter(programs.values()))
-        expected = expected or {o: first.buffers[o].copy() for o in graph.outputs}
-        error = max(float(cupy.abs(run.buffers[o] - expected[o]).max()
-                          / cupy.abs(expected[o]).max())
-                    for o in graph.outputs for run in programs.values())
-        print(f"{name} {config or 'defaults'}: {count} grid-stride loop(s) patched, "
-              f"{len(programs)} programs; error against the first {error:.1e}", flush=True)
-        if error < 1e-6:
-            labels |= {label: run.launch_all for label, run in programs.items()}
-    print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
+        programs |= {label: replace(program, source=text) for label, text in sources.items()}
+    time_sources(case, programs, rounds, runs)
 
 
 def main() -> None:

@@ -19,10 +19,10 @@ Usage on the device machine (repo root)::
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from kfuse.bench.experiment import device_case, time_sources
+from kfuse.bench.experiment import device_case, planned_program, time_sources
 from kfuse.bench.timing import alternating_main
-from kfuse.codegen import generate
 from scripts.grid_loop_experiment import once
 
 VECTOR = re.compile(r"const float4 (\w+) = \*reinterpret_cast<const float4\*>"
@@ -89,12 +89,13 @@ def shuffled(source: str, columns: int = 4) -> tuple[str, int]:
 
 def compare(name: str, rounds: int, runs: int) -> None:
     case = device_case(name)
-    program = generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes)
+    program = planned_program(case)
     patched, count = shuffled(program.source)
     print(f"{name}: {count} halo loads from the neighbouring lanes", flush=True)
     sources = {"planned": program.source, "lanes": patched}
     sources |= {f"{label}, loops once": once(text)[0] for label, text in sources.items()}
-    time_sources(case, program, sources, rounds, runs)
+    time_sources(case, {label: replace(program, source=text) for label, text in sources.items()},
+                 rounds, runs)
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ groups, and programs run and checked against the planned one (``scripts/*_experi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -90,10 +90,18 @@ def run_checked(backend: Any, case: DeviceCase, program: Any,
     return executable, error, registers
 
 
-def time_sources(case: DeviceCase, program: Any, sources: Mapping[str, str], rounds: int,
+def planned_program(case: DeviceCase) -> Any:
+    """The program of ``case``'s plan compiled for its sizes, as the cuda backend builds it
+    (what the source-patch experiments start from)."""
+    from kfuse.codegen import generate
+
+    return generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes)
+
+
+def time_sources(case: DeviceCase, programs: Mapping[str, Any], rounds: int,
                  runs: int) -> None:
-    """``program`` (``case``'s planned program) with each of ``sources`` as its source, run
-    once and checked against the planned outputs, then the agreeing ones timed in
+    """Each of ``programs`` (labelled; ``case``'s program patched or regenerated) run once
+    and checked against the planned program's outputs, then the agreeing ones timed in
     alternating rounds beside torch.compile (timing experiments on source patches)."""
     from kfuse.bench.timing import print_rounds, time_alternating
     from kfuse.bench.torch_baseline import compiled_on
@@ -103,14 +111,13 @@ def time_sources(case: DeviceCase, program: Any, sources: Mapping[str, str], rou
     backend = get_backend("cuda")
     _, expected = planned_run(case, backend)
     labels = {"compile": compiled_on(case.graph, case.given)}
-    for label, text in sources.items():
-        executable, error, registers = run_checked(
-            backend, case, replace(program, source=text), expected)
+    for label, program in programs.items():
+        executable, error, registers = run_checked(backend, case, program, expected)
         print(f"{name} {label}: error {error:.1e}, registers {registers}", flush=True)
         if error < 1e-6:
             labels[label] = executable.launch_all
     print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
 
 
-__all__ = ["DeviceCase", "device_case", "masked_only", "normalized_variants", "planned_run",
-           "run_checked", "time_sources"]
+__all__ = ["DeviceCase", "device_case", "masked_only", "normalized_variants",
+           "planned_program", "planned_run", "run_checked", "time_sources"]

@@ -397,6 +397,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         in_range["iy"] = (0, middle_count - 1)
     fast = _items_code(group, fast_points, sizes, in_range)
     aligned = _vector_condition(group, columns)
+    edge_lines: list[str] = []
     if aligned:
         # in 2-D, warps away from the left and right edges read their halo columns as whole
         # aligned vectors too, with no boundary mode to apply along the rows (in 3-D rows
@@ -410,8 +411,6 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         fast = [f"if ({' && '.join([aligned, *interior])}) {{",
                 f"  // rows of {columns} columns: one aligned vector load or store each",
                 *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
-    else:
-        edge_lines = []
     single = _items_code(group, [single_point], sizes, {})
     extent, width = sizes[0], sizes[-1]
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"

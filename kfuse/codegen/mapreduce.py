@@ -775,6 +775,16 @@ class _Builder(StreamBody, HeldBody):
         self.names_used = emitter.state.counter
         return emitter.lines, values
 
+    @staticmethod
+    def block_atomic_lines(reduce: Reduce) -> list[str]:
+        """A full reduction's partials combined over the block, one atomic per block (every
+        thread of the block runs these lines: they hold barriers)."""
+        return [f"// '{reduce.kernel.name}': combine over the block, one atomic per block",
+                f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
+                f"kf_acc_{reduce.var}, {reduce.identity});",
+                f"if (threadIdx.x == 0 && threadIdx.y == 0) kf_atomic_{reduce.op}("
+                f"&{reduce.var}[0], kf_acc_{reduce.var});"]
+
     def store_lines(self, values: dict[str, list[str]], address: str, count: str,
                     vec: str, names: Sequence[str] | None = None) -> list[str]:
         """Stores of the maps ``names`` (the core's stored maps by default) at ``address``."""

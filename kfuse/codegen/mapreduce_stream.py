@@ -220,16 +220,6 @@ class StreamBody:
                 else GridAxis(), GridAxis())
         return body, grid
 
-    @staticmethod
-    def block_atomic_lines(reduce: Reduce) -> list[str]:
-        """A full reduction's partials combined over the block, one atomic per block (every
-        thread of the block runs these lines: they hold barriers)."""
-        return [f"// '{reduce.kernel.name}': combine over the block, one atomic per block",
-                f"kf_acc_{reduce.var} = kf_block_reduce<{reduce.code}, {reduce.ctype}>("
-                f"kf_acc_{reduce.var}, {reduce.identity});",
-                f"if (threadIdx.x == 0 && threadIdx.y == 0) kf_atomic_{reduce.op}("
-                f"&{reduce.var}[0], kf_acc_{reduce.var});"]
-
     def epilogue_flush(self, rows: int, unroll: int, n_rows: str) -> list[str]:
         """Whole rows: each row's reductions over the warp, then lane 0 evaluates the epilogue
         at that row and stores what must reach memory (the epilogue's outputs; a reduction's
