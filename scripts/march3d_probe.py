@@ -302,7 +302,7 @@ def march_kernel(shape: str):
 
     values = [int(v) for v in shape.split("x")]
     names = ("TY", "BX", "BY", "CZ", "DEPTH")
-    source = "".join(f"#define {k} {v}\n" for k, v in zip(names, values))
+    source = "".join(f"#define {k} {v}\n" for k, v in zip(names, values, strict=False))
     staged = len(values) == 5
     module = cupy.RawModule(code=source + (SMEM_KERNEL if staged else KERNEL),
                             options=("-std=c++17",))
