@@ -319,9 +319,10 @@ def main() -> None:
     import cupy
     import numpy as np
 
-    from kfuse.bench.experiment import device_case, planned_run
+    from kfuse.bench.experiment import device_case, planned_program, planned_run, run_checked
     from kfuse.bench.timing import print_rounds, time_alternating
     from kfuse.bench.torch_baseline import compiled_on
+    from kfuse.codegen import marching
     from kfuse.runtime import get_backend
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -331,10 +332,18 @@ def main() -> None:
                                                         "2x32x8x32", "2x64x2x32", "1x32x8x32"])
     args = parser.parse_args()
     case = device_case("diffusion3d")
-    executable, expected = planned_run(case, get_backend("cuda"))
+    backend = get_backend("cuda")
+    executable, expected = planned_run(case, backend)
+    print("planned: registers", "/".join(str(f.num_regs) for f in executable.functions.values()),
+          flush=True)
     u0, c = case.given["u0"], np.float32(case.given["c"])
     out = cupy.empty_like(expected["u2"])
     labels = {"compile": compiled_on(case.graph, case.given), "planned": executable.launch_all}
+    marching.ENABLED = False  # the register tiles, as before kfuse.codegen.marching
+    tiles, error, registers = run_checked(backend, case, planned_program(case), expected)
+    marching.ENABLED = True
+    print(f"register tiles: error {error:.1e}, registers {registers}", flush=True)
+    labels["tiles"] = tiles.launch_all
     for shape in args.shapes:
         kernel, (ty, bx, by, cz), shared = march_kernel(shape)
         grid = (512 // (4 * bx), 512 // (ty * by), 512 // cz)

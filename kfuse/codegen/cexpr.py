@@ -192,6 +192,9 @@ class EmitState:
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
     vector_columns: int = 0  # >1: reads of columns ix .. ix+n-1 of one row are one vector load
     window_sums: dict[Expr, bool] = field(default_factory=dict)  # node -> _three_term_sum
+    # buffers whose element addresses are left as STAGED_ADDRESS markers, for the kernel to
+    # render as global or shared-memory addresses (kfuse.codegen.marching)
+    staged: frozenset[str] = frozenset()
 
     def evaluations(self) -> dict[str, int]:
         """How many distinct points each operator was evaluated at, per thread iteration."""
@@ -382,12 +385,11 @@ class ExprEmitter:
         return (index, 0), flag
 
     def address(self, name: str, indices: list[str]) -> str:
-        """Row-major element address of ``indices`` in buffer ``name``."""
-        buffer = self.graph.buffers[name]
-        address = indices[0] if buffer.ndim == 1 else f"(kf_index_t){indices[0]}"
-        for axis in range(1, buffer.ndim):
-            address = f"({address}) * {size_var(buffer.shape[axis])} + {indices[axis]}"
-        return address
+        """Row-major element address of ``indices`` in buffer ``name`` (a marker for staged
+        buffers)."""
+        if name in self.state.staged:
+            return staged_address(name, indices)
+        return row_major_address(self.graph, name, indices)
 
     def vector_column(self, load: Load) -> tuple[str, int] | None:
         """(vector type, column) when the read is a component of an aligned vector load.
@@ -459,6 +461,24 @@ class ExprEmitter:
                 self.state.indices[flag_key] = name
             flag = self.state.indices[flag_key]
         return self.state.indices[key], flag
+
+
+def row_major_address(graph: Graph, name: str, indices: list[str]) -> str:
+    """Row-major element address of ``indices`` in buffer ``name``."""
+    buffer = graph.buffers[name]
+    address = indices[0] if buffer.ndim == 1 else f"(kf_index_t){indices[0]}"
+    for axis in range(1, buffer.ndim):
+        address = f"({address}) * {size_var(buffer.shape[axis])} + {indices[axis]}"
+    return address
+
+
+# ``KF_AT(buffer|index|index|...)``: an element of a staged buffer, rendered later
+STAGED_ADDRESS = re.compile(r"KF_AT\(([^|()]+)((?:\|[^|]+?)+)\)(?=\])")
+
+
+def staged_address(name: str, indices: list[str]) -> str:
+    """The marker of element ``indices`` of staged buffer ``name`` (see STAGED_ADDRESS)."""
+    return f"KF_AT({'|'.join([name, *indices])})"
 
 
 def param_list(graph: Graph, reads: list[str], writes: list[str], symbols: list[str],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kfuse.codegen import marching
 from kfuse.codegen.cexpr import (
     VECTOR_TYPES,
     Coordinate,
@@ -288,9 +289,20 @@ def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], s
     ``ix``, alignment checked by the caller) each row of an input is one vector load and
     each row of an output one vector store.
     """
+    emitter, stores = items_emitted(group, points, sizes, in_range, vector_columns)
+    return emitter.lines + stores
+
+
+def items_emitted(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], str | None]],
+                  sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]],
+                  vector_columns: int = 0, staged: frozenset[str] = frozenset()
+                  ) -> tuple[ExprEmitter, list[str]]:
+    """(emitter holding the value lines, store lines) of :func:`_items_code`; reads of
+    ``staged`` buffers are left as address markers (:mod:`kfuse.codegen.marching`)."""
     emitter = group.emitter(points[0][0], points[0][1])
     emitter.state.in_range.update(in_range)
     emitter.state.vector_columns = vector_columns
+    emitter.state.staged = staged
     stores = []
     rows: dict[tuple, dict[str, list[str]]] = {}
     for coords, flat in points:
@@ -308,7 +320,7 @@ def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], s
             cast = ", ".join(f"({C_TYPES[dtype]}){v}" for v in values)
             stores.append(f"*reinterpret_cast<{vector_type}*>(&{c_name(name)}[{address}]) = "
                           f"{vector_type}{{{cast}}};")
-    return emitter.lines + stores
+    return emitter, stores
 
 
 def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant: str = "auto"
@@ -319,7 +331,15 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant:
     kind = "arithmetic" if is_arithmetic_heavy(group.members) else tile_kind(variant)
     if tile is None or kind == "arithmetic":
         tile = register_tile(kind, group.ndim)
-    return _tiled_kernel(group, tile, TILED_BLOCKS[(kind, group.ndim)])
+    block = TILED_BLOCKS[(kind, group.ndim)]
+    lines, launch = _tiled_kernel(group, tile, block)
+    if kind == "recompute" and marching.ENABLED and block[0] == marching.MARCH_BLOCK[0] \
+            and tile[-1] == marching.MARCH_COLUMNS and marching.march_reasons(group) is None:
+        # 3-D chains march along z; the register tiles serve the sizes marching does not
+        header = next(i for i, line in enumerate(lines) if line.startswith("KF_KERNEL"))
+        fallback = [line[2:] for line in lines[header + 2:-1]]
+        return marching.marching_kernel(group, fallback)
+    return lines, launch
 
 
 def is_arithmetic_heavy(members: Sequence[Kernel]) -> bool:
@@ -496,19 +516,27 @@ def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: st
 def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
     """How many columns left of a thread's first and right of its last column the thread
     evaluates a member at or loads an input from."""
+    return reach(group, tile)[-1]
+
+
+def reach(group: KernelGroup, tile: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Per axis, how many points before a thread's first and after its last point (of a
+    register tile ``tile``) the thread evaluates a member at or loads an input from."""
     from kfuse.model.roofline import evaluation_points
 
     members = tuple(k.name for k in group.members)
     points = evaluation_points(group.graph, members, group.outputs, tile)
-    columns = {p[-1] for evaluated in points.values() for p in evaluated}
+    reached: list[set[int]] = [{p[axis] for evaluated in points.values() for p in evaluated}
+                               for axis in range(group.ndim)]
     for kernel in group.members:
         for access in kernel.accesses:
-            if access.buffer in group.produced or not access.dims or \
-                    access.dims[-1] != group.ndim - 1:
-                continue  # intermediates are evaluated points; others read no column
-            columns |= {p[-1] + offset[-1] for p in points[kernel.name]
-                        for offset in access.offsets}
-    return max(0, -min(columns)), max(0, max(columns) - (tile[-1] - 1))
+            if access.buffer in group.produced:
+                continue  # intermediates are evaluated points
+            for position, axis in enumerate(access.dims):
+                reached[axis] |= {p[axis] + offset[position] for p in points[kernel.name]
+                                  for offset in access.offsets}
+    return [(max(0, -min(values)), max(0, max(values) - (tile[axis] - 1)))
+            for axis, values in enumerate(reached)]
 
 
 def _vector_condition(group: KernelGroup, columns: int) -> str | None:

@@ -82,6 +82,9 @@ def load_module(source: str):
     return cupy.RawModule(path=str(compile_cubin(source, device_arch())))
 
 
+DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a launch may use without opting in
+
+
 def _kind(array: Any) -> str:
     module = type(array).__module__
     if module.startswith("torch"):
@@ -98,6 +101,10 @@ class CudaExecutable(Executable):
         self.module = load_module(program.source)
         self.functions = {spec.symbol: self.module.get_function(spec.symbol)
                           for spec in program.launches}
+        for spec in program.launches:  # beyond 48 KiB of dynamic shared memory: opt in
+            if spec.dynamic_shared_bytes > DEFAULT_SHARED_LIMIT:
+                self.functions[spec.symbol].max_dynamic_shared_size_bytes = \
+                    spec.dynamic_shared_bytes
         kinds = {_kind(a) for a in bound.arrays.values()}
         self.output_kind = "numpy" if "numpy" in kinds or not kinds else (
             "torch" if "torch" in kinds else "cupy")

@@ -1,0 +1,427 @@
+"""Fused 3-D stencil chains whose threads march along z, input planes staged in shared memory.
+
+The register-tiled kernel (kfuse.codegen.kernels) gives a thread a tile of 8 planes and
+reads, for it, the planes the chain reaches above and below (two steps of a 7-point
+stencil: 12 input planes and the intermediate on 10, for 8 output planes). Here a block of
+threads owns a column of the volume (``MARCH_ROWS`` rows x 4 columns per thread) and walks
+a chunk of ``MARCH_PLANES`` planes, one output plane per step:
+
+- the values a step computes that the next step needs one plane lower (input taps and
+  intermediates) stay in registers: the step's code is the register tile's code for one
+  plane, less every value whose counterpart one plane higher the same code computes
+  (found on the emitted statements: a value whose z indices, shifted up by one plane,
+  spell another value's statement is that value's next-step copy);
+- the input planes the step still reads come from shared memory, where the block copies
+  each plane (its rows and columns grown by the chain's reach) ``MARCH_PREFETCH`` planes
+  ahead with asynchronous copies (cp.async), so that the loads of many planes are in
+  flight while the threads compute;
+- rows and columns outside the volume keep the boundary modes (index exchange), through
+  indices computed once per thread; planes within the chain's reach of the volume's first
+  and last plane are computed one point at a time, as the register tile's edge path does.
+
+Measured on an H200 (docs/benchmarks.md, session 13): diffusion3d 0.34 ms against 0.38 for
+the register tiles. The kernel keeps the register-tiled code for sizes and pointers the
+marching path does not take (width not a multiple of 4, rows not a multiple of
+``MARCH_ROWS``, unaligned arrays).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kfuse.codegen.cexpr import STAGED_ADDRESS, c_name, indent, row_major_address, size_var
+from kfuse.codegen.program import GRID_LIMITS, GridAxis, LaunchSpec
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE
+
+ENABLED = True  # scripts/march3d_probe.py turns it off to time the register tiles
+MARCH_ROWS = 4  # rows per thread (the thread's 4 columns in each)
+MARCH_BLOCK = (32, 4)  # threads per block (x, y)
+MARCH_PLANES = 256  # planes per block (a chunk)
+MARCH_PREFETCH = 2  # planes copied ahead of the plane a step computes
+MARCH_COLUMNS = 4  # columns per thread: one aligned 16-byte vector per row
+SHARED_LIMIT = 96 * 1024  # bytes of staged planes per block (two blocks per SM fit)
+
+_DECLARATION = re.compile(r"^const (\w+) (\w+) = (.*);$")
+_TOKEN = re.compile(r"\b[A-Za-z_]\w*\b")
+_PLANE_INDEX = re.compile(r"^iz(?:_([pm])(\d+))?$")
+
+
+@dataclass(frozen=True)
+class Staging:
+    """How one input's planes are staged: rows and columns beyond the block's, per side."""
+
+    buffer: str
+    rows: int  # halo rows above and below the block's rows
+    columns: int  # halo columns left and right (a multiple of 4: whole vectors)
+
+    def pitch(self, block_x: int) -> int:
+        return MARCH_COLUMNS * block_x + 2 * self.columns
+
+    def plane_elements(self, block_x: int, block_y: int) -> int:
+        return (MARCH_ROWS * block_y + 2 * self.rows) * self.pitch(block_x)
+
+
+def staged_inputs(group) -> list[str]:
+    """External inputs shaped like the iteration space and read point for point along its
+    axes (the ones worth staging plane by plane)."""
+    identity = tuple(range(group.ndim))
+    names = []
+    for kernel in group.members:
+        for access in kernel.accesses:
+            buffer = group.graph.buffers[access.buffer]
+            if access.buffer not in group.produced and access.dims == identity and \
+                    buffer.shape == group.domain and access.buffer not in names:
+                names.append(access.buffer)
+    return names
+
+
+def march_reasons(group) -> str | None:
+    """Why the group's threads cannot march along z, or ``None`` if they can."""
+    from kfuse.codegen.kernels import is_arithmetic_heavy
+
+    if group.ndim != 3 or group.reduction is not None:
+        return "only 3-D map and stencil groups march along z"
+    if is_arithmetic_heavy(group.members):
+        return "arithmetic-heavy operators keep narrow register tiles"
+    names = staged_inputs(group)
+    if not names:
+        return "no input is read plane by plane"
+    buffers = [*names, *group.outputs]
+    if any(group.graph.buffers[name].dtype not in ("float32", "int32") for name in buffers):
+        return "staged rows are vectors of four 4-byte elements"
+    for kernel in group.members:
+        for access in kernel.accesses:
+            for position, axis in enumerate(access.dims):
+                periodic = access.boundaries[position] is not None and \
+                    access.boundaries[position].mode == "repeat"
+                if axis > 0 and periodic and any(o[position] for o in access.offsets):
+                    return ("a periodic (repeat) read along rows or columns reaches the far "
+                            "side, outside the staged planes")
+    if shared_bytes(group) > SHARED_LIMIT:
+        return f"staged planes need more than {SHARED_LIMIT} bytes of shared memory"
+    return None
+
+
+def stagings(group) -> list[Staging]:
+    """How each staged input's planes are held (from the chain's reach)."""
+    from kfuse.codegen.kernels import reach
+
+    reached = reach(group, (1, MARCH_ROWS, MARCH_COLUMNS))
+    rows = max(reached[1])
+    columns = -(-max(reached[2]) // MARCH_COLUMNS) * MARCH_COLUMNS
+    return [Staging(name, rows, columns) for name in staged_inputs(group)]
+
+
+def shared_bytes(group, planes: int | None = None) -> int:
+    """Shared memory of the staged planes, ``planes`` per input (default: the most a step
+    can read, all planes within reach, plus those copied ahead)."""
+    from kfuse.codegen.kernels import reach
+
+    if planes is None:
+        below, above = reach(group, (1, MARCH_ROWS, MARCH_COLUMNS))[0]
+        planes = below + above + 1 + MARCH_PREFETCH
+    block_x, block_y = MARCH_BLOCK
+    return sum(planes * s.plane_elements(block_x, block_y)
+               * ITEM_SIZE[group.graph.buffers[s.buffer].dtype] for s in stagings(group))
+
+
+@dataclass
+class _Step:
+    """The emitted code of one plane, split for marching."""
+
+    z_indices: list[str]  # plane indices (iz + k): every step
+    thread_indices: list[str]  # row and column indices: once per thread
+    values: list[tuple[str, str, str]]  # (C type, name, text) in order
+    carried: dict[str, str]  # value -> the value that becomes it one step later
+    needed: set[str]  # values a marching step reads (carried) or computes
+    stores: list[str]
+
+
+def _plane_shift(name: str, z_names: set[str]) -> str | None:
+    """The plane index one plane above ``name`` (``iz_p1`` for ``iz``), if the step has it."""
+    match = _PLANE_INDEX.match(name)
+    if match is None:
+        return None
+    sign, amount = match.groups()
+    total = (int(amount) if sign == "p" else -int(amount)) if sign else 0
+    total += 1
+    shifted = _plane_name(total)
+    return shifted if shifted in z_names else None
+
+
+def _plane_name(offset: int) -> str:
+    """The emitter's name of the plane index ``iz + offset``."""
+    return "iz" if offset == 0 else f"iz_{'p' if offset > 0 else 'm'}{abs(offset)}"
+
+
+def _plane_text(offset: int) -> str:
+    return "iz" if offset == 0 else f"iz {'+' if offset > 0 else '-'} {abs(offset)}"
+
+
+def _split_step(lines: list[str], index_names: set[str], stores: list[str]) -> _Step:
+    """Split one plane's statements into plane indices, per-thread indices and values, and
+    find which values the next step takes over (see the module's docstring)."""
+    z_indices, thread_indices, values = [], [], []
+    for line in lines:
+        match = _DECLARATION.match(line)
+        if match is None:
+            raise ValueError(f"marching: unexpected statement {line!r}")
+        ctype, name, text = match.groups()
+        if name in index_names:
+            (z_indices if name == "iz" or name.startswith("iz_") else thread_indices).append(line)
+        else:
+            values.append((ctype, name, text))
+    z_names = {"iz", *(_DECLARATION.match(line).group(2) for line in z_indices)}  # type: ignore[union-attr]
+    by_text = {(ctype, text): name for ctype, name, text in values}
+    value_names = {name for _, name, _ in values}
+    upper: dict[str, str] = {}  # value -> its copy one plane higher (computed by the step)
+    for ctype, name, text in values:
+        pieces, ok = [], True
+        position = 0
+        for token in _TOKEN.finditer(text):
+            word = token.group(0)
+            if word in value_names:
+                replacement = upper.get(word)
+            elif word in z_names:
+                replacement = _plane_shift(word, z_names)
+            else:
+                continue
+            if replacement is None:
+                ok = False
+                break
+            pieces += [text[position:token.start()], replacement]
+            position = token.end()
+        if ok:
+            shifted = "".join([*pieces, text[position:]])
+            other = by_text.get((ctype, shifted))
+            if other is not None and other != name:
+                upper[name] = other
+    needed = _needed(values, upper, stores)
+    carried = {name: source for name, source in upper.items() if name in needed}
+    return _Step(z_indices, thread_indices, values, carried, needed, stores)
+
+
+def _needed(values: list[tuple[str, str, str]], upper: dict[str, str], stores: list[str]
+            ) -> set[str]:
+    """The values a marching step reads, computes or hands on: the stores' values, the
+    operands of each value it computes, and the next-step copy of each value it carries
+    (a value with a copy one plane higher is carried, not computed)."""
+    operands = {name: _TOKEN.findall(text) for _, name, text in values}
+    needed: set[str] = set()
+    pending = [t for line in stores for t in _TOKEN.findall(line) if t in operands]
+    while pending:
+        name = pending.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        if name in upper:
+            pending.append(upper[name])
+        else:
+            pending += [t for t in operands[name] if t in operands]
+    return needed
+
+
+def _carry_order(carried: dict[str, str]) -> list[str]:
+    """Carried values in an order that reads each source before it is overwritten: a value
+    whose source is itself carried comes before that source."""
+    def depth(name: str) -> int:
+        return 0 if carried[name] not in carried else 1 + depth(carried[name])
+    return sorted(carried, key=depth, reverse=True)
+
+
+def _render_addresses(text: str, graph, plane_slot: dict[str, str] | None,
+                      origins: dict[str, tuple[str, str]], pitches: dict[str, int]) -> str:
+    """``text`` with its staged-address markers as global addresses (``plane_slot``
+    None) or as shared-memory addresses in the staged planes."""
+    def render(match: re.Match) -> str:
+        name = match.group(1)
+        indices = match.group(2).split("|")[1:]
+        if plane_slot is None:
+            return row_major_address(graph, name, indices)
+        row0, column0 = origins[name]
+        return (f"{plane_slot[indices[0]]} + ({indices[1]} - {row0}) * {pitches[name]} + "
+                f"({indices[2]} - {column0})")
+    if plane_slot is not None:
+        for name in origins:  # the staged planes, not the array
+            text = re.sub(rf"\b{c_name(name)}\[(?=KF_AT\()", f"kf_staged_{c_name(name)}[",
+                          text)
+    return STAGED_ADDRESS.sub(render, text)
+
+
+def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec]:
+    """The group's kernel marching along z; ``fallback`` (the register-tiled kernel's body
+    statements) runs where the marching path does not apply."""
+    from kfuse.codegen.kernels import _items_code, _vector_condition, items_emitted, reach
+
+    graph = group.graph
+    block_x, block_y = MARCH_BLOCK
+    rows, columns = MARCH_ROWS, MARCH_COLUMNS
+    sizes = tuple(size_var(s) for s in group.domain)
+    depth_size, height, width = sizes
+    below, above = reach(group, (1, rows, columns))[0]
+    staging = stagings(group)
+    staged = frozenset(s.buffer for s in staging)
+    points = [((("iz", 0), ("iy", m), ("ix", c)), None) for m in range(rows)
+              for c in range(columns)]
+    emitter, stores = items_emitted(
+        group, points, sizes, {"iz": (-below, above), "iy": (0, rows - 1),
+                               "ix": (0, columns - 1)}, columns, staged)
+    step = _split_step(emitter.lines, set(emitter.state.indices.values()), stores)
+    carried = step.carried
+    # plane offsets the marching step still reads from the staged planes
+    computed = [(ctype, name, text) for ctype, name, text in step.values
+                if name in step.needed and name not in carried]
+    step_text = "\n".join(text for _, _, text in computed)
+    plane_offsets = sorted({_offset(m.group(2).split("|")[1]) for m in
+                            STAGED_ADDRESS.finditer(step_text)})
+    lowest, highest = (plane_offsets[0], plane_offsets[-1]) if plane_offsets else (0, 0)
+    planes = highest - lowest + 1 + MARCH_PREFETCH
+    pitches = {s.buffer: s.pitch(block_x) for s in staging}
+    origins = {s.buffer: (f"kf_row0_{c_name(s.buffer)}", f"kf_column0_{c_name(s.buffer)}")
+               for s in staging}
+    threads = block_x * block_y
+
+    # -- shared memory: each staged input's planes, slot = plane % planes ----------------
+    shared_lines, stage_lines, offset = [], [], 0
+    shared_lines.append("KF_DYNAMIC_SHARED(unsigned char, kf_shared);")
+    for s in staging:
+        name, ctype = c_name(s.buffer), C_TYPES[graph.buffers[s.buffer].dtype]
+        elements = s.plane_elements(block_x, block_y)
+        halo_rows = rows * block_y + 2 * s.rows
+        row0, column0 = origins[s.buffer]
+        shared_lines += [
+            f"// '{s.buffer}': {planes} planes of {halo_rows} rows x {pitches[s.buffer]} "
+            f"columns (the block's, {s.rows} rows and {s.columns} columns beyond each side)",
+            f"{ctype}* const kf_staged_{name} = reinterpret_cast<{ctype}*>(kf_shared + "
+            f"{offset});",
+            f"const int {row0} = kf_y0 - {s.rows}, {column0} = kf_x0 - {s.columns};",
+        ]
+        vectors = pitches[s.buffer] // columns
+        stage_lines += [
+            f"for (int kf_c = kf_thread; kf_c < {halo_rows * vectors}; kf_c += {threads}) {{",
+            f"  const int kf_row = {row0} + kf_c / {vectors}, "
+            f"kf_column = {column0} + kf_c % {vectors} * {columns};",
+            f"  if (kf_row >= 0 && kf_row < {height} && kf_column >= 0 && kf_column < {width})",
+            f"    kf_copy_async16(&kf_staged_{name}[kf_plane % {planes} * {elements} + "
+            f"(kf_row - {row0}) * {pitches[s.buffer]} + kf_column - {column0}],",
+            f"                    &{name}[(((kf_index_t)kf_plane) * {height} + kf_row) * "
+            f"{width} + kf_column]);",
+            "}",
+        ]
+        offset += planes * elements * ITEM_SIZE[graph.buffers[s.buffer].dtype]
+    stage = ["// copy plane kf_plane of each staged input into its slot (one group)",
+             "const auto kf_stage = [&](int kf_plane, bool kf_needed) {",
+             "  if (kf_needed) {", *indent(stage_lines, 2), "  }",
+             "  kf_copy_async_commit();", "};"]
+
+    # -- one step: the first of a chunk from global memory, the others marching ----------
+    declared = [f"{ctype} {name};" for ctype, name, _ in step.values if name in carried]
+    carry = [f"{name} = {carried[name]};" for name in _carry_order(carried)]
+    first_values = [(f"{name} = " if name in carried else f"const {ctype} {name} = ")
+                    + _render_addresses(text, graph, None, origins, pitches) + ";"
+                    for ctype, name, text in step.values]
+    slots = {_plane_name(k):
+             f"kf_slot_{'p' if k >= 0 else 'm'}{abs(k)}" for k in plane_offsets}
+    slot_lines = [f"const int {slot} = ({_plane_text(k)}) % {planes} * {{elements}};"
+                  for k, slot in zip(plane_offsets, slots.values(), strict=True)]
+    marching_values = [f"const {ctype} {name} = "
+                       + _render_addresses(text, graph, slots, origins, pitches) + ";"
+                       for ctype, name, text in computed]
+    elements_of = {s.plane_elements(block_x, block_y) for s in staging}
+    if len(elements_of) > 1:  # one slot index per plane for every staged input
+        raise ValueError("marching: staged inputs with different plane sizes")
+    slot_lines = [line.format(elements=next(iter(elements_of))) for line in slot_lines]
+
+    single_point = [((("iz_k", 0), ("iy_k", 0), ("ix_k", 0)), None)]
+    single = _items_code(group, single_point, sizes, {})
+    aligned = _vector_condition(group, columns)
+    condition = " && ".join([aligned or "false", f"{height} % {rows} == 0",
+                             f"(long long)gridDim.y * {rows * block_y} >= {height}"])
+    body = [
+        f"// threads march along z: planes in registers, input planes staged {MARCH_PREFETCH}"
+        " ahead in shared memory",
+        f"if (!({condition})) {{",
+        "  // sizes or pointers the marching path does not take: register tiles",
+        *indent(fallback, 1),
+        "  return;",
+        "}",
+        f"const int kf_thread = threadIdx.y * {block_x} + threadIdx.x;",
+        f"const int kf_x0 = blockIdx.x * {block_x * columns}, "
+        f"kf_y0 = blockIdx.y * {block_y * rows};",
+        *shared_lines,
+        f"const int ix = kf_x0 + threadIdx.x * {columns}, iy = kf_y0 + threadIdx.y * {rows};",
+        f"const bool kf_active = ix < {width} && iy < {height};",
+        *stage,
+        "// row and column indices (boundary modes applied): the same on every plane",
+        *step.thread_indices,
+        "// values one step hands to the next (each one plane lower there)",
+        *declared,
+        f"for (int kf_chunk = blockIdx.z; kf_chunk * {MARCH_PLANES} < {depth_size}; "
+        "kf_chunk += gridDim.z) {",
+        f"  const int kf_first = kf_chunk * {MARCH_PLANES}, "
+        f"kf_end = min(kf_first + {MARCH_PLANES}, {depth_size});",
+        f"  // planes within the chain's reach ({below} below, {above} above) of the volume's "
+        "first and last: one point at a time",
+        f"  const int kf_march_first = max(kf_first, {below});",
+        f"  const int kf_march_end = max(kf_march_first, min(kf_end, {depth_size} - {above}));",
+        "  if (kf_active) {",
+        "    for (int iz_k = kf_first; iz_k < kf_end; ++iz_k) {",
+        "      if (iz_k >= kf_march_first && iz_k < kf_march_end) continue;",
+        f"      for (int iy_k = iy; iy_k < iy + {rows}; ++iy_k)",
+        f"      for (int ix_k = ix; ix_k < ix + {columns}; ++ix_k) {{",
+        *indent(single, 4),
+        "      }",
+        "    }",
+        "  }",
+        "  if (kf_march_first >= kf_march_end) continue;",
+        f"  // the planes the second step reads, then {MARCH_PREFETCH - 1} more ahead",
+        f"  for (int kf_plane = kf_march_first + 1 + {lowest}; "
+        f"kf_plane <= kf_march_first + 1 + {highest}; ++kf_plane)",
+        "    kf_stage(kf_plane, kf_march_first + 1 < kf_march_end);",
+        f"  for (int kf_ahead = 1; kf_ahead < {MARCH_PREFETCH}; ++kf_ahead)",
+        f"    kf_stage(kf_march_first + 1 + {highest} + kf_ahead, "
+        f"kf_march_first + 1 + kf_ahead < kf_march_end);",
+        "  {",
+        "    // the chunk's first plane: every value from global memory",
+        "    const int iz = kf_march_first;",
+        "    if (kf_active) {",
+        *indent(step.z_indices, 3),
+        *indent(first_values, 3),
+        *indent(stores, 3),
+        *indent(carry, 3),
+        "    }",
+        "  }",
+        "  for (int iz = kf_march_first + 1; iz < kf_march_end; ++iz) {",
+        f"    kf_copy_async_wait<{MARCH_PREFETCH - 1}>();",
+        f"    __syncthreads();  // planes iz{lowest:+d} .. iz{highest:+d} staged; the slot "
+        "the next copy fills read by every thread",
+        f"    kf_stage(iz + {highest} + {MARCH_PREFETCH}, iz + {MARCH_PREFETCH} < kf_march_end);",
+        "    if (kf_active) {",
+        *indent(slot_lines, 3),
+        *indent(step.z_indices, 3),
+        *indent(marching_values, 3),
+        *indent(stores, 3),
+        *indent(carry, 3),
+        "    }",
+        "  }",
+        "  kf_copy_async_wait<0>();",
+        "  __syncthreads();  // the next chunk reuses the slots",
+        "}",
+    ]
+    header, params = group.signature(threads)
+    grid = (GridAxis((group.domain[2],), block_x * columns),
+            GridAxis((group.domain[1],), block_y * rows, GRID_LIMITS[1]),
+            GridAxis((group.domain[0],), MARCH_PLANES, GRID_LIMITS[2]))
+    launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
+                        (block_x, block_y, 1), grid, dynamic_shared_bytes=offset)
+    return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+
+
+def _offset(index: str) -> int:
+    """The plane offset of a plane index name (``iz_m2``: -2)."""
+    match = _PLANE_INDEX.match(index)
+    if match is None:
+        raise ValueError(f"marching: a staged read at plane {index!r}")
+    sign, amount = match.groups()
+    return (int(amount) if sign == "p" else -int(amount)) if sign else 0
