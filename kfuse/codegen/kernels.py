@@ -338,7 +338,7 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant:
         # 3-D chains march along z; the register tiles serve the sizes marching does not
         header = next(i for i, line in enumerate(lines) if line.startswith("KF_KERNEL"))
         fallback = [line[2:] for line in lines[header + 2:-1]]
-        return marching.marching_kernel(group, fallback)
+        return marching.marching_kernel(group, fallback) or (lines, launch)
     return lines, launch
 
 

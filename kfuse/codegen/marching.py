@@ -92,14 +92,12 @@ def march_reasons(group) -> str | None:
         return "staged rows are vectors of four 4-byte elements"
     for kernel in group.members:
         for access in kernel.accesses:
-            for position, axis in enumerate(access.dims):
-                periodic = access.boundaries[position] is not None and \
-                    access.boundaries[position].mode == "repeat"
-                if axis > 0 and periodic and any(o[position] for o in access.offsets):
+            for offset, boundary in zip(access.offsets, access.boundaries, strict=True):
+                periodic = boundary is not None and boundary.mode == "repeat"
+                if periodic and any(o for o, axis in zip(offset, access.dims, strict=True)
+                                    if axis > 0):
                     return ("a periodic (repeat) read along rows or columns reaches the far "
                             "side, outside the staged planes")
-    if shared_bytes(group) > SHARED_LIMIT:
-        return f"staged planes need more than {SHARED_LIMIT} bytes of shared memory"
     return None
 
 
@@ -111,19 +109,6 @@ def stagings(group) -> list[Staging]:
     rows = max(reached[1])
     columns = -(-max(reached[2]) // MARCH_COLUMNS) * MARCH_COLUMNS
     return [Staging(name, rows, columns) for name in staged_inputs(group)]
-
-
-def shared_bytes(group, planes: int | None = None) -> int:
-    """Shared memory of the staged planes, ``planes`` per input (default: the most a step
-    can read, all planes within reach, plus those copied ahead)."""
-    from kfuse.codegen.kernels import reach
-
-    if planes is None:
-        below, above = reach(group, (1, MARCH_ROWS, MARCH_COLUMNS))[0]
-        planes = below + above + 1 + MARCH_PREFETCH
-    block_x, block_y = MARCH_BLOCK
-    return sum(planes * s.plane_elements(block_x, block_y)
-               * ITEM_SIZE[group.graph.buffers[s.buffer].dtype] for s in stagings(group))
 
 
 @dataclass
@@ -249,9 +234,10 @@ def _render_addresses(text: str, graph, plane_slot: dict[str, str] | None,
     return STAGED_ADDRESS.sub(render, text)
 
 
-def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec]:
+def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] | None:
     """The group's kernel marching along z; ``fallback`` (the register-tiled kernel's body
-    statements) runs where the marching path does not apply."""
+    statements) runs where the marching path does not apply. ``None`` where the planes a
+    step reads would take more than ``SHARED_LIMIT`` bytes of shared memory."""
     from kfuse.codegen.kernels import _items_code, _vector_condition, items_emitted, reach
 
     graph = group.graph
@@ -277,6 +263,9 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec]:
                             STAGED_ADDRESS.finditer(step_text)})
     lowest, highest = (plane_offsets[0], plane_offsets[-1]) if plane_offsets else (0, 0)
     planes = highest - lowest + 1 + MARCH_PREFETCH
+    if planes * sum(s.plane_elements(block_x, block_y) * ITEM_SIZE[graph.buffers[s.buffer].dtype]
+                    for s in staging) > SHARED_LIMIT:
+        return None
     pitches = {s.buffer: s.pitch(block_x) for s in staging}
     origins = {s.buffer: (f"kf_row0_{c_name(s.buffer)}", f"kf_column0_{c_name(s.buffer)}")
                for s in staging}

@@ -1,0 +1,126 @@
+"""3-D chains whose threads march along z (kfuse.codegen.marching), on the cpu backend.
+
+The generated source runs under the host compiler with the asynchronous copies queued
+until their wait (kfuse's prelude), so a plane read before it has landed reads the slot's
+old content and fails these tests. Volumes are random; every boundary mode the marching
+path takes; several chunks per volume (chunks of 8 planes), volumes thinner than the
+chain's reach, and sizes that take the register-tiled path instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kfuse as kf
+from kfuse.apps import get_app
+from kfuse.apps.base import taps
+from kfuse.codegen import generate, marching
+from kfuse.runtime import get_backend
+
+MARCHING_BOUNDARIES = ["clamp", "mirror", kf.constant(0.5)]
+
+
+def worst_error(out: np.ndarray, expected: np.ndarray) -> float:
+    """Largest pointwise error relative to the largest reference value (every point counts)."""
+    return float(np.abs(np.asarray(out, np.float64) - expected).max() / np.abs(expected).max())
+
+
+def chain(boundary: object) -> kf.Pipeline:
+    """Two inputs, reaches of 1 below and 2 above along z and up to 3 along x, the first
+    operator's result written out as well as read by the second."""
+    p = kf.Pipeline("chain3d")
+    u = p.input("u", ndim=3)
+    w = p.input("w", ndim=3)
+    c = p.param("c")
+    s = kf.local(u.at(-1, 0, 0) + 2.0 * u.at(2, 0, 0) + u.at(0, -2, 0) * w + u.at(0, 1, 3)
+                 - c * u, boundary=boundary, name="s")
+    t = kf.local(s.at(1, 0, 0) - s.at(0, 0, -1) + s.at(-1, 1, 0) * w.at(0, 0, 1),
+                 boundary=boundary, name="t")
+    p.output(s, t)
+    return p
+
+
+def chain_reference(u: np.ndarray, w: np.ndarray, c: float, boundary: object
+                    ) -> dict[str, np.ndarray]:
+    at_u, at_w = taps(u, 3, boundary), taps(w, 1, boundary)
+    s = at_u(-1, 0, 0) + 2.0 * at_u(2, 0, 0) + at_u(0, -2, 0) * w + at_u(0, 1, 3) - c * u
+    at_s = taps(s, 1, boundary)
+    return {"s": s, "t": at_s(1, 0, 0) - at_s(0, 0, -1) + at_s(-1, 1, 0) * at_w(0, 0, 1)}
+
+
+@pytest.fixture
+def short_chunks(monkeypatch):
+    monkeypatch.setattr(marching, "MARCH_PLANES", 8)
+
+
+def run_whole_group(graph, arrays, params, variant: str = "recompute"):
+    program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs, variant)])
+    return program, get_backend("cpu").run(graph, arrays | params, program=program)
+
+
+@pytest.mark.parametrize("shape", [(21, 12, 24), (9, 8, 12), (4, 4, 8), (2, 8, 4)], ids=str)
+@pytest.mark.parametrize("boundary", MARCHING_BOUNDARIES, ids=str)
+def test_diffusion_marches_and_equals_the_reference(boundary, shape, short_chunks):
+    app = get_app("diffusion3d")
+    graph = app.build(boundary=boundary).graph()
+    arrays, params = app.make_inputs(shape, np.random.default_rng(7), "float32")
+    expected = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                             boundary)["u2"]
+    program, outputs = run_whole_group(graph, arrays, params)
+    assert "threads march along z" in program.source
+    assert worst_error(outputs["u2"], expected) <= 1e-5
+
+
+@pytest.mark.parametrize("shape", [(19, 12, 24), (6, 16, 8), (11, 10, 13)], ids=str)
+@pytest.mark.parametrize("boundary", MARCHING_BOUNDARIES, ids=str)
+def test_a_chain_of_two_inputs_and_two_outputs(boundary, shape, short_chunks, monkeypatch):
+    """Asymmetric reaches, a second staged input, an intermediate written out; the last
+    volume (13 columns, 10 rows) takes the register tiles inside the same kernel. Its
+    steps read 5 planes of each input (130 KiB staged with those copied ahead): above the
+    default limit, which keeps two blocks per SM."""
+    monkeypatch.setattr(marching, "SHARED_LIMIT", 227 * 1024)
+    graph = chain(boundary).graph()
+    rng = np.random.default_rng(3)
+    arrays = {name: rng.uniform(0.5, 1.5, shape).astype(np.float32) for name in ("u", "w")}
+    params = {"c": 0.3}
+    expected = chain_reference(arrays["u"].astype(np.float64), arrays["w"].astype(np.float64),
+                               0.3, boundary)
+    program, outputs = run_whole_group(graph, arrays, params)
+    assert "kf_staged_w" in program.source
+    for name in ("s", "t"):
+        assert worst_error(outputs[name], expected[name]) <= 1e-5, name
+
+
+def test_too_many_staged_planes_take_the_register_tiles():
+    graph = chain("clamp").graph()
+    program = generate(graph, [(("s", "t"), ("s", "t"), "recompute")])
+    assert "threads march" not in program.source
+    assert "register tile" in program.source
+
+
+def test_periodic_rows_take_the_register_tiles():
+    app = get_app("diffusion3d")
+    graph = app.build(boundary="repeat").graph()
+    from kfuse.codegen.kernels import KernelGroup
+
+    group = KernelGroup(graph, [k.name for k in graph.kernels], graph.outputs)
+    assert "periodic" in marching.march_reasons(group)
+    program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs,
+                                "recompute")])
+    assert "threads march" not in program.source
+
+
+def test_a_step_carries_what_it_computes_one_plane_higher():
+    lines = ["const int iz_p1 = iz + 1;",
+             "const float a = u[KF_AT(u|iz|iy|ix)];",
+             "const float b = u[KF_AT(u|iz_p1|iy|ix)];",
+             "const float d = u[KF_AT(u|iz|iy_m1_clamp|ix)];",
+             "const float s = a + b;",
+             "const float r = a * d;"]
+    step = marching._split_step(lines, {"iz_p1", "iy_m1_clamp"}, ["out[iz] = s + r;"])
+    # a is b one plane lower; s's copy one plane higher would need u at iz + 2; d is read
+    # only at iz (its copy one plane higher is not computed)
+    assert step.carried == {"a": "b"}
+    assert step.needed == {"a", "b", "d", "s", "r"}
+    assert step.z_indices == ["const int iz_p1 = iz + 1;"]
