@@ -12,7 +12,8 @@ planned program, then timed beside it and torch.compile in alternating rounds.
 
 Usage on the device machine (repo root)::
 
-    PYTHONPATH=. python3 scripts/march3d_probe.py [--rounds 5] [--runs 30] [--shapes TYxBXxBYxCZ ...]
+    PYTHONPATH=. python3 scripts/march3d_probe.py [--rounds 5] [--runs 30] [--shapes TYxBXxBYxCZ[xDEPTH] ...]
+        [--generated PLANESxAHEAD ...]
 """
 
 from __future__ import annotations
@@ -330,6 +331,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--shapes", nargs="*", default=["2x32x4x32", "2x32x4x64", "4x32x4x32",
                                                         "2x32x8x32", "2x64x2x32", "1x32x8x32"])
+    parser.add_argument("--generated", nargs="*", default=[],
+                        help="PLANESxAHEAD: the generated kernel with chunks of PLANES planes "
+                             "and AHEAD planes copied ahead")
     args = parser.parse_args()
     case = device_case("diffusion3d")
     backend = get_backend("cuda")
@@ -344,6 +348,13 @@ def main() -> None:
     marching.ENABLED = True
     print(f"register tiles: error {error:.1e}, registers {registers}", flush=True)
     labels["tiles"] = tiles.launch_all
+    for shape in args.generated:  # the generated kernel with other chunks and copies ahead
+        planes, ahead = (int(v) for v in shape.split("x"))
+        marching.MARCH_PLANES, marching.MARCH_PREFETCH = planes, ahead
+        other, error, registers = run_checked(backend, case, planned_program(case), expected)
+        print(f"generated {shape}: error {error:.1e}, registers {registers}", flush=True)
+        if error < 1e-6:
+            labels[f"generated {shape}"] = other.launch_all
     for shape in args.shapes:
         kernel, (ty, bx, by, cz), shared = march_kernel(shape)
         grid = (512 // (4 * bx), 512 // (ty * by), 512 // cz)
