@@ -37,8 +37,8 @@ from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 ENABLED = True  # scripts/march3d_probe.py turns it off to time the register tiles
 MARCH_ROWS = 4  # rows per thread (the thread's 4 columns in each)
 MARCH_BLOCK = (32, 4)  # threads per block (x, y)
-MARCH_PLANES = 256  # planes per block (a chunk)
-MARCH_PREFETCH = 2  # planes copied ahead of the plane a step computes
+MARCH_PLANES = 64  # planes per block (a chunk): H100, 64 x 3 ahead of 32-128 x 1-3
+MARCH_PREFETCH = 3  # planes copied ahead of the plane a step computes
 MARCH_COLUMNS = 4  # columns per thread: one aligned 16-byte vector per row
 SHARED_LIMIT = 96 * 1024  # bytes of staged planes per block (two blocks per SM fit)
 
