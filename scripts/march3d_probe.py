@@ -337,6 +337,7 @@ def main() -> None:
     args = parser.parse_args()
     case = device_case("diffusion3d")
     backend = get_backend("cuda")
+    marching.ENABLED = True  # "planned": the marching kernel (off by default)
     executable, expected = planned_run(case, backend)
     print("planned: registers", "/".join(str(f.num_regs) for f in executable.functions.values()),
           flush=True)

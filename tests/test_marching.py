@@ -49,6 +49,11 @@ def chain_reference(u: np.ndarray, w: np.ndarray, c: float, boundary: object
     return {"s": s, "t": at_s(1, 0, 0) - at_s(0, 0, -1) + at_s(-1, 1, 0) * at_w(0, 0, 1)}
 
 
+@pytest.fixture(autouse=True)
+def marching_on(monkeypatch):
+    monkeypatch.setattr(marching, "ENABLED", True)
+
+
 @pytest.fixture
 def short_chunks(monkeypatch):
     monkeypatch.setattr(marching, "MARCH_PLANES", 8)
