@@ -20,12 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-KERNEL = r"""
-#ifndef N
-#define N 512
-#endif
-__device__ __forceinline__ int clampi(int i) { return i < 0 ? 0 : (i >= N ? N - 1 : i); }
-
+COMMON = r"""
 struct Plane {           // one input plane around the thread's TY x 4 points
   float4 v[TY + 4];      // rows -2 .. TY+1, the thread's 4 columns
   float l1[TY + 2], r1[TY + 2];  // columns -1 and 4, rows -1 .. TY
@@ -45,16 +40,6 @@ __device__ __forceinline__ float step(float u, float zm, float zp, float ym, flo
   return u + c * (total - 6.0f * u);
 }
 
-__device__ __forceinline__ void load(Plane& p, const float* __restrict__ plane,
-    const int* row, int cm2, int cm1, int cp4, int cp5, int ix) {
-#pragma unroll
-  for (int r = 0; r < TY + 4; ++r) p.v[r] = __ldg(reinterpret_cast<const float4*>(plane + row[r] + ix));
-#pragma unroll
-  for (int r = 0; r < TY + 2; ++r) { p.l1[r] = __ldg(plane + row[r + 1] + cm1); p.r1[r] = __ldg(plane + row[r + 1] + cp4); }
-#pragma unroll
-  for (int r = 0; r < TY; ++r) { p.l2[r] = __ldg(plane + row[r + 2] + cm2); p.r2[r] = __ldg(plane + row[r + 2] + cp5); }
-}
-
 __device__ __forceinline__ void mid(Mid& m, const Plane& b, const Plane& p, const Plane& a, float c) {
 #pragma unroll
   for (int s = -1; s <= TY; ++s) {
@@ -71,6 +56,60 @@ __device__ __forceinline__ void mid(Mid& m, const Plane& b, const Plane& p, cons
     m.l[s] = step(p.l1[s + 1], b.l1[s + 1], a.l1[s + 1], p.l1[s], p.l1[s + 2], p.l2[s], p.v[s + 2].x, c);
     m.r[s] = step(p.r1[s + 1], b.r1[s + 1], a.r1[s + 1], p.r1[s], p.r1[s + 2], p.v[s + 2].w, p.r2[s], c);
   }
+}
+
+// one step: the intermediate on plane j + 1, the output on plane j (from j >= k0)
+#define MARCH_STEP()                                                                 \
+    mid(n, b, p, a, c);  /* the intermediate on plane j + 1 */                        \
+_Pragma("unroll")                                                                                   \
+    for (int s = 0; s < TY; ++s) {  /* index exchange at the volume's sides */        \
+      if (left) n.l[s] = n.c[s + 1][0];                                                             \
+      if (right) n.r[s] = n.c[s + 1][3];                                                            \
+    }                                                                                               \
+_Pragma("unroll")                                                                                   \
+    for (int q = 0; q < 4; ++q) {                                                                   \
+      if (top) n.c[0][q] = n.c[1][q];                                                               \
+      if (bottom) n.c[TY + 1][q] = n.c[TY][q];                                                      \
+    }                                                                                               \
+    if (j + 1 == N) n = cur;   /* plane N is plane N - 1 */                           \
+    if (j + 1 == 0) cur = n;   /* plane -1 is plane 0 */                              \
+    if (j >= k0) {             /* the output on plane j */                            \
+      float* out = u2 + (size_t)j * plane_size;                                                     \
+_Pragma("unroll")                                                                                   \
+      for (int s = 0; s < TY; ++s) {                                                                \
+        float o[4];                                                                                 \
+_Pragma("unroll")                                                                                   \
+        for (int q = 0; q < 4; ++q) {                                                               \
+          const float xm = q > 0 ? cur.c[s + 1][q - 1] : cur.l[s];                                  \
+          const float xp = q < 3 ? cur.c[s + 1][q + 1] : cur.r[s];                                  \
+          o[q] = step(cur.c[s + 1][q], below[s][q], n.c[s + 1][q], cur.c[s][q], cur.c[s + 2][q],    \
+                      xm, xp, c);                                                                   \
+        }                                                                                           \
+        *reinterpret_cast<float4*>(out + (iy + s) * N + ix) = make_float4(o[0], o[1], o[2], o[3]);  \
+      }                                                                                             \
+    }                                                                                               \
+_Pragma("unroll")                                                                                   \
+    for (int s = 0; s < TY; ++s)                                                                    \
+_Pragma("unroll")                                                                                   \
+      for (int q = 0; q < 4; ++q) below[s][q] = cur.c[s + 1][q];                                    \
+    cur = n;
+"""
+
+KERNEL = r"""
+#ifndef N
+#define N 512
+#endif
+__device__ __forceinline__ int clampi(int i) { return i < 0 ? 0 : (i >= N ? N - 1 : i); }
+// COMMON
+
+__device__ __forceinline__ void load(Plane& p, const float* __restrict__ plane,
+    const int* row, int cm2, int cm1, int cp4, int cp5, int ix) {
+#pragma unroll
+  for (int r = 0; r < TY + 4; ++r) p.v[r] = __ldg(reinterpret_cast<const float4*>(plane + row[r] + ix));
+#pragma unroll
+  for (int r = 0; r < TY + 2; ++r) { p.l1[r] = __ldg(plane + row[r + 1] + cm1); p.r1[r] = __ldg(plane + row[r + 1] + cp4); }
+#pragma unroll
+  for (int r = 0; r < TY; ++r) { p.l2[r] = __ldg(plane + row[r + 2] + cm2); p.r2[r] = __ldg(plane + row[r + 2] + cp5); }
 }
 
 extern "C" __global__ void __launch_bounds__(BX * BY) march(const float* __restrict__ u0,
@@ -93,39 +132,7 @@ extern "C" __global__ void __launch_bounds__(BX * BY) march(const float* __restr
 #pragma unroll 1
   for (int j = k0 - 2; j < k0 + CZ; ++j) {
     load(next, u0 + clampi(j + 3) * plane_size, row, cm2, cm1, cp4, cp5, ix);
-    mid(n, b, p, a, c);  // the intermediate on plane j + 1
-#pragma unroll
-    for (int s = 0; s < TY; ++s) {  // index exchange at the volume's sides
-      if (left) n.l[s] = n.c[s + 1][0];
-      if (right) n.r[s] = n.c[s + 1][3];
-    }
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      if (top) n.c[0][q] = n.c[1][q];
-      if (bottom) n.c[TY + 1][q] = n.c[TY][q];
-    }
-    if (j + 1 == N) n = cur;   // plane N is plane N - 1
-    if (j + 1 == 0) cur = n;   // plane -1 is plane 0
-    if (j >= k0) {             // the output on plane j
-      float* out = u2 + (size_t)j * plane_size;
-#pragma unroll
-      for (int s = 0; s < TY; ++s) {
-        float o[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float xm = q > 0 ? cur.c[s + 1][q - 1] : cur.l[s];
-          const float xp = q < 3 ? cur.c[s + 1][q + 1] : cur.r[s];
-          o[q] = step(cur.c[s + 1][q], below[s][q], n.c[s + 1][q], cur.c[s][q], cur.c[s + 2][q],
-                      xm, xp, c);
-        }
-        *reinterpret_cast<float4*>(out + (iy + s) * N + ix) = make_float4(o[0], o[1], o[2], o[3]);
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < TY; ++s)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) below[s][q] = cur.c[s + 1][q];
-    cur = n;
+    MARCH_STEP();
     b = p; p = a; a = next;
   }
 }
@@ -156,41 +163,7 @@ inline void copy16(float* shared, const float* global) { memcpy(shared, global, 
 inline void commit() {}
 template <int P> inline void wait_pending() {}
 #endif
-
-struct Plane {           // one input plane around the thread's TY x 4 points
-  float4 v[TY + 4];      // rows -2 .. TY+1, the thread's 4 columns
-  float l1[TY + 2], r1[TY + 2];  // columns -1 and 4, rows -1 .. TY
-  float l2[TY], r2[TY];          // columns -2 and 5, rows 0 .. TY-1
-};
-struct Mid {             // the intermediate on one plane, the thread's points grown by one
-  float c[TY + 2][4];    // rows -1 .. TY, the thread's columns
-  float l[TY], r[TY];    // columns -1 and 4, the thread's rows
-};
-__device__ __forceinline__ float at(const float4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-__device__ __forceinline__ float step(float u, float zm, float zp, float ym, float yp,
-                                      float xm, float xp, float c) {
-  const float total = zm + zp + ym + yp + xm + xp;
-  return u + c * (total - 6.0f * u);
-}
-__device__ __forceinline__ void mid(Mid& m, const Plane& b, const Plane& p, const Plane& a, float c) {
-#pragma unroll
-  for (int s = -1; s <= TY; ++s) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float xm = j > 0 ? at(p.v[s + 2], j - 1) : p.l1[s + 1];
-      const float xp = j < 3 ? at(p.v[s + 2], j + 1) : p.r1[s + 1];
-      m.c[s + 1][j] = step(at(p.v[s + 2], j), at(b.v[s + 2], j), at(a.v[s + 2], j),
-                           at(p.v[s + 1], j), at(p.v[s + 3], j), xm, xp, c);
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < TY; ++s) {
-    m.l[s] = step(p.l1[s + 1], b.l1[s + 1], a.l1[s + 1], p.l1[s], p.l1[s + 2], p.l2[s], p.v[s + 2].x, c);
-    m.r[s] = step(p.r1[s + 1], b.r1[s + 1], a.r1[s + 1], p.r1[s], p.r1[s + 2], p.v[s + 2].w, p.r2[s], c);
-  }
-}
+// COMMON
 
 extern "C" __global__ void __launch_bounds__(BX * BY) march_smem(const float* __restrict__ u0,
                                                                  float* __restrict__ u2, const float c) {
@@ -256,39 +229,7 @@ extern "C" __global__ void __launch_bounds__(BX * BY) march_smem(const float* __
 #pragma unroll 1
   for (int j = k0 - 2; j < k0 + CZ; ++j) {
     take(a, j + 2);
-    mid(n, b, p, a, c);  // the intermediate on plane j + 1
-#pragma unroll
-    for (int s = 0; s < TY; ++s) {  // index exchange at the volume's sides
-      if (left) n.l[s] = n.c[s + 1][0];
-      if (right) n.r[s] = n.c[s + 1][3];
-    }
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      if (top) n.c[0][q] = n.c[1][q];
-      if (bottom) n.c[TY + 1][q] = n.c[TY][q];
-    }
-    if (j + 1 == N) n = cur;   // plane N is plane N - 1
-    if (j + 1 == 0) cur = n;   // plane -1 is plane 0
-    if (j >= k0) {             // the output on plane j
-      float* out = u2 + (size_t)j * plane_size;
-#pragma unroll
-      for (int s = 0; s < TY; ++s) {
-        float o[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float xm = q > 0 ? cur.c[s + 1][q - 1] : cur.l[s];
-          const float xp = q < 3 ? cur.c[s + 1][q + 1] : cur.r[s];
-          o[q] = step(cur.c[s + 1][q], below[s][q], n.c[s + 1][q], cur.c[s][q], cur.c[s + 2][q],
-                      xm, xp, c);
-        }
-        *reinterpret_cast<float4*>(out + (iy + s) * N + ix) = make_float4(o[0], o[1], o[2], o[3]);
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < TY; ++s)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) below[s][q] = cur.c[s + 1][q];
-    cur = n;
+    MARCH_STEP();
     b = p; p = a;
   }
 }
@@ -305,7 +246,8 @@ def march_kernel(shape: str):
     names = ("TY", "BX", "BY", "CZ", "DEPTH")
     source = "".join(f"#define {k} {v}\n" for k, v in zip(names, values, strict=False))
     staged = len(values) == 5
-    module = cupy.RawModule(code=source + (SMEM_KERNEL if staged else KERNEL),
+    module = cupy.RawModule(code=source + (SMEM_KERNEL if staged else KERNEL).replace(
+        "// COMMON", COMMON),
                             options=("-std=c++17",))
     kernel = module.get_function("march_smem" if staged else "march")
     shared = 0
