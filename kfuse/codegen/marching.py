@@ -54,17 +54,24 @@ _PLANE_INDEX = re.compile(r"^iz(?:_([pm])(\d+))?$")
 
 @dataclass(frozen=True)
 class Staging:
-    """How one input's planes are staged: rows and columns beyond the block's, per side."""
+    """How the staged inputs' planes are held: the block's rows and columns grown by the
+    chain's reach (the same for every staged input, so one slot index serves them all)."""
 
-    buffer: str
+    buffers: tuple[str, ...]
     rows: int  # halo rows above and below the block's rows
     columns: int  # halo columns left and right (a multiple of 4: whole vectors)
 
-    def pitch(self, block_x: int) -> int:
-        return MARCH_COLUMNS * block_x + 2 * self.columns
+    @property
+    def pitch(self) -> int:
+        return MARCH_COLUMNS * MARCH_BLOCK[0] + 2 * self.columns
 
-    def plane_elements(self, block_x: int, block_y: int) -> int:
-        return (MARCH_ROWS * block_y + 2 * self.rows) * self.pitch(block_x)
+    @property
+    def halo_rows(self) -> int:
+        return MARCH_ROWS * MARCH_BLOCK[1] + 2 * self.rows
+
+    @property
+    def plane_elements(self) -> int:
+        return self.halo_rows * self.pitch
 
 
 def staged_inputs(group) -> list[str]:
@@ -106,14 +113,13 @@ def march_reasons(group) -> str | None:
     return None
 
 
-def stagings(group) -> list[Staging]:
-    """How each staged input's planes are held (from the chain's reach)."""
+def staging(group) -> Staging:
+    """How the group's staged inputs' planes are held (from the chain's reach)."""
     from kfuse.codegen.kernels import reach
 
     reached = reach(group, (1, MARCH_ROWS, MARCH_COLUMNS))
-    rows = max(reached[1])
     columns = -(-max(reached[2]) // MARCH_COLUMNS) * MARCH_COLUMNS
-    return [Staging(name, rows, columns) for name in staged_inputs(group)]
+    return Staging(tuple(staged_inputs(group)), max(reached[1]), columns)
 
 
 @dataclass
@@ -128,15 +134,19 @@ class _Step:
     stores: list[str]
 
 
-def _plane_shift(name: str, z_names: set[str]) -> str | None:
-    """The plane index one plane above ``name`` (``iz_p1`` for ``iz``), if the step has it."""
+def _plane_offset(name: str) -> int | None:
+    """The offset of the plane index ``name`` from ``iz`` (``iz_m2``: -2; None: not one)."""
     match = _PLANE_INDEX.match(name)
     if match is None:
         return None
     sign, amount = match.groups()
-    total = (int(amount) if sign == "p" else -int(amount)) if sign else 0
-    total += 1
-    shifted = _plane_name(total)
+    return (int(amount) if sign == "p" else -int(amount)) if sign else 0
+
+
+def _plane_shift(name: str, z_names: set[str]) -> str | None:
+    """The plane index one plane above ``name`` (``iz_p1`` for ``iz``), if the step has it."""
+    offset = _plane_offset(name)
+    shifted = None if offset is None else _plane_name(offset + 1)
     return shifted if shifted in z_names else None
 
 
@@ -221,7 +231,7 @@ def _carry_order(carried: dict[str, str]) -> list[str]:
 
 
 def _render_addresses(text: str, graph, plane_slot: dict[str, str] | None,
-                      origins: dict[str, tuple[str, str]], pitches: dict[str, int]) -> str:
+                      staged: Staging) -> str:
     """``text`` with its staged-address markers as global addresses (``plane_slot``
     None) or as shared-memory addresses in the staged planes."""
     def render(match: re.Match) -> str:
@@ -229,11 +239,10 @@ def _render_addresses(text: str, graph, plane_slot: dict[str, str] | None,
         indices = match.group(2).split("|")[1:]
         if plane_slot is None:
             return row_major_address(graph, name, indices)
-        row0, column0 = origins[name]
-        return (f"{plane_slot[indices[0]]} + ({indices[1]} - {row0}) * {pitches[name]} + "
-                f"({indices[2]} - {column0})")
+        return (f"{plane_slot[indices[0]]} + ({indices[1]} - kf_row0) * {staged.pitch} + "
+                f"({indices[2]} - kf_column0)")
     if plane_slot is not None:
-        for name in origins:  # the staged planes, not the array
+        for name in staged.buffers:  # the staged planes, not the array
             text = re.sub(rf"\b{c_name(name)}\[(?=KF_AT\()", f"kf_staged_{c_name(name)}[",
                           text)
     return STAGED_ADDRESS.sub(render, text)
@@ -251,81 +260,80 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
     sizes = tuple(size_var(s) for s in group.domain)
     depth_size, height, width = sizes
     below, above = reach(group, (1, rows, columns))[0]
-    staging = stagings(group)
-    staged = frozenset(s.buffer for s in staging)
+    staged = staging(group)
     points = [((("iz", 0), ("iy", m), ("ix", c)), None) for m in range(rows)
               for c in range(columns)]
     emitter, stores = items_emitted(
         group, points, sizes, {"iz": (-below, above), "iy": (0, rows - 1),
-                               "ix": (0, columns - 1)}, columns, staged)
+                               "ix": (0, columns - 1)}, columns, frozenset(staged.buffers))
     step = _split_step(emitter.lines, set(emitter.state.indices.values()), stores)
     carried = step.carried
     # plane offsets the marching step still reads from the staged planes
     computed = [(ctype, name, text) for ctype, name, text in step.values
                 if name in step.needed and name not in carried]
     step_text = "\n".join(text for _, _, text in computed)
-    plane_offsets = sorted({_offset(m.group(2).split("|")[1]) for m in
-                            STAGED_ADDRESS.finditer(step_text)})
+    offsets = {_plane_offset(m.group(2).split("|")[1]) for m in
+               STAGED_ADDRESS.finditer(step_text)}
+    if None in offsets:
+        raise ValueError("marching: a staged read at a plane the step does not index")
+    plane_offsets = sorted(offsets)  # type: ignore[type-var]
     lowest, highest = (plane_offsets[0], plane_offsets[-1]) if plane_offsets else (0, 0)
     planes = highest - lowest + 1 + MARCH_PREFETCH
-    if planes * sum(s.plane_elements(block_x, block_y) * ITEM_SIZE[graph.buffers[s.buffer].dtype]
-                    for s in staging) > SHARED_LIMIT:
+    plane_bytes = [staged.plane_elements * ITEM_SIZE[graph.buffers[name].dtype]
+                   for name in staged.buffers]
+    if planes * sum(plane_bytes) > SHARED_LIMIT:
         return None
-    pitches = {s.buffer: s.pitch(block_x) for s in staging}
-    origins = {s.buffer: (f"kf_row0_{c_name(s.buffer)}", f"kf_column0_{c_name(s.buffer)}")
-               for s in staging}
     threads = block_x * block_y
+    elements, pitch = staged.plane_elements, staged.pitch
 
     # -- shared memory: each staged input's planes, slot = plane % planes ----------------
-    shared_lines, stage_lines, offset = [], [], 0
-    shared_lines.append("KF_DYNAMIC_SHARED(unsigned char, kf_shared);")
-    for s in staging:
-        name, ctype = c_name(s.buffer), C_TYPES[graph.buffers[s.buffer].dtype]
-        elements = s.plane_elements(block_x, block_y)
-        halo_rows = rows * block_y + 2 * s.rows
-        row0, column0 = origins[s.buffer]
-        shared_lines += [
-            f"// '{s.buffer}': {planes} planes of {halo_rows} rows x {pitches[s.buffer]} "
-            f"columns (the block's, {s.rows} rows and {s.columns} columns beyond each side)",
-            f"{ctype}* const kf_staged_{name} = reinterpret_cast<{ctype}*>(kf_shared + "
-            f"{offset});",
-            f"const int {row0} = kf_y0 - {s.rows}, {column0} = kf_x0 - {s.columns};",
-        ]
-        vectors = pitches[s.buffer] // columns
-        stage_lines += [
-            f"for (int kf_c = kf_thread; kf_c < {halo_rows * vectors}; kf_c += {threads}) {{",
-            f"  const int kf_row = {row0} + kf_c / {vectors}, "
-            f"kf_column = {column0} + kf_c % {vectors} * {columns};",
-            f"  if (kf_row >= 0 && kf_row < {height} && kf_column >= 0 && kf_column < {width})",
-            f"    kf_copy_async16(&kf_staged_{name}[kf_plane % {planes} * {elements} + "
-            f"(kf_row - {row0}) * {pitches[s.buffer]} + kf_column - {column0}],",
-            f"                    &{name}[(((kf_index_t)kf_plane) * {height} + kf_row) * "
-            f"{width} + kf_column]);",
-            "}",
-        ]
-        offset += planes * elements * ITEM_SIZE[graph.buffers[s.buffer].dtype]
-    stage = ["// copy plane kf_plane of each staged input into its slot (one group)",
-             "const auto kf_stage = [&](int kf_plane, bool kf_needed) {",
-             "  if (kf_needed) {", *indent(stage_lines, 2), "  }",
-             "  kf_copy_async_commit();", "};"]
+    vectors = pitch // columns
+    shared_lines = [
+        "KF_DYNAMIC_SHARED(unsigned char, kf_shared);",
+        f"// staged planes: {planes} of {staged.halo_rows} rows x {pitch} columns per input "
+        f"(the block's, {staged.rows} rows and {staged.columns} columns beyond each side)",
+        f"const int kf_row0 = kf_y0 - {staged.rows}, kf_column0 = kf_x0 - {staged.columns};",
+    ]
+    copies, offset = [], 0
+    for name, size in zip(staged.buffers, plane_bytes, strict=True):
+        ctype = C_TYPES[graph.buffers[name].dtype]
+        shared_lines.append(f"{ctype}* const kf_staged_{c_name(name)} = "
+                            f"reinterpret_cast<{ctype}*>(kf_shared + {offset});")
+        copies.append(f"kf_copy_async16(&kf_staged_{c_name(name)}[kf_to], "
+                      f"&{c_name(name)}[kf_from]);")
+        offset += planes * size
+    stage = [
+        "// copy plane kf_plane of each staged input into its slot (one group)",
+        "const auto kf_stage = [&](int kf_plane, bool kf_needed) {",
+        "  if (kf_needed) {",
+        f"    for (int kf_c = kf_thread; kf_c < {staged.halo_rows * vectors}; "
+        f"kf_c += {threads}) {{",
+        f"      const int kf_row = kf_row0 + kf_c / {vectors}, "
+        f"kf_column = kf_column0 + kf_c % {vectors} * {columns};",
+        f"      if (kf_row < 0 || kf_row >= {height} || kf_column < 0 || kf_column >= {width})",
+        "        continue;",
+        f"      const int kf_to = kf_plane % {planes} * {elements} + (kf_row - kf_row0) * "
+        f"{pitch} + kf_column - kf_column0;",
+        f"      const kf_index_t kf_from = (((kf_index_t)kf_plane) * {height} + kf_row) * "
+        f"{width} + kf_column;",
+        *indent(copies, 3),
+        "    }",
+        "  }",
+        "  kf_copy_async_commit();",
+        "};"]
 
     # -- one step: the first of a chunk from global memory, the others marching ----------
     declared = [f"{ctype} {name};" for ctype, name, _ in step.values if name in carried]
     carry = [f"{name} = {carried[name]};" for name in _carry_order(carried)]
     first_values = [(f"{name} = " if name in carried else f"const {ctype} {name} = ")
-                    + _render_addresses(text, graph, None, origins, pitches) + ";"
+                    + _render_addresses(text, graph, None, staged) + ";"
                     for ctype, name, text in step.values]
-    slots = {_plane_name(k):
-             f"kf_slot_{'p' if k >= 0 else 'm'}{abs(k)}" for k in plane_offsets}
-    slot_lines = [f"const int {slot} = ({_plane_text(k)}) % {planes} * {{elements}};"
-                  for k, slot in zip(plane_offsets, slots.values(), strict=True)]
+    slots = {_plane_name(k): f"kf_slot_{'p' if k >= 0 else 'm'}{abs(k)}" for k in plane_offsets}
+    slot_lines = [f"const int {slots[_plane_name(k)]} = ({_plane_text(k)}) % {planes} * "
+                  f"{elements};" for k in plane_offsets]
     marching_values = [f"const {ctype} {name} = "
-                       + _render_addresses(text, graph, slots, origins, pitches) + ";"
+                       + _render_addresses(text, graph, slots, staged) + ";"
                        for ctype, name, text in computed]
-    elements_of = {s.plane_elements(block_x, block_y) for s in staging}
-    if len(elements_of) > 1:  # one slot index per plane for every staged input
-        raise ValueError("marching: staged inputs with different plane sizes")
-    slot_lines = [line.format(elements=next(iter(elements_of))) for line in slot_lines]
 
     single_point = [((("iz_k", 0), ("iy_k", 0), ("ix_k", 0)), None)]
     single = _items_code(group, single_point, sizes, {})
@@ -411,11 +419,3 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
                         (block_x, block_y, 1), grid, dynamic_shared_bytes=offset)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
-
-def _offset(index: str) -> int:
-    """The plane offset of a plane index name (``iz_m2``: -2)."""
-    match = _PLANE_INDEX.match(index)
-    if match is None:
-        raise ValueError(f"marching: a staged read at plane {index!r}")
-    sign, amount = match.groups()
-    return (int(amount) if sign == "p" else -int(amount)) if sign else 0
