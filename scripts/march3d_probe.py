@@ -274,8 +274,9 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=["2x32x4x32", "2x32x4x64", "4x32x4x32",
                                                         "2x32x8x32", "2x64x2x32", "1x32x8x32"])
     parser.add_argument("--generated", nargs="*", default=[],
-                        help="PLANESxAHEAD: the generated kernel with chunks of PLANES planes "
-                             "and AHEAD planes copied ahead")
+                        help="PLANESxAHEAD[xNEWEST]: the generated kernel with chunks of PLANES "
+                             "planes, AHEAD planes copied ahead, intermediates computed on "
+                             "their newest plane only (NEWEST 1, the default) or not (0)")
     args = parser.parse_args()
     case = device_case("diffusion3d")
     backend = get_backend("cuda")
@@ -292,8 +293,9 @@ def main() -> None:
     print(f"register tiles: error {error:.1e}, registers {registers}", flush=True)
     labels["tiles"] = tiles.launch_all
     for shape in args.generated:  # the generated kernel with other chunks and copies ahead
-        planes, ahead = (int(v) for v in shape.split("x"))
+        planes, ahead, *newest = (int(v) for v in shape.split("x"))
         marching.MARCH_PLANES, marching.MARCH_PREFETCH = planes, ahead
+        marching.NEWEST_PLANES_ONLY = bool(newest[0]) if newest else True
         other, error, registers = run_checked(backend, case, planned_program(case), expected)
         print(f"generated {shape}: error {error:.1e}, registers {registers}", flush=True)
         if error < 1e-6:
@@ -312,6 +314,7 @@ def main() -> None:
               f"spill {kernel.local_size_bytes} B", flush=True)
         if error < 1e-6:
             labels[f"march {shape}"] = launch
+    marching.NEWEST_PLANES_ONLY = True
     print_rounds("diffusion3d", time_alternating(labels, args.rounds, repeat=args.runs), "compile")
 
 

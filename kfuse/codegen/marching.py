@@ -45,6 +45,7 @@ MARCH_BLOCK = (32, 4)  # threads per block (x, y)
 MARCH_PLANES = 64  # planes per block (a chunk): H100, 64 x 3 ahead of 32-128 x 1-3
 MARCH_PREFETCH = 3  # planes copied ahead of the plane a step computes
 MARCH_COLUMNS = 4  # columns per thread: one aligned 16-byte vector per row
+NEWEST_PLANES_ONLY = True  # intermediates computed on their newest plane only, then carried
 SHARED_LIMIT = 96 * 1024  # bytes of staged planes per block (two blocks per SM fit)
 
 _DECLARATION = re.compile(r"^const (\w+) (\w+) = (.*);$")
@@ -230,6 +231,29 @@ def _carry_order(carried: dict[str, str]) -> list[str]:
     return sorted(carried, key=depth, reverse=True)
 
 
+def _newest_planes_only(group, emitter) -> None:
+    """Evaluate each intermediate one plane higher wherever the step evaluates it below its
+    highest plane, until every point it evaluates below the highest has its copy one plane
+    higher: then a marching step computes each intermediate on its newest plane only (over
+    all the rows and columns it is read at) and carries the planes below."""
+    kernels = {kernel.name: kernel for kernel in group.members}
+    evaluated = emitter.state.evaluated
+    highest: dict[str, int] = {}
+    for name, coords in evaluated:
+        if coords[0][0] == "iz":
+            highest[name] = max(highest.get(name, coords[0][1]), coords[0][1])
+    while True:
+        missing = sorted({(name, (("iz", coords[0][1] + 1), *coords[1:]))
+                          for name, coords in evaluated
+                          if coords[0][0] == "iz" and coords[0][1] < highest[name]}
+                         - evaluated)
+        if not missing:
+            return
+        for name, coords in missing:
+            evaluated.add((name, coords))
+            emitter.at(coords).emit(kernels[name].body)
+
+
 def _render_addresses(text: str, graph, plane_slot: dict[str, str] | None,
                       staged: Staging) -> str:
     """``text`` with its staged-address markers as global addresses (``plane_slot``
@@ -266,6 +290,8 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
     emitter, stores = items_emitted(
         group, points, sizes, {"iz": (-below, above), "iy": (0, rows - 1),
                                "ix": (0, columns - 1)}, columns, frozenset(staged.buffers))
+    if NEWEST_PLANES_ONLY:
+        _newest_planes_only(group, emitter)
     step = _split_step(emitter.lines, set(emitter.state.indices.values()), stores)
     carried = step.carried
     # plane offsets the marching step still reads from the staged planes
@@ -302,20 +328,35 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
         copies.append(f"kf_copy_async16(&kf_staged_{c_name(name)}[kf_to], "
                       f"&{c_name(name)}[kf_from]);")
         offset += planes * size
+    total = staged.halo_rows * vectors
+    per_thread = -(-total // threads)
     stage = [
+        "// the 16-byte pieces of a staged plane this thread copies, found once: offsets in a",
+        "// plane of the volume and in a slot (-1: none, or outside the volume)",
+        f"kf_index_t kf_copy_from[{per_thread}];",
+        f"int kf_copy_to[{per_thread}];",
+        "#pragma unroll",
+        f"for (int kf_i = 0; kf_i < {per_thread}; ++kf_i) {{",
+        f"  const int kf_c = kf_thread + kf_i * {threads};",
+        f"  const int kf_row = kf_row0 + kf_c / {vectors}, "
+        f"kf_column = kf_column0 + kf_c % {vectors} * {columns};",
+        f"  const bool kf_copied = kf_c < {total} && kf_row >= 0 && kf_row < {height} && "
+        f"kf_column >= 0 && kf_column < {width};",
+        f"  kf_copy_from[kf_i] = (kf_index_t)kf_row * {width} + kf_column;",
+        f"  kf_copy_to[kf_i] = kf_copied ? (kf_row - kf_row0) * {pitch} + kf_column - "
+        "kf_column0 : -1;",
+        "}",
         "// copy plane kf_plane of each staged input into its slot (one group)",
         "const auto kf_stage = [&](int kf_plane, bool kf_needed) {",
         "  if (kf_needed) {",
-        f"    for (int kf_c = kf_thread; kf_c < {staged.halo_rows * vectors}; "
-        f"kf_c += {threads}) {{",
-        f"      const int kf_row = kf_row0 + kf_c / {vectors}, "
-        f"kf_column = kf_column0 + kf_c % {vectors} * {columns};",
-        f"      if (kf_row < 0 || kf_row >= {height} || kf_column < 0 || kf_column >= {width})",
+        f"    const kf_index_t kf_plane_start = (kf_index_t)kf_plane * {height} * {width};",
+        f"    const int kf_slot = kf_plane % {planes} * {elements};",
+        "    #pragma unroll",
+        f"    for (int kf_i = 0; kf_i < {per_thread}; ++kf_i) {{",
+        "      if (kf_copy_to[kf_i] < 0)",
         "        continue;",
-        f"      const int kf_to = kf_plane % {planes} * {elements} + (kf_row - kf_row0) * "
-        f"{pitch} + kf_column - kf_column0;",
-        f"      const kf_index_t kf_from = (((kf_index_t)kf_plane) * {height} + kf_row) * "
-        f"{width} + kf_column;",
+        "      const int kf_to = kf_slot + kf_copy_to[kf_i];",
+        "      const kf_index_t kf_from = kf_plane_start + kf_copy_from[kf_i];",
         *indent(copies, 3),
         "    }",
         "  }",
