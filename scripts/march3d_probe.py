@@ -13,7 +13,7 @@ planned program, then timed beside it and torch.compile in alternating rounds.
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 scripts/march3d_probe.py [--rounds 5] [--runs 30] [--shapes TYxBXxBYxCZ[xDEPTH] ...]
-        [--generated PLANESxAHEAD ...]
+        [--generated PLANESxAHEAD[xNEWEST][:FALLBACK_TILE] ...]
 """
 
 from __future__ import annotations
@@ -265,7 +265,8 @@ def main() -> None:
     from kfuse.bench.experiment import device_case, planned_program, planned_run, run_checked
     from kfuse.bench.timing import print_rounds, time_alternating
     from kfuse.bench.torch_baseline import compiled_on
-    from kfuse.codegen import marching
+    from kfuse.codegen import generate, marching
+    from kfuse.codegen.kernels import REGISTER_TILES
     from kfuse.runtime import get_backend
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -278,25 +279,35 @@ def main() -> None:
                              "planes, AHEAD planes copied ahead, intermediates computed on "
                              "their newest plane only (NEWEST 1, the default) or not (0)")
     args = parser.parse_args()
-    case = device_case("diffusion3d")
+    case = device_case("diffusion3d")  # planned as kfuse plans it (marching on or off)
     backend = get_backend("cuda")
-    marching.ENABLED = True  # "planned": the marching kernel (off by default)
     executable, expected = planned_run(case, backend)
-    print("planned: registers", "/".join(str(f.num_regs) for f in executable.functions.values()),
+    print(f"planned (marching {'on' if marching.ENABLED else 'off'}, tile {case.plan.groups[0].tile}"
+          "): registers", "/".join(str(f.num_regs) for f in executable.functions.values()),
           flush=True)
     u0, c = case.given["u0"], np.float32(case.given["c"])
     out = cupy.empty_like(expected["u2"])
     labels = {"compile": compiled_on(case.graph, case.given), "planned": executable.launch_all}
-    marching.ENABLED = False  # the register tiles, as before kfuse.codegen.marching
-    tiles, error, registers = run_checked(backend, case, planned_program(case), expected)
+    enabled, marching.ENABLED = marching.ENABLED, False  # the register tiles alone
+    tile = REGISTER_TILES[("recompute", 3)]
+    groups = [(*group[:3], tile) for group in case.plan.kernel_groups]
+    tiles, error, registers = run_checked(backend, case, generate(case.graph, groups,
+                                                                  fixed_sizes=case.sizes),
+                                          expected)
     marching.ENABLED = True
     print(f"register tiles: error {error:.1e}, registers {registers}", flush=True)
     labels["tiles"] = tiles.launch_all
     for shape in args.generated:  # the generated kernel with other chunks and copies ahead
-        planes, ahead, *newest = (int(v) for v in shape.split("x"))
+        spec, _, fallback = shape.partition(":")
+        planes, ahead, *newest = (int(v) for v in spec.split("x"))
         marching.MARCH_PLANES, marching.MARCH_PREFETCH = planes, ahead
         marching.NEWEST_PLANES_ONLY = bool(newest[0]) if newest else True
-        other, error, registers = run_checked(backend, case, planned_program(case), expected)
+        program = planned_program(case)
+        if fallback:  # another register tile for the sizes the marching path does not take
+            tile = tuple(int(v) for v in fallback.split("x"))
+            groups = [(*group[:3], tile) for group in case.plan.kernel_groups]
+            program = generate(case.graph, groups, fixed_sizes=case.sizes)
+        other, error, registers = run_checked(backend, case, program, expected)
         print(f"generated {shape}: error {error:.1e}, registers {registers}", flush=True)
         if error < 1e-6:
             labels[f"generated {shape}"] = other.launch_all
@@ -316,6 +327,7 @@ def main() -> None:
             labels[f"march {shape}"] = launch
     marching.NEWEST_PLANES_ONLY = True
     print_rounds("diffusion3d", time_alternating(labels, args.rounds, repeat=args.runs), "compile")
+    marching.ENABLED = enabled
 
 
 if __name__ == "__main__":

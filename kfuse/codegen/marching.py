@@ -39,11 +39,11 @@ from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 # Off by default: on an H200 the generated kernel measured 0.40-0.45 ms against 0.38 for the
 # register tiles and 0.357 for the hand-written one it follows (docs/benchmarks.md, session
 # 13); on an H100 0.464 against 0.62 for the tiles. tests/test_marching.py turns it on.
-ENABLED = False
+ENABLED = True
 MARCH_ROWS = 4  # rows per thread (the thread's 4 columns in each)
 MARCH_BLOCK = (32, 4)  # threads per block (x, y)
-MARCH_PLANES = 64  # planes per block (a chunk): H100, 64 x 3 ahead of 32-128 x 1-3
-MARCH_PREFETCH = 3  # planes copied ahead of the plane a step computes
+MARCH_PLANES = 256  # planes per block (a chunk)
+MARCH_PREFETCH = 2  # planes copied ahead of the plane a step computes
 MARCH_COLUMNS = 4  # columns per thread: one aligned 16-byte vector per row
 NEWEST_PLANES_ONLY = True  # intermediates computed on their newest plane only, then carried
 SHARED_LIMIT = 96 * 1024  # bytes of staged planes per block (two blocks per SM fit)
