@@ -77,6 +77,40 @@ def test_diffusion_marches_and_equals_the_reference(boundary, shape, short_chunk
     assert worst_error(outputs["u2"], expected) <= 1e-5
 
 
+@pytest.mark.parametrize("resident", [5, 2, 1])
+def test_one_wave_of_blocks_takes_the_planes(resident, monkeypatch):
+    """Where the device's resident blocks are known, the planes split into one chunk per
+    block of that wave (23 planes among 5 blocks: chunks of 5, the last of 3)."""
+    from kfuse.runtime.cpu_backend import CpuExecutable
+
+    monkeypatch.setattr(CpuExecutable, "resident_blocks", lambda self, spec: resident)
+    monkeypatch.setattr(marching, "MARCH_LEAST_PLANES", 3)
+    app = get_app("diffusion3d")
+    graph = app.build().graph()
+    arrays, params = app.make_inputs((23, 8, 12), np.random.default_rng(5), "float32")
+    expected = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
+                             "clamp")["u2"]
+    program, outputs = run_whole_group(graph, arrays, params)
+    (launch,) = program.launches
+    sizes = graph.bind_shapes({k: v.shape for k, v in arrays.items()})
+    assert launch.grid_size(sizes, resident)[2] == resident
+    assert worst_error(outputs["u2"], expected) <= 1e-5
+
+
+def test_a_wave_fills_the_device_beside_the_other_axes():
+    from kfuse.codegen.program import GridAxis, LaunchSpec
+
+    grid = (GridAxis(("x",), 128), GridAxis(("y",), 16),
+            GridAxis(("z",), 256, least_per_block=16))
+    spec = LaunchSpec("k", ("k",), (), (32, 4, 1), grid)
+    sizes = {"x": 512, "y": 512, "z": 512}
+    assert spec.grid_size(sizes) == (4, 32, 2)  # chunks of 256 planes
+    assert spec.grid_size(sizes, 264) == (4, 32, 2)  # 2 x 132 resident: one wave
+    assert spec.grid_size({"x": 256, "y": 256, "z": 256}, 264) == (2, 16, 8)
+    assert spec.grid_size({"x": 256, "y": 256, "z": 40}, 264) == (2, 16, 3)  # >= 16 planes
+    assert spec.grid_size({"x": 4096, "y": 4096, "z": 64}, 264) == (32, 256, 1)
+
+
 @pytest.mark.parametrize("shape", [(19, 12, 24), (6, 16, 8), (11, 10, 13)], ids=str)
 @pytest.mark.parametrize("boundary", MARCHING_BOUNDARIES, ids=str)
 def test_a_chain_of_two_inputs_and_two_outputs(boundary, shape, short_chunks, monkeypatch):

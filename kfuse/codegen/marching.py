@@ -42,7 +42,12 @@ from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 ENABLED = True
 MARCH_ROWS = 4  # rows per thread (the thread's 4 columns in each)
 MARCH_BLOCK = (32, 4)  # threads per block (x, y)
-MARCH_PLANES = 256  # planes per block (a chunk)
+# planes per block (a chunk) where the device's resident blocks are not known (the cpu
+# backend); on the GPU one wave of blocks takes the planes, chunks of at least
+# MARCH_LEAST_PLANES (H200, 512^3: one wave of 256-plane chunks 0.341-0.345 ms against 0.350
+# for 128 and 0.379 for 64 planes, docs/benchmarks.md session 14)
+MARCH_PLANES = 256
+MARCH_LEAST_PLANES = 16
 MARCH_PREFETCH = 2  # planes copied ahead of the plane a step computes
 MARCH_COLUMNS = 4  # columns per thread: one aligned 16-byte vector per row
 NEWEST_PLANES_ONLY = True  # intermediates computed on their newest plane only, then carried
@@ -400,10 +405,12 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
         *step.thread_indices,
         "// values one step hands to the next (each one plane lower there)",
         *declared,
-        f"for (int kf_chunk = blockIdx.z; kf_chunk * {MARCH_PLANES} < {depth_size}; "
-        "kf_chunk += gridDim.z) {",
-        f"  const int kf_first = kf_chunk * {MARCH_PLANES}, "
-        f"kf_end = min(kf_first + {MARCH_PLANES}, {depth_size});",
+        "// the planes split into one chunk per block along z (as many blocks as the device",
+        "// holds at once, beside the blocks of rows and columns)",
+        f"const int kf_planes = ({depth_size} + gridDim.z - 1) / gridDim.z;",
+        f"for (int kf_first = blockIdx.z * kf_planes; kf_first < {depth_size}; "
+        "kf_first += gridDim.z * kf_planes) {",
+        f"  const int kf_end = min(kf_first + kf_planes, {depth_size});",
         f"  // planes within the chain's reach ({below} below, {above} above) of the volume's "
         "first and last: one point at a time",
         f"  const int kf_march_first = max(kf_first, {below});",
@@ -455,7 +462,8 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
     header, params = group.signature(threads)
     grid = (GridAxis((group.domain[2],), block_x * columns),
             GridAxis((group.domain[1],), block_y * rows, GRID_LIMITS[1]),
-            GridAxis((group.domain[0],), MARCH_PLANES, GRID_LIMITS[2]))
+            GridAxis((group.domain[0],), MARCH_PLANES, GRID_LIMITS[2],
+                     least_per_block=MARCH_LEAST_PLANES))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid, dynamic_shared_bytes=offset)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch

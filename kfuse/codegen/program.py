@@ -40,6 +40,11 @@ class GridAxis:
     per_block: int = 1
     cap: int = GRID_LIMITS[0]
     covering: bool = False
+    # > 0: the kernel divides the extent among the axis's blocks itself (chunks of
+    # ceil(extent / blocks)); where the launcher knows how many blocks the device holds at
+    # once, the axis takes as many as fill that one wave beside the other axes' blocks, with
+    # chunks of at least this many items (fewer, longer chunks: kfuse.codegen.marching)
+    least_per_block: int = 0
 
     def blocks(self, sizes: Mapping[str, int]) -> int:
         extent = prod(sizes[s] for s in self.symbols) if self.symbols else 1
@@ -49,6 +54,13 @@ class GridAxis:
                               f"blocks of {self.per_block}; a grid axis holds at most "
                               f"{self.cap}")
         return max(1, min(self.cap, needed))
+
+    def wave_blocks(self, sizes: Mapping[str, int], others: int, resident: int) -> int:
+        """Blocks along a chunked axis (``least_per_block``) when ``resident`` blocks fit the
+        device at once and the other axes launch ``others``."""
+        extent = prod(sizes[s] for s in self.symbols) if self.symbols else 1
+        most = -(-extent // self.least_per_block)
+        return max(1, min(self.cap, most, resident // others))
 
 
 @dataclass(frozen=True)
@@ -70,14 +82,27 @@ class LaunchSpec:
     dynamic_shared_bytes: int = 0
     size_limits: tuple[tuple[str, int], ...] = ()
 
-    def grid_size(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
+    @property
+    def fills_wave(self) -> bool:
+        """Whether an axis takes its block count from the device's resident blocks."""
+        return any(axis.least_per_block for axis in self.grid)
+
+    def grid_size(self, sizes: Mapping[str, int], resident: int | None = None
+                  ) -> tuple[int, int, int]:
+        """Blocks per grid axis; ``resident``: how many blocks of this kernel the device
+        holds at once (chunked axes fill one wave), None where not known."""
         for symbol, largest in self.size_limits:
             if sizes[symbol] > largest:
                 raise LaunchError(f"kernel '{self.symbol}' ({', '.join(self.operators)}) runs "
                                   f"at {symbol} <= {largest}, not {sizes[symbol]}: its variant "
                                   "holds that many columns per row (plan it for these sizes, "
                                   "or name a variant with more threads or accesses per row)")
-        return tuple(axis.blocks(sizes) for axis in self.grid)  # type: ignore[return-value]
+        blocks = [axis.blocks(sizes) for axis in self.grid]
+        for index, axis in enumerate(self.grid):
+            if axis.least_per_block and resident:
+                others = prod(blocks) // blocks[index]
+                blocks[index] = axis.wave_blocks(sizes, others, resident)
+        return tuple(blocks)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,12 @@ class Executable(ABC):
         for name, value in spec.initial_values:
             self.fill(self.buffers[name], value)
         args = [self.argument(spec, param) for param in spec.params]
-        self.launch(spec, spec.grid_size(self.bound.sizes), spec.block, args)
+        resident = self.resident_blocks(spec) if spec.fills_wave else None
+        self.launch(spec, spec.grid_size(self.bound.sizes, resident), spec.block, args)
+
+    def resident_blocks(self, spec: LaunchSpec) -> int | None:
+        """How many blocks of the kernel the device holds at once (None: not known)."""
+        return None
 
     def argument(self, spec: LaunchSpec, param) -> Any:
         """The value passed for one kernel parameter: a buffer, a size or a scalar."""

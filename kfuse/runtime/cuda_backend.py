@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,7 @@ class CudaExecutable(Executable):
             if spec.dynamic_shared_bytes > DEFAULT_SHARED_LIMIT:
                 self.functions[spec.symbol].max_dynamic_shared_size_bytes = \
                     spec.dynamic_shared_bytes
+        self.resident: dict[str, int] = {}
         kinds = {_kind(a) for a in bound.arrays.values()}
         self.output_kind = "numpy" if "numpy" in kinds or not kinds else (
             "torch" if "torch" in kinds else "cupy")
@@ -122,6 +124,17 @@ class CudaExecutable(Executable):
 
     def fill(self, buffer: Any, value: float) -> None:
         buffer.fill(value)
+
+    def resident_blocks(self, spec: LaunchSpec) -> int:
+        """Blocks of the kernel that fit the device at once (the driver's occupancy figure,
+        from its registers and shared memory, times the multiprocessors)."""
+        if spec.symbol not in self.resident:
+            driver = self.cupy.cuda.driver
+            per_multiprocessor = driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                self.functions[spec.symbol].ptr, prod(spec.block), spec.dynamic_shared_bytes)
+            multiprocessors = self.cupy.cuda.Device().attributes["MultiProcessorCount"]
+            self.resident[spec.symbol] = max(1, per_multiprocessor) * multiprocessors
+        return self.resident[spec.symbol]
 
     def launch(self, spec: LaunchSpec, grid: tuple[int, int, int], block: tuple[int, int, int],
                args: list[Any]) -> None:
