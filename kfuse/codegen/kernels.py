@@ -333,13 +333,23 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant:
         tile = register_tile(kind, group.ndim)
     block = TILED_BLOCKS[(kind, group.ndim)]
     lines, launch = _tiled_kernel(group, tile, block)
-    if kind == "recompute" and marching.ENABLED and block[0] == marching.MARCH_BLOCK[0] \
-            and tile[-1] == marching.MARCH_COLUMNS and marching.march_reasons(group) is None:
+    if marches(group, variant, tile):
         # 3-D chains march along z; the register tiles serve the sizes marching does not
         header = next(i for i, line in enumerate(lines) if line.startswith("KF_KERNEL"))
         fallback = [line[2:] for line in lines[header + 2:-1]]
         return marching.marching_kernel(group, fallback) or (lines, launch)
     return lines, launch
+
+
+def marches(group: KernelGroup, variant: str, tile: tuple[int, ...] | None = None) -> bool:
+    """Whether the group's kernel has its threads march along z (kfuse.codegen.marching),
+    the register tiles ``tile`` serving only sizes the marching path does not take."""
+    if group.is_flat() or group.ndim != 3 or not marching.ENABLED:
+        return False
+    kind = "arithmetic" if is_arithmetic_heavy(group.members) else tile_kind(variant)
+    tile = tile or register_tile(kind, group.ndim)
+    return kind == "recompute" and TILED_BLOCKS[(kind, 3)][0] == marching.MARCH_BLOCK[0] \
+        and tile[-1] == marching.MARCH_COLUMNS and marching.march_reasons(group) is None
 
 
 def is_arithmetic_heavy(members: Sequence[Kernel]) -> bool:

@@ -88,6 +88,10 @@ class FusionPlan:
             outputs = ", ".join(group.outputs)
             variant = group.variant + (f", {'x'.join(map(str, group.tile))} points per thread"
                                        if group.tile else "")
+            if self._marches(group):
+                variant = (f"{group.variant}, threads marching along z with 4x4 points per "
+                           "plane" + (f"; {'x'.join(map(str, group.tile))} points per thread "
+                                      "for sizes marching does not take" if group.tile else ""))
             lines.append(f"  kernel [{' + '.join(group.members)}] ({variant}) "
                          f"writes {outputs}" + (f": {group.reason}" if group.reason else ""))
         for decision in self.decisions:
@@ -95,6 +99,13 @@ class FusionPlan:
             lines.append(f"  {mark} {decision.producer} -> {decision.consumer} "
                          f"('{decision.buffer}'): {decision.reason}")
         return "\n".join(lines)
+
+    def _marches(self, group) -> bool:
+        """Whether the group's kernel has its threads march along z (3-D stencil chains)."""
+        from kfuse.codegen.kernels import KernelGroup, marches
+
+        return group.variant == "recompute" and marches(KernelGroup(self.graph, group.members, group.outputs), group.variant,
+                       group.tile)
 
     def to_dict(self) -> dict:
         return {
