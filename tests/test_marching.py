@@ -111,6 +111,18 @@ def test_a_wave_fills_the_device_beside_the_other_axes():
     assert spec.grid_size({"x": 4096, "y": 4096, "z": 64}, 264) == (32, 256, 1)
 
 
+def test_resident_blocks_follow_registers_threads_and_shared_memory():
+    from kfuse.runtime.occupancy import blocks_per_multiprocessor
+
+    # the marching kernel on an H200: 245 registers (7,936 a warp), 128 threads, 43.5 KB
+    assert blocks_per_multiprocessor(245, 128, 43520) == 2
+    assert blocks_per_multiprocessor(128, 128, 43520) == 4
+    assert blocks_per_multiprocessor(32, 256, 0) == 8  # threads and registers both: 8
+    assert blocks_per_multiprocessor(32, 128, 100 * 1024) == 2  # shared memory
+    assert blocks_per_multiprocessor(16, 32, 0) == 32  # the block limit
+    assert blocks_per_multiprocessor(255, 1024, 0) == 0
+
+
 @pytest.mark.parametrize("shape", [(19, 12, 24), (6, 16, 8), (11, 10, 13)], ids=str)
 @pytest.mark.parametrize("boundary", MARCHING_BOUNDARIES, ids=str)
 def test_a_chain_of_two_inputs_and_two_outputs(boundary, shape, short_chunks, monkeypatch):

@@ -21,6 +21,7 @@ from kfuse.errors import BackendUnavailable, CompileError, LaunchError
 from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import CompiledBackend, Executable
 from kfuse.runtime.binding import Bound
+from kfuse.runtime.occupancy import blocks_per_multiprocessor
 
 NVRTC_OPTIONS = ("--std=c++17", "-default-device")
 
@@ -126,14 +127,16 @@ class CudaExecutable(Executable):
         buffer.fill(value)
 
     def resident_blocks(self, spec: LaunchSpec) -> int:
-        """Blocks of the kernel that fit the device at once (the driver's occupancy figure,
-        from its registers and shared memory, times the multiprocessors)."""
+        """Blocks of the kernel that fit the device at once (the occupancy calculation from
+        its registers and shared memory, times the multiprocessors)."""
         if spec.symbol not in self.resident:
-            driver = self.cupy.cuda.driver
-            per_multiprocessor = driver.occupancyMaxActiveBlocksPerMultiprocessor(
-                self.functions[spec.symbol].ptr, prod(spec.block), spec.dynamic_shared_bytes)
-            multiprocessors = self.cupy.cuda.Device().attributes["MultiProcessorCount"]
-            self.resident[spec.symbol] = max(1, per_multiprocessor) * multiprocessors
+            function = self.functions[spec.symbol]
+            attributes = self.cupy.cuda.Device().attributes
+            per_multiprocessor = blocks_per_multiprocessor(
+                function.num_regs, prod(spec.block),
+                function.shared_size_bytes + spec.dynamic_shared_bytes, attributes)
+            self.resident[spec.symbol] = max(1, per_multiprocessor) * \
+                attributes["MultiProcessorCount"]
         return self.resident[spec.symbol]
 
     def launch(self, spec: LaunchSpec, grid: tuple[int, int, int], block: tuple[int, int, int],
