@@ -111,6 +111,22 @@ def test_a_wave_fills_the_device_beside_the_other_axes():
     assert spec.grid_size({"x": 4096, "y": 4096, "z": 64}, 264) == (32, 256, 1)
 
 
+def test_marching_pays_where_dram_bandwidth_per_cycle_is_high():
+    assert marching.pays_on(4.8e12, 132, 1.98e9)  # H200: 18 bytes per SM cycle
+    assert not marching.pays_on(3.35e12, 132, 1.98e9)  # H100 SXM: 13
+    assert not marching.pays_on(4.8e12, 0, 1.98e9)
+
+
+def test_programs_march_where_asked_unless_forced(monkeypatch):
+    graph = get_app("diffusion3d").build().graph()
+    groups = [(tuple(k.name for k in graph.kernels), graph.outputs, "recompute")]
+    monkeypatch.setattr(marching, "ENABLED", None)
+    assert "threads march" in generate(graph, groups, march=True).source
+    assert "threads march" not in generate(graph, groups).source
+    monkeypatch.setattr(marching, "ENABLED", False)
+    assert "threads march" not in generate(graph, groups, march=True).source
+
+
 def test_resident_blocks_follow_registers_threads_and_shared_memory():
     from kfuse.runtime.occupancy import blocks_per_multiprocessor
 

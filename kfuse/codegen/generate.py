@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kfuse.codegen import mapreduce
+from kfuse.codegen import mapreduce, marching
 from kfuse.codegen.kernels import KernelGroup, group_kernel
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.program import Program
@@ -13,15 +13,19 @@ from kfuse.ir.graph import Graph
 
 
 def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
-             *, wide_index: bool = False, fixed_sizes: Mapping[str, int] | None = None
-             ) -> Program:
+             *, wide_index: bool = False, fixed_sizes: Mapping[str, int] | None = None,
+             march: bool = False) -> Program:
     """CUDA C for ``graph``; ``groups`` lists (members, written buffers[, variant[, register
     tile]]) in order.
 
     Without groups every operator gets its own kernel (the unfused program). With
     ``fixed_sizes`` (size symbol -> size) the kernels are compiled for those sizes
-    (:mod:`kfuse.codegen.specialise`) and the program must only run at them.
+    (:mod:`kfuse.codegen.specialise`) and the program must only run at them. ``march``:
+    3-D recompute groups have their threads march along z (for devices where that pays,
+    :func:`kfuse.codegen.marching.pays_on`; ``marching.ENABLED`` overrides it).
     """
+    if marching.ENABLED is not None:
+        march = marching.ENABLED
     if groups is None:
         groups = [((k.name,), (k.output,)) for k in graph.topological_kernels()]
     fused = sum(1 for group in groups if len(group[0]) > 1)
@@ -36,7 +40,8 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
         if mapreduce.claims(graph, members, variant):
             lines, launch = mapreduce.group_kernel(graph, members, outputs, variant)
         else:
-            lines, launch = group_kernel(KernelGroup(graph, members, outputs), variant, tile)
+            lines, launch = group_kernel(KernelGroup(graph, members, outputs), variant, tile,
+                                         march)
         if fixed_sizes is not None:
             domain = graph.kernel_by_name[members[-1]].domain
             lines = specialise_kernel(lines, launch, domain, fixed_sizes)

@@ -323,9 +323,10 @@ def items_emitted(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...],
     return emitter, stores
 
 
-def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant: str = "auto"
-               ) -> tuple[list[str], LaunchSpec]:
-    """Point and stencil operators (fused or not): several points per thread."""
+def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant: str = "auto",
+               march: bool = False) -> tuple[list[str], LaunchSpec]:
+    """Point and stencil operators (fused or not): several points per thread; with
+    ``march``, 3-D recompute groups have their threads march along z where they can."""
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group)
     kind = "arithmetic" if is_arithmetic_heavy(group.members) else tile_kind(variant)
@@ -333,7 +334,7 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant:
         tile = register_tile(kind, group.ndim)
     block = TILED_BLOCKS[(kind, group.ndim)]
     lines, launch = _tiled_kernel(group, tile, block)
-    if marches(group, variant, tile):
+    if march and marches(group, variant, tile):
         # 3-D chains march along z; the register tiles serve the sizes marching does not
         header = next(i for i, line in enumerate(lines) if line.startswith("KF_KERNEL"))
         fallback = [line[2:] for line in lines[header + 2:-1]]
@@ -342,9 +343,9 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant:
 
 
 def marches(group: KernelGroup, variant: str, tile: tuple[int, ...] | None = None) -> bool:
-    """Whether the group's kernel has its threads march along z (kfuse.codegen.marching),
-    the register tiles ``tile`` serving only sizes the marching path does not take."""
-    if group.is_flat() or group.ndim != 3 or not marching.ENABLED:
+    """Whether the group's kernel can have its threads march along z (kfuse.codegen.marching)
+    where asked to, the register tiles ``tile`` serving only sizes marching does not take."""
+    if group.is_flat() or group.ndim != 3:
         return False
     kind = "arithmetic" if is_arithmetic_heavy(group.members) else tile_kind(variant)
     tile = tile or register_tile(kind, group.ndim)
@@ -660,9 +661,10 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 
-def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...] | None = None
-                 ) -> tuple[list[str], LaunchSpec]:
-    """The kernel of one group: reduction, staged (shared memory) or map template."""
+def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...] | None = None,
+                 march: bool = False) -> tuple[list[str], LaunchSpec]:
+    """The kernel of one group: reduction, staged (shared memory) or map template
+    (``march``: 3-D recompute groups march along z where they can)."""
     if any(k.kind == "opaque" for k in group.members):
         raise NotImplementedError("opaque user kernels arrive with the BLAS issue")
     if group.reduction is not None:
@@ -673,7 +675,7 @@ def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...
                              stage_inputs=variant == "staged-inputs")
     if len(group.members) > 1:
         group = group.without_constant_factors()
-    return map_kernel(group, tile or register_tile(variant, group.ndim), variant)
+    return map_kernel(group, tile or register_tile(variant, group.ndim), variant, march)
 
 
 def tile_choices(variant: str, ndim: int) -> list[tuple[int, ...] | None]:

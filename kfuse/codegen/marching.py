@@ -19,10 +19,11 @@ a chunk of ``MARCH_PLANES`` planes, one output plane per step:
   indices computed once per thread; planes within the chain's reach of the volume's first
   and last plane are computed one point at a time, as the register tile's edge path does.
 
-Measured (docs/benchmarks.md, session 13): faster than the register tiles on an H100
-(diffusion3d 0.464 against 0.62 ms), slower on an H200 (0.40-0.45 against 0.38), where a
-hand-written kernel of the same plan (scripts/march3d_probe.py) takes 0.357; so it is not
-the default (``ENABLED``). The kernel keeps the register-tiled code for sizes and pointers the
+Measured (docs/benchmarks.md, session 14): on an H200 0.342-0.345 ms for diffusion3d at
+512^3 against 0.37-0.39 for the register tiles (a hand-written kernel of the same plan,
+scripts/march3d_probe.py, 0.333-0.342); on an H100 SXM slower than the tiles (0.484
+against 0.425), so the cuda backend marches only on devices like the first
+(:func:`pays_on`). The kernel keeps the register-tiled code for sizes and pointers the
 marching path does not take (width not a multiple of 4, rows not a multiple of
 ``MARCH_ROWS``, unaligned arrays).
 """
@@ -36,10 +37,17 @@ from kfuse.codegen.cexpr import STAGED_ADDRESS, c_name, indent, row_major_addres
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, LaunchSpec
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 
-# Off by default: on an H200 the generated kernel measured 0.40-0.45 ms against 0.38 for the
-# register tiles and 0.357 for the hand-written one it follows (docs/benchmarks.md, session
-# 13); on an H100 0.464 against 0.62 for the tiles. tests/test_marching.py turns it on.
-ENABLED = True
+# Whether 3-D recompute groups march: None decides per device (the cuda backend asks
+# :func:`pays_on`; programs generated without a device keep the register tiles); True or
+# False forces it everywhere (tests, experiments).
+ENABLED: bool | None = None
+# Marching trades instructions for DRAM efficiency: it issues fewer instructions per point
+# than the register tiles but reaches a smaller share of the copy bandwidth (73% against
+# 84% in diffusion3d), so it wins where the tiles are limited by instruction issue, i.e. on
+# devices with much DRAM bandwidth per multiprocessor cycle. Measured (docs/benchmarks.md,
+# session 14): H200 (18 bytes per SM cycle) 0.342-0.345 ms against 0.37-0.39 for the tiles;
+# H100 SXM (13) 0.484 against 0.425.
+MIN_BYTES_PER_SM_CYCLE = 15.0
 MARCH_ROWS = 4  # rows per thread (the thread's 4 columns in each)
 MARCH_BLOCK = (32, 4)  # threads per block (x, y)
 # planes per block (a chunk) where the device's resident blocks are not known (the cpu
@@ -78,6 +86,14 @@ class Staging:
     @property
     def plane_elements(self) -> int:
         return self.halo_rows * self.pitch
+
+
+def pays_on(peak_bandwidth_bytes_per_s: float, multiprocessors: int, clock_hz: float) -> bool:
+    """Whether marching beats the register tiles on a device with this peak DRAM bandwidth,
+    multiprocessor count and SM clock (see ``MIN_BYTES_PER_SM_CYCLE``)."""
+    if multiprocessors <= 0 or clock_hz <= 0:
+        return False
+    return peak_bandwidth_bytes_per_s / (multiprocessors * clock_hz) >= MIN_BYTES_PER_SM_CYCLE
 
 
 def staged_inputs(group) -> list[str]:

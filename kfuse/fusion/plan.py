@@ -89,9 +89,8 @@ class FusionPlan:
             variant = group.variant + (f", {'x'.join(map(str, group.tile))} points per thread"
                                        if group.tile else "")
             if self._marches(group):
-                variant = (f"{group.variant}, threads marching along z with 4x4 points per "
-                           "plane" + (f"; {'x'.join(map(str, group.tile))} points per thread "
-                                      "for sizes marching does not take" if group.tile else ""))
+                variant += ("; on GPUs with much DRAM bandwidth per multiprocessor cycle (an "
+                            "H200) its threads march along z instead, 4x4 points a plane")
             lines.append(f"  kernel [{' + '.join(group.members)}] ({variant}) "
                          f"writes {outputs}" + (f": {group.reason}" if group.reason else ""))
         for decision in self.decisions:

@@ -127,6 +127,11 @@ class CompiledBackend(Backend):
         """The sizes this backend's generated programs are compiled for (None: any)."""
         return dict(bound.sizes) if self.compiles_for_sizes() else None
 
+    def marches_along_z(self) -> bool:
+        """Whether 3-D stencil chains get kernels whose threads march along z here
+        (:mod:`kfuse.codegen.marching`): where the device's bandwidth makes it pay."""
+        return False
+
     def prepare(self, graph: Graph, given: Mapping[str, Any], *,
                 program: Program | None = None, plan: FusionPlan | None = None) -> Executable:
         """Bind arguments, generate (or take) the program, compile it and allocate buffers."""
@@ -135,7 +140,8 @@ class CompiledBackend(Backend):
             from kfuse.codegen import generate
             groups = plan.kernel_groups if plan is not None else None
             program = generate(graph, groups, wide_index=bound.wide_index(graph),
-                               fixed_sizes=self.fixed_sizes(bound))
+                               fixed_sizes=self.fixed_sizes(bound),
+                               march=self.marches_along_z())
         executable = self.executable_class(program, graph, bound)
         executable.allocate()
         return executable

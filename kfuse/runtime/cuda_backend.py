@@ -171,3 +171,15 @@ class CudaBackend(CompiledBackend):
         except BackendUnavailable:
             return False
         return True
+
+    def marches_along_z(self) -> bool:
+        """Whether marching kernels pay on the current device (its peak DRAM bandwidth per
+        multiprocessor cycle, from the device's attributes)."""
+        from kfuse.codegen.marching import pays_on
+
+        attributes = _cupy().cuda.Device().attributes
+        try:
+            peak = 2 * attributes["MemoryClockRate"] * 1e3 * attributes["GlobalMemoryBusWidth"] / 8
+            return pays_on(peak, attributes["MultiProcessorCount"], attributes["ClockRate"] * 1e3)
+        except KeyError:  # the attributes are not reported: keep the register tiles
+            return False
