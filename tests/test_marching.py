@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import kfuse as kf
 from kfuse.apps import get_app
 from kfuse.apps.base import taps
 from kfuse.codegen import generate, marching
 from kfuse.runtime import get_backend
+from kfuse.runtime.numpy_backend import NumpyBackend
 
 MARCHING_BOUNDARIES = ["clamp", "mirror", kf.constant(0.5)]
 
@@ -139,6 +142,14 @@ def test_resident_blocks_follow_registers_threads_and_shared_memory():
     assert blocks_per_multiprocessor(255, 1024, 0) == 0
 
 
+@pytest.mark.parametrize("boundary", MARCHING_BOUNDARIES, ids=str)
+def test_intermediates_recomputed_below_their_newest_plane(boundary, short_chunks, monkeypatch):
+    """The form without ``NEWEST_PLANES_ONLY`` (an intermediate's lower planes recomputed
+    where the step reads them, not carried) is exact too."""
+    monkeypatch.setattr(marching, "NEWEST_PLANES_ONLY", False)
+    test_diffusion_marches_and_equals_the_reference(boundary, (21, 12, 24), None)
+
+
 @pytest.mark.parametrize("shape", [(19, 12, 24), (6, 16, 8), (11, 10, 13)], ids=str)
 @pytest.mark.parametrize("boundary", MARCHING_BOUNDARIES, ids=str)
 def test_a_chain_of_two_inputs_and_two_outputs(boundary, shape, short_chunks, monkeypatch):
@@ -157,6 +168,64 @@ def test_a_chain_of_two_inputs_and_two_outputs(boundary, shape, short_chunks, mo
     assert "kf_staged_w" in program.source
     for name in ("s", "t"):
         assert worst_error(outputs[name], expected[name]) <= 1e-5, name
+
+
+@st.composite
+def marching_chains(draw):
+    """(pipeline, inputs): a chain of 2-4 operators over two 3-D inputs, each reading its
+    predecessor (stencils at random offsets in random modes, also reading inputs or earlier
+    results, sometimes pointwise); the last result and sometimes an intermediate written
+    out."""
+    shape = (draw(st.integers(3, 12)), draw(st.sampled_from([4, 8, 12])),
+             draw(st.sampled_from([8, 12, 16])))
+    p = kf.Pipeline("marching_chain")
+    arrays = [p.input("a", ndim=3), p.input("b", ndim=3)]
+    for index in range(draw(st.integers(2, 4))):
+        if index and draw(st.integers(0, 3)) == 0:
+            x, y = draw(st.sampled_from(arrays)), arrays[-1]
+            arrays.append(kf.point(x * y + 0.25, name=f"op{index}"))
+            continue
+        terms = []
+        for tap in range(draw(st.integers(2, 4))):
+            if index == 0 and tap < 2:  # the first operator reads both inputs
+                source = arrays[tap]
+            elif index and tap == 0:  # each later one its predecessor
+                source = arrays[-1]
+            else:
+                source = draw(st.sampled_from(arrays))
+            offsets = tuple(draw(st.integers(-1, 1)) for _ in range(3))
+            mode = draw(st.sampled_from(["clamp", "mirror", "constant"]))
+            terms.append(source.at(*offsets, boundary=kf.constant(0.5) if mode == "constant"
+                                   else mode))
+        body = terms[0]
+        for term in terms[1:]:
+            body = body + term
+        arrays.append(kf.local(body * (1.0 / len(terms)), name=f"op{index}"))
+    written = [arrays[-1]]
+    if len(arrays) > 3 and draw(st.booleans()):
+        written.append(arrays[2])
+    p.output(*written)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    inputs = {n: rng.uniform(0.5, 1.5, size=shape).astype(np.float32) for n in ("a", "b")}
+    return p, inputs
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(case=marching_chains())
+def test_random_chains_march_and_equal_the_reference(case, short_chunks, monkeypatch):
+    monkeypatch.setattr(marching, "SHARED_LIMIT", 227 * 1024)
+    pipeline, inputs = case
+    graph = pipeline.graph()
+    program, outputs = run_whole_group(graph, inputs, {})
+    reference = NumpyBackend(precision="float64").run(graph, inputs)
+    marches = "threads march along z" in program.source
+    stencil = any(not access.is_point for kernel in graph.kernels for access in kernel.accesses
+                  if access.buffer in {k.output for k in graph.kernels})
+    assert marches or not stencil, "a chain of 3-D stencils did not march"
+    for name in graph.outputs:
+        assert worst_error(outputs[name], reference[name]) <= 1e-5, name
 
 
 def test_too_many_staged_planes_take_the_register_tiles():
