@@ -1,0 +1,60 @@
+"""diffusion3d: forms of the marching kernel beside the register tiles (GPU experiment;
+alternating rounds beside torch.compile, every form checked against the planned program).
+
+Forms: the register tiles; marching with one wave of blocks (the default where it marches);
+marching in chunks of 64 planes (several waves, chunks restart so neighbouring blocks stay
+close in z); each marching form also with streaming stores (``__stcs``: the output marked
+evict-first in L2, leaving L2 to the input planes that neighbouring blocks read as halo);
+marching with the 4 x 2 x 4 register tile as fallback.
+
+Usage on the device machine (repo root)::
+
+    PYTHONPATH=. python3 scripts/march_experiment.py [--rounds 5] [--runs 30]
+"""
+
+import argparse
+import re
+from dataclasses import replace
+
+from kfuse.bench.experiment import device_case, time_sources
+from kfuse.codegen import generate, marching
+
+VECTOR_STORE = re.compile(r"\*reinterpret_cast<float4\*>\(&(\w+)\[(.*?)\]\) = (float4\{.*?\});")
+
+
+def streaming_stores(program):
+    """``program`` with its 16-byte stores as streaming (evict-first) stores."""
+    source, count = VECTOR_STORE.subn(r"__stcs(reinterpret_cast<float4*>(&\1[\2]), \3);",
+                                      program.source)
+    print(f"streaming stores: {count} patched", flush=True)
+    return replace(program, source=source)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    case = device_case("diffusion3d")
+    members = (("u1", "u2"), ("u2",), "recompute")
+    planes, least = marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES
+
+    def program(on: bool, tile=(8, 2, 4), chunk: int | None = None):
+        marching.ENABLED = on
+        marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES = (chunk, 0) if chunk else (planes,
+                                                                                        least)
+        made = generate(case.graph, [(*members, tile)], fixed_sizes=case.sizes)
+        marching.ENABLED, marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES = None, planes, least
+        return made
+
+    wave, chunks = program(True), program(True, chunk=64)
+    programs = {"tiles 8x2x4": program(False), "march, one wave": wave,
+                "march, one wave, streaming stores": streaming_stores(wave),
+                "march, 64-plane chunks": chunks,
+                "march, 64-plane chunks, streaming stores": streaming_stores(chunks),
+                "march, fallback 4x2x4": program(True, (4, 2, 4))}
+    time_sources(case, programs, args.rounds, args.runs)
+
+
+if __name__ == "__main__":
+    main()
