@@ -4,13 +4,16 @@ The register-tiled kernel (kfuse.codegen.kernels) gives a thread a tile of 8 pla
 reads, for it, the planes the chain reaches above and below (two steps of a 7-point
 stencil: 12 input planes and the intermediate on 10, for 8 output planes). Here a block of
 threads owns a column of the volume (``MARCH_ROWS`` rows x 4 columns per thread) and walks
-a chunk of ``MARCH_PLANES`` planes, one output plane per step:
+a chunk of its planes, one output plane per step (the planes split among as many blocks
+along z as fill one wave of the device, beside the blocks of rows and columns):
 
 - the values a step computes that the next step needs one plane lower (input taps and
   intermediates) stay in registers: the step's code is the register tile's code for one
   plane, less every value whose counterpart one plane higher the same code computes
   (found on the emitted statements: a value whose z indices, shifted up by one plane,
-  spell another value's statement is that value's next-step copy);
+  spell another value's statement is that value's next-step copy); each intermediate is
+  computed on its newest plane only, over every row and column the step reads it at
+  (``NEWEST_PLANES_ONLY``), and carried below;
 - the input planes the step still reads come from shared memory, where the block copies
   each plane (its rows and columns grown by the chain's reach) ``MARCH_PREFETCH`` planes
   ahead with asynchronous copies (cp.async), so that the loads of many planes are in

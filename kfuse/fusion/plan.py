@@ -100,10 +100,13 @@ class FusionPlan:
         return "\n".join(lines)
 
     def _marches(self, group) -> bool:
-        """Whether the group's kernel has its threads march along z (3-D stencil chains)."""
+        """Whether the group's threads march along z on devices where that pays (3-D
+        stencil chains, :mod:`kfuse.codegen.marching`)."""
         from kfuse.codegen.kernels import KernelGroup, marches
 
-        return group.variant == "recompute" and marches(KernelGroup(self.graph, group.members, group.outputs), group.variant,
+        if group.variant != "recompute":
+            return False
+        return marches(KernelGroup(self.graph, group.members, group.outputs), group.variant,
                        group.tile)
 
     def to_dict(self) -> dict:
