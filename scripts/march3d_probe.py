@@ -275,15 +275,18 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=["2x32x4x32", "2x32x4x64", "4x32x4x32",
                                                         "2x32x8x32", "2x64x2x32", "1x32x8x32"])
     parser.add_argument("--generated", nargs="*", default=[],
-                        help="PLANESxAHEAD[xNEWEST]: the generated kernel with chunks of PLANES "
-                             "planes, AHEAD planes copied ahead, intermediates computed on "
-                             "their newest plane only (NEWEST 1, the default) or not (0)")
+                        help="PLANESxAHEAD[xNEWEST][:FALLBACK_TILE]: the generated kernel "
+                             "with chunks of PLANES planes (0: one wave of blocks, as kfuse "
+                             "launches it), AHEAD planes copied ahead, intermediates computed "
+                             "on their newest plane only (NEWEST 1, the default) or not (0), "
+                             "another register tile for sizes marching does not take")
     args = parser.parse_args()
     case = device_case("diffusion3d")  # planned as kfuse plans it (marching on or off)
     backend = get_backend("cuda")
     executable, expected = planned_run(case, backend)
-    print(f"planned (marching {'on' if marching.ENABLED else 'off'}, tile {case.plan.groups[0].tile}"
-          "): registers", "/".join(str(f.num_regs) for f in executable.functions.values()),
+    marches = backend.marches_along_z()
+    print(f"planned (marching {'on' if marches else 'off'} on this device, tile "
+          f"{case.plan.groups[0].tile}): registers", "/".join(str(f.num_regs) for f in executable.functions.values()),
           flush=True)
     u0, c = case.given["u0"], np.float32(case.given["c"])
     out = cupy.empty_like(expected["u2"])
@@ -300,13 +303,17 @@ def main() -> None:
     for shape in args.generated:  # the generated kernel with other chunks and copies ahead
         spec, _, fallback = shape.partition(":")
         planes, ahead, *newest = (int(v) for v in spec.split("x"))
-        marching.MARCH_PLANES, marching.MARCH_PREFETCH = planes, ahead
+        least = marching.MARCH_LEAST_PLANES
+        marching.MARCH_PREFETCH = ahead
+        if planes:  # chunks of this many planes, not one wave of blocks
+            marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES = planes, 0
         marching.NEWEST_PLANES_ONLY = bool(newest[0]) if newest else True
         program = planned_program(case)
         if fallback:  # another register tile for the sizes the marching path does not take
             tile = tuple(int(v) for v in fallback.split("x"))
             groups = [(*group[:3], tile) for group in case.plan.kernel_groups]
             program = generate(case.graph, groups, fixed_sizes=case.sizes)
+        marching.MARCH_LEAST_PLANES = least
         other, error, registers = run_checked(backend, case, program, expected)
         print(f"generated {shape}: error {error:.1e}, registers {registers}", flush=True)
         if error < 1e-6:
