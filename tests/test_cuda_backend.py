@@ -128,17 +128,20 @@ def test_device_case_puts_an_app_on_the_gpu_as_kfuse_bench_plans_it():
 @pytest.mark.parametrize("shape", [(37, 24, 32), (9, 16, 128), (70, 8, 36)], ids=str)
 @pytest.mark.parametrize("boundary", ["clamp", "mirror", kf.constant(0.5)], ids=str)
 def test_marching_kernels_on_cuda(boundary, shape, monkeypatch):
-    """Threads marching along z (forced, whatever the device), one wave of blocks, volumes
-    whose depth splits unevenly among them and thin ones; every point against the reference."""
-    from kfuse.codegen import marching
+    """Threads marching along z (forced, whatever the device; the whole chain in one group
+    with the default register tile as fallback), one wave of blocks, volumes whose depth
+    splits unevenly among them and thin ones; every point against the reference."""
+    from kfuse.codegen import generate, marching
     from kfuse.runtime import get_backend
 
     monkeypatch.setattr(marching, "ENABLED", True)
     spec = get_app("diffusion3d")
-    pipeline = spec.build(boundary=boundary)
+    graph = spec.build(boundary=boundary).graph()
     arrays, params = spec.make_inputs(shape, np.random.default_rng(11), "float32")
-    executable = get_backend("cuda").prepare(pipeline.graph(), arrays | params,
-                                             plan=pipeline.plan())
+    program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs,
+                                "recompute")],
+                       fixed_sizes=graph.bind_shapes({k: v.shape for k, v in arrays.items()}))
+    executable = get_backend("cuda").prepare(graph, arrays | params, program=program)
     assert "threads march along z" in executable.program.source
     executable.launch_all()
     (launch,) = executable.program.launches
