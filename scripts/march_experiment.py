@@ -5,7 +5,9 @@ Forms: the register tiles; marching with one wave of blocks (the default where i
 marching in chunks of 64 planes (several waves, chunks restart so neighbouring blocks stay
 close in z); each marching form also with streaming stores (``__stcs``: the output marked
 evict-first in L2, leaving L2 to the input planes that neighbouring blocks read as halo);
-marching with the 4 x 2 x 4 register tile as fallback.
+marching with the 4 x 2 x 4 register tile as fallback; marching in blocks of 32 x 8 threads
+(less halo per block; its register-tile fallback would be wrong, so timing only at sizes
+that march).
 
 Usage on the device machine (repo root)::
 
@@ -39,12 +41,17 @@ def main() -> None:
     members = (("u1", "u2"), ("u2",), "recompute")
     planes, least = marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES
 
-    def program(on: bool, tile=(8, 2, 4), chunk: int | None = None):
+    block = marching.MARCH_BLOCK
+
+    def program(on: bool, tile=(8, 2, 4), chunk: int | None = None, rows_of_threads: int = 0):
         marching.ENABLED = on
         marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES = (chunk, 0) if chunk else (planes,
                                                                                         least)
+        if rows_of_threads:  # taller blocks: less halo per block (the fallback tiles assume
+            marching.MARCH_BLOCK = (block[0], rows_of_threads)  # the usual block: timing only)
         made = generate(case.graph, [(*members, tile)], fixed_sizes=case.sizes)
         marching.ENABLED, marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES = None, planes, least
+        marching.MARCH_BLOCK = block
         return made
 
     wave, chunks = program(True), program(True, chunk=64)
@@ -52,7 +59,8 @@ def main() -> None:
                 "march, one wave, streaming stores": streaming_stores(wave),
                 "march, 64-plane chunks": chunks,
                 "march, 64-plane chunks, streaming stores": streaming_stores(chunks),
-                "march, fallback 4x2x4": program(True, (4, 2, 4))}
+                "march, fallback 4x2x4": program(True, (4, 2, 4)),
+                "march, blocks of 32 x 8 threads": program(True, rows_of_threads=8)}
     time_sources(case, programs, args.rounds, args.runs)
 
 
