@@ -73,8 +73,11 @@ def test_plan_json_has_the_documented_keys(capsys, tmp_path):
     names = sorted(name for group in plan["groups"] for name in group)
     assert names == sorted(["dx", "dy", "sx", "sy", "sxy", "gx", "gy", "gxy", "hc"])
     assert dot.read_text().startswith('digraph "harris"')
+    assert plan["marching"] == [False] * len(plan["groups"])  # 2-D: register tiles
     code, out, _ = run_cli(capsys, "plan", "night")
     assert code == 0 and "not fused atrous0 -> atrous1" in out
+    code, out, _ = run_cli(capsys, "plan", "diffusion3d", "--json")
+    assert code == 0 and json.loads(out)["marching"] == [True]
 
 
 def test_errors_are_reported_not_raised(capsys):

@@ -114,6 +114,8 @@ class FusionPlan:
             "pipeline": self.graph.name,
             "groups": [list(g.members) for g in self.groups],
             "variants": [g.variant for g in self.groups],
+            # per group: its threads march along z on GPUs where that pays (kfuse.codegen.marching)
+            "marching": [self._marches(g) for g in self.groups],
             "strategy": self.strategy,
             "model": self.model,
             "predicted_time_s": self.predicted_time_s,

@@ -66,6 +66,7 @@ class ProjectedPlan(SearchResult):
             "pipeline": self.problem.app.name,
             "groups": [list(g) for g in self.groups],
             "variants": [self.problem.variant(g) for g in self.groups],
+            "marching": [False] * len(self.groups),  # codeless: no kernel of kfuse's own
             "strategy": self.strategy,
             "model": self.model,
             "predicted_time_s": self.predicted_time_s,
