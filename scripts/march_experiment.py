@@ -11,7 +11,8 @@ that march).
 
 Usage on the device machine (repo root)::
 
-    PYTHONPATH=. python3 scripts/march_experiment.py [--rounds 5] [--runs 30]
+    PYTHONPATH=. python3 scripts/march_experiment.py [--rounds 5] [--runs 30] [--size DxHxW]
+        [--forms "tiles 8x2x4,march, one wave"]
 """
 
 import argparse
@@ -36,8 +37,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--size", default=None, help="DxHxW (default: the benchmark size)")
+    parser.add_argument("--forms", default=None,
+                        help="comma-separated labels to time (default: every form)")
     args = parser.parse_args()
-    case = device_case("diffusion3d")
+    size = tuple(int(v) for v in args.size.split("x")) if args.size else None
+    case = device_case("diffusion3d", size=size)
     members = (("u1", "u2"), ("u2",), "recompute")
     planes, least = marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES
 
@@ -61,6 +66,8 @@ def main() -> None:
                 "march, 64-plane chunks, streaming stores": streaming_stores(chunks),
                 "march, fallback 4x2x4": program(True, (4, 2, 4)),
                 "march, blocks of 32 x 8 threads": program(True, rows_of_threads=8)}
+    if args.forms:
+        programs = {label: programs[label] for label in args.forms.split(",")}
     time_sources(case, programs, args.rounds, args.runs)
 
 
