@@ -12,7 +12,7 @@ that march).
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 scripts/march_experiment.py [--rounds 5] [--runs 30] [--size DxHxW]
-        [--forms "tiles 8x2x4,march, one wave"]
+        [--forms "tiles 8x2x4;march, one wave"]
 """
 
 import argparse
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--size", default=None, help="DxHxW (default: the benchmark size)")
     parser.add_argument("--forms", default=None,
-                        help="comma-separated labels to time (default: every form)")
+                        help="labels to time, separated by semicolons (default: every form)")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x")) if args.size else None
     case = device_case("diffusion3d", size=size)
@@ -67,7 +67,7 @@ def main() -> None:
                 "march, fallback 4x2x4": program(True, (4, 2, 4)),
                 "march, blocks of 32 x 8 threads": program(True, rows_of_threads=8)}
     if args.forms:
-        programs = {label: programs[label] for label in args.forms.split(",")}
+        programs = {label: programs[label] for label in args.forms.split(";")}
     time_sources(case, programs, args.rounds, args.runs)
 
 
