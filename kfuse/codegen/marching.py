@@ -20,8 +20,7 @@ along z as fill one wave of the device, beside the blocks of rows and columns):
   flight while the threads compute;
 - rows and columns outside the volume keep the boundary modes (index exchange), through
   indices computed once per thread; planes within the chain's reach of the volume's first
-  and last plane are computed a plane at a time by the same code with the plane indices
-  through the boundary modes, from global memory.
+  and last plane are computed one point at a time, as the register tile's edge path does.
 
 Measured (docs/benchmarks.md, session 14): on an H200 0.342-0.345 ms for diffusion3d at
 512^3 against 0.37-0.39 for the register tiles (a hand-written kernel of the same plan,
@@ -401,10 +400,8 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
                        + _render_addresses(text, graph, slots, staged) + ";"
                        for ctype, name, text in computed]
 
-    # planes near the volume's first and last: the plane's code with plane indices through
-    # the boundary modes (rows and columns as in a marching step)
-    edge_plane = _items_code(group, points, sizes, {"iy": (0, rows - 1),
-                                                    "ix": (0, columns - 1)}, columns)
+    single_point = [((("iz_k", 0), ("iy_k", 0), ("ix_k", 0)), None)]
+    single = _items_code(group, single_point, sizes, {})
     aligned = _vector_condition(group, columns)
     condition = " && ".join([aligned or "false", f"{height} % {rows} == 0",
                              f"(long long)gridDim.y * {rows * block_y} >= {height}"])
@@ -434,14 +431,16 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
         "kf_first += gridDim.z * kf_planes) {",
         f"  const int kf_end = min(kf_first + kf_planes, {depth_size});",
         f"  // planes within the chain's reach ({below} below, {above} above) of the volume's "
-        "first and last: a plane at a time, plane indices through the boundary modes",
+        "first and last: one point at a time",
         f"  const int kf_march_first = max(kf_first, {below});",
         f"  const int kf_march_end = max(kf_march_first, min(kf_end, {depth_size} - {above}));",
         "  if (kf_active) {",
-        "    for (int kf_edge = kf_first; kf_edge < kf_end; ++kf_edge) {",
-        "      if (kf_edge >= kf_march_first && kf_edge < kf_march_end) continue;",
-        "      const int iz = kf_edge;",
-        *indent(edge_plane, 3),
+        "    for (int iz_k = kf_first; iz_k < kf_end; ++iz_k) {",
+        "      if (iz_k >= kf_march_first && iz_k < kf_march_end) continue;",
+        f"      for (int iy_k = iy; iy_k < iy + {rows}; ++iy_k)",
+        f"      for (int ix_k = ix; ix_k < ix + {columns}; ++ix_k) {{",
+        *indent(single, 4),
+        "      }",
         "    }",
         "  }",
         "  if (kf_march_first >= kf_march_end) continue;",
