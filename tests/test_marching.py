@@ -120,6 +120,15 @@ def test_marching_pays_where_dram_bandwidth_per_cycle_is_high():
     assert not marching.pays_on(4.8e12, 0, 1.98e9)
 
 
+def test_marching_needs_long_chunks_in_a_full_wave():
+    """The H200 measurements (132 multiprocessors, two marching blocks each)."""
+    assert marching.fills_device(512, 512, 512, 132)  # 2 chunks of 256 planes, 256 of 264
+    assert marching.fills_device(512, 1024, 1024, 132)  # 512 blocks of rows and columns
+    assert not marching.fills_device(256, 256, 256, 132)  # chunks of 32 planes
+    assert not marching.fills_device(384, 384, 384, 132)  # 216 blocks for 264 places
+    assert not marching.fills_device(128, 512, 512, 132)  # chunks of 64 planes
+
+
 def test_programs_march_where_asked_unless_forced(monkeypatch):
     graph = get_app("diffusion3d").build().graph()
     groups = [(tuple(k.name for k in graph.kernels), graph.outputs, "recompute")]

@@ -90,7 +90,8 @@ class FusionPlan:
                                        if group.tile else "")
             if self._marches(group):
                 variant += ("; on GPUs with much DRAM bandwidth per multiprocessor cycle (an "
-                            "H200) its threads march along z instead, 4x4 points a plane")
+                            "H200), at volumes that one wave of blocks covers in long chunks, "
+                            "its threads march along z instead, 4x4 points a plane")
             lines.append(f"  kernel [{' + '.join(group.members)}] ({variant}) "
                          f"writes {outputs}" + (f": {group.reason}" if group.reason else ""))
         for decision in self.decisions:

@@ -127,9 +127,11 @@ class CompiledBackend(Backend):
         """The sizes this backend's generated programs are compiled for (None: any)."""
         return dict(bound.sizes) if self.compiles_for_sizes() else None
 
-    def marches_along_z(self) -> bool:
+    def marches_along_z(self, graph: Graph | None = None, sizes: Mapping[str, int] | None = None
+                        ) -> bool:
         """Whether 3-D stencil chains get kernels whose threads march along z here
-        (:mod:`kfuse.codegen.marching`): where the device's bandwidth makes it pay."""
+        (:mod:`kfuse.codegen.marching`): where the device's bandwidth makes it pay and the
+        volumes of ``graph`` at ``sizes`` (when given) fill the device in long chunks."""
         return False
 
     def prepare(self, graph: Graph, given: Mapping[str, Any], *,
@@ -141,7 +143,7 @@ class CompiledBackend(Backend):
             groups = plan.kernel_groups if plan is not None else None
             program = generate(graph, groups, wide_index=bound.wide_index(graph),
                                fixed_sizes=self.fixed_sizes(bound),
-                               march=self.marches_along_z())
+                               march=self.marches_along_z(graph, bound.sizes))
         executable = self.executable_class(program, graph, bound)
         executable.allocate()
         return executable

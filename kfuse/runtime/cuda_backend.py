@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Mapping
 from math import prod
 from pathlib import Path
 from typing import Any
@@ -172,14 +173,24 @@ class CudaBackend(CompiledBackend):
             return False
         return True
 
-    def marches_along_z(self) -> bool:
+    def marches_along_z(self, graph: Graph | None = None, sizes: Mapping[str, int] | None = None
+                        ) -> bool:
         """Whether marching kernels pay on the current device (its peak DRAM bandwidth per
-        multiprocessor cycle, from the device's attributes)."""
-        from kfuse.codegen.marching import pays_on
+        multiprocessor cycle, from the device's attributes) for the 3-D volumes of ``graph``
+        at ``sizes`` (each must fill the device in long chunks)."""
+        from kfuse.codegen.marching import fills_device, pays_on
 
         attributes = _cupy().cuda.Device().attributes
         try:
             peak = 2 * attributes["MemoryClockRate"] * 1e3 * attributes["GlobalMemoryBusWidth"] / 8
-            return pays_on(peak, attributes["MultiProcessorCount"], attributes["ClockRate"] * 1e3)
+            multiprocessors = attributes["MultiProcessorCount"]
+            clock = attributes["ClockRate"] * 1e3
         except KeyError:  # the attributes are not reported: keep the register tiles
             return False
+        if not pays_on(peak, multiprocessors, clock):
+            return False
+        if graph is None or sizes is None:
+            return True
+        volumes = {tuple(sizes[symbol] for symbol in kernel.domain) for kernel in graph.kernels
+                   if len(kernel.domain) == 3}
+        return all(fills_device(*volume, multiprocessors) for volume in volumes)
