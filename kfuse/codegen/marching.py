@@ -26,7 +26,8 @@ Measured (docs/benchmarks.md, session 14): on an H200 0.342-0.345 ms for diffusi
 512^3 against 0.37-0.39 for the register tiles (a hand-written kernel of the same plan,
 scripts/march3d_probe.py, 0.333-0.342); on an H100 SXM slower than the tiles (0.484
 against 0.425), so the cuda backend marches only on devices like the first
-(:func:`pays_on`). The kernel keeps the register-tiled code for sizes and pointers the
+(:func:`pays_on`) and on volumes that one wave of blocks covers in long chunks
+(:func:`fills_device`; at 256^3 and 384^3 the tiles are 7% faster on an H200). The kernel keeps the register-tiled code for sizes and pointers the
 marching path does not take (width not a multiple of 4, rows not a multiple of
 ``MARCH_ROWS``, unaligned arrays).
 """
