@@ -115,12 +115,13 @@ def fills_device(depth: int, height: int, width: int, multiprocessors: int) -> b
     the planes at the volume's ends and on each chunk's first plane; a wave partly filled
     leaves multiprocessors idle."""
     resident = RESIDENT_BLOCKS_PER_SM * multiprocessors
-    planes = MARCH_ROWS * MARCH_BLOCK[1], MARCH_COLUMNS * MARCH_BLOCK[0]
-    others = -(-height // planes[0]) * -(-width // planes[1])
-    if others >= resident:
+    block_rows, block_columns = MARCH_ROWS * MARCH_BLOCK[1], MARCH_COLUMNS * MARCH_BLOCK[0]
+    row_column_blocks = -(-height // block_rows) * -(-width // block_columns)
+    if row_column_blocks >= resident:
         return True
-    chunks = resident // others
-    return -(-depth // chunks) >= MIN_CHUNK_PLANES and others * chunks >= MIN_WAVE_FILL * resident
+    chunks = resident // row_column_blocks
+    return -(-depth // chunks) >= MIN_CHUNK_PLANES and \
+        row_column_blocks * chunks >= MIN_WAVE_FILL * resident
 
 
 def staged_inputs(group) -> list[str]:
