@@ -284,7 +284,7 @@ def main() -> None:
     case = device_case("diffusion3d")  # planned as kfuse plans it (marching on or off)
     backend = get_backend("cuda")
     executable, expected = planned_run(case, backend)
-    marches = backend.marches_along_z()
+    marches = backend.marches_along_z(case.graph, case.sizes)
     print(f"planned (marching {'on' if marches else 'off'} on this device, tile "
           f"{case.plan.groups[0].tile}): registers", "/".join(str(f.num_regs) for f in executable.functions.values()),
           flush=True)

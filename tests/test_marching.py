@@ -17,16 +17,12 @@ from hypothesis import strategies as st
 import kfuse as kf
 from kfuse.apps import get_app
 from kfuse.apps.base import taps
+from kfuse.bench.harness import max_relative_error
 from kfuse.codegen import generate, marching
 from kfuse.runtime import get_backend
 from kfuse.runtime.numpy_backend import NumpyBackend
 
 MARCHING_BOUNDARIES = ["clamp", "mirror", kf.constant(0.5)]
-
-
-def worst_error(out: np.ndarray, expected: np.ndarray) -> float:
-    """Largest pointwise error relative to the largest reference value (every point counts)."""
-    return float(np.abs(np.asarray(out, np.float64) - expected).max() / np.abs(expected).max())
 
 
 def chain(boundary: object) -> kf.Pipeline:
@@ -77,7 +73,7 @@ def test_diffusion_marches_and_equals_the_reference(boundary, shape, short_chunk
                              boundary)["u2"]
     program, outputs = run_whole_group(graph, arrays, params)
     assert "threads march along z" in program.source
-    assert worst_error(outputs["u2"], expected) <= 1e-5
+    assert max_relative_error(outputs["u2"], expected) <= 1e-5
 
 
 @pytest.mark.parametrize("resident", [5, 2, 1])
@@ -97,7 +93,7 @@ def test_one_wave_of_blocks_takes_the_planes(resident, monkeypatch):
     (launch,) = program.launches
     sizes = graph.bind_shapes({k: v.shape for k, v in arrays.items()})
     assert launch.grid_size(sizes, resident)[2] == resident
-    assert worst_error(outputs["u2"], expected) <= 1e-5
+    assert max_relative_error(outputs["u2"], expected) <= 1e-5
 
 
 def test_a_wave_fills_the_device_beside_the_other_axes():
@@ -176,7 +172,7 @@ def test_a_chain_of_two_inputs_and_two_outputs(boundary, shape, short_chunks, mo
     program, outputs = run_whole_group(graph, arrays, params)
     assert "kf_staged_w" in program.source
     for name in ("s", "t"):
-        assert worst_error(outputs[name], expected[name]) <= 1e-5, name
+        assert max_relative_error(outputs[name], expected[name]) <= 1e-5, name
 
 
 @st.composite
@@ -234,7 +230,7 @@ def test_random_chains_march_and_equal_the_reference(case, short_chunks, monkeyp
                   if access.buffer in {k.output for k in graph.kernels})
     assert marches or not stencil, "a chain of 3-D stencils did not march"
     for name in graph.outputs:
-        assert worst_error(outputs[name], reference[name]) <= 1e-5, name
+        assert max_relative_error(outputs[name], reference[name]) <= 1e-5, name
 
 
 def test_too_many_staged_planes_take_the_register_tiles():

@@ -46,8 +46,12 @@ class GridAxis:
     # chunks of at least this many items (fewer, longer chunks: kfuse.codegen.marching)
     least_per_block: int = 0
 
+    def extent(self, sizes: Mapping[str, int]) -> int:
+        """Items along the axis (the product of its symbols' sizes)."""
+        return prod(sizes[s] for s in self.symbols) if self.symbols else 1
+
     def blocks(self, sizes: Mapping[str, int]) -> int:
-        extent = prod(sizes[s] for s in self.symbols) if self.symbols else 1
+        extent = self.extent(sizes)
         needed = -(-extent // self.per_block)
         if self.covering and needed > self.cap:
             raise LaunchError(f"{extent} points along {'*'.join(self.symbols)} need {needed} "
@@ -58,8 +62,7 @@ class GridAxis:
     def wave_blocks(self, sizes: Mapping[str, int], others: int, resident: int) -> int:
         """Blocks along a chunked axis (``least_per_block``) when ``resident`` blocks fit the
         device at once and the other axes launch ``others``."""
-        extent = prod(sizes[s] for s in self.symbols) if self.symbols else 1
-        most = -(-extent // self.least_per_block)
+        most = -(-self.extent(sizes) // self.least_per_block)
         return max(1, min(self.cap, most, resident // others))
 
 

@@ -127,11 +127,10 @@ class CompiledBackend(Backend):
         """The sizes this backend's generated programs are compiled for (None: any)."""
         return dict(bound.sizes) if self.compiles_for_sizes() else None
 
-    def marches_along_z(self, graph: Graph | None = None, sizes: Mapping[str, int] | None = None
-                        ) -> bool:
+    def marches_along_z(self, graph: Graph, sizes: Mapping[str, int]) -> bool:
         """Whether 3-D stencil chains get kernels whose threads march along z here
         (:mod:`kfuse.codegen.marching`): where the device's bandwidth makes it pay and the
-        volumes of ``graph`` at ``sizes`` (when given) fill the device in long chunks."""
+        volumes of ``graph`` at ``sizes`` fill the device in long chunks."""
         return False
 
     def prepare(self, graph: Graph, given: Mapping[str, Any], *,

@@ -40,6 +40,17 @@ def _cupy():
     return cupy
 
 
+@functools.lru_cache(maxsize=16)
+def _device_attributes(device: int) -> dict[str, int]:
+    """The CUDA device attributes of ``device`` (read once: CuPy asks the driver for each)."""
+    return dict(_cupy().cuda.Device(device).attributes)
+
+
+def device_attributes() -> dict[str, int]:
+    """The current device's CUDA attributes, by CUDA's names without ``cudaDevAttr``."""
+    return _device_attributes(_cupy().cuda.Device().id)
+
+
 def cache_dir() -> Path:
     """Compiled cubins: ``$KFUSE_CACHE_DIR/cuda`` (created on first use)."""
     path = kfuse_cache_dir("cuda")
@@ -132,7 +143,7 @@ class CudaExecutable(Executable):
         its registers and shared memory, times the multiprocessors)."""
         if spec.symbol not in self.resident:
             function = self.functions[spec.symbol]
-            attributes = self.cupy.cuda.Device().attributes
+            attributes = device_attributes()
             per_multiprocessor = blocks_per_multiprocessor(
                 function.num_regs, prod(spec.block),
                 function.shared_size_bytes + spec.dynamic_shared_bytes, attributes)
@@ -173,14 +184,13 @@ class CudaBackend(CompiledBackend):
             return False
         return True
 
-    def marches_along_z(self, graph: Graph | None = None, sizes: Mapping[str, int] | None = None
-                        ) -> bool:
+    def marches_along_z(self, graph: Graph, sizes: Mapping[str, int]) -> bool:
         """Whether marching kernels pay on the current device (its peak DRAM bandwidth per
         multiprocessor cycle, from the device's attributes) for the 3-D volumes of ``graph``
         at ``sizes`` (each must fill the device in long chunks)."""
         from kfuse.codegen.marching import fills_device, pays_on
 
-        attributes = _cupy().cuda.Device().attributes
+        attributes = device_attributes()
         try:
             peak = 2 * attributes["MemoryClockRate"] * 1e3 * attributes["GlobalMemoryBusWidth"] / 8
             multiprocessors = attributes["MultiProcessorCount"]
@@ -189,8 +199,6 @@ class CudaBackend(CompiledBackend):
             return False
         if not pays_on(peak, multiprocessors, clock):
             return False
-        if graph is None or sizes is None:
-            return True
         volumes = {tuple(sizes[symbol] for symbol in kernel.domain) for kernel in graph.kernels
                    if len(kernel.domain) == 3}
         return all(fills_device(*volume, multiprocessors) for volume in volumes)

@@ -7,6 +7,7 @@ each block also reserves some shared memory for the system.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 REGISTER_UNIT = 256  # registers are allocated to a warp in units of this many
@@ -21,15 +22,17 @@ DEFAULT_LIMITS = {
 }
 
 
-def blocks_per_multiprocessor(registers: int, threads: int, shared_bytes: int,
+def blocks_per_multiprocessor(registers: float, threads: int, shared_bytes: int = 0,
                               limits: Mapping[str, int] = DEFAULT_LIMITS) -> int:
-    """Blocks of ``threads`` threads using ``registers`` registers per thread and
-    ``shared_bytes`` of shared memory (static and dynamic) that one multiprocessor holds."""
+    """Blocks of ``threads`` threads using ``registers`` registers per thread (a model's
+    estimate may be fractional) and ``shared_bytes`` of shared memory (static and dynamic)
+    that one multiprocessor holds; ``limits`` by CUDA's device attribute names, the
+    H100/H200's where one is missing."""
     def limit(name: str) -> int:
         return int(limits.get(name, DEFAULT_LIMITS[name]))
 
     warps = -(-threads // WARP)
-    per_warp = -(-max(registers, 1) * WARP // REGISTER_UNIT) * REGISTER_UNIT
+    per_warp = math.ceil(max(registers, 1) * WARP / REGISTER_UNIT) * REGISTER_UNIT
     by_registers = limit("MaxRegistersPerMultiprocessor") // (per_warp * warps)
     by_threads = limit("MaxThreadsPerMultiProcessor") // (warps * WARP)
     by_shared = limit("MaxSharedMemoryPerMultiprocessor") // (

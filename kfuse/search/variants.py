@@ -181,7 +181,6 @@ REGISTERS_PER_MATRIX_WORD = 1.5        # 32-bit words of a matrix a thread keeps
 REGISTERS_PER_VECTOR_WORD = 0.85       # words of column vectors kept per step chunk
 BLOCK_ROW_BASE_REGISTERS = 28          # block rows (fitted to ptxas -v, CUDA 13, sm_90,
 BLOCK_ROW_REGISTERS_PER_WORD = 0.04    # 8-byte accesses): per word a thread loads per step
-REGISTER_UNIT = 8                      # registers are allocated per thread in units of 8
 MAX_REGISTERS = 255
 KNEE = 4.0                             # soft knee of the drawn bandwidth vs bytes in flight
 ROW_STREAM_COST = 1.7e-6               # DRAM time per matrix row read concurrently (H200 fit)
@@ -540,11 +539,14 @@ def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     return min(MAX_REGISTERS, int(math.ceil(estimate)))
 
 
-def _register_blocks(registers: int, threads: int, profile: DeviceProfile) -> int:
-    """Blocks per SM that the register file holds (allocation rounded per thread)."""
-    allocated = -(-registers // REGISTER_UNIT) * REGISTER_UNIT
-    warps = profile.registers_per_sm // (allocated * WARP)
-    return warps // -(-threads // WARP)
+def _register_blocks(registers: float, threads: int, profile: DeviceProfile) -> int:
+    """Blocks per SM that the device holds by its register file and threads (the occupancy
+    calculation, :mod:`kfuse.runtime.occupancy`)."""
+    from kfuse.runtime.occupancy import blocks_per_multiprocessor
+
+    return blocks_per_multiprocessor(registers, threads, limits={
+        "MaxRegistersPerMultiprocessor": profile.registers_per_sm,
+        "MaxThreadsPerMultiProcessor": profile.max_threads_per_sm})
 
 
 def _concurrent_rows(group: MapReduceGroup, variant: MapReduceVariant, blocks: int,
