@@ -265,3 +265,29 @@ def test_a_step_carries_what_it_computes_one_plane_higher():
     assert step.carried == {"a": "b"}
     assert step.needed == {"a", "b", "d", "s", "r"}
     assert step.z_indices == ["const int iz_p1 = iz + 1;"]
+
+
+@pytest.mark.parametrize("memory_clock_khz,bus_bits,volume,expected", [
+    (3201000, 6144, (512, 512, 512), True),  # H200, a volume one wave covers in 256 planes
+    (3201000, 6144, (256, 256, 256), False),  # H200, chunks of 32 planes
+    (2619000, 5120, (512, 512, 512), False),  # H100 SXM: 13 bytes per SM cycle
+])
+def test_the_cuda_backend_decides_from_the_device_and_the_volume(
+        memory_clock_khz, bus_bits, volume, expected, monkeypatch):
+    """The cuda backend's decision, its device attributes faked (no GPU needed)."""
+    from types import SimpleNamespace
+
+    from kfuse.runtime import cuda_backend
+
+    attributes = {"MemoryClockRate": memory_clock_khz, "GlobalMemoryBusWidth": bus_bits,
+                  "ClockRate": 1980000, "MultiProcessorCount": 132}
+    device = SimpleNamespace(id=0, attributes=attributes)
+    fake = SimpleNamespace(cuda=SimpleNamespace(Device=lambda *index: device))
+    monkeypatch.setattr(cuda_backend, "_cupy", lambda: fake)
+    cuda_backend._device_attributes.cache_clear()
+    graph = get_app("diffusion3d").build().graph()
+    sizes = graph.bind_shapes({"u0": volume})
+    try:
+        assert cuda_backend.CudaBackend().marches_along_z(graph, sizes) is expected
+    finally:
+        cuda_backend._device_attributes.cache_clear()
