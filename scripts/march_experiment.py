@@ -12,7 +12,7 @@ that march).
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 scripts/march_experiment.py [--rounds 5] [--runs 30] [--size DxHxW]
-        [--forms "tiles 8x2x4;march, one wave"]
+        [--forms "tiles 8x2x4;march, one wave"] [--boundary constant:0.5]
 """
 
 import argparse
@@ -33,16 +33,32 @@ def streaming_stores(program):
     return replace(program, source=source)
 
 
+def planned_marches(case) -> bool:
+    """Whether the cuda backend, left to decide, runs ``case``'s plan with marching kernels
+    (the device's bandwidth, the volume, and no spills in the marching kernel)."""
+    from kfuse.runtime import get_backend
+
+    executable = get_backend("cuda").prepare(case.graph, case.given, plan=case.plan)
+    return "threads march" in executable.program.source
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--size", default=None, help="DxHxW (default: the benchmark size)")
+    parser.add_argument("--boundary", default=None,
+                        help="clamp, mirror or constant:VALUE (default: the app's)")
     parser.add_argument("--forms", default=None,
                         help="labels to time, separated by semicolons (default: every form)")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x")) if args.size else None
-    case = device_case("diffusion3d", size=size)
+    boundary = args.boundary
+    if boundary and boundary.startswith("constant:"):
+        boundary = ("constant", float(boundary.partition(":")[2]))
+    case = device_case("diffusion3d", size=size, boundary=boundary)
+    print(f"diffusion3d {tuple(case.sizes.values())} {boundary or 'clamp'}: the device "
+          f"{'marches' if planned_marches(case) else 'keeps the register tiles'}", flush=True)
     members = (("u1", "u2"), ("u2",), "recompute")
     planes, least = marching.MARCH_PLANES, marching.MARCH_LEAST_PLANES
 

@@ -27,15 +27,16 @@ class DeviceCase:
     plan: Any
 
 
-def device_case(name: str, seed: int = 0, size: tuple[int, ...] | None = None) -> DeviceCase:
-    """:class:`DeviceCase` of the app ``name`` at ``size`` (default: its benchmark size;
-    needs CuPy and a GPU)."""
+def device_case(name: str, seed: int = 0, size: tuple[int, ...] | None = None,
+                boundary: object = None) -> DeviceCase:
+    """:class:`DeviceCase` of the app ``name`` at ``size`` (default: its benchmark size) with
+    ``boundary`` (default: the app's own; needs CuPy and a GPU)."""
     import cupy
 
     from kfuse.apps import get_app
 
     app = get_app(name)
-    graph = app.build().graph()
+    graph = (app.build() if boundary is None else app.build(boundary=boundary)).graph()
     arrays, params = app.make_inputs(size or app.bench_size, np.random.default_rng(seed),
                                      "float32")
     given = {key: cupy.asarray(value) for key, value in arrays.items()} | dict(params)
@@ -79,14 +80,17 @@ def masked_only(source: str) -> str:
 def run_checked(backend: Any, case: DeviceCase, program: Any,
                 expected: Mapping[str, Any]) -> tuple[Any, float, str]:
     """(executable, largest relative error of any output against ``expected``, registers of
-    each kernel as ``a/b/c``) of ``program`` run once on ``case``'s inputs."""
+    each kernel as ``a/b/c``, with its local memory where it has any) of ``program`` run once
+    on ``case``'s inputs."""
     import cupy
 
     executable = backend.prepare(case.graph, case.given, program=program)
     executable.launch_all()
     error = max(float(cupy.abs(executable.buffers[o] - expected[o]).max()
                       / cupy.abs(expected[o]).max()) for o in case.graph.outputs)
-    registers = "/".join(str(f.num_regs) for f in executable.functions.values())
+    registers = "/".join(f"{f.num_regs}" + (f" ({f.local_size_bytes} B local)"
+                                            if f.local_size_bytes else "")
+                         for f in executable.functions.values())
     return executable, error, registers
 
 
