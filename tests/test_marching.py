@@ -291,37 +291,3 @@ def test_the_cuda_backend_decides_from_the_device_and_the_volume(
         assert cuda_backend.CudaBackend().marches_along_z(graph, sizes) is expected
     finally:
         cuda_backend._device_attributes.cache_clear()
-
-
-@pytest.mark.parametrize("spilling,enabled,marches", [
-    ((), None, True),  # the device picks marching and its kernel fits
-    (("marching",), None, False),  # ... but it spills: the register tiles instead
-    (("marching",), True, True),  # forced: kept
-    (("tiles",), None, True),  # only the register-tiled program spills: marching kept
-])
-def test_marching_kernels_that_spill_give_way_to_the_register_tiles(spilling, enabled,
-                                                                    marches, monkeypatch):
-    """Where the device picks marching (faked here on the cpu backend), a marching kernel
-    the compiler reports with local memory is replaced by the plan's register tiles, whose
-    resources the plan checked; results equal the reference either way."""
-    from kfuse.fusion.plan import make_plan
-    from kfuse.runtime.cpu_backend import CpuBackend, CpuExecutable
-
-    def spilling_kernels(self):
-        kind = "marching" if any(spec.fills_wave for spec in self.program.launches) \
-            else "tiles"
-        return [spec.symbol for spec in self.program.launches] if kind in spilling else []
-
-    monkeypatch.setattr(marching, "ENABLED", enabled)
-    monkeypatch.setattr(CpuBackend, "marches_along_z", lambda self, graph, sizes: True)
-    monkeypatch.setattr(CpuExecutable, "spilling_kernels", spilling_kernels)
-    app = get_app("diffusion3d")
-    graph = app.build().graph()
-    arrays, params = app.make_inputs((9, 8, 12), np.random.default_rng(6), "float32")
-    plan = make_plan(graph, [[k.name for k in graph.kernels]])
-    executable = CpuBackend().prepare(graph, arrays | params, plan=plan)
-    assert ("threads march along z" in executable.program.source) is marches
-    executable.launch_all()
-    expected = app.reference({k: v.astype(np.float64) for k, v in arrays.items()}, params,
-                             "clamp")["u2"]
-    assert max_relative_error(executable.results()["u2"], expected) <= 1e-5

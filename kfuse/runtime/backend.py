@@ -77,11 +77,6 @@ class Executable(ABC):
         """How many blocks of the kernel the device holds at once (None: not known)."""
         return None
 
-    def spilling_kernels(self) -> list[str]:
-        """The kernels whose compiled code spills registers to local memory (where the
-        compiler reports it; none otherwise)."""
-        return []
-
     def argument(self, spec: LaunchSpec, param) -> Any:
         """The value passed for one kernel parameter: a buffer, a size or a scalar."""
         if param.role in ("input", "output"):
@@ -142,29 +137,14 @@ class CompiledBackend(Backend):
                 program: Program | None = None, plan: FusionPlan | None = None) -> Executable:
         """Bind arguments, generate (or take) the program, compile it and allocate buffers."""
         bound = bind(graph, given)
-        if program is not None:
-            executable = self.executable_class(program, graph, bound)
-        else:
-            executable = self._generated(graph, bound, plan,
-                                         self.marches_along_z(graph, bound.sizes))
-        executable.allocate()
-        return executable
-
-    def _generated(self, graph: Graph, bound: Bound, plan: FusionPlan | None,
-                   march: bool) -> Executable:
-        """The executable of the program generated for ``plan`` (None: unfused); where the
-        device picked marching kernels and one of them spills registers, the register tiles
-        instead (the plan's resource check covers those, not the marching kernels;
-        ``marching.ENABLED = True`` still forces marching)."""
-        from kfuse.codegen import generate
-        groups = plan.kernel_groups if plan is not None else None
-        program = generate(graph, groups, wide_index=bound.wide_index(graph),
-                           fixed_sizes=self.fixed_sizes(bound), march=march)
+        if program is None:
+            from kfuse.codegen import generate
+            groups = plan.kernel_groups if plan is not None else None
+            program = generate(graph, groups, wide_index=bound.wide_index(graph),
+                               fixed_sizes=self.fixed_sizes(bound),
+                               march=self.marches_along_z(graph, bound.sizes))
         executable = self.executable_class(program, graph, bound)
-        if march:
-            marching_kernels = {spec.symbol for spec in program.launches if spec.fills_wave}
-            if marching_kernels & set(executable.spilling_kernels()):
-                return self._generated(graph, bound, plan, False)
+        executable.allocate()
         return executable
 
     def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None,

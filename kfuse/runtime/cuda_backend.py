@@ -151,12 +151,6 @@ class CudaExecutable(Executable):
                 attributes["MultiProcessorCount"]
         return self.resident[spec.symbol]
 
-    def spilling_kernels(self) -> list[str]:
-        """Kernels with local memory per thread (register spills, or arrays the compiler
-        could not keep in registers)."""
-        return [symbol for symbol, function in self.functions.items()
-                if function.local_size_bytes > 0]
-
     def launch(self, spec: LaunchSpec, grid: tuple[int, int, int], block: tuple[int, int, int],
                args: list[Any]) -> None:
         try:
