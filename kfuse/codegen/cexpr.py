@@ -366,6 +366,10 @@ class ExprEmitter:
         else:
             read = f"{pointer}[{self.address(load.buffer, indices)}]"
         if inside:
+            if not vector:  # the index is mapped inside: load unconditionally, then select
+                # (a load inside the conditional is a branch per tap, which keeps the
+                # compiler from issuing a tile's loads together)
+                read = self.define(load.dtype, read, prefix=f"ld_{load.buffer}_")
             value = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
             return f"({' && '.join(inside)}) ? {read} : {value}"
         return read
