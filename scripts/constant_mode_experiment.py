@@ -6,53 +6,52 @@ A constant-mode read whose point may be outside the array was emitted as
 ``(inside) ? u0[clamped] : 0.5f``: the load inside the conditional is a branch per tap
 (646 branches in diffusion3d's tiled kernel), which keeps the compiler from issuing a tile's
 loads together. The index is clamped inside the array, so the load is safe whatever the flag:
-the generator now loads unconditionally and selects. The old form is rebuilt here from the
-new source (each selected load put back inside its conditional).
+the generator now loads unconditionally and selects. The old form is generated with
+``cexpr.UNCONDITIONAL_BORDER_LOADS = False``.
 
 Usage on the device machine (repo root)::
 
-    PYTHONPATH=. python3 scripts/constant_mode_experiment.py [app ...] [--rounds 5]
-        [--runs 30]
+    [TILES=8x2x4,4x2x4] PYTHONPATH=. python3 scripts/constant_mode_experiment.py [app ...]
+        [--rounds 5] [--runs 30]
+
+``TILES``: also each group with these register tiles (both forms).
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import replace
+import os
 
-from kfuse.bench.experiment import device_case, planned_program, time_sources
+from kfuse.bench.experiment import device_case, time_sources
 from kfuse.bench.timing import alternating_main
-from kfuse.codegen import generate
+from kfuse.codegen import cexpr, generate
 
-PLAIN_LOAD = re.compile(r"const \w+ (ld_\w+) = (\w+\[[^;]*\]);")
-SELECTED = re.compile(r"\) \? (ld_\w+) : ")
 BORDER = ("constant", 0.5)
 
 
-def loads_in_conditionals(program):
-    """``program`` with every selected plain load back inside its conditional (the old
-    form; the unconditional load, now unused, is left for the compiler to drop)."""
-    loads: dict[str, str] = {}  # name -> its latest definition above (names repeat per scope)
-    lines, count = [], 0
-    for line in program.source.splitlines():
-        line, found = SELECTED.subn(
-            lambda match: f") ? {loads.get(match.group(1), match.group(1))} : ", line)
-        count += found
-        for name, text in PLAIN_LOAD.findall(line):
-            loads[name] = text
-        lines.append(line)
-    print(f"{program.name}: {count} selects", flush=True)
-    return replace(program, source="\n".join(lines))
+def forms(case, march: bool = False, tile: tuple[int, ...] | None = None) -> tuple:
+    """(new, old) programs of ``case``'s plan (its groups with register tile ``tile`` where
+    given): constant-mode loads unconditional, and inside their conditionals
+    (``cexpr.UNCONDITIONAL_BORDER_LOADS``)."""
+    groups = [(*group[:3], tile or group[3]) for group in case.plan.kernel_groups]
+    made = []
+    for unconditional in (True, False):
+        cexpr.UNCONDITIONAL_BORDER_LOADS = unconditional
+        made.append(generate(case.graph, groups, fixed_sizes=case.sizes, march=march))
+    cexpr.UNCONDITIONAL_BORDER_LOADS = True
+    return tuple(made)
 
 
 def compare(name: str, rounds: int, runs: int) -> None:
     case = device_case(name, boundary=BORDER)
-    programs = {"planned (tiles)": planned_program(case)}
+    programs = dict(zip(("planned (tiles)", "planned, loads in conditionals"), forms(case),
+                        strict=True))
     if name == "diffusion3d":
-        programs["marching"] = generate(case.graph, case.plan.kernel_groups,
-                                        fixed_sizes=case.sizes, march=True)
-    for label, program in list(programs.items()):
-        programs[f"{label}, loads in conditionals"] = loads_in_conditionals(program)
+        programs |= dict(zip(("marching", "marching, loads in conditionals"),
+                             forms(case, march=True), strict=True))
+    for text in filter(None, os.environ.get("TILES", "").split(",")):
+        tile = tuple(int(v) for v in text.split("x"))
+        programs |= dict(zip((f"tile {text}", f"tile {text}, loads in conditionals"),
+                             forms(case, tile=tile), strict=True))
     time_sources(case, programs, rounds, runs)
 
 

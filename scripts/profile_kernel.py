@@ -1,7 +1,8 @@
 """Run one app's unfused (or fused) program a few times at its benchmark size (for Nsight Compute).
 
-Usage: ncu -k regex:NAME python3 scripts/profile_kernel.py APP [--fused]
-(``--fused``: the default plan's program instead of the unfused one)
+Usage: ncu -k regex:NAME python3 scripts/profile_kernel.py APP [--fused] [--constant V]
+(``--fused``: the default plan's program instead of the unfused one; ``--constant V``: every
+read in constant mode with value V instead of the app's boundary mode)
 """
 
 import sys
@@ -13,7 +14,9 @@ from kfuse.apps import get_app
 from kfuse.runtime import get_backend
 
 app = get_app(sys.argv[1])
-graph = app.build().graph()
+constant = sys.argv.index("--constant") + 1 if "--constant" in sys.argv else 0
+graph = (app.build(boundary=("constant", float(sys.argv[constant]))) if constant
+         else app.build()).graph()
 arrays, params = app.make_inputs(app.bench_size, np.random.default_rng(0), "float32")
 given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
 plan = None  # one kernel per operator

@@ -197,3 +197,31 @@ def test_resources_are_checked_with_ptxas(monkeypatch):
     monkeypatch.setattr(resources, "kernel_resources", pretend_spills)
     with pytest.raises(FusionError, match="resources.*spilled"):
         p.fuse([["a", "b"]])
+
+
+def test_register_tiles_are_checked_compiled_for_the_sizes_they_run_at(monkeypatch):
+    """A plan made for known sizes checks its kernels compiled for them (as the cuda backend
+    runs them); without sizes, compiled for any size. Here only kernels for any size spill,
+    so the plan for sizes keeps the largest tile and the other takes a smaller one."""
+    from kfuse.apps import get_app
+    from kfuse.codegen import resources
+    from kfuse.codegen.kernels import tile_choices
+    from kfuse.fusion.plan import make_plan
+
+    if not resources.nvcc_available():
+        pytest.skip("nvcc is not on PATH")
+    real = resources.kernel_resources
+
+    def spills_unless_specialised(source, arch="sm_90"):
+        spilled = 0 if "compiled for these sizes" in source else 64
+        return {symbol: r.__class__(**{**r.__dict__, "spill_store_bytes": spilled})
+                for symbol, r in real(source, arch).items()}
+
+    monkeypatch.setattr(resources, "kernel_resources", spills_unless_specialised)
+    graph = get_app("diffusion3d").build().graph()
+    members = [[k.name for k in graph.kernels]]
+    largest = tile_choices("recompute", 3)[0]
+    sized = make_plan(graph, members, sizes=graph.bind_shapes({"u0": (9, 10, 12)}))
+    assert sized.groups[0].tile == largest
+    with pytest.raises(FusionError, match="resources.*spilled"):
+        make_plan(graph, members)  # every tile spills when compiled for any size

@@ -56,6 +56,11 @@ Coordinate = tuple[str, int]  # (C variable, constant shift)
 # Sum 3-tap windows so that neighbouring points share a pair (ExprEmitter._emit_window_sum);
 # scripts/recompute_experiment.py turns it off to time the difference.
 WINDOW_SUMS = True
+# A constant-mode read that may fall outside loads from its clamped index unconditionally and
+# selects the constant after: a load inside the conditional is a branch per tap, which keeps
+# the compiler from issuing a tile's loads together (False: that form, for
+# scripts/constant_mode_experiment.py; diffusion3d's tiles 2.3x slower on an H200)
+UNCONDITIONAL_BORDER_LOADS = True
 
 # 8- and 16-byte vector types by (element dtype, elements): one load for a thread's columns
 VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("float64", 2): "double2",
@@ -366,9 +371,7 @@ class ExprEmitter:
         else:
             read = f"{pointer}[{self.address(load.buffer, indices)}]"
         if inside:
-            if not vector:  # the index is mapped inside: load unconditionally, then select
-                # (a load inside the conditional is a branch per tap, which keeps the
-                # compiler from issuing a tile's loads together)
+            if not vector and UNCONDITIONAL_BORDER_LOADS:  # the index is clamped inside
                 read = self.define(load.dtype, read, prefix=f"ld_{load.buffer}_")
             value = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
             return f"({' && '.join(inside)}) ? {read} : {value}"

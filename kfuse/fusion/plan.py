@@ -213,7 +213,8 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
               predicted_time_s: float | None = None,
               unfused_predicted_time_s: float | None = None,
               where: str | None = None, check_resources: bool = True,
-              variants: Mapping[frozenset[str], str] | None = None) -> FusionPlan:
+              variants: Mapping[frozenset[str], str] | None = None,
+              sizes: Mapping[str, int] | None = None) -> FusionPlan:
     """Build a plan from groups (kernels left out get their own group); refuse illegal ones.
 
     ``reasons`` may say why an edge was left unfused, keyed by (producer, consumer);
@@ -222,7 +223,8 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
     spills and shared memory against the device limits; the register tile of a recompute
     group is always the largest that fits; ``variants`` (members -> implementation) are set
     on the groups they name and judge their legality (a row reduction's epilogue needs a
-    whole-row stream variant, a column reduction's a whole-column one).
+    whole-row stream variant, a column reduction's a whole-column one). ``sizes``: the
+    sizes the plan is for (register tiles are checked compiled for them), None for any.
     """
     listed = {name for group in groups for name in group}
     groups = [list(g) for g in groups if g] + [[k.name] for k in graph.kernels
@@ -243,7 +245,8 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
             continue
         # the largest register tile that fits (ptxas figures, cached; searches that checked
         # the groups already pass check_resources=False and only get the tile)
-        tile, violation = fitting_tile(graph, group.members, group.outputs, group.variant)
+        tile, violation = fitting_tile(graph, group.members, group.outputs, group.variant,
+                                       sizes)
         if violation and check_resources:
             raise FusionError(f"illegal fusion ({violation.rule}): group "
                               f"{list(group.members)}: {violation.reason}", where=where)

@@ -52,7 +52,7 @@ def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
     return make_plan(graph, result.groups, strategy=strategy, model=model,
                      reasons=result.reasons, predicted_time_s=result.predicted_time_s,
                      unfused_predicted_time_s=result.unfused_predicted_time_s,
-                     check_resources=False)
+                     check_resources=False, sizes=sizes)
 
 
 def is_map_reduce_graph(graph: Graph) -> bool:

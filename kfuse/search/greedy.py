@@ -143,4 +143,4 @@ def greedy(graph: Graph, sizes: Mapping[str, int], profile: DeviceProfile,
     return make_plan(graph, result.groups, strategy="greedy", model=model,
                      reasons=result.reasons, predicted_time_s=result.predicted_time_s,
                      unfused_predicted_time_s=result.unfused_predicted_time_s,
-                     check_resources=False)
+                     check_resources=False, sizes=sizes)

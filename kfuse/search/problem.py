@@ -653,7 +653,8 @@ def problem_from_graph(graph: Any, model: str = "roofline",
     if model not in GRAPH_MODELS:
         raise KfuseError(f"unknown model {model!r}; available: {', '.join(GRAPH_MODELS)}")
     predict = GRAPH_MODELS[model]
-    sizes = dict(sizes) if sizes else nominal_sizes(graph)
+    given_sizes = dict(sizes) if sizes else None  # kernels checked compiled for these
+    sizes = given_sizes or nominal_sizes(graph)
     profile = profile or current_profile()
     order = graph.order_dag()
     dag = nx.DiGraph()
@@ -703,7 +704,8 @@ def problem_from_graph(graph: Any, model: str = "roofline",
             if variant in GROWING_VARIANTS:
                 from kfuse.fusion.resources import group_resource_violation
                 violation = group_resource_violation(graph, members,
-                                                     group_outputs(graph, members), variant)
+                                                     group_outputs(graph, members), variant,
+                                                     given_sizes)
                 if violation:
                     return str(violation)
         return reason
