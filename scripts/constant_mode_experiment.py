@@ -11,10 +11,11 @@ the generator now loads unconditionally and selects. The old form is generated w
 
 Usage on the device machine (repo root)::
 
-    [TILES=8x2x4,4x2x4] PYTHONPATH=. python3 scripts/constant_mode_experiment.py [app ...]
-        [--rounds 5] [--runs 30]
+    [TILES=8x2x4,4x2x4] [BOUNDARY=mirror] PYTHONPATH=. python3
+        scripts/constant_mode_experiment.py [app ...] [--rounds 5] [--runs 30]
 
-``TILES``: also each group with these register tiles (both forms).
+``TILES``: also each group with these register tiles (both forms); ``BOUNDARY``: the mode of
+every read (default ``constant:0.5``; other modes have one form).
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from kfuse.bench.experiment import device_case, time_sources
 from kfuse.bench.timing import alternating_main
 from kfuse.codegen import cexpr, generate
 
-BORDER = ("constant", 0.5)
+
+def border() -> object:
+    """The boundary mode of every read: ``BOUNDARY=constant:V`` (default 0.5) or a mode."""
+    text = os.environ.get("BOUNDARY", "constant:0.5")
+    mode, _, value = text.partition(":")
+    return (mode, float(value)) if mode == "constant" else mode
 
 
 def forms(case, march: bool = False, tile: tuple[int, ...] | None = None) -> tuple:
@@ -41,17 +47,22 @@ def forms(case, march: bool = False, tile: tuple[int, ...] | None = None) -> tup
     return tuple(made)
 
 
+def labelled(label: str, made: tuple) -> dict:
+    """Both forms by label (one where they are the same source: no constant-mode reads)."""
+    new, old = made
+    return {label: new} if new.source == old.source else {
+        label: new, f"{label}, loads in conditionals": old}
+
+
 def compare(name: str, rounds: int, runs: int) -> None:
-    case = device_case(name, boundary=BORDER)
-    programs = dict(zip(("planned (tiles)", "planned, loads in conditionals"), forms(case),
-                        strict=True))
+    case = device_case(name, boundary=border())
+    print(f"{name} {border()}: planned tiles {[g.tile for g in case.plan.groups]}", flush=True)
+    programs = labelled("planned (tiles)", forms(case))
     if name == "diffusion3d":
-        programs |= dict(zip(("marching", "marching, loads in conditionals"),
-                             forms(case, march=True), strict=True))
+        programs |= labelled("marching", forms(case, march=True))
     for text in filter(None, os.environ.get("TILES", "").split(",")):
-        tile = tuple(int(v) for v in text.split("x"))
-        programs |= dict(zip((f"tile {text}", f"tile {text}, loads in conditionals"),
-                             forms(case, tile=tile), strict=True))
+        programs |= labelled(f"tile {text}", forms(case, tile=tuple(int(v) for v in
+                                                                   text.split("x"))))
     time_sources(case, programs, rounds, runs)
 
 
