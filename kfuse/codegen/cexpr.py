@@ -95,6 +95,8 @@ def function_name(op: str, dtype: str) -> str:
     """The C math function for ``op`` on ``dtype`` (float32 gets the ``f`` suffix)."""
     if dtype == "int32":
         return {"abs": "abs", "min": "min", "max": "max"}[op]
+    if op in ("min", "max"):
+        return f"kf_{op}"  # see the prelude: NaN on either side is the result, as NumPy's
     if op in ("pow", "sqrt") and dtype == "float32":
         return f"kf_{op}f"  # see the prelude: branch-free forms, accuracy stated there
     if op == LOG_IN_EXP:

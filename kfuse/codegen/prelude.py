@@ -90,11 +90,16 @@ KF_DEVICE int kf_mirror(int i, int n) { return i < 0 ? -i - 1 : (i >= n ? 2 * n 
 KF_DEVICE int kf_repeat(int i, int n) { return i < 0 ? i + n : (i >= n ? i - n : i); }
 KF_DEVICE bool kf_inside(int i, int n) { return (unsigned)i < (unsigned)n; }
 
+// Minimum and maximum as NumPy's: a NaN on either side is the result (fminf/fmaxf and a
+// bare comparison would drop it, or not, depending on the side it comes from).
+template <typename T> KF_DEVICE T kf_min(T a, T b) { return (b < a || b != b) ? b : a; }
+template <typename T> KF_DEVICE T kf_max(T a, T b) { return (b > a || b != b) ? b : a; }
+
 // Reduction combiners: 0 = sum, 1 = min, 2 = max.
 template <int OP, typename T> KF_DEVICE T kf_combine(T a, T b) {
   if (OP == 0) return a + b;
-  if (OP == 1) return b < a ? b : a;
-  return b > a ? b : a;
+  if (OP == 1) return kf_min(a, b);
+  return kf_max(a, b);
 }
 
 // Reduce a value over the whole thread block; the result is valid in thread 0.
@@ -127,7 +132,7 @@ KF_DEVICE void kf_atomic_min(float* out, float v) {
   int seen = *word, expected;
   do {
     expected = seen;
-    if (!(v < __int_as_float(expected))) return;
+    if (v == v && !(v < __int_as_float(expected))) return;  // a NaN is written, then kept
     seen = atomicCAS(word, expected, __float_as_int(v));
   } while (seen != expected);
 }
@@ -136,7 +141,7 @@ KF_DEVICE void kf_atomic_max(float* out, float v) {
   int seen = *word, expected;
   do {
     expected = seen;
-    if (!(v > __int_as_float(expected))) return;
+    if (v == v && !(v > __int_as_float(expected))) return;
     seen = atomicCAS(word, expected, __float_as_int(v));
   } while (seen != expected);
 }
@@ -145,7 +150,7 @@ KF_DEVICE void kf_atomic_min(double* out, double v) {
   unsigned long long seen = *word, expected;
   do {
     expected = seen;
-    if (!(v < __longlong_as_double((long long)expected))) return;
+    if (v == v && !(v < __longlong_as_double((long long)expected))) return;
     seen = atomicCAS(word, expected, (unsigned long long)__double_as_longlong(v));
   } while (seen != expected);
 }
@@ -154,7 +159,7 @@ KF_DEVICE void kf_atomic_max(double* out, double v) {
   unsigned long long seen = *word, expected;
   do {
     expected = seen;
-    if (!(v > __longlong_as_double((long long)expected))) return;
+    if (v == v && !(v > __longlong_as_double((long long)expected))) return;
     seen = atomicCAS(word, expected, (unsigned long long)__double_as_longlong(v));
   } while (seen != expected);
 }

@@ -9,7 +9,7 @@ import numpy as np
 from kfuse.dsl.pipeline import Array, Pipeline
 from kfuse.dsl.source import user_line
 from kfuse.errors import DslError
-from kfuse.ir.expr import Boundary, Const, Expr, Load, as_boundary, as_expr, loads
+from kfuse.ir.expr import Boundary, Const, Expr, Load, as_boundary, as_expr, cast, loads
 from kfuse.ir.graph import REDUCE_OPS
 
 
@@ -129,7 +129,10 @@ def _outermost_factors(mask: np.ndarray) -> tuple[list[float], np.ndarray] | Non
 
 def reduce(expr: object, op: str = "sum", axis: int | None = None, *,
            name: str | None = None) -> Array:
-    """Fold ``expr`` with ``op`` (sum, min, max) over all elements or along one axis."""
+    """Fold ``expr`` with ``op`` (sum, min, max) over all elements or along one axis.
+
+    A condition (bool) is folded as int32 0/1: its sum counts where it holds, as NumPy's.
+    """
     line = user_line()
     where = str(line) if line else None
     if op not in REDUCE_OPS:
@@ -140,6 +143,8 @@ def reduce(expr: object, op: str = "sum", axis: int | None = None, *,
         raise DslError(f"axis must be an integer or None, got {axis!r}", operator=name,
                        where=where)
     axes = None if axis is None else (axis,)
+    if as_expr(expr).dtype == "bool":
+        expr = cast(expr, "int32")
     return pipeline.add_kernel("reduce", expr, name=name, line=line, reduction_op=op,
                                reduce_axes=axes, default_boundary=Boundary("clamp"))
 

@@ -324,8 +324,38 @@ def _coerce(node: Expr, dtype: str) -> Expr:
     return Cast(node, dtype)
 
 
+# x ** n for a constant whole n with 1 <= |n| <= this: products (and a reciprocal), exact for
+# n = 2 as NumPy's square, and integer powers of integers stay integers as in NumPy.
+PRODUCT_POWERS = 8
+
+
+def _power_as_products(base: Expr, exponent: Expr) -> Expr | None:
+    """``base ** exponent`` as multiplications where the exponent is a small whole constant
+    (None otherwise: the general pow)."""
+    if not isinstance(exponent, Const) or exponent.dtype == "bool" or base.dtype == "bool":
+        return None
+    value = float(exponent.value)
+    dtype = promote(base, exponent)
+    if not value.is_integer() or not 1 <= abs(value) <= PRODUCT_POWERS or (
+            value < 0 and dtype not in FLOAT_DTYPES):
+        return None
+    factor, product, remaining = _coerce(base, dtype), None, int(abs(value))
+    while remaining:  # square and multiply
+        if remaining & 1:
+            product = factor if product is None else Binary("mul", product, factor, dtype)
+        remaining >>= 1
+        if remaining:
+            factor = Binary("mul", factor, factor, dtype)
+    assert product is not None
+    return product if value > 0 else Binary("div", Const(1.0, dtype), product, dtype)
+
+
 def binary(op: str, a: object, b: object) -> Expr:
     a, b = as_expr(a), as_expr(b)
+    if op == "pow":
+        products = _power_as_products(a, b)
+        if products is not None:
+            return products
     if op in LOGICAL:
         if a.dtype != "bool" or b.dtype != "bool":
             raise DtypeError(f"'{op}' needs two conditions (bool), got {a.dtype} and {b.dtype}")
