@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from kfuse.codegen.program import Program
 from kfuse.fusion.legality import Violation, resource_violation
 from kfuse.ir.graph import Graph
 
@@ -24,6 +25,12 @@ def group_resource_violation(graph: Graph, members: Sequence[str], outputs: Sequ
     return fitting_tile(graph, members, outputs, variant, sizes)[1]
 
 
+# Kernels longer than this (lines of CUDA C) take seconds to minutes to compile: for them the
+# smallest tile is compiled first, and where it does not fit no tile is tried (registers grow
+# with the tile; a chain of six 5-point stencils fused: 15,800 lines, a minute of ptxas).
+LARGE_KERNEL_LINES = 6000
+
+
 def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], variant: str,
                  sizes: Mapping[str, int] | None = None
                  ) -> tuple[tuple[int, ...] | None, Violation | None]:
@@ -33,26 +40,40 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], v
     Without nvcc nothing is measured: the default tile, no violation.
     """
     from kfuse.codegen.kernels import tile_choices
+    from kfuse.codegen.resources import nvcc_available
 
+    tiles = tile_choices(variant, graph.kernel_by_name[members[0]].ndim)
+    if len(members) < 2 or not nvcc_available():
+        return tiles[0], None
+    largest = _program(graph, members, outputs, variant, tiles[0], sizes)
+    if len(tiles) > 1 and largest.source.count("\n") > LARGE_KERNEL_LINES:
+        violation = _violation(_program(graph, members, outputs, variant, tiles[-1], sizes))
+        if violation is not None:
+            return None, violation
     violation = None
-    for tile in tile_choices(variant, graph.kernel_by_name[members[0]].ndim):
-        violation = _tile_violation(graph, members, outputs, variant, tile, sizes)
+    for index, tile in enumerate(tiles):
+        program = largest if index == 0 else _program(graph, members, outputs, variant, tile,
+                                                       sizes)
+        violation = _violation(program)
         if violation is None:
             return tile, None
     return None, violation
 
 
-def _tile_violation(graph: Graph, members: Sequence[str], outputs: Sequence[str],
-                    variant: str, tile: tuple[int, ...] | None,
-                    sizes: Mapping[str, int] | None) -> Violation | None:
+def _program(graph: Graph, members: Sequence[str], outputs: Sequence[str], variant: str,
+             tile: tuple[int, ...] | None, sizes: Mapping[str, int] | None) -> Program:
+    """The group's kernel alone with register tile ``tile``."""
     from kfuse.codegen import generate
-    from kfuse.codegen.resources import kernel_resources, nvcc_available
+
+    return generate(graph, [(tuple(members), tuple(outputs), variant, tile)],
+                    fixed_sizes=sizes)
+
+
+def _violation(program: Program) -> Violation | None:
+    """Why the program's one kernel does not fit the device (ptxas figures), or None."""
+    from kfuse.codegen.resources import kernel_resources
     from kfuse.errors import CompileError
 
-    if len(members) < 2 or not nvcc_available():
-        return None
-    program = generate(graph, [(tuple(members), tuple(outputs), variant, tile)],
-                       fixed_sizes=sizes)
     try:
         figures = kernel_resources(program.source)
     except CompileError as error:

@@ -695,19 +695,33 @@ def problem_from_graph(graph: Any, model: str = "roofline",
                 return reason
         return None
 
+    # groups whose kernel fits no register tile, by variant: a group of the same variant
+    # holding one of them computes all it computes, at more points, so it does not fit
+    # either (not compiled: a long chain's kernel takes minutes)
+    too_large: dict[str, list[tuple[frozenset[str], str]]] = {}
+
+    def resource_reason(members: tuple[str, ...]) -> str | None:
+        variant = group_variant(graph, members)
+        if variant not in GROWING_VARIANTS:
+            return None
+        held = frozenset(members)
+        for part, reason in too_large.get(variant, ()):
+            if part <= held:
+                return f"{reason} (as its part {sorted(part)})"
+        from kfuse.fusion.resources import group_resource_violation
+        violation = group_resource_violation(graph, members, group_outputs(graph, members),
+                                             variant, given_sizes)
+        if violation is None:
+            return None
+        too_large.setdefault(variant, []).append((held, str(violation)))
+        return str(violation)
+
     def group_reason(members: tuple[str, ...]) -> str | None:
         reason = cheap_reason(members)
         if reason is None and len(members) > 1 and math.isinf(group_time(members)):
             reason = model_reasons.get(members, f"model: the {model} model cannot run it")
         if reason is None and check_resources and len(members) > 1:
-            variant = group_variant(graph, members)
-            if variant in GROWING_VARIANTS:
-                from kfuse.fusion.resources import group_resource_violation
-                violation = group_resource_violation(graph, members,
-                                                     group_outputs(graph, members), variant,
-                                                     given_sizes)
-                if violation:
-                    return str(violation)
+            return resource_reason(members)
         return reason
 
     return FusionProblem(kernels=tuple(k.name for k in graph.kernels), order_dag=dag,
