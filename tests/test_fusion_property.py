@@ -8,6 +8,8 @@ Random illegal groupings must be refused with the failing rule named.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -225,3 +227,60 @@ def test_register_tiles_are_checked_compiled_for_the_sizes_they_run_at(monkeypat
     assert sized.groups[0].tile == largest
     with pytest.raises(FusionError, match="resources.*spilled"):
         make_plan(graph, members)  # every tile spills when compiled for any size
+
+
+def _counting_spills(monkeypatch, spills: Callable[[str], bool]) -> list[str]:
+    """Fake ptxas figures: kernels for which ``spills(source)`` holds spill 64 bytes; the
+    compiled sources are listed in the returned list."""
+    from kfuse.codegen import resources
+
+    if not resources.nvcc_available():
+        pytest.skip("nvcc is not on PATH")
+    real, compiled = resources.kernel_resources, []
+
+    def fake(source, arch="sm_90"):
+        compiled.append(source)
+        return {symbol: r.__class__(**{**r.__dict__, "spill_store_bytes": 64 * spills(source)})
+                for symbol, r in real(source, arch).items()}
+
+    monkeypatch.setattr(resources, "kernel_resources", fake)
+    return compiled
+
+
+def _stencil_chain(length: int) -> kf.Pipeline:
+    p = kf.Pipeline("chain")
+    z = p.input("x", ndim=2)
+    for index in range(length):
+        z = kf.local(z.at(0, 1) + z.at(1, 0) - z, name=f"s{index}")
+    p.output(z)
+    return p
+
+
+def test_large_kernels_try_the_smallest_tile_first(monkeypatch):
+    """Past LARGE_KERNEL_LINES a group whose smallest register tile spills is refused after
+    that one compile (registers grow with the tile), not after one per tile."""
+    from kfuse.codegen.kernels import tile_choices
+    from kfuse.fusion import resources
+
+    compiled = _counting_spills(monkeypatch, lambda source: True)
+    graph = _stencil_chain(3).graph()
+    members, outputs = ("s0", "s1", "s2"), ("s2",)
+    tile, violation = resources.fitting_tile(graph, members, outputs, "recompute")
+    assert tile is None and "spilled" in violation.reason
+    assert len(compiled) == len(tile_choices("recompute", 2))  # every tile, largest first
+    compiled.clear()
+    monkeypatch.setattr(resources, "LARGE_KERNEL_LINES", 0)
+    tile, violation = resources.fitting_tile(graph, members, outputs, "recompute")
+    assert tile is None and violation is not None and len(compiled) == 1
+
+
+def test_groups_holding_one_that_fits_no_tile_are_not_compiled(monkeypatch):
+    from kfuse.search.problem import problem_from_graph
+
+    compiled = _counting_spills(monkeypatch, lambda source: "s1" in source and "s2" in source)
+    problem = problem_from_graph(_stencil_chain(4).graph(), "roofline")
+    assert problem.group_reason(("s0", "s1")) is None
+    assert "spilled" in problem.group_reason(("s1", "s2"))
+    count = len(compiled)
+    reason = problem.group_reason(("s0", "s1", "s2", "s3"))
+    assert "as its part ['s1', 's2']" in reason and len(compiled) == count
