@@ -10,26 +10,32 @@ import pytest
 import kfuse as kf
 from kfuse.bench.harness import max_relative_error
 from kfuse.ir.expr import Binary, Const, as_expr
+from kfuse.runtime.cuda_backend import CudaBackend
 
 SHAPE = (7, 9)
+# the generated code on the host compiler, and on the GPU where there is one
+compiled = pytest.mark.parametrize("backend", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CudaBackend.available(),
+                                                         reason="no usable CUDA GPU"))])
 
 
-def run_both(pipeline: kf.Pipeline, **arrays) -> tuple[np.ndarray, np.ndarray]:
-    """The single output on the cpu backend and on the numpy backend."""
+def run_both(backend: str, pipeline: kf.Pipeline, **arrays) -> tuple[np.ndarray, np.ndarray]:
+    """The single output on ``backend`` (generated code) and on the numpy backend."""
     (name,) = pipeline.graph().outputs
-    return (pipeline.run(backend="cpu", **arrays)[name],
+    return (np.asarray(pipeline.run(backend=backend, **arrays)[name]),
             pipeline.run(backend="numpy", **arrays)[name])
 
 
 @pytest.mark.parametrize("exponent", [2, 3, 5, 8, -1, -2, 2.0])
-def test_whole_powers_are_products(exponent):
+@compiled
+def test_whole_powers_are_products(exponent, backend):
     """x ** n for a constant whole n is multiplications (x ** 2 exact as NumPy's square),
     not the approximate general pow."""
     image = np.random.default_rng(3).uniform(-20.0, 21.0, SHAPE).astype(np.float32)
     p = kf.Pipeline("power")
     x = p.input("x", ndim=2)
     p.output(kf.point(x ** exponent, name="y"))
-    ours, interpreted = run_both(p, x=image)
+    ours, interpreted = run_both(backend, p, x=image)
     expected = image.astype(np.float64) ** exponent
     assert max_relative_error(ours, expected) <= 4e-7 * abs(exponent)
     if exponent == 2:
@@ -37,12 +43,13 @@ def test_whole_powers_are_products(exponent):
     np.testing.assert_array_equal(ours, interpreted)
 
 
-def test_powers_of_integers_stay_integers():
+@compiled
+def test_powers_of_integers_stay_integers(backend):
     values = np.random.default_rng(4).integers(-30, 31, SHAPE).astype(np.int32)
     p = kf.Pipeline("cube")
     x = p.input("x", ndim=2, dtype="int32")
     p.output(kf.point(x ** 3 + x ** 2, name="y"))
-    ours, interpreted = run_both(p, x=values)
+    ours, interpreted = run_both(backend, p, x=values)
     assert ours.dtype == np.int32
     np.testing.assert_array_equal(ours, values ** 3 + values ** 2)
     np.testing.assert_array_equal(interpreted, values ** 3 + values ** 2)
@@ -57,13 +64,14 @@ def test_other_exponents_keep_the_general_pow():
 
 
 @pytest.mark.parametrize("op,axis", [("sum", None), ("sum", 1), ("max", 0), ("min", 1)])
-def test_conditions_fold_as_integers(op, axis):
+@compiled
+def test_conditions_fold_as_integers(op, axis, backend):
     """A sum of a condition counts where it holds (int32), as NumPy's; min and max give 0/1."""
     image = np.random.default_rng(5).uniform(-1.0, 1.0, SHAPE).astype(np.float32)
     p = kf.Pipeline("count")
     x = p.input("x", ndim=2)
     p.output(kf.reduce(x > 0.25, op, axis, name="n"))
-    ours, interpreted = run_both(p, x=image)
+    ours, interpreted = run_both(backend, p, x=image)
     expected = getattr(np, op)((image > 0.25).astype(np.int32), axis=axis)
     assert ours.dtype == np.int32
     np.testing.assert_array_equal(ours, expected)
@@ -72,21 +80,23 @@ def test_conditions_fold_as_integers(op, axis):
 
 @pytest.mark.parametrize("op", ["min", "max"])
 @pytest.mark.parametrize("axis", [None, 0, 1])
-def test_nan_is_the_minimum_and_maximum_as_in_numpy(op, axis):
+@compiled
+def test_nan_is_the_minimum_and_maximum_as_in_numpy(op, axis, backend):
     """A NaN anywhere in what a min/max folds is the result, wherever it sits in the fold."""
     image = np.random.default_rng(6).uniform(-1.0, 1.0, SHAPE).astype(np.float32)
     image[0, 0] = image[3, 4] = image[6, 8] = np.nan
     p = kf.Pipeline("nan_fold")
     x = p.input("x", ndim=2)
     p.output(kf.reduce(x * 2.0, op, axis, name="m"))
-    ours, interpreted = run_both(p, x=image)
+    ours, interpreted = run_both(backend, p, x=image)
     expected = getattr(np, op)(image * 2.0, axis=axis)
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
     np.testing.assert_array_equal(ours, interpreted)
     np.testing.assert_allclose(ours, expected, rtol=1e-6)
 
 
-def test_pointwise_minimum_and_maximum_keep_nan_on_either_side():
+@compiled
+def test_pointwise_minimum_and_maximum_keep_nan_on_either_side(backend):
     rng = np.random.default_rng(7)
     a = rng.uniform(-1.0, 1.0, SHAPE).astype(np.float32)
     b = rng.uniform(-1.0, 1.0, SHAPE).astype(np.float32)
@@ -96,7 +106,7 @@ def test_pointwise_minimum_and_maximum_keep_nan_on_either_side():
     x = p.input("a", ndim=2)
     y = p.input("b", shape=x.shape)
     p.output(kf.point(kf.minimum(x, y) + kf.maximum(y, x), name="c"))
-    ours, interpreted = run_both(p, a=a, b=b)
+    ours, interpreted = run_both(backend, p, a=a, b=b)
     expected = np.minimum(a, b) + np.maximum(b, a)
     assert np.isnan(expected).sum() == 9
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
