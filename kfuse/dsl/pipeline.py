@@ -19,12 +19,13 @@ from kfuse.ir.expr import (
     Param,
     as_boundary,
     as_expr,
+    is_integer_scalar,
     normalize_dtype,
     register_converter,
     resolve_weak_constants,
     transform,
 )
-from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction
+from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction, fixed_size
 
 
 class Array:
@@ -114,6 +115,20 @@ def _where() -> str | None:
     return str(line) if line else None
 
 
+def _size_symbol(name: str, axis: int, size: object) -> str:
+    """The size symbol of one axis of a declared input: a name, or a fixed size as digits."""
+    if is_integer_scalar(size) or isinstance(size, str) and size.strip().lstrip("+-").isdecimal():
+        number = int(size)
+        if number <= 0:
+            raise ShapeError(f"input '{name}': axis {axis} must have a positive size, got "
+                             f"{number}", where=_where())
+        return str(number)
+    if not isinstance(size, str) or not size:
+        raise DslError(f"input '{name}': axis {axis} needs a size symbol (a name) or a "
+                       f"positive integer, got {size!r}", where=_where())
+    return size
+
+
 class Pipeline:
     """A named pipeline of operators with named inputs, parameters and outputs."""
 
@@ -131,14 +146,19 @@ class Pipeline:
 
     # -- declarations ----------------------------------------------------------------------
     def input(self, name: str, ndim: int | None = None, dtype: object = "float32",
-              shape: Sequence[str] | None = None) -> Array:
-        """Declare an input array of ``ndim`` dimensions (or named size symbols ``shape``)."""
+              shape: Sequence[str | int] | None = None) -> Array:
+        """Declare an input array of ``ndim`` dimensions, or of ``shape``: per axis a named
+        size symbol (shared by the arrays that must agree in it) or a fixed positive size,
+        which the array given at run time must have."""
         self._check_new_name(name)
         if shape is None:
             if ndim is None or ndim not in (0, 1, 2, 3):
                 raise DslError(f"input '{name}': give ndim (0 to 3) or shape", where=_where())
             shape = tuple(f"{name}.{axis}" for axis in range(ndim))
-        shape = tuple(str(s) for s in shape)
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+            raise DslError(f"input '{name}': shape must be a tuple of sizes, got {shape!r}",
+                           where=_where())
+        shape = tuple(_size_symbol(name, axis, size) for axis, size in enumerate(shape))
         if ndim is not None and len(shape) != ndim:
             raise DslError(f"input '{name}': ndim={ndim} but shape has {len(shape)} sizes",
                            where=_where())
@@ -177,11 +197,31 @@ class Pipeline:
             root = self._parent[root]
         return root
 
-    def _unify(self, a: str, b: str) -> None:
+    def _unify(self, a: str, b: str, operator: str, where: str | None) -> None:
+        """Make two size symbols one; a fixed size (a number) stays the name of the two."""
         root_a, root_b = self._find(a), self._find(b)
-        if root_a != root_b:
+        if root_a == root_b:
+            return
+        fixed_a, fixed_b = fixed_size(root_a), fixed_size(root_b)
+        if fixed_a is not None and fixed_b is not None:
+            raise ShapeError(f"combines axes of fixed sizes {fixed_a} and {fixed_b}",
+                             operator=operator, where=where)
+        if fixed_a is not None or fixed_b is not None:
+            keep, drop = (root_a, root_b) if fixed_a is not None else (root_b, root_a)
+        else:
             keep, drop = sorted((root_a, root_b))
-            self._parent[drop] = keep
+        self._parent[drop] = keep
+
+    def _sizes_by_root(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """``sizes`` keyed by the symbols the graph names (a name unified into another, as
+        ``"n"`` with ``"x.1"``, counts as that one); two names of one size must agree."""
+        result: dict[str, int] = {}
+        for symbol, size in sizes.items():
+            root = self._find(symbol) if isinstance(symbol, str) else symbol
+            if result.setdefault(root, size) != size:
+                raise ShapeError(f"sizes gives {result[root]} and {size} for '{root}' "
+                                 f"(also named '{symbol}')", where=_where())
+        return result
 
     # -- operators -------------------------------------------------------------------------
     def add_kernel(self, kind: str, body: object, *, name: str | None, line: UserLine | None,
@@ -273,7 +313,7 @@ class Pipeline:
                     raise ShapeError(f"dims of '{array.name}' name axis {dim} of a "
                                      f"{len(domain)}-D iteration space", operator=operator,
                                      where=where)
-                self._unify(array._shape[axis], domain[dim])
+                self._unify(array._shape[axis], domain[dim], operator, where)
         return body, tuple(self._find(s) for s in domain)
 
     # -- the IR ----------------------------------------------------------------------------
@@ -342,7 +382,13 @@ class Pipeline:
         implementation space for map/reduce pipelines, the greedy search otherwise.
         """
         from kfuse.search import plan_for
-        return plan_for(self.graph(), strategy, model, sizes)
+        graph = self.graph()
+        if sizes is not None:
+            if not isinstance(sizes, Mapping):
+                raise ShapeError("sizes must map size symbols to integers, e.g. "
+                                 f"{dict.fromkeys(graph.size_symbols, 1024)}", where=_where())
+            sizes = graph.check_sizes(self._sizes_by_root(sizes))
+        return plan_for(graph, strategy, model, sizes)
 
     def __repr__(self) -> str:
         return (f"Pipeline({self.name!r}, inputs={list(self._inputs)}, "

@@ -10,8 +10,11 @@ overloaded (nodes stay hashable), use :func:`kfuse.dsl.eq` instead.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from kfuse.errors import BoundaryError, DslError, DtypeError
 
@@ -276,16 +279,32 @@ def register_converter(convert: Callable[[object], Expr | None]) -> None:
     _converters.append(convert)
 
 
+def is_integer_scalar(value: object) -> bool:
+    """True for a Python or NumPy integer (``np.int64(2)``), False for bools."""
+    return isinstance(value, numbers.Integral) and not is_bool_scalar(value)
+
+
+def is_bool_scalar(value: object) -> bool:
+    """True for ``True``/``False`` and NumPy's ``np.bool_``."""
+    return isinstance(value, (bool, np.bool_))
+
+
+def is_real_scalar(value: object) -> bool:
+    """True for a Python or NumPy number that is not an integer or a bool (``np.float32``)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) \
+        and not is_bool_scalar(value)
+
+
 def as_expr(value: object) -> Expr:
-    """Turn a Python number, an expression or a DSL array into an expression."""
+    """Turn a Python or NumPy number, an expression or a DSL array into an expression."""
     if isinstance(value, Expr):
         return value
-    if isinstance(value, bool):
-        return Const(value, "bool", weak=True)
-    if isinstance(value, int):
-        return Const(value, "int32", weak=True)
-    if isinstance(value, float):
-        return Const(value, "float32", weak=True)
+    if is_bool_scalar(value):
+        return Const(bool(value), "bool", weak=True)
+    if is_integer_scalar(value):
+        return Const(int(value), "int32", weak=True)
+    if is_real_scalar(value):
+        return Const(float(value), "float32", weak=True)
     for convert in _converters:
         converted = convert(value)
         if converted is not None:
