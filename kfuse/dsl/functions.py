@@ -71,11 +71,12 @@ def where(condition: object, if_true: object, if_false: object) -> Expr:
 
 
 def eq(a: object, b: object) -> Expr:
-    """Elementwise ``a == b`` (``==`` itself is not overloaded)."""
+    """Elementwise ``a == b`` (as ``a == b`` on kfuse arrays and expressions)."""
     return binary("eq", a, b)
 
 
 def ne(a: object, b: object) -> Expr:
+    """Elementwise ``a != b``."""
     return binary("ne", a, b)
 
 

@@ -87,13 +87,16 @@ class Array:
     def __bool__(self) -> bool:
         raise DslError("a kfuse array has no truth value at trace time")
 
+    __hash__ = object.__hash__  # by identity: == is elementwise (forwarded below)
+    __array_ufunc__ = None  # NumPy scalars on the left (np.int64(2) * x) defer to our methods
+
 
 # Arithmetic on an array is arithmetic on the array read at the current point.
 _ARITHMETIC = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
                "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__lt__", "__le__",
-               "__gt__", "__ge__", "__and__", "__rand__", "__or__", "__ror__", "__neg__",
-               "__pos__", "__invert__", "__abs__", "__floordiv__", "__rfloordiv__",
-               "__mod__", "__rmod__")
+               "__gt__", "__ge__", "__eq__", "__ne__", "__and__", "__rand__", "__or__",
+               "__ror__", "__neg__", "__pos__", "__invert__", "__abs__", "__floordiv__",
+               "__rfloordiv__", "__mod__", "__rmod__")
 
 
 def _forward(method: str):

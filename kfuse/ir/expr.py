@@ -3,8 +3,10 @@
 An expression is an immutable tree evaluated at one point of a kernel's iteration space.
 Leaves read arrays (`Load`, with constant offsets and a boundary mode), runtime scalar
 parameters (`Param`), constants and coordinates. Inner nodes are arithmetic, comparisons,
-math functions, selects and casts. Operator overloading builds trees; `==` is not
-overloaded (nodes stay hashable), use :func:`kfuse.dsl.eq` instead.
+math functions, selects and casts. Operator overloading builds trees, ``==`` and ``!=``
+included (elementwise, as :func:`kfuse.dsl.eq`); nodes hash by identity, so they still work
+as dict keys and set members (a lookup compares them by identity first), but code of kfuse
+must never compare two nodes with ``==`` or look one up in a list: use ``is``.
 """
 
 from __future__ import annotations
@@ -134,6 +136,10 @@ class Expr:
     def __le__(self, other): return binary("le", self, other)
     def __gt__(self, other): return binary("gt", self, other)
     def __ge__(self, other): return binary("ge", self, other)
+    def __eq__(self, other): return _comparison("eq", self, other)  # type: ignore[override]
+    def __ne__(self, other): return _comparison("ne", self, other)  # type: ignore[override]
+    __hash__ = object.__hash__  # by identity: nodes stay dict keys though == is elementwise
+    __array_ufunc__ = None  # NumPy scalars on the left (np.int64(2) * x) defer to these methods
     def __and__(self, other): return binary("and", self, other)
     def __rand__(self, other): return binary("and", other, self)
     def __or__(self, other): return binary("or", self, other)
@@ -355,6 +361,16 @@ def binary(op: str, a: object, b: object) -> Expr:
     a, b = _coerce(a, operand), _coerce(b, operand)
     result = "bool" if op in COMPARISONS else operand
     return Binary(op, a, b, result)
+
+
+def _comparison(op: str, a: Expr, b: object) -> Expr:
+    """``a == b`` / ``a != b`` elementwise; NotImplemented where ``b`` is no operand (None,
+    a string), so Python answers by identity there as for any object."""
+    try:
+        other = as_expr(b)
+    except DslError:
+        return NotImplemented
+    return binary(op, a, other)
 
 
 def unary(op: str, x: object) -> Expr:
