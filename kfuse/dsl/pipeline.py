@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kfuse.dsl.source import UserLine, user_line
-from kfuse.errors import DslError, ShapeError
+from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
     Boundary,
+    Coord,
     Expr,
     Load,
     Param,
@@ -22,6 +23,7 @@ from kfuse.ir.expr import (
     is_integer_scalar,
     normalize_dtype,
     register_converter,
+    representable,
     resolve_weak_constants,
     transform,
 )
@@ -63,13 +65,16 @@ class Array:
             raise DslError(f"'{self.name}' is {self.ndim}-D: give {self.ndim} offsets, "
                            f"got {len(offsets)}", where=_where())
         for offset in offsets:
-            if isinstance(offset, bool) or not isinstance(offset, int):
+            if not is_integer_scalar(offset):
                 raise DslError(f"offsets must be constant integers, got {offset!r}",
                                where=_where())
         if dims is None and self.ndim == 0:
             dims = ()
         if dims is not None and len(tuple(dims)) != self.ndim:
             raise DslError(f"'{self.name}' is {self.ndim}-D: dims needs {self.ndim} entries",
+                           where=_where())
+        if dims is not None and not all(is_integer_scalar(d) and d >= 0 for d in dims):
+            raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}",
                            where=_where())
         bound = None if boundary is None else as_boundary(boundary)
         dims = None if dims is None else tuple(int(d) for d in dims)
@@ -116,6 +121,15 @@ register_converter(lambda value: value.expr() if isinstance(value, Array) else N
 def _where() -> str | None:
     line = user_line()
     return str(line) if line else None
+
+
+def _check_border_value(boundary: Boundary, load: Load, operator: str,
+                        where: str | None) -> None:
+    """Refuse a constant border that the array's dtype cannot hold (1e10 or inf for int32):
+    the reference would overflow where the generated code wraps around."""
+    if boundary.mode == "constant" and not representable(boundary.value, load.dtype):
+        raise DtypeError(f"the constant border {boundary.value:g} of '{load.buffer}' is not "
+                         f"representable in {load.dtype}", operator=operator, where=where)
 
 
 def _size_symbol(name: str, axis: int, size: object) -> str:
@@ -183,6 +197,9 @@ class Pipeline:
         for array in arrays:
             if not isinstance(array, Array) or array.pipeline is not self:
                 raise DslError("output() takes arrays of this pipeline", where=_where())
+            if array.name in self._inputs:
+                raise DslError(f"'{array.name}' is an input: an output must be computed by an "
+                               f"operator (kf.point({array.name}) copies it)", where=_where())
             if array.name not in self._outputs:
                 self._outputs.append(array.name)
 
@@ -240,6 +257,10 @@ class Pipeline:
             from kfuse.ir.expr import cast
             body = cast(body, dtype)
         body, domain = self._infer_domain(body, name, where, shape)
+        for node in body.walk():
+            if isinstance(node, Coord) and node.axis >= len(domain):
+                raise DslError(f"coord({node.axis}) names no axis of its {len(domain)}-D "
+                               "iteration space", operator=name, where=where)
         body = resolve_weak_constants(body, "float32")
         reduction = None
         out_shape = domain
@@ -283,7 +304,10 @@ class Pipeline:
             if default is None:
                 raise DslError(f"reads '{node.buffer}' at offsets {node.offsets}: "
                                "use kfuse.local() for stencils", operator=operator, where=where)
+            _check_border_value(default, node, operator, where)
             return Load(node.buffer, node.dtype, node.offsets, node.dims, default, node.origin)
+        if node.boundary is not None:
+            _check_border_value(node.boundary, node, operator, where)
         return None
 
     def _infer_domain(self, body: Expr, operator: str, where: str | None,
@@ -297,6 +321,11 @@ class Pipeline:
         elif implicit:
             widest = max(implicit, key=lambda ld: self._arrays[ld.buffer].ndim)
             domain = self._arrays[widest.buffer]._shape
+        elif any(ld.dims and list(ld.dims) != sorted(ld.dims) for ld in reads):
+            raise DslError("cannot tell the iteration space: a transposed matrix (A.T) takes "
+                           "its axes from an array read as it is; combine it with one "
+                           "(B + A.T), or use A.T @ y, kf.gemv or kf.geam",
+                           operator=operator, where=where)
         else:
             raise DslError("cannot tell the iteration space: every read names its dims; "
                            "pass shape=", operator=operator, where=where)
@@ -371,10 +400,15 @@ class Pipeline:
         Raises :class:`~kfuse.errors.FusionError` naming the rule an illegal group breaks.
         """
         from kfuse.fusion.plan import make_plan
+        usage = ("fuse() takes a list of groups, each a list of operator names, e.g. "
+                 f"[{[k.name for k in self._kernels[:2]]}]")
+        if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+            raise FusionError(f"{usage}; got {groups!r}", where=_where())
         for group in groups:
             if isinstance(group, str):
-                raise DslError("fuse() takes a list of groups, each a list of operator names",
-                               where=_where())
+                raise DslError(usage, where=_where())
+            if not isinstance(group, Sequence) or not all(isinstance(n, str) for n in group):
+                raise FusionError(f"{usage}; got the group {group!r}", where=_where())
         return make_plan(self.graph(), [list(g) for g in groups], where=_where())
 
     def plan(self, strategy: str = "auto", model: str = "roofline",

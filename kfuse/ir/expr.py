@@ -39,6 +39,20 @@ def normalize_dtype(dtype: object) -> str:
     return name
 
 
+def representable(value: float | int | bool, dtype: str) -> bool:
+    """Whether ``value`` is exactly a value of ``dtype``: an integral number in int32's range
+    for int32, 0 or 1 for bool, a float within float32's range (or inf, nan) for float32."""
+    value = float(value)
+    if dtype == "float64":
+        return True
+    if dtype == "float32":
+        return not math.isfinite(value) or abs(value) <= float(np.finfo(np.float32).max)
+    if not value.is_integer():
+        return False
+    low, high = (0, 1) if dtype == "bool" else (-2**31, 2**31 - 1)
+    return low <= value <= high
+
+
 # ---------------------------------------------------------------------------------------------
 # Boundary modes
 # ---------------------------------------------------------------------------------------------
@@ -62,6 +76,12 @@ class Boundary:
             raise BoundaryError(
                 f"unknown boundary mode {self.mode!r}; use one of {', '.join(BOUNDARY_MODES)}"
             )
+        if not (is_real_scalar(self.value) or is_integer_scalar(self.value)
+                or is_bool_scalar(self.value)):
+            raise BoundaryError(f"a constant border takes a number, got {self.value!r}"
+                                + (" (a parameter's value is not known when the code is made)"
+                                   if isinstance(self.value, Param) else ""))
+        object.__setattr__(self, "value", float(self.value))
         if self.mode != "constant" and self.value != 0.0:
             raise BoundaryError(f"boundary mode {self.mode!r} takes no value")
 
@@ -78,7 +98,7 @@ def as_boundary(spec: object) -> Boundary:
             return Boundary("constant", 0.0)
         return Boundary(spec)
     if isinstance(spec, tuple) and len(spec) == 2 and spec[0] == "constant":
-        return Boundary("constant", float(spec[1]))
+        return Boundary("constant", spec[1])
     raise BoundaryError(f"cannot read {spec!r} as a boundary mode; use one of {BOUNDARY_MODES}")
 
 
