@@ -5,12 +5,30 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kfuse.errors import CacheError
+
 
 def cache_dir(kind: str) -> Path:
     """The folder for one kind of cached thing (``cpu``, ``cuda``, ``ptxas``, ``devices``).
 
-    Not created here; writers create it when they first store something.
+    Not created here; writers create it with :func:`writable_cache_dir`.
     """
     root = os.environ.get("KFUSE_CACHE_DIR")
     base = Path(root).expanduser() if root else Path.home() / ".cache" / "kfuse"
     return base / kind
+
+
+def writable_cache_dir(kind: str) -> Path:
+    """:func:`cache_dir`, created; a :class:`~kfuse.errors.CacheError` saying which folder
+    and why when it cannot be (``KFUSE_CACHE_DIR`` names a file or a read-only place)."""
+    path = cache_dir(kind)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise CacheError(f"cannot create the cache folder {path}: {reason} (set "
+                         "KFUSE_CACHE_DIR to a writable folder)") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CacheError(f"the cache folder {path} is not writable (set KFUSE_CACHE_DIR to a "
+                         "writable folder)")
+    return path

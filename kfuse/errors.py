@@ -67,6 +67,10 @@ class LaunchError(KfuseError):
     """A generated kernel failed while running."""
 
 
+class CacheError(KfuseError):
+    """kfuse's cache folder (``$KFUSE_CACHE_DIR`` or ``~/.cache/kfuse``) cannot be written."""
+
+
 class MetadataError(KfuseError):
     """A codeless application description (YAML/JSON kernel metadata) is malformed.
 

@@ -513,8 +513,9 @@ def indent(lines: list[str], depth: int) -> list[str]:
 
 
 def sizes_of(graph: Graph, buffers: list[str], domain: tuple[str, ...]) -> list[str]:
-    """Size symbols a kernel needs: its domain's and those of the buffers it touches."""
-    symbols = list(domain)
+    """Size symbols a kernel needs: its domain's and those of the buffers it touches, each
+    once (a square domain, ``("n", "n")`` or ``("7", "7")``, passes its size once)."""
+    symbols = list(dict.fromkeys(domain))
     for name in buffers:
         for symbol in graph.buffers[name].shape:
             if symbol not in symbols:

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from kfuse.ir.expr import Boundary, Coord, Expr, binary, cast, select, unary
+from kfuse.dsl.source import user_line
+from kfuse.errors import BoundaryError, DslError
+from kfuse.ir.expr import (
+    Boundary,
+    Coord,
+    Expr,
+    binary,
+    cast,
+    is_integer_scalar,
+    select,
+    unary,
+)
 
 
 def sqrt(x: object) -> Expr:
@@ -71,11 +82,12 @@ def where(condition: object, if_true: object, if_false: object) -> Expr:
 
 
 def eq(a: object, b: object) -> Expr:
-    """Elementwise ``a == b`` (``==`` itself is not overloaded)."""
+    """Elementwise ``a == b`` (as ``a == b`` on kfuse arrays and expressions)."""
     return binary("eq", a, b)
 
 
 def ne(a: object, b: object) -> Expr:
+    """Elementwise ``a != b``."""
     return binary("ne", a, b)
 
 
@@ -85,13 +97,26 @@ def astype(x: object, dtype: object) -> Expr:
 
 
 def coord(axis: int) -> Expr:
-    """The integer coordinate of the current point along ``axis``."""
-    return Coord(axis)
+    """The integer coordinate of the current point along ``axis`` (0 is the outermost) of
+    the operator's iteration space; the operator checks that it has that axis."""
+    if not is_integer_scalar(axis) or axis < 0:
+        raise DslError(f"coord() takes an axis number (0, 1 or 2), got {axis!r}",
+                       where=_where())
+    return Coord(int(axis))
 
 
 def constant(value: float) -> Boundary:
-    """Boundary mode: reads outside the array give ``value``."""
-    return Boundary("constant", float(value))
+    """Boundary mode: reads outside the array give ``value`` (a number the array's dtype
+    holds: inf and nan for float arrays, integers for int32 ones)."""
+    try:
+        return Boundary("constant", value)
+    except BoundaryError as error:
+        raise BoundaryError(str(error), where=_where()) from None
+
+
+def _where() -> str | None:
+    line = user_line()
+    return str(line) if line else None
 
 
 clamp = Boundary("clamp")

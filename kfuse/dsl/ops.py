@@ -7,9 +7,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from kfuse.dsl.pipeline import Array, Pipeline
-from kfuse.dsl.source import user_line
+from kfuse.dsl.source import UserLine, user_line
 from kfuse.errors import DslError
-from kfuse.ir.expr import Boundary, Const, Expr, Load, as_boundary, as_expr, cast, loads
+from kfuse.ir.expr import (
+    Boundary,
+    Const,
+    Expr,
+    Load,
+    as_boundary,
+    as_expr,
+    cast,
+    is_integer_scalar,
+    loads,
+)
 from kfuse.ir.graph import REDUCE_OPS
 
 
@@ -60,7 +70,7 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
     if not isinstance(x, Array):
         raise DslError("convolve() takes an array as first argument", operator=name,
                        where=str(line) if line else None)
-    coefficients = np.asarray(mask, dtype=np.float64)
+    coefficients = _mask_coefficients(mask, name, line)
     if coefficients.ndim != x.ndim or any(n % 2 == 0 for n in coefficients.shape):
         raise DslError(f"the mask must be {x.ndim}-D with odd sizes, got shape "
                        f"{coefficients.shape}", operator=name, where=str(line) if line else None)
@@ -89,6 +99,24 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
         raise DslError("the mask has no non-zero coefficient", operator=name,
                        where=str(line) if line else None)
     return x.pipeline.add_kernel("local", body, name=name, line=line, default_boundary=bound)
+
+
+def _mask_coefficients(mask: object, name: str | None, line: UserLine | None) -> np.ndarray:
+    """The mask as a float64 array; a ragged mask, or one that holds anything but finite
+    numbers, is refused."""
+    where = str(line) if line else None
+    if isinstance(mask, (str, bytes)):
+        raise DslError(f"the mask must be nested lists (or an array) of numbers, got {mask!r}",
+                       operator=name, where=where)
+    try:
+        coefficients = np.asarray(mask, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DslError("the mask must be nested lists (or an array) of numbers with the same "
+                       f"length in every row, got {mask!r}", operator=name, where=where) from None
+    if not np.all(np.isfinite(coefficients)):
+        raise DslError("the mask's coefficients must be finite numbers", operator=name,
+                       where=where)
+    return coefficients
 
 
 def _linear_combination(terms: list[tuple[float, Expr | None]], dtype: str) -> Expr | None:
@@ -139,10 +167,10 @@ def reduce(expr: object, op: str = "sum", axis: int | None = None, *,
         raise DslError(f"unknown reduction {op!r}; use one of {', '.join(REDUCE_OPS)}",
                        operator=name, where=where)
     pipeline = _pipeline_of(expr, name or "reduce")
-    if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+    if axis is not None and not is_integer_scalar(axis):
         raise DslError(f"axis must be an integer or None, got {axis!r}", operator=name,
                        where=where)
-    axes = None if axis is None else (axis,)
+    axes = None if axis is None else (int(axis),)
     if as_expr(expr).dtype == "bool":
         expr = cast(expr, "int32")
     return pipeline.add_kernel("reduce", expr, name=name, line=line, reduction_op=op,

@@ -11,20 +11,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kfuse.dsl.source import UserLine, user_line
-from kfuse.errors import DslError, ShapeError
+from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
     Boundary,
+    Coord,
     Expr,
     Load,
     Param,
     as_boundary,
     as_expr,
+    is_integer_scalar,
     normalize_dtype,
     register_converter,
+    representable,
     resolve_weak_constants,
     transform,
 )
-from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction
+from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction, fixed_size
 
 
 class Array:
@@ -62,13 +65,16 @@ class Array:
             raise DslError(f"'{self.name}' is {self.ndim}-D: give {self.ndim} offsets, "
                            f"got {len(offsets)}", where=_where())
         for offset in offsets:
-            if isinstance(offset, bool) or not isinstance(offset, int):
+            if not is_integer_scalar(offset):
                 raise DslError(f"offsets must be constant integers, got {offset!r}",
                                where=_where())
         if dims is None and self.ndim == 0:
             dims = ()
         if dims is not None and len(tuple(dims)) != self.ndim:
             raise DslError(f"'{self.name}' is {self.ndim}-D: dims needs {self.ndim} entries",
+                           where=_where())
+        if dims is not None and not all(is_integer_scalar(d) and d >= 0 for d in dims):
+            raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}",
                            where=_where())
         bound = None if boundary is None else as_boundary(boundary)
         dims = None if dims is None else tuple(int(d) for d in dims)
@@ -86,13 +92,16 @@ class Array:
     def __bool__(self) -> bool:
         raise DslError("a kfuse array has no truth value at trace time")
 
+    __hash__ = object.__hash__  # by identity: == is elementwise (forwarded below)
+    __array_ufunc__ = None  # NumPy scalars on the left (np.int64(2) * x) defer to our methods
+
 
 # Arithmetic on an array is arithmetic on the array read at the current point.
 _ARITHMETIC = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
                "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__lt__", "__le__",
-               "__gt__", "__ge__", "__and__", "__rand__", "__or__", "__ror__", "__neg__",
-               "__pos__", "__invert__", "__abs__", "__floordiv__", "__rfloordiv__",
-               "__mod__", "__rmod__")
+               "__gt__", "__ge__", "__eq__", "__ne__", "__and__", "__rand__", "__or__",
+               "__ror__", "__neg__", "__pos__", "__invert__", "__abs__", "__floordiv__",
+               "__rfloordiv__", "__mod__", "__rmod__")
 
 
 def _forward(method: str):
@@ -114,6 +123,29 @@ def _where() -> str | None:
     return str(line) if line else None
 
 
+def _check_border_value(boundary: Boundary, load: Load, operator: str,
+                        where: str | None) -> None:
+    """Refuse a constant border that the array's dtype cannot hold (1e10 or inf for int32):
+    the reference would overflow where the generated code wraps around."""
+    if boundary.mode == "constant" and not representable(boundary.value, load.dtype):
+        raise DtypeError(f"the constant border {boundary.value:g} of '{load.buffer}' is not "
+                         f"representable in {load.dtype}", operator=operator, where=where)
+
+
+def _size_symbol(name: str, axis: int, size: object) -> str:
+    """The size symbol of one axis of a declared input: a name, or a fixed size as digits."""
+    if is_integer_scalar(size) or isinstance(size, str) and size.strip().lstrip("+-").isdecimal():
+        number = int(size)
+        if number <= 0:
+            raise ShapeError(f"input '{name}': axis {axis} must have a positive size, got "
+                             f"{number}", where=_where())
+        return str(number)
+    if not isinstance(size, str) or not size:
+        raise DslError(f"input '{name}': axis {axis} needs a size symbol (a name) or a "
+                       f"positive integer, got {size!r}", where=_where())
+    return size
+
+
 class Pipeline:
     """A named pipeline of operators with named inputs, parameters and outputs."""
 
@@ -131,14 +163,19 @@ class Pipeline:
 
     # -- declarations ----------------------------------------------------------------------
     def input(self, name: str, ndim: int | None = None, dtype: object = "float32",
-              shape: Sequence[str] | None = None) -> Array:
-        """Declare an input array of ``ndim`` dimensions (or named size symbols ``shape``)."""
+              shape: Sequence[str | int] | None = None) -> Array:
+        """Declare an input array of ``ndim`` dimensions, or of ``shape``: per axis a named
+        size symbol (shared by the arrays that must agree in it) or a fixed positive size,
+        which the array given at run time must have."""
         self._check_new_name(name)
         if shape is None:
             if ndim is None or ndim not in (0, 1, 2, 3):
                 raise DslError(f"input '{name}': give ndim (0 to 3) or shape", where=_where())
             shape = tuple(f"{name}.{axis}" for axis in range(ndim))
-        shape = tuple(str(s) for s in shape)
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+            raise DslError(f"input '{name}': shape must be a tuple of sizes, got {shape!r}",
+                           where=_where())
+        shape = tuple(_size_symbol(name, axis, size) for axis, size in enumerate(shape))
         if ndim is not None and len(shape) != ndim:
             raise DslError(f"input '{name}': ndim={ndim} but shape has {len(shape)} sizes",
                            where=_where())
@@ -160,6 +197,9 @@ class Pipeline:
         for array in arrays:
             if not isinstance(array, Array) or array.pipeline is not self:
                 raise DslError("output() takes arrays of this pipeline", where=_where())
+            if array.name in self._inputs:
+                raise DslError(f"'{array.name}' is an input: an output must be computed by an "
+                               f"operator (kf.point({array.name}) copies it)", where=_where())
             if array.name not in self._outputs:
                 self._outputs.append(array.name)
 
@@ -177,11 +217,31 @@ class Pipeline:
             root = self._parent[root]
         return root
 
-    def _unify(self, a: str, b: str) -> None:
+    def _unify(self, a: str, b: str, operator: str, where: str | None) -> None:
+        """Make two size symbols one; a fixed size (a number) stays the name of the two."""
         root_a, root_b = self._find(a), self._find(b)
-        if root_a != root_b:
+        if root_a == root_b:
+            return
+        fixed_a, fixed_b = fixed_size(root_a), fixed_size(root_b)
+        if fixed_a is not None and fixed_b is not None:
+            raise ShapeError(f"combines axes of fixed sizes {fixed_a} and {fixed_b}",
+                             operator=operator, where=where)
+        if fixed_a is not None or fixed_b is not None:
+            keep, drop = (root_a, root_b) if fixed_a is not None else (root_b, root_a)
+        else:
             keep, drop = sorted((root_a, root_b))
-            self._parent[drop] = keep
+        self._parent[drop] = keep
+
+    def _sizes_by_root(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """``sizes`` keyed by the symbols the graph names (a name unified into another, as
+        ``"n"`` with ``"x.1"``, counts as that one); two names of one size must agree."""
+        result: dict[str, int] = {}
+        for symbol, size in sizes.items():
+            root = self._find(symbol) if isinstance(symbol, str) else symbol
+            if result.setdefault(root, size) != size:
+                raise ShapeError(f"sizes gives {result[root]} and {size} for '{root}' "
+                                 f"(also named '{symbol}')", where=_where())
+        return result
 
     # -- operators -------------------------------------------------------------------------
     def add_kernel(self, kind: str, body: object, *, name: str | None, line: UserLine | None,
@@ -197,6 +257,10 @@ class Pipeline:
             from kfuse.ir.expr import cast
             body = cast(body, dtype)
         body, domain = self._infer_domain(body, name, where, shape)
+        for node in body.walk():
+            if isinstance(node, Coord) and node.axis >= len(domain):
+                raise DslError(f"coord({node.axis}) names no axis of its {len(domain)}-D "
+                               "iteration space", operator=name, where=where)
         body = resolve_weak_constants(body, "float32")
         reduction = None
         out_shape = domain
@@ -240,7 +304,10 @@ class Pipeline:
             if default is None:
                 raise DslError(f"reads '{node.buffer}' at offsets {node.offsets}: "
                                "use kfuse.local() for stencils", operator=operator, where=where)
+            _check_border_value(default, node, operator, where)
             return Load(node.buffer, node.dtype, node.offsets, node.dims, default, node.origin)
+        if node.boundary is not None:
+            _check_border_value(node.boundary, node, operator, where)
         return None
 
     def _infer_domain(self, body: Expr, operator: str, where: str | None,
@@ -254,6 +321,11 @@ class Pipeline:
         elif implicit:
             widest = max(implicit, key=lambda ld: self._arrays[ld.buffer].ndim)
             domain = self._arrays[widest.buffer]._shape
+        elif any(ld.dims and list(ld.dims) != sorted(ld.dims) for ld in reads):
+            raise DslError("cannot tell the iteration space: a transposed matrix (A.T) takes "
+                           "its axes from an array read as it is; combine it with one "
+                           "(B + A.T), or use A.T @ y, kf.gemv or kf.geam",
+                           operator=operator, where=where)
         else:
             raise DslError("cannot tell the iteration space: every read names its dims; "
                            "pass shape=", operator=operator, where=where)
@@ -273,7 +345,7 @@ class Pipeline:
                     raise ShapeError(f"dims of '{array.name}' name axis {dim} of a "
                                      f"{len(domain)}-D iteration space", operator=operator,
                                      where=where)
-                self._unify(array._shape[axis], domain[dim])
+                self._unify(array._shape[axis], domain[dim], operator, where)
         return body, tuple(self._find(s) for s in domain)
 
     # -- the IR ----------------------------------------------------------------------------
@@ -328,10 +400,15 @@ class Pipeline:
         Raises :class:`~kfuse.errors.FusionError` naming the rule an illegal group breaks.
         """
         from kfuse.fusion.plan import make_plan
+        usage = ("fuse() takes a list of groups, each a list of operator names, e.g. "
+                 f"[{[k.name for k in self._kernels[:2]]}]")
+        if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+            raise FusionError(f"{usage}; got {groups!r}", where=_where())
         for group in groups:
             if isinstance(group, str):
-                raise DslError("fuse() takes a list of groups, each a list of operator names",
-                               where=_where())
+                raise DslError(usage, where=_where())
+            if not isinstance(group, Sequence) or not all(isinstance(n, str) for n in group):
+                raise FusionError(f"{usage}; got the group {group!r}", where=_where())
         return make_plan(self.graph(), [list(g) for g in groups], where=_where())
 
     def plan(self, strategy: str = "auto", model: str = "roofline",
@@ -342,7 +419,13 @@ class Pipeline:
         implementation space for map/reduce pipelines, the greedy search otherwise.
         """
         from kfuse.search import plan_for
-        return plan_for(self.graph(), strategy, model, sizes)
+        graph = self.graph()
+        if sizes is not None:
+            if not isinstance(sizes, Mapping):
+                raise ShapeError("sizes must map size symbols to integers, e.g. "
+                                 f"{dict.fromkeys(graph.size_symbols, 1024)}", where=_where())
+            sizes = graph.check_sizes(self._sizes_by_root(sizes))
+        return plan_for(graph, strategy, model, sizes)
 
     def __repr__(self) -> str:
         return (f"Pipeline({self.name!r}, inputs={list(self._inputs)}, "

@@ -3,15 +3,20 @@
 An expression is an immutable tree evaluated at one point of a kernel's iteration space.
 Leaves read arrays (`Load`, with constant offsets and a boundary mode), runtime scalar
 parameters (`Param`), constants and coordinates. Inner nodes are arithmetic, comparisons,
-math functions, selects and casts. Operator overloading builds trees; `==` is not
-overloaded (nodes stay hashable), use :func:`kfuse.dsl.eq` instead.
+math functions, selects and casts. Operator overloading builds trees, ``==`` and ``!=``
+included (elementwise, as :func:`kfuse.dsl.eq`); nodes hash by identity, so they still work
+as dict keys and set members (a lookup compares them by identity first), but code of kfuse
+must never compare two nodes with ``==`` or look one up in a list: use ``is``.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from kfuse.errors import BoundaryError, DslError, DtypeError
 
@@ -32,6 +37,20 @@ def normalize_dtype(dtype: object) -> str:
     if name not in DTYPES:
         raise DtypeError(f"unsupported dtype {dtype!r}; kfuse supports {', '.join(DTYPES)}")
     return name
+
+
+def representable(value: float | int | bool, dtype: str) -> bool:
+    """Whether ``value`` is exactly a value of ``dtype``: an integral number in int32's range
+    for int32, 0 or 1 for bool, a float within float32's range (or inf, nan) for float32."""
+    value = float(value)
+    if dtype == "float64":
+        return True
+    if dtype == "float32":
+        return not math.isfinite(value) or abs(value) <= float(np.finfo(np.float32).max)
+    if not value.is_integer():
+        return False
+    low, high = (0, 1) if dtype == "bool" else (-2**31, 2**31 - 1)
+    return low <= value <= high
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,6 +76,12 @@ class Boundary:
             raise BoundaryError(
                 f"unknown boundary mode {self.mode!r}; use one of {', '.join(BOUNDARY_MODES)}"
             )
+        if not (is_real_scalar(self.value) or is_integer_scalar(self.value)
+                or is_bool_scalar(self.value)):
+            raise BoundaryError(f"a constant border takes a number, got {self.value!r}"
+                                + (" (a parameter's value is not known when the code is made)"
+                                   if isinstance(self.value, Param) else ""))
+        object.__setattr__(self, "value", float(self.value))
         if self.mode != "constant" and self.value != 0.0:
             raise BoundaryError(f"boundary mode {self.mode!r} takes no value")
 
@@ -73,7 +98,7 @@ def as_boundary(spec: object) -> Boundary:
             return Boundary("constant", 0.0)
         return Boundary(spec)
     if isinstance(spec, tuple) and len(spec) == 2 and spec[0] == "constant":
-        return Boundary("constant", float(spec[1]))
+        return Boundary("constant", spec[1])
     raise BoundaryError(f"cannot read {spec!r} as a boundary mode; use one of {BOUNDARY_MODES}")
 
 
@@ -131,6 +156,10 @@ class Expr:
     def __le__(self, other): return binary("le", self, other)
     def __gt__(self, other): return binary("gt", self, other)
     def __ge__(self, other): return binary("ge", self, other)
+    def __eq__(self, other): return _comparison("eq", self, other)  # type: ignore[override]
+    def __ne__(self, other): return _comparison("ne", self, other)  # type: ignore[override]
+    __hash__ = object.__hash__  # by identity: nodes stay dict keys though == is elementwise
+    __array_ufunc__ = None  # NumPy scalars on the left (np.int64(2) * x) defer to these methods
     def __and__(self, other): return binary("and", self, other)
     def __rand__(self, other): return binary("and", other, self)
     def __or__(self, other): return binary("or", self, other)
@@ -276,16 +305,32 @@ def register_converter(convert: Callable[[object], Expr | None]) -> None:
     _converters.append(convert)
 
 
+def is_integer_scalar(value: object) -> bool:
+    """True for a Python or NumPy integer (``np.int64(2)``), False for bools."""
+    return isinstance(value, numbers.Integral) and not is_bool_scalar(value)
+
+
+def is_bool_scalar(value: object) -> bool:
+    """True for ``True``/``False`` and NumPy's ``np.bool_``."""
+    return isinstance(value, (bool, np.bool_))
+
+
+def is_real_scalar(value: object) -> bool:
+    """True for a Python or NumPy number that is not an integer or a bool (``np.float32``)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) \
+        and not is_bool_scalar(value)
+
+
 def as_expr(value: object) -> Expr:
-    """Turn a Python number, an expression or a DSL array into an expression."""
+    """Turn a Python or NumPy number, an expression or a DSL array into an expression."""
     if isinstance(value, Expr):
         return value
-    if isinstance(value, bool):
-        return Const(value, "bool", weak=True)
-    if isinstance(value, int):
-        return Const(value, "int32", weak=True)
-    if isinstance(value, float):
-        return Const(value, "float32", weak=True)
+    if is_bool_scalar(value):
+        return Const(bool(value), "bool", weak=True)
+    if is_integer_scalar(value):
+        return Const(int(value), "int32", weak=True)
+    if is_real_scalar(value):
+        return Const(float(value), "float32", weak=True)
     for convert in _converters:
         converted = convert(value)
         if converted is not None:
@@ -366,6 +411,16 @@ def binary(op: str, a: object, b: object) -> Expr:
     a, b = _coerce(a, operand), _coerce(b, operand)
     result = "bool" if op in COMPARISONS else operand
     return Binary(op, a, b, result)
+
+
+def _comparison(op: str, a: Expr, b: object) -> Expr:
+    """``a == b`` / ``a != b`` elementwise; NotImplemented where ``b`` is no operand (None,
+    a string), so Python answers by identity there as for any object."""
+    try:
+        other = as_expr(b)
+    except DslError:
+        return NotImplemented
+    return binary(op, a, other)
 
 
 def unary(op: str, x: object) -> Expr:

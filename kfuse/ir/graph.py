@@ -18,15 +18,31 @@ from functools import cached_property
 import networkx as nx
 
 from kfuse.errors import CycleError, ShapeError, ValidationError
-from kfuse.ir.expr import ITEM_SIZE, Boundary, Expr, Load, Param, loads, params
+from kfuse.ir.expr import (
+    ITEM_SIZE,
+    Boundary,
+    Expr,
+    Load,
+    Param,
+    is_integer_scalar,
+    loads,
+    params,
+)
 
 KERNEL_KINDS = ("point", "local", "reduce", "opaque")
 REDUCE_OPS = ("sum", "min", "max")
 
 
+def fixed_size(symbol: str) -> int | None:
+    """The size a symbol stands for when it is a number (``"9"``: an axis of exactly 9
+    elements, from ``shape=(9, ...)``), else None (a size bound when the pipeline runs)."""
+    return int(symbol) if symbol.isdecimal() else None
+
+
 @dataclass(frozen=True)
 class Buffer:
-    """An array in device memory. ``shape`` holds size symbols bound at call time."""
+    """An array in device memory. ``shape`` holds size symbols bound at call time
+    (a symbol that is a number, ``"9"``, is a fixed size: see :func:`fixed_size`)."""
 
     name: str
     dtype: str
@@ -320,22 +336,40 @@ class Graph:
                         operator=kernel.name, where=kernel.where)
 
     # -- shapes at call time -----------------------------------------------------------------
+    @property
+    def size_symbols(self) -> tuple[str, ...]:
+        """Every size symbol of the graph's buffers and iteration spaces, in first use order."""
+        symbols = [s for buffer in self.buffers.values() for s in buffer.shape]
+        symbols += [s for kernel in self.kernels for s in kernel.domain]
+        return tuple(dict.fromkeys(symbols))
+
     def bind_shapes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
-        """Bind every size symbol from the shapes of the given input arrays."""
+        """Bind every size symbol from the shapes of the given input arrays.
+
+        Fixed sizes (``shape=(9, n)``) are checked against the arrays and bound as they are.
+        """
         sizes: dict[str, int] = {}
         for name in self.inputs:
             buffer = self.buffers[name]
             shape = tuple(input_shapes[name])
             if len(shape) != buffer.ndim:
                 raise ShapeError(f"input '{name}' must be {buffer.ndim}-D, got shape {shape}")
-            for symbol, size in zip(buffer.shape, shape, strict=True):
+            for axis, (symbol, size) in enumerate(zip(buffer.shape, shape, strict=True)):
                 if size <= 0:
                     raise ShapeError(f"input '{name}' has an empty axis (shape {shape})")
+                fixed = fixed_size(symbol)
+                if fixed is not None and size != fixed:
+                    raise ShapeError(f"input '{name}' is declared with {fixed} elements along "
+                                     f"axis {axis}, but the array has {size} (shape {shape})")
                 if sizes.setdefault(symbol, size) != size:
                     holders = [n for n in self.inputs if symbol in self.buffers[n].shape]
                     raise ShapeError(
                         f"inputs {', '.join(repr(h) for h in holders)} must agree in size "
                         f"'{symbol}': got {sizes[symbol]} and {size}")
+        for symbol in self.size_symbols:
+            fixed = fixed_size(symbol)
+            if fixed is not None:
+                sizes.setdefault(symbol, fixed)
         for kernel in self.kernels:
             for symbol in kernel.domain:
                 if symbol not in sizes:
@@ -343,6 +377,30 @@ class Graph:
                                      operator=kernel.name, where=kernel.where)
             self._check_offsets(kernel, sizes)
         return sizes
+
+    def check_sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """Sizes given by name for planning (``pipeline.plan(sizes=...)``), checked: every
+        key a size symbol of the graph, every symbol given (fixed sizes may be left out)."""
+        symbols = self.size_symbols
+        listed = ", ".join(repr(s) for s in symbols)
+        unknown = [key for key in sizes if key not in symbols]
+        if unknown:
+            raise ShapeError(f"pipeline '{self.name}' has no size named "
+                             f"{', '.join(repr(u) for u in unknown)}; its sizes are {listed}")
+        checked: dict[str, int] = {}
+        for symbol in symbols:
+            fixed = fixed_size(symbol)
+            size = sizes.get(symbol, fixed)
+            if size is None:
+                missing = [s for s in symbols if s not in sizes and fixed_size(s) is None]
+                raise ShapeError(f"sizes must give {', '.join(repr(m) for m in missing)} "
+                                 f"(pipeline '{self.name}' has sizes {listed})")
+            if not is_integer_scalar(size) or size <= 0:
+                raise ShapeError(f"size '{symbol}' must be a positive integer, got {size!r}")
+            if fixed is not None and size != fixed:
+                raise ShapeError(f"size '{symbol}' is fixed at {fixed}, not {size}")
+            checked[symbol] = int(size)
+        return checked
 
     def _check_offsets(self, kernel: Kernel, sizes: Mapping[str, int]) -> None:
         for access in kernel.accesses:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kfuse.cache import cache_dir
+from kfuse.cache import cache_dir, writable_cache_dir
 
 LATEST = "latest.json"
 
@@ -83,8 +83,7 @@ class DeviceProfile:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             return target
-        folder = devices_dir()
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = writable_cache_dir("devices")
         target = folder / profile_filename(self.name)
         for destination in (target, folder / LATEST):
             temporary = destination.with_suffix(f".{os.getpid()}.tmp")

@@ -6,7 +6,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from kfuse.errors import BackendUnavailable
+from kfuse.errors import BackendUnavailable, FusionError
+from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import Backend, CompiledBackend
 
@@ -54,17 +55,18 @@ def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
     ``plan`` is a FusionPlan, ``"auto"`` (:func:`kfuse.search.default_plan` at the given
     sizes) or ``None``/``"unfused"``.
     """
+    if not (plan is None or isinstance(plan, FusionPlan)
+            or isinstance(plan, str) and plan in ("auto", "unfused")):
+        raise FusionError(f"plan must be 'auto', 'unfused', None or a FusionPlan (from "
+                          f"pipeline.plan() or pipeline.fuse()), got {plan!r}")
     chosen = get_backend(backend)
     if isinstance(plan, str):
         if plan == "auto" and chosen.name == "numpy":
             plan = None  # the reference interprets the IR; a plan would change nothing
         elif plan == "auto":
             plan = _auto_plan(graph, given)
-        elif plan == "unfused":
-            plan = None
         else:
-            raise BackendUnavailable(f"plan must be a FusionPlan, 'auto' or 'unfused', "
-                                     f"got {plan!r}")
+            plan = None
     elif plan is not None and plan.graph is not graph:
         # A plan made from an earlier build of the pipeline: re-check it against this graph.
         # (variants carry over: a row reduction's epilogue is legal only under one)

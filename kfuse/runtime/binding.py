@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from kfuse.errors import BindError, DtypeError
-from kfuse.ir.expr import normalize_dtype
+from kfuse.ir.expr import normalize_dtype, representable
 from kfuse.ir.graph import Graph
 
 INT32_LIMIT = 2**31 - 1
@@ -81,9 +81,14 @@ def bind(graph: Graph, given: Mapping[str, Any]) -> Bound:
         if getattr(value, "ndim", 0) != 0 or isinstance(value, (str, bytes)):
             raise BindError(f"parameter '{name}' must be a scalar, got {value!r}")
         try:
-            params[name] = int(value) if dtype == "int32" else (
-                bool(value) if dtype == "bool" else float(value))
+            number = float(value)
         except (TypeError, ValueError):
             raise BindError(f"parameter '{name}' must be a number, got {value!r}") from None
+        if dtype == "bool":
+            params[name] = bool(value)
+            continue
+        if not representable(number, dtype):
+            raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}")
+        params[name] = int(value) if dtype == "int32" else number
     sizes = graph.bind_shapes({name: tuple(arrays[name].shape) for name in graph.inputs})
     return Bound(arrays, params, sizes)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kfuse.cache import cache_dir as kfuse_cache_dir
+from kfuse.cache import writable_cache_dir
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.errors import BackendUnavailable, CompileError, LaunchError
 from kfuse.ir.graph import Graph
@@ -53,9 +53,7 @@ def device_attributes() -> dict[str, int]:
 
 def cache_dir() -> Path:
     """Compiled cubins: ``$KFUSE_CACHE_DIR/cuda`` (created on first use)."""
-    path = kfuse_cache_dir("cuda")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return writable_cache_dir("cuda")
 
 
 def device_arch() -> str:

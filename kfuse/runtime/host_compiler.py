@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 
 from kfuse.cache import cache_dir as kfuse_cache_dir
+from kfuse.cache import writable_cache_dir
 from kfuse.errors import BackendUnavailable, CompileError
 
 __all__ = [
@@ -138,8 +139,7 @@ def compile_host_library(
     key.update((include / SHIM_HEADER).read_bytes())
     digest = key.hexdigest()
 
-    out_dir = cache_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = writable_cache_dir("cpu")
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name_hint)[:48] or 'kfuse'}-{digest[:40]}"
     lib = out_dir / f"{stem}.so"
     if lib.exists():
