@@ -21,12 +21,32 @@ def _console():
 
 
 def _parse_size(text: str | None) -> tuple[int, ...] | None:
-    if not text:
+    """``--size`` as numbers (None when not given); a clear error for text with none."""
+    if text is None:
         return None
     try:
-        return tuple(int(part) for part in text.lower().replace("x", ",").split(",") if part)
+        size = tuple(int(part) for part in text.lower().replace("x", ",").split(",") if part)
     except ValueError:
-        raise KfuseError(f"--size takes numbers like 1024x768 or 64,64,64, got {text!r}") from None
+        size = ()
+    if not size:
+        raise KfuseError(f"--size takes numbers like 1024x768 or 64,64,64, got {text!r}")
+    return size
+
+
+def _app_size(app, text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
+    """The size ``--size`` gives ``app`` (``default`` when not given), checked against the
+    app's rank before anything is built for it."""
+    size = _parse_size(text)
+    return app.check_size(default if size is None else size)
+
+
+def _make_inputs(app, size: tuple[int, ...], seed: int) -> tuple[dict, dict]:
+    """``app``'s random inputs at ``size``; a clear error when they cannot be allocated."""
+    try:
+        return app.make_inputs(size, np.random.default_rng(seed), "float32")
+    except (MemoryError, ValueError) as error:  # numpy: "array is too big", "Unable to ..."
+        raise KfuseError(f"cannot make {app.name}'s inputs at size "
+                         f"{'x'.join(map(str, size))}: {error}") from None
 
 
 def _backend_name(requested: str) -> str:
@@ -112,7 +132,7 @@ def command_run(args: argparse.Namespace) -> int:
 
     app = get_app(args.app)
     backend = _backend_name(args.backend)
-    size = _parse_size(args.size) or (app.bench_size if backend == "cuda" else app.test_size)
+    size = _app_size(app, args.size, app.bench_size if backend == "cuda" else app.test_size)
     pipeline = app.build(boundary=args.boundary)
     graph = pipeline.graph()
     plan = None if args.unfused else _plan_for(app, graph, size, args, backend, search)
@@ -124,7 +144,7 @@ def command_run(args: argparse.Namespace) -> int:
         return 0
     if args.resources:
         return _print_resources(graph, groups, fixed_sizes)
-    arrays, params = app.make_inputs(size, np.random.default_rng(args.seed), "float32")
+    arrays, params = _make_inputs(app, size, args.seed)
     started = time.perf_counter()
     outputs = pipeline.run(backend=backend, plan=plan or "unfused", **arrays, **params)
     elapsed = time.perf_counter() - started
@@ -158,7 +178,7 @@ def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backe
     sizes = app.sizes(graph, size)
     if getattr(args, "autotune", 0):
         from kfuse.search.variants import autotune
-        arrays, params = app.make_inputs(size, np.random.default_rng(args.seed), "float32")
+        arrays, params = _make_inputs(app, size, args.seed)
         result = autotune(graph, {**arrays, **params}, args.autotune, backend=backend,
                           sizes=sizes)
         if not getattr(args, "json", False):
@@ -195,7 +215,7 @@ def command_plan(args: argparse.Namespace) -> int:
 
     app = get_app(args.app)
     graph = app.build().graph()
-    size = _parse_size(args.size) or app.bench_size
+    size = _app_size(app, args.size, app.bench_size)
     plan = plan_for(graph, args.strategy, args.model, app.sizes(graph, size),
                     seed=args.seed)
     if args.dot:
@@ -356,7 +376,7 @@ def command_model_check(args: argparse.Namespace) -> int:
     for name in args.apps:
         app = get_app(name)
         graph = app.build().graph()
-        size = _parse_size(args.size) or app.bench_size
+        size = _app_size(app, args.size, app.bench_size)
         sizes = app.sizes(graph, size)
         plan = search(graph, args.strategy, args.model, sizes=sizes)
         groups = [g.members for g in plan.groups if len(g.members) > 1]
@@ -367,7 +387,7 @@ def command_model_check(args: argparse.Namespace) -> int:
                     groups.append(pair)
         timer = None
         if not args.no_measure:
-            arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+            arrays, params = _make_inputs(app, size, 0)
             timer = GroupTimer(graph, sizes, {**arrays, **params})
         for row in check_groups(graph, groups, sizes, profile, timer):
             report.append({"app": app.name, "size": list(size), **row})

@@ -1,0 +1,76 @@
+"""Bad command lines get a one-line error and a non-zero exit, never a traceback.
+
+Each test reproduces a reported (or found) crash of the ``kfuse`` command. Errors kfuse
+raises print as ``kfuse: error: ...`` with exit code 2; argparse refuses malformed options
+itself (``SystemExit(2)`` and a usage line). Everything here runs on the cpu/numpy backends
+at small sizes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kfuse.cli.main import main
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr of ``kfuse argv...``."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def refused_by_argparse(capsys, *argv: str) -> str:
+    """stderr of a command line argparse refuses (exit code 2)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def assert_clean_error(code: int, err: str, *fragments: str) -> None:
+    """One ``kfuse: error:`` line naming every fragment, exit code 2, no traceback."""
+    assert code == 2
+    assert err.startswith("kfuse: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+# --size ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("command", "app", "size", "form"), [
+    ("run", "atax", "75", "a matrix sequence takes a size M x N, got 75"),
+    ("plan", "atax", "75", "a matrix sequence takes a size M x N, got 75"),
+    ("run", "axpydot", "3x1", "a vector sequence takes a size n, got 3x1"),
+    ("plan", "sscal", "3x1", "a vector sequence takes a size n, got 3x1"),
+    ("plan", "vadd", "3x1", "a vector sequence takes a size n, got 3x1"),
+    ("plan", "waxpby", "3x1", "a vector sequence takes a size n, got 3x1"),
+    ("run", "gesummv", "31", "a matrix sequence takes a size M x N, got 31"),
+    ("plan", "madd", "31", "a matrix sequence takes a size M x N, got 31"),
+    ("run", "sobel", "5", "sobel takes a 2-D size like 37x53, got 5"),
+    ("plan", "diffusion3d", "8x8", "diffusion3d takes a 3-D size like 13x11x9, got 8x8"),
+])
+def test_a_size_of_the_wrong_rank_names_what_fits(capsys, command, app, size, form):
+    extra = ["--backend", "numpy"] if command == "run" else []
+    code, _, err = run_cli(capsys, command, app, "--size", size, *extra)
+    assert_clean_error(code, err, form)
+
+
+def test_model_check_checks_the_size_too(capsys):
+    code, _, err = run_cli(capsys, "model-check", "atax", "--no-measure", "--size", "7")
+    assert_clean_error(code, err, "a matrix sequence takes a size M x N")
+
+
+@pytest.mark.parametrize("size", ["x", "", ",", "3x-4", "0x5"])
+def test_a_size_without_positive_numbers_is_refused(capsys, size):
+    """``--size x`` used to fall back to the default size silently; ``-3``/``0`` reached
+    the binding or NumPy."""
+    code, _, err = run_cli(capsys, "run", "sobel", "--backend", "numpy", f"--size={size}")
+    assert_clean_error(code, err, "size")
+
+
+def test_a_size_too_big_to_allocate_is_reported(capsys):
+    code, _, err = run_cli(capsys, "run", "sobel", "--backend", "numpy",
+                           "--size", "99999999999x99999999999")
+    assert_clean_error(code, err, "cannot make sobel's inputs at size 99999999999x99999999999")
