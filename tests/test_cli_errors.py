@@ -74,3 +74,33 @@ def test_a_size_too_big_to_allocate_is_reported(capsys):
     code, _, err = run_cli(capsys, "run", "sobel", "--backend", "numpy",
                            "--size", "99999999999x99999999999")
     assert_clean_error(code, err, "cannot make sobel's inputs at size 99999999999x99999999999")
+
+
+# numbers: seeds, counts, tolerances --------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ("run", "sobel", "--backend", "cpu", "--seed", "-1"),
+    ("plan", "sobel", "--strategy", "gga", "--seed", "-1"),
+    ("project", "app.yaml", "--seed", "-1"),
+    ("synth", "--seed", "-1"),
+    ("fidelity", "--seed", "-1"),
+])
+def test_negative_seeds_are_refused(capsys, argv):
+    """NumPy's generators take no negative seed (``kfuse run --seed -1`` was a traceback);
+    every ``--seed`` takes the same range."""
+    err = refused_by_argparse(capsys, *argv)
+    assert "argument --seed: expected a non-negative integer, got '-1'" in err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("fidelity", "--instances", "0"), "--instances: expected a positive integer, got '0'"),
+    (("fidelity", "--instances", "-2"), "--instances: expected a positive integer"),
+    (("fidelity", "--tolerance", "-0.1"), "--tolerance: expected a non-negative number"),
+    (("fidelity", "--tolerance", "nan"), "--tolerance: expected a non-negative number"),
+    (("run", "sobel", "--autotune", "-1"), "--autotune: expected a non-negative integer"),
+    (("bench", "sobel", "--autotune", "-3"), "--autotune: expected a non-negative integer"),
+    (("run", "sobel", "--seed", "1.5"), "--seed: expected a non-negative integer, got '1.5'"),
+])
+def test_counts_out_of_range_are_refused(capsys, argv, message):
+    """``fidelity --instances 0`` printed an empty table."""
+    assert message in refused_by_argparse(capsys, *argv)

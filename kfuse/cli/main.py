@@ -7,7 +7,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,28 @@ def _make_inputs(app, size: tuple[int, ...], seed: int) -> tuple[dict, dict]:
     except (MemoryError, ValueError) as error:  # numpy: "array is too big", "Unable to ..."
         raise KfuseError(f"cannot make {app.name}'s inputs at size "
                          f"{'x'.join(map(str, size))}: {error}") from None
+
+
+def _number_at_least(kind: type, minimum: float, what: str) -> Callable[[str], Any]:
+    """An argparse ``type``: a ``kind`` no smaller than ``minimum``, so that a negative seed
+    or a zero count is refused as a usage error before any work (NumPy refuses negative
+    seeds with a traceback; a count of 0 gives an empty table)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value >= minimum:  # (NaN too)
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+NON_NEGATIVE_INT = _number_at_least(int, 0, "a non-negative integer")
+POSITIVE_INT = _number_at_least(int, 1, "a positive integer")
+NON_NEGATIVE_NUMBER = _number_at_least(float, 0.0, "a non-negative number")
 
 
 def _backend_name(requested: str) -> str:
@@ -459,15 +482,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--size", help="e.g. 1024x768 or 64,64,64 (default: the app's)")
     run.add_argument("--boundary", default="clamp",
                      choices=("clamp", "mirror", "repeat", "constant"))
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     run.add_argument("--verify", action="store_true", help="compare with the NumPy reference")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--show-source", action="store_true", help="print the generated CUDA C")
     run.add_argument("--resources", action="store_true",
                      help="registers, shared memory, spills per kernel (needs nvcc)")
     run.add_argument("--unfused", action="store_true", help="one kernel per operator")
-    run.add_argument("--autotune", type=int, default=0, metavar="K",
-                     help="time the K best-predicted implementations, run the fastest")
+    run.add_argument("--autotune", type=NON_NEGATIVE_INT, default=0, metavar="K",
+                     help="time the K best-predicted implementations, run the fastest (0: off)")
     run.set_defaults(handler=command_run)
 
     plan = commands.add_parser("plan", help="show the fusion plan of an app and why")
@@ -479,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--model", default="roofline",
                       help="roofline (default), wahib, wahib-norm, qiao or measured (times "
                            "candidate groups on the GPU)")
-    plan.add_argument("--seed", type=int, default=0,
+    plan.add_argument("--seed", type=NON_NEGATIVE_INT, default=0,
                       help="seed of the randomised strategies (gga); the same seed gives the "
                            "same plan")
     plan.add_argument("--size", help="sizes to predict with (default: the app's benchmark size)")
@@ -493,8 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json")
     bench.add_argument("--plot")
     bench.add_argument("--no-baselines", action="store_true")
-    bench.add_argument("--autotune", type=int, default=0, metavar="K",
-                       help="time the K best-predicted implementations, keep the fastest")
+    bench.add_argument("--autotune", type=NON_NEGATIVE_INT, default=0, metavar="K",
+                       help="time the K best-predicted implementations, keep the fastest (0: off)")
     bench.set_defaults(handler=command_bench)
 
     calibrate = commands.add_parser("calibrate", help="measure the GPU (copy bandwidth, ...)")
@@ -507,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="exhaustive, exact, greedy, edges, mincut or gga (default)")
     project.add_argument("--model", default="wahib",
                          choices=("wahib", "wahib-norm", "qiao", "roofline"))
-    project.add_argument("--seed", type=int, default=0)
+    project.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     project.add_argument("--json", action="store_true", help="print one JSON object")
     project.add_argument("--progress", action="store_true", help="show the search's progress")
     project.set_defaults(handler=command_project)
@@ -520,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--sharing", type=int, default=4, help="sharing-set size")
     synth.add_argument("--thread-load", type=float, default=8.0, help="average thread load")
     synth.add_argument("--kinship", type=int, default=3, help="largest degree of kinship")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     synth.add_argument("--device", default="k20x",
                        help="k20x (default), k40, gtx750ti, h100, h200 or current")
     synth.add_argument("-o", "--output", help="file to write (.yaml or .json); default stdout")
@@ -530,7 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "grid of synthetic instances")
     fidelity.add_argument("--kernels", default="20,30,40,50", help="kernel counts of the grid")
     fidelity.add_argument("--arrays", default="20,40,60", help="array counts of the grid")
-    fidelity.add_argument("--instances", type=int, default=10, help="instances per cell")
+    fidelity.add_argument("--instances", type=POSITIVE_INT, default=10,
+                          help="instances per cell")
     fidelity.add_argument("--copies", default="2",
                           help="data copies; a list (2,6,10) draws one per instance")
     fidelity.add_argument("--sharing", default="4",
@@ -547,9 +571,9 @@ def build_parser() -> argparse.ArgumentParser:
                           choices=("wahib", "wahib-norm", "qiao", "roofline"))
     fidelity.add_argument("--strategy", default="gga", help="strategy under test")
     fidelity.add_argument("--reference", default="exact", help="strategy giving the optimum")
-    fidelity.add_argument("--tolerance", type=float, default=0.01,
+    fidelity.add_argument("--tolerance", type=NON_NEGATIVE_NUMBER, default=0.01,
                           help="relative gap still counted optimal (seed 001: 1%%)")
-    fidelity.add_argument("--seed", type=int, default=0)
+    fidelity.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     fidelity.add_argument("--json", action="store_true", help="print the rows as JSON")
     fidelity.set_defaults(handler=command_fidelity)
 
