@@ -8,6 +8,8 @@ at small sizes.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from kfuse.cli.main import main
@@ -104,3 +106,71 @@ def test_negative_seeds_are_refused(capsys, argv):
 def test_counts_out_of_range_are_refused(capsys, argv, message):
     """``fidelity --instances 0`` printed an empty table."""
     assert message in refused_by_argparse(capsys, *argv)
+
+
+# files -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """A machine without CuPy, even where there is one (``import cupy`` fails)."""
+    monkeypatch.setitem(sys.modules, "cupy", None)
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "harris", "--dot", "{file}"),
+    ("plan", "harris", "--json", "--dot", "{file}"),
+    ("synth", "--output", "{file}"),
+    ("bench", "sobel", "--json", "{file}"),
+    ("bench", "sobel", "--plot", "{file}"),
+])
+@pytest.mark.parametrize(("where", "problem"), [
+    ("missing/out.txt", "directory '{tmp}/missing' does not exist"),
+    (".", "is a directory"),
+])
+def test_output_files_are_checked_before_any_work(capsys, tmp_path, no_gpu, argv, where,
+                                                  problem):
+    """``plan --dot /nonexistent/dir/h.dot`` was a FileNotFoundError after the search;
+    ``bench`` checks its files before it asks for the GPU, so a run cannot be lost at the
+    end."""
+    target = str(tmp_path / where)
+    option = argv[-2]
+    code, out, err = run_cli(capsys, *(part.format(file=target) for part in argv))
+    assert_clean_error(code, err, f"{option} {target!r}: {problem.format(tmp=tmp_path)}")
+    assert out == ""
+
+
+def test_project_refuses_a_directory_as_its_app_file(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "project", str(tmp_path))
+    assert_clean_error(code, err, f"{tmp_path}: not a file")
+
+
+# GPU commands on a machine without one -----------------------------------------------------
+
+def test_calibrate_without_cupy_reports_the_backend(capsys, no_gpu):
+    """Was ``ModuleNotFoundError: No module named 'cupy'``; now as ``bench`` says it."""
+    code, _, err = run_cli(capsys, "calibrate")
+    assert_clean_error(code, err, "backend 'cuda' cannot run")
+
+
+def test_calibrate_from_python_without_cupy_raises_backend_unavailable(no_gpu):
+    from kfuse.bench import calibrate
+    from kfuse.errors import BackendUnavailable
+    with pytest.raises(BackendUnavailable, match="CuPy"):
+        calibrate(progress=False)
+
+
+@pytest.mark.parametrize("argv", [
+    ("bench", "sobel", "nosuch"),
+    ("model-check", "nosuch"),
+    ("run", "nosuch"),
+    ("plan", "nosuch"),
+])
+def test_app_names_are_checked_before_the_gpu(capsys, no_gpu, argv):
+    """``bench nosuch`` said the CUDA backend was unavailable, not that the app is unknown."""
+    code, _, err = run_cli(capsys, *argv)
+    assert_clean_error(code, err, "unknown app 'nosuch'", "harris")
+
+
+def test_bench_checks_the_size_before_the_gpu(capsys, no_gpu):
+    code, _, err = run_cli(capsys, "bench", "sobel", "atax", "--size", "4099")
+    assert_clean_error(code, err, "sobel takes a 2-D size")

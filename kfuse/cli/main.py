@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,6 +72,25 @@ def _number_at_least(kind: type, minimum: float, what: str) -> Callable[[str], A
 NON_NEGATIVE_INT = _number_at_least(int, 0, "a non-negative integer")
 POSITIVE_INT = _number_at_least(int, 1, "a positive integer")
 NON_NEGATIVE_NUMBER = _number_at_least(float, 0.0, "a non-negative number")
+
+
+def _output_file(text: str | None, option: str) -> Path | None:
+    """The file an output option names (None when not given), checked before any work is
+    done: it must not be a directory and its directory must exist and be writable (a bad
+    path would otherwise end the command with a traceback after the work)."""
+    if text is None:
+        return None
+    path = Path(text)
+    folder = path.parent
+    if path.is_dir():
+        problem = "is a directory"
+    elif not folder.is_dir():
+        problem = f"directory {str(folder)!r} does not exist"
+    elif not os.access(folder, os.W_OK):
+        problem = f"directory {str(folder)!r} is not writable"
+    else:
+        return path
+    raise KfuseError(f"{option} {text!r}: {problem}")
 
 
 def _backend_name(requested: str) -> str:
@@ -237,13 +258,13 @@ def command_plan(args: argparse.Namespace) -> int:
     from kfuse.search import plan_for
 
     app = get_app(args.app)
+    dot = _output_file(args.dot, "--dot")
     graph = app.build().graph()
     size = _app_size(app, args.size, app.bench_size)
     plan = plan_for(graph, args.strategy, args.model, app.sizes(graph, size),
                     seed=args.seed)
-    if args.dot:
-        with open(args.dot, "w") as handle:
-            handle.write(plan.to_dot() + "\n")
+    if dot is not None:
+        dot.write_text(plan.to_dot() + "\n")
     if args.json:
         print(json.dumps(plan.to_dict()))
     else:
@@ -256,21 +277,34 @@ def command_plan(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------
 
 def command_bench(args: argparse.Namespace) -> int:
+    from kfuse.apps import get_app
     from kfuse.bench import bench_apps, plot, print_report, to_json
-    from kfuse.runtime import get_backend
-    get_backend("cuda")  # a clear error when no GPU is usable
-    rows = bench_apps(args.apps, size=_parse_size(args.size), baselines=not args.no_baselines,
-                      autotune=args.autotune)
+
+    # everything the user typed is checked before the GPU is asked for and the timing starts
+    apps = [get_app(name) for name in args.apps]
+    size = _parse_size(args.size)
+    for app in apps if size is not None else ():
+        app.check_size(size)
+    json_file, plot_file = _output_file(args.json, "--json"), _output_file(args.plot, "--plot")
+    _require_gpu()
+    rows = bench_apps(apps, size=size, baselines=not args.no_baselines, autotune=args.autotune)
     print_report(rows)
-    if args.json:
-        to_json(rows, args.json)
-    if args.plot:
-        plot(rows, args.plot)
+    if json_file is not None:
+        to_json(rows, json_file)
+    if plot_file is not None:
+        plot(rows, plot_file)
     return 0
+
+
+def _require_gpu() -> None:
+    """A clear :class:`~kfuse.errors.BackendUnavailable` when no GPU is usable here."""
+    from kfuse.runtime import get_backend
+    get_backend("cuda")
 
 
 def command_calibrate(args: argparse.Namespace) -> int:
     from kfuse.bench import calibrate
+    _require_gpu()
     profile = calibrate()
     path = profile.save()
     _console().print(profile)
@@ -315,16 +349,17 @@ def command_synth(args: argparse.Namespace) -> int:
     from kfuse.project.metadata import dump_app
     from kfuse.project.synth import SynthSpec, synthesize
 
+    output = _output_file(args.output, "--output")
     spec = SynthSpec(kernels=args.kernels, arrays=args.arrays, copies=args.copies,
                      sharing=args.sharing, thread_load=args.thread_load, kinship=args.kinship,
                      seed=args.seed, device=args.device)
     app = synthesize(spec)
-    if not args.output:
+    if output is None:
         import yaml
         print(yaml.safe_dump(app.to_dict(), sort_keys=False, default_flow_style=None,
                              width=100), end="")
         return 0
-    path = dump_app(app, args.output)
+    path = dump_app(app, output)
     achieved = app.synth["achieved"]
     print(f"wrote {path}: {len(app.kernels)} kernels, {len(app.arrays)} arrays, "
           f"{achieved['copies']} copies, mean sharing set {achieved['mean_sharing_set']}, "
@@ -388,6 +423,8 @@ def command_model_check(args: argparse.Namespace) -> int:
     from kfuse.model.measured import GroupTimer, check_groups, cuda_backend, summarize
     from kfuse.search import search
 
+    apps = [get_app(name) for name in args.apps]  # names and sizes before the GPU
+    app_sizes = [_app_size(app, args.size, app.bench_size) for app in apps]
     if not args.no_measure:
         try:
             cuda_backend()
@@ -396,10 +433,8 @@ def command_model_check(args: argparse.Namespace) -> int:
                 from None
     profile = current_profile()
     report = []
-    for name in args.apps:
-        app = get_app(name)
+    for app, size in zip(apps, app_sizes, strict=True):
         graph = app.build().graph()
-        size = _app_size(app, args.size, app.bench_size)
         sizes = app.sizes(graph, size)
         plan = search(graph, args.strategy, args.model, sizes=sizes)
         groups = [g.members for g in plan.groups if len(g.members) > 1]
@@ -507,14 +542,17 @@ def build_parser() -> argparse.ArgumentParser:
                            "same plan")
     plan.add_argument("--size", help="sizes to predict with (default: the app's benchmark size)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
-    plan.add_argument("--dot", help="write the fused graph (Graphviz) to this file")
+    plan.add_argument("--dot", metavar="FILE",
+                      help="write the fused graph (Graphviz) to FILE (its directory must exist)")
     plan.set_defaults(handler=command_plan)
 
     bench = commands.add_parser("bench", help="time apps on the GPU against baselines")
     bench.add_argument("apps", nargs="+")
     bench.add_argument("--size")
-    bench.add_argument("--json")
-    bench.add_argument("--plot")
+    bench.add_argument("--json", metavar="FILE",
+                       help="write the rows as JSON to FILE (its directory must exist)")
+    bench.add_argument("--plot", metavar="FILE",
+                       help="write a bar chart (.png, .svg) to FILE (its directory must exist)")
     bench.add_argument("--no-baselines", action="store_true")
     bench.add_argument("--autotune", type=NON_NEGATIVE_INT, default=0, metavar="K",
                        help="time the K best-predicted implementations, keep the fastest (0: off)")
@@ -546,7 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     synth.add_argument("--device", default="k20x",
                        help="k20x (default), k40, gtx750ti, h100, h200 or current")
-    synth.add_argument("-o", "--output", help="file to write (.yaml or .json); default stdout")
+    synth.add_argument("-o", "--output", metavar="FILE",
+                       help="file to write (.yaml or .json; its directory must exist); "
+                            "default stdout")
     synth.set_defaults(handler=command_synth)
 
     fidelity = commands.add_parser("fidelity", help="GGA against the exact optimum over a "
