@@ -8,6 +8,7 @@ at small sizes.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -174,3 +175,47 @@ def test_app_names_are_checked_before_the_gpu(capsys, no_gpu, argv):
 def test_bench_checks_the_size_before_the_gpu(capsys, no_gpu):
     code, _, err = run_cli(capsys, "bench", "sobel", "atax", "--size", "4099")
     assert_clean_error(code, err, "sobel takes a 2-D size")
+
+
+# --autotune --------------------------------------------------------------------------------
+
+def test_autotune_is_refused_on_a_backend_that_runs_no_kernels(capsys):
+    """Was ``AttributeError: 'NumpyBackend' object has no attribute 'prepare'``."""
+    code, _, err = run_cli(capsys, "run", "atax", "--backend", "numpy", "--autotune", "3")
+    assert_clean_error(code, err, "the numpy backend does not run")
+
+
+def test_autotune_does_not_combine_with_unfused(capsys):
+    """``--unfused`` ignored ``--autotune`` without a word."""
+    code, _, err = run_cli(capsys, "run", "atax", "--backend", "cpu", "--autotune", "2",
+                           "--unfused")
+    assert_clean_error(code, err, "--autotune", "--unfused")
+
+
+def test_autotune_on_cpu_says_what_it_timed_and_reports_the_timings(capsys, monkeypatch):
+    """On cpu the autotuner times the host shim: a note on stderr says so, and ``--json``
+    carries the timings (stdout stays one JSON object)."""
+    from kfuse.apps import get_app
+    from kfuse.search import variants
+
+    calls = []
+
+    class Timed:
+        def __init__(self, graph, sizes):
+            self.plan = get_app("atax").planner(graph, sizes)
+
+        def table(self) -> list[dict]:
+            return [{"rank": 1, "predicted_ms": 0.01, "measured_ms": 0.02,
+                     "implementation": "fake"}]
+
+    def fake_autotune(graph, given, k, *, backend, sizes):
+        calls.append((k, backend))
+        return Timed(graph, sizes)
+
+    monkeypatch.setattr(variants, "autotune", fake_autotune)
+    code, out, err = run_cli(capsys, "run", "atax", "--backend", "cpu", "--autotune", "2",
+                             "--size", "9x11", "--json")
+    assert code == 0 and calls == [(2, "cpu")]
+    assert "--autotune on the cpu backend times the host shim" in err
+    result = json.loads(out)
+    assert result["autotune"] == Timed.table(None) and result["verified"] is True

@@ -177,9 +177,13 @@ def command_run(args: argparse.Namespace) -> int:
     app = get_app(args.app)
     backend = _backend_name(args.backend)
     size = _app_size(app, args.size, app.bench_size if backend == "cuda" else app.test_size)
+    if args.autotune and args.unfused:
+        raise KfuseError("--autotune picks among fused implementations; it does not combine "
+                         "with --unfused")
     pipeline = app.build(boundary=args.boundary)
     graph = pipeline.graph()
-    plan = None if args.unfused else _plan_for(app, graph, size, args, backend, search)
+    plan, timed = (None, None) if args.unfused else _plan_for(app, graph, size, args, backend,
+                                                               search)
     groups = plan.kernel_groups if plan else None
     # the source as the backend compiles it (the GPU's: for the run's sizes)
     fixed_sizes = app.sizes(graph, size) if compiles_for_sizes(backend) else None
@@ -197,6 +201,8 @@ def command_run(args: argparse.Namespace) -> int:
               "kernels": len(groups) if groups else len(graph.kernels),
               "groups": [list(group[0]) for group in groups] if groups else None,
               "wall_time_s": round(elapsed, 4)}
+    if timed is not None:
+        result["autotune"] = timed
     if args.verify or args.json:
         reference = app.reference({k: np.asarray(v, np.float64) for k, v in arrays.items()},
                                   params, args.boundary)
@@ -209,7 +215,7 @@ def command_run(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         console = _console()
-        console.print(result)
+        console.print({key: value for key, value in result.items() if key != "autotune"})
         if "verified" in result:
             console.print("[green]verified[/green]" if result["verified"]
                           else "[red]NOT verified[/red]")
@@ -217,11 +223,15 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backend: str,
-              search):
-    """``kfuse run``'s plan: autotuned (``--autotune K``), the app's planner, or the search."""
+              search) -> tuple[Any, list[dict] | None]:
+    """``kfuse run``'s plan: autotuned (``--autotune K``), the app's planner, or the search;
+    with the autotuner's timings (None when it did not run)."""
     sizes = app.sizes(graph, size)
     if getattr(args, "autotune", 0):
         from kfuse.search.variants import autotune
+        if backend == "cpu":
+            print("kfuse: note: --autotune on the cpu backend times the host shim with the "
+                  "wall clock, which says nothing about a GPU", file=sys.stderr)
         arrays, params = _make_inputs(app, size, args.seed)
         result = autotune(graph, {**arrays, **params}, args.autotune, backend=backend,
                           sizes=sizes)
@@ -229,11 +239,11 @@ def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backe
             for row in result.table():
                 print(f"  #{row['rank']}: predicted {row['predicted_ms']:.3f} ms, measured "
                       f"{row['measured_ms']:.3f} ms  {row['implementation']}")
-        return result.plan
+        return result.plan, result.table()
     planner = getattr(app, "planner", None)
     if planner is not None:
-        return planner(graph, sizes)
-    return search(graph, sizes=sizes)
+        return planner(graph, sizes), None
+    return search(graph, sizes=sizes), None
 
 
 def _print_resources(graph, groups=None, fixed_sizes=None) -> int:
@@ -525,7 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="registers, shared memory, spills per kernel (needs nvcc)")
     run.add_argument("--unfused", action="store_true", help="one kernel per operator")
     run.add_argument("--autotune", type=NON_NEGATIVE_INT, default=0, metavar="K",
-                     help="time the K best-predicted implementations, run the fastest (0: off)")
+                     help="time the K best-predicted implementations, run the fastest (0: off; "
+                          "cuda, or cpu to exercise it: the timings go into --json)")
     run.set_defaults(handler=command_run)
 
     plan = commands.add_parser("plan", help="show the fusion plan of an app and why")
