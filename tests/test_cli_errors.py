@@ -9,7 +9,10 @@ at small sizes.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +222,36 @@ def test_autotune_on_cpu_says_what_it_timed_and_reports_the_timings(capsys, monk
     assert "--autotune on the cpu backend times the host shim" in err
     result = json.loads(out)
     assert result["autotune"] == Timed.table(None) and result["verified"] is True
+
+
+# the exact strategy and JSON ---------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def kfuse_in_a_fresh_process(*argv: str) -> str:
+    """stdout of ``python -m kfuse argv...`` in a new process (HiGHS prints its banner once
+    per process, so only a fresh one shows whether it reaches stdout)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "kfuse", *argv], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=120, check=True)
+    return done.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "sobel", "--strategy", "exact", "--json"),
+    ("project", "examples/rk-step.yaml", "--strategy", "exact", "--json"),
+])
+def test_exact_strategy_json_is_only_json(argv):
+    """The HiGHS banner ("Running HiGHS 1.16.0 ...") went to stdout before the JSON."""
+    out = kfuse_in_a_fresh_process(*argv)
+    assert json.loads(out)["strategy"] == "exact"
+
+
+def test_exact_plan_from_python_prints_nothing():
+    code = ("import kfuse.apps as apps; plan = apps.get_app('sobel').build().plan('exact'); "
+            "assert plan.strategy == 'exact'")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=120, check=True)
+    assert done.stdout == ""
