@@ -255,3 +255,16 @@ def test_exact_plan_from_python_prints_nothing():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=120, check=True)
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ("--json", "--show-source"),
+    ("--json", "--resources"),
+    ("--show-source", "--resources"),
+])
+def test_run_prints_one_kind_of_output(capsys, argv):
+    """``--json --show-source`` printed the source, not JSON, and ``--show-source
+    --resources`` dropped the second silently: each is its own output and they exclude
+    one another."""
+    err = refused_by_argparse(capsys, "run", "sobel", "--backend", "cpu", *argv)
+    assert f"argument {argv[1]}: not allowed with argument {argv[0]}" in err

@@ -529,10 +529,15 @@ def build_parser() -> argparse.ArgumentParser:
                      choices=("clamp", "mirror", "repeat", "constant"))
     run.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     run.add_argument("--verify", action="store_true", help="compare with the NumPy reference")
-    run.add_argument("--json", action="store_true", help="print one JSON object")
-    run.add_argument("--show-source", action="store_true", help="print the generated CUDA C")
-    run.add_argument("--resources", action="store_true",
-                     help="registers, shared memory, spills per kernel (needs nvcc)")
+    # one kind of output each: source text and tables do not go inside the JSON object
+    output = run.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true",
+                        help="print one JSON object (not with --show-source or --resources)")
+    output.add_argument("--show-source", action="store_true",
+                        help="print the generated CUDA C instead of running")
+    output.add_argument("--resources", action="store_true",
+                        help="registers, shared memory, spills per kernel (needs nvcc) "
+                             "instead of running")
     run.add_argument("--unfused", action="store_true", help="one kernel per operator")
     run.add_argument("--autotune", type=NON_NEGATIVE_INT, default=0, metavar="K",
                      help="time the K best-predicted implementations, run the fastest (0: off; "
