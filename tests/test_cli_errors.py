@@ -268,3 +268,30 @@ def test_run_prints_one_kind_of_output(capsys, argv):
     one another."""
     err = refused_by_argparse(capsys, "run", "sobel", "--backend", "cpu", *argv)
     assert f"argument {argv[1]}: not allowed with argument {argv[0]}" in err
+
+
+# strategy names ----------------------------------------------------------------------------
+
+def test_unknown_plan_strategy_lists_every_valid_one(capsys):
+    """The list left out ``auto`` and ``variants``, which ``kfuse plan`` takes."""
+    from kfuse.search import PLAN_STRATEGIES
+    code, _, err = run_cli(capsys, "plan", "sobel", "--strategy", "nosuch")
+    assert_clean_error(code, err, "unknown search strategy 'nosuch'; available: "
+                       "auto, variants, exhaustive, exact, greedy, edges, mincut, gga")
+    assert set(PLAN_STRATEGIES) >= {"auto", "variants", "gga"}
+
+
+def test_unknown_strategy_of_pipeline_plan_lists_auto_and_variants():
+    from kfuse.apps import get_app
+    from kfuse.errors import KfuseError
+    with pytest.raises(KfuseError, match="available: auto, variants, exhaustive"):
+        get_app("sobel").build().plan("nosuch")
+
+
+@pytest.mark.parametrize("option", ["--strategy", "--reference"])
+def test_fidelity_refuses_an_unknown_strategy_before_solving(capsys, option):
+    """``--strategy nosuch`` printed a table of failed instances and exited 0."""
+    code, out, err = run_cli(capsys, "fidelity", option, "nosuch", "--kernels", "5",
+                             "--arrays", "5", "--instances", "1", "--json")
+    assert_clean_error(code, err, "unknown search strategy 'nosuch'")
+    assert out == ""
