@@ -295,3 +295,16 @@ def test_fidelity_refuses_an_unknown_strategy_before_solving(capsys, option):
                              "--arrays", "5", "--instances", "1", "--json")
     assert_clean_error(code, err, "unknown search strategy 'nosuch'")
     assert out == ""
+
+
+# synthetic instances -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ("synth", "--kernels", "1000", "--arrays", "1"),
+    ("fidelity", "--kernels", "4", "--arrays", "2", "--instances", "1"),
+])
+def test_too_few_arrays_for_the_kinship_is_refused(capsys, argv):
+    """Fewer arrays than the kinship left a band of kernels touching none:
+    ``ValueError: min() arg is an empty sequence``."""
+    code, _, err = run_cli(capsys, *argv)
+    assert_clean_error(code, err, "synth: kinship 3 needs at least 3 arrays")
