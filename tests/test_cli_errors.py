@@ -308,3 +308,16 @@ def test_too_few_arrays_for_the_kinship_is_refused(capsys, argv):
     ``ValueError: min() arg is an empty sequence``."""
     code, _, err = run_cli(capsys, *argv)
     assert_clean_error(code, err, "synth: kinship 3 needs at least 3 arrays")
+
+
+def test_a_reader_gone_early_is_no_traceback():
+    """``kfuse run harris --show-source | head -1`` ended in a BrokenPipeError traceback."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "kfuse", "plan", "harris"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                               cwd=REPO)
+    process.stdout.close()  # before kfuse writes anything
+    err = process.stderr.read().decode()
+    process.stderr.close()
+    assert process.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -652,10 +652,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a reader gone early (``| head``) shows here, handled below
+        return code
     except KfuseError as error:
         print(f"kfuse: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _drop_stdout()
+        return 1
+    except KeyboardInterrupt:
+        print("kfuse: interrupted", file=sys.stderr)
+        return 130
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device after its reader went away, so that Python's final
+    flush at exit does not report the broken pipe again."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
 
 
 if __name__ == "__main__":
