@@ -321,3 +321,15 @@ def test_a_reader_gone_early_is_no_traceback():
     process.stderr.close()
     assert process.wait(timeout=120) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+@pytest.mark.parametrize("option", ["--rounds", "--runs"])
+def test_experiment_scripts_refuse_zero_rounds_and_runs(capsys, monkeypatch, option):
+    """The experiment scripts' command line (``alternating_main``) took 0 rounds or runs
+    (medians of nothing); they share the kfuse command's argument types."""
+    from kfuse.bench.timing import alternating_main
+    monkeypatch.setattr(sys, "argv", ["experiment", "sobel", option, "0"])
+    with pytest.raises(SystemExit) as exit_info:
+        alternating_main("test", lambda *args: pytest.fail("ran"), ["sobel"])
+    assert exit_info.value.code == 2
+    assert f"argument {option}: expected a positive integer, got '0'" in capsys.readouterr().err

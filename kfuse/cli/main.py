@@ -8,12 +8,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kfuse.cli.arguments import NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT
 from kfuse.errors import KfuseError
 from kfuse.runtime.binding import to_numpy
 
@@ -50,28 +51,6 @@ def _make_inputs(app, size: tuple[int, ...], seed: int) -> tuple[dict, dict]:
     except (MemoryError, ValueError) as error:  # numpy: "array is too big", "Unable to ..."
         raise KfuseError(f"cannot make {app.name}'s inputs at size "
                          f"{'x'.join(map(str, size))}: {error}") from None
-
-
-def _number_at_least(kind: type, minimum: float, what: str) -> Callable[[str], Any]:
-    """An argparse ``type``: a ``kind`` no smaller than ``minimum``, so that a negative seed
-    or a zero count is refused as a usage error before any work (NumPy refuses negative
-    seeds with a traceback; a count of 0 gives an empty table)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not value >= minimum:  # (NaN too)
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-
-    return parse
-
-
-NON_NEGATIVE_INT = _number_at_least(int, 0, "a non-negative integer")
-POSITIVE_INT = _number_at_least(int, 1, "a positive integer")
-NON_NEGATIVE_NUMBER = _number_at_least(float, 0.0, "a non-negative number")
 
 
 def _output_file(text: str | None, option: str) -> Path | None:
