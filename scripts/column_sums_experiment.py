@@ -32,6 +32,7 @@ from kfuse.bench.experiment import (
     run_checked,
 )
 from kfuse.bench.timing import print_rounds, time_alternating
+from kfuse.cli.arguments import POSITIVE_INT
 from kfuse.codegen import generate
 from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant, is_variant_text
 from kfuse.fusion.legality import split_epilogue
@@ -114,9 +115,9 @@ def compare(name: str, top: int, rounds: int, runs: int, picks: tuple[str, ...],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("apps", nargs="*", default=["sgemvt", "atax", "bicgk", "gemver"])
-    parser.add_argument("--top", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--top", type=POSITIVE_INT, default=4)
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=3)
+    parser.add_argument("--runs", type=POSITIVE_INT, default=30)
     parser.add_argument("--picks", default=None, help="comma-separated variants (no prefix)")
     parser.add_argument("--masked-twins", action="store_true",
                         help="timing only: each program also with every tile masked")

@@ -20,6 +20,7 @@ import re
 from dataclasses import replace
 
 from kfuse.bench.experiment import device_case, time_sources
+from kfuse.cli.arguments import POSITIVE_INT
 from kfuse.codegen import generate, marching
 
 VECTOR_STORE = re.compile(r"\*reinterpret_cast<float4\*>\(&(\w+)\[(.*?)\]\) = (float4\{.*?\});")
@@ -44,8 +45,8 @@ def planned_marches(case) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=5)
+    parser.add_argument("--runs", type=POSITIVE_INT, default=30)
     parser.add_argument("--size", default=None, help="DxHxW (default: the benchmark size)")
     parser.add_argument("--boundary", default=None,
                         help="clamp, mirror or constant:VALUE (default: the app's)")

@@ -27,6 +27,7 @@ import numpy as np
 from kfuse.apps import get_app
 from kfuse.apps.check import relative_error
 from kfuse.bench.timing import print_rounds, time_alternating
+from kfuse.cli.arguments import POSITIVE_INT
 from kfuse.codegen.cexpr import size_var
 from kfuse.codegen.specialise import specialise_kernel
 from kfuse.runtime import _auto_plan, get_backend
@@ -111,7 +112,7 @@ def compare(name: str, rounds: int, subsets: bool = False, drop_scales: bool = F
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("apps", nargs="*", default=list(DEFAULT_APPS))
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=5)
     parser.add_argument("--subsets", action="store_true",
                         help="also every proper subset of the sizes made constant")
     parser.add_argument("--drop-scales", action="store_true",

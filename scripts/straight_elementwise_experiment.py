@@ -22,6 +22,7 @@ import numpy as np
 
 from kfuse.apps import get_app
 from kfuse.bench.timing import print_rounds, time_alternating
+from kfuse.cli.arguments import POSITIVE_INT
 from kfuse.runtime import _auto_plan, get_backend
 
 SOURCE = r"""
@@ -68,8 +69,8 @@ def main() -> None:
     from kfuse.bench.torch_baseline import compiled_on
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=3)
+    parser.add_argument("--runs", type=POSITIVE_INT, default=30)
     args = parser.parse_args()
     app = get_app("vadd")
     graph = app.build().graph()

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kfuse.dsl.pipeline import Pipeline
+from kfuse.errors import ShapeError
 from kfuse.ir.expr import as_boundary
 
 # kfuse boundary mode -> np.pad mode. kfuse mirror repeats the edge (-1 -> 0), which is
@@ -37,10 +38,32 @@ class App:
     test_size: tuple[int, ...] = (37, 53)      # odd, not a multiple of any block size
     ndim: int = 2
 
+    @property
+    def size_form(self) -> str:
+        """What a size of this app looks like, for errors about a wrong one."""
+        example = "x".join(map(str, self.test_size))
+        return f"{self.name} takes a {self.ndim}-D size like {example}"
+
+    def check_size(self, size: tuple[int, ...]) -> tuple[int, ...]:
+        """``size`` as ints if it fits the app (``ndim`` positive numbers); a
+        :class:`~kfuse.errors.ShapeError` saying what fits otherwise (a wrong size would
+        surface later as a missing size symbol deep inside the graph)."""
+        return check_size(size, self.ndim, self.size_form)
+
     def sizes(self, graph: Any, size: tuple[int, ...]) -> dict[str, int]:
         """Size symbols of the app's graph at ``size``: every input has that shape (the BLAS
         apps bind vectors too, :class:`kfuse.apps.blas.BlasApp`)."""
+        size = self.check_size(size)
         return graph.bind_shapes({name: size for name in graph.inputs})
+
+
+def check_size(size: Sequence[int], ndim: int, form: str) -> tuple[int, ...]:
+    """``size`` as a tuple of ints when it has ``ndim`` positive entries, else a
+    :class:`~kfuse.errors.ShapeError` of ``form`` (what a right size looks like)."""
+    values = tuple(int(n) for n in size)
+    if len(values) != ndim or any(n < 1 for n in values):
+        raise ShapeError(f"{form}, got {'x'.join(map(str, values)) or 'nothing'}")
+    return values
 
 
 def pad(x: np.ndarray, radius: Sequence[int] | int, boundary: object) -> np.ndarray:

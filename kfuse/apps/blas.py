@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 import kfuse
-from kfuse.apps.base import App
+from kfuse.apps.base import App, check_size
 
 ORIGIN = "seed 004 (Filipovič et al.) Table 1; sequences from BTO BLAS"
 VECTOR_BENCH = (2**27,)
@@ -57,9 +57,14 @@ class BlasApp(App):
     tolerance: float = 1e-5     # norm-wise relative error of the checks
     family: str = "blas"
 
+    @property
+    def size_form(self) -> str:
+        """What a size of this sequence looks like (``n`` or ``M x N``)."""
+        return size_form(self.ndim)
+
     def sizes(self, graph: Any, size: tuple[int, ...]) -> dict[str, int]:
         """Size symbols of the app's graph from its ``size`` (``(n,)`` or ``(M, N)``)."""
-        return bind_sizes(graph, size)
+        return bind_sizes(graph, self.check_size(size))
 
     def planner(self, graph: Any, sizes: Mapping[str, int], profile: Any = None) -> Any:
         """The predicted-best combination of fusions and implementations (seed 004 §4)."""
@@ -92,19 +97,21 @@ def _f64(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 PARAMS = {"alpha": 1.5, "beta": 0.75}  # the sequences' scalars, unless an app says otherwise
 
 
+def size_form(ndim: int) -> str:
+    """What the size of a sequence of ``ndim``-D main operands looks like."""
+    return "a matrix sequence takes a size M x N" if ndim == 2 else \
+        "a vector sequence takes a size n"
+
+
 def _inputs_maker(build: Callable[..., kfuse.Pipeline], ndim: int,
                   params: Mapping[str, float]) -> Callable[..., tuple[dict, dict]]:
     """``make_inputs`` of a sequence: every input uniform in [LOW, HIGH), its shape bound
     from ``size`` (``(n,)`` or ``(M, N)``), and the pipeline's scalars from ``params``."""
-    kind = "a matrix sequence takes a size M x N" if ndim == 2 else \
-        "a vector sequence takes a size n"
 
     def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "float32"
                     ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        if len(size) != ndim:
-            raise kfuse.ShapeError(f"{kind}, got {size}")
         graph = build(dtype).graph()
-        sizes = bind_sizes(graph, tuple(int(n) for n in size))
+        sizes = bind_sizes(graph, check_size(size, ndim, size_form(ndim)))
         arrays = {name: _uniform(rng, graph.shape_of(name, sizes), dtype)
                   for name in graph.inputs}
         return arrays, {name: params[name] for name in graph.params}

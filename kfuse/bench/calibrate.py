@@ -126,7 +126,8 @@ def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
     device-to-device copy, the better of a float4 copy kernel and ``cudaMemcpyAsync``;
     launch overhead the median per-launch time of back-to-back empty kernels.
     """
-    import cupy
+    from kfuse.runtime.cuda_backend import _cupy
+    cupy = _cupy()  # BackendUnavailable, not ModuleNotFoundError, where there is no GPU
 
     device = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
     with device, _progress(progress) as bar:

@@ -155,10 +155,12 @@ def alternating_main(description: str, compare: Callable[[str, int, int], None],
     [--runs N]``, then ``compare(app, rounds, runs)`` for each app."""
     import argparse
 
+    from kfuse.cli.arguments import POSITIVE_INT
+
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("apps", nargs="*", default=list(apps))
-    parser.add_argument("--rounds", type=int, default=rounds)
-    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=rounds)
+    parser.add_argument("--runs", type=POSITIVE_INT, default=runs)
     args = parser.parse_args()
     for name in args.apps:
         compare(name, args.rounds, args.runs)

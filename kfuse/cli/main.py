@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from kfuse.cli.arguments import NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT
 from kfuse.errors import KfuseError
 from kfuse.runtime.binding import to_numpy
 
@@ -21,12 +25,51 @@ def _console():
 
 
 def _parse_size(text: str | None) -> tuple[int, ...] | None:
-    if not text:
+    """``--size`` as numbers (None when not given); a clear error for text with none."""
+    if text is None:
         return None
     try:
-        return tuple(int(part) for part in text.lower().replace("x", ",").split(",") if part)
+        size = tuple(int(part) for part in text.lower().replace("x", ",").split(",") if part)
     except ValueError:
-        raise KfuseError(f"--size takes numbers like 1024x768 or 64,64,64, got {text!r}") from None
+        size = ()
+    if not size:
+        raise KfuseError(f"--size takes numbers like 1024x768 or 64,64,64, got {text!r}")
+    return size
+
+
+def _app_size(app, text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
+    """The size ``--size`` gives ``app`` (``default`` when not given), checked against the
+    app's rank before anything is built for it."""
+    size = _parse_size(text)
+    return app.check_size(default if size is None else size)
+
+
+def _make_inputs(app, size: tuple[int, ...], seed: int) -> tuple[dict, dict]:
+    """``app``'s random inputs at ``size``; a clear error when they cannot be allocated."""
+    try:
+        return app.make_inputs(size, np.random.default_rng(seed), "float32")
+    except (MemoryError, ValueError) as error:  # numpy: "array is too big", "Unable to ..."
+        raise KfuseError(f"cannot make {app.name}'s inputs at size "
+                         f"{'x'.join(map(str, size))}: {error}") from None
+
+
+def _output_file(text: str | None, option: str) -> Path | None:
+    """The file an output option names (None when not given), checked before any work is
+    done: it must not be a directory and its directory must exist and be writable (a bad
+    path would otherwise end the command with a traceback after the work)."""
+    if text is None:
+        return None
+    path = Path(text)
+    folder = path.parent
+    if path.is_dir():
+        problem = "is a directory"
+    elif not folder.is_dir():
+        problem = f"directory {str(folder)!r} does not exist"
+    elif not os.access(folder, os.W_OK):
+        problem = f"directory {str(folder)!r} is not writable"
+    else:
+        return path
+    raise KfuseError(f"{option} {text!r}: {problem}")
 
 
 def _backend_name(requested: str) -> str:
@@ -112,10 +155,14 @@ def command_run(args: argparse.Namespace) -> int:
 
     app = get_app(args.app)
     backend = _backend_name(args.backend)
-    size = _parse_size(args.size) or (app.bench_size if backend == "cuda" else app.test_size)
+    size = _app_size(app, args.size, app.bench_size if backend == "cuda" else app.test_size)
+    if args.autotune and args.unfused:
+        raise KfuseError("--autotune picks among fused implementations; it does not combine "
+                         "with --unfused")
     pipeline = app.build(boundary=args.boundary)
     graph = pipeline.graph()
-    plan = None if args.unfused else _plan_for(app, graph, size, args, backend, search)
+    plan, timed = (None, None) if args.unfused else _plan_for(app, graph, size, args, backend,
+                                                               search)
     groups = plan.kernel_groups if plan else None
     # the source as the backend compiles it (the GPU's: for the run's sizes)
     fixed_sizes = app.sizes(graph, size) if compiles_for_sizes(backend) else None
@@ -124,7 +171,7 @@ def command_run(args: argparse.Namespace) -> int:
         return 0
     if args.resources:
         return _print_resources(graph, groups, fixed_sizes)
-    arrays, params = app.make_inputs(size, np.random.default_rng(args.seed), "float32")
+    arrays, params = _make_inputs(app, size, args.seed)
     started = time.perf_counter()
     outputs = pipeline.run(backend=backend, plan=plan or "unfused", **arrays, **params)
     elapsed = time.perf_counter() - started
@@ -133,6 +180,8 @@ def command_run(args: argparse.Namespace) -> int:
               "kernels": len(groups) if groups else len(graph.kernels),
               "groups": [list(group[0]) for group in groups] if groups else None,
               "wall_time_s": round(elapsed, 4)}
+    if timed is not None:
+        result["autotune"] = timed
     if args.verify or args.json:
         reference = app.reference({k: np.asarray(v, np.float64) for k, v in arrays.items()},
                                   params, args.boundary)
@@ -145,7 +194,7 @@ def command_run(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         console = _console()
-        console.print(result)
+        console.print({key: value for key, value in result.items() if key != "autotune"})
         if "verified" in result:
             console.print("[green]verified[/green]" if result["verified"]
                           else "[red]NOT verified[/red]")
@@ -153,23 +202,27 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backend: str,
-              search):
-    """``kfuse run``'s plan: autotuned (``--autotune K``), the app's planner, or the search."""
+              search) -> tuple[Any, list[dict] | None]:
+    """``kfuse run``'s plan: autotuned (``--autotune K``), the app's planner, or the search;
+    with the autotuner's timings (None when it did not run)."""
     sizes = app.sizes(graph, size)
     if getattr(args, "autotune", 0):
         from kfuse.search.variants import autotune
-        arrays, params = app.make_inputs(size, np.random.default_rng(args.seed), "float32")
+        if backend == "cpu":
+            print("kfuse: note: --autotune on the cpu backend times the host shim with the "
+                  "wall clock, which says nothing about a GPU", file=sys.stderr)
+        arrays, params = _make_inputs(app, size, args.seed)
         result = autotune(graph, {**arrays, **params}, args.autotune, backend=backend,
                           sizes=sizes)
         if not getattr(args, "json", False):
             for row in result.table():
                 print(f"  #{row['rank']}: predicted {row['predicted_ms']:.3f} ms, measured "
                       f"{row['measured_ms']:.3f} ms  {row['implementation']}")
-        return result.plan
+        return result.plan, result.table()
     planner = getattr(app, "planner", None)
     if planner is not None:
-        return planner(graph, sizes)
-    return search(graph, sizes=sizes)
+        return planner(graph, sizes), None
+    return search(graph, sizes=sizes), None
 
 
 def _print_resources(graph, groups=None, fixed_sizes=None) -> int:
@@ -194,13 +247,13 @@ def command_plan(args: argparse.Namespace) -> int:
     from kfuse.search import plan_for
 
     app = get_app(args.app)
+    dot = _output_file(args.dot, "--dot")
     graph = app.build().graph()
-    size = _parse_size(args.size) or app.bench_size
+    size = _app_size(app, args.size, app.bench_size)
     plan = plan_for(graph, args.strategy, args.model, app.sizes(graph, size),
                     seed=args.seed)
-    if args.dot:
-        with open(args.dot, "w") as handle:
-            handle.write(plan.to_dot() + "\n")
+    if dot is not None:
+        dot.write_text(plan.to_dot() + "\n")
     if args.json:
         print(json.dumps(plan.to_dict()))
     else:
@@ -213,21 +266,34 @@ def command_plan(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------
 
 def command_bench(args: argparse.Namespace) -> int:
+    from kfuse.apps import get_app
     from kfuse.bench import bench_apps, plot, print_report, to_json
-    from kfuse.runtime import get_backend
-    get_backend("cuda")  # a clear error when no GPU is usable
-    rows = bench_apps(args.apps, size=_parse_size(args.size), baselines=not args.no_baselines,
-                      autotune=args.autotune)
+
+    # everything the user typed is checked before the GPU is asked for and the timing starts
+    apps = [get_app(name) for name in args.apps]
+    size = _parse_size(args.size)
+    for app in apps if size is not None else ():
+        app.check_size(size)
+    json_file, plot_file = _output_file(args.json, "--json"), _output_file(args.plot, "--plot")
+    _require_gpu()
+    rows = bench_apps(apps, size=size, baselines=not args.no_baselines, autotune=args.autotune)
     print_report(rows)
-    if args.json:
-        to_json(rows, args.json)
-    if args.plot:
-        plot(rows, args.plot)
+    if json_file is not None:
+        to_json(rows, json_file)
+    if plot_file is not None:
+        plot(rows, plot_file)
     return 0
+
+
+def _require_gpu() -> None:
+    """A clear :class:`~kfuse.errors.BackendUnavailable` when no GPU is usable here."""
+    from kfuse.runtime import get_backend
+    get_backend("cuda")
 
 
 def command_calibrate(args: argparse.Namespace) -> int:
     from kfuse.bench import calibrate
+    _require_gpu()
     profile = calibrate()
     path = profile.save()
     _console().print(profile)
@@ -272,16 +338,17 @@ def command_synth(args: argparse.Namespace) -> int:
     from kfuse.project.metadata import dump_app
     from kfuse.project.synth import SynthSpec, synthesize
 
+    output = _output_file(args.output, "--output")
     spec = SynthSpec(kernels=args.kernels, arrays=args.arrays, copies=args.copies,
                      sharing=args.sharing, thread_load=args.thread_load, kinship=args.kinship,
                      seed=args.seed, device=args.device)
     app = synthesize(spec)
-    if not args.output:
+    if output is None:
         import yaml
         print(yaml.safe_dump(app.to_dict(), sort_keys=False, default_flow_style=None,
                              width=100), end="")
         return 0
-    path = dump_app(app, args.output)
+    path = dump_app(app, output)
     achieved = app.synth["achieved"]
     print(f"wrote {path}: {len(app.kernels)} kernels, {len(app.arrays)} arrays, "
           f"{achieved['copies']} copies, mean sharing set {achieved['mean_sharing_set']}, "
@@ -345,6 +412,8 @@ def command_model_check(args: argparse.Namespace) -> int:
     from kfuse.model.measured import GroupTimer, check_groups, cuda_backend, summarize
     from kfuse.search import search
 
+    apps = [get_app(name) for name in args.apps]  # names and sizes before the GPU
+    app_sizes = [_app_size(app, args.size, app.bench_size) for app in apps]
     if not args.no_measure:
         try:
             cuda_backend()
@@ -353,10 +422,8 @@ def command_model_check(args: argparse.Namespace) -> int:
                 from None
     profile = current_profile()
     report = []
-    for name in args.apps:
-        app = get_app(name)
+    for app, size in zip(apps, app_sizes, strict=True):
         graph = app.build().graph()
-        size = _parse_size(args.size) or app.bench_size
         sizes = app.sizes(graph, size)
         plan = search(graph, args.strategy, args.model, sizes=sizes)
         groups = [g.members for g in plan.groups if len(g.members) > 1]
@@ -367,7 +434,7 @@ def command_model_check(args: argparse.Namespace) -> int:
                     groups.append(pair)
         timer = None
         if not args.no_measure:
-            arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+            arrays, params = _make_inputs(app, size, 0)
             timer = GroupTimer(graph, sizes, {**arrays, **params})
         for row in check_groups(graph, groups, sizes, profile, timer):
             report.append({"app": app.name, "size": list(size), **row})
@@ -439,15 +506,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--size", help="e.g. 1024x768 or 64,64,64 (default: the app's)")
     run.add_argument("--boundary", default="clamp",
                      choices=("clamp", "mirror", "repeat", "constant"))
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     run.add_argument("--verify", action="store_true", help="compare with the NumPy reference")
-    run.add_argument("--json", action="store_true", help="print one JSON object")
-    run.add_argument("--show-source", action="store_true", help="print the generated CUDA C")
-    run.add_argument("--resources", action="store_true",
-                     help="registers, shared memory, spills per kernel (needs nvcc)")
+    # one kind of output each: source text and tables do not go inside the JSON object
+    output = run.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true",
+                        help="print one JSON object (not with --show-source or --resources)")
+    output.add_argument("--show-source", action="store_true",
+                        help="print the generated CUDA C instead of running")
+    output.add_argument("--resources", action="store_true",
+                        help="registers, shared memory, spills per kernel (needs nvcc) "
+                             "instead of running")
     run.add_argument("--unfused", action="store_true", help="one kernel per operator")
-    run.add_argument("--autotune", type=int, default=0, metavar="K",
-                     help="time the K best-predicted implementations, run the fastest")
+    run.add_argument("--autotune", type=NON_NEGATIVE_INT, default=0, metavar="K",
+                     help="time the K best-predicted implementations, run the fastest (0: off; "
+                          "cuda, or cpu to exercise it: the timings go into --json)")
     run.set_defaults(handler=command_run)
 
     plan = commands.add_parser("plan", help="show the fusion plan of an app and why")
@@ -459,22 +532,25 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--model", default="roofline",
                       help="roofline (default), wahib, wahib-norm, qiao or measured (times "
                            "candidate groups on the GPU)")
-    plan.add_argument("--seed", type=int, default=0,
+    plan.add_argument("--seed", type=NON_NEGATIVE_INT, default=0,
                       help="seed of the randomised strategies (gga); the same seed gives the "
                            "same plan")
     plan.add_argument("--size", help="sizes to predict with (default: the app's benchmark size)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
-    plan.add_argument("--dot", help="write the fused graph (Graphviz) to this file")
+    plan.add_argument("--dot", metavar="FILE",
+                      help="write the fused graph (Graphviz) to FILE (its directory must exist)")
     plan.set_defaults(handler=command_plan)
 
     bench = commands.add_parser("bench", help="time apps on the GPU against baselines")
     bench.add_argument("apps", nargs="+")
     bench.add_argument("--size")
-    bench.add_argument("--json")
-    bench.add_argument("--plot")
+    bench.add_argument("--json", metavar="FILE",
+                       help="write the rows as JSON to FILE (its directory must exist)")
+    bench.add_argument("--plot", metavar="FILE",
+                       help="write a bar chart (.png, .svg) to FILE (its directory must exist)")
     bench.add_argument("--no-baselines", action="store_true")
-    bench.add_argument("--autotune", type=int, default=0, metavar="K",
-                       help="time the K best-predicted implementations, keep the fastest")
+    bench.add_argument("--autotune", type=NON_NEGATIVE_INT, default=0, metavar="K",
+                       help="time the K best-predicted implementations, keep the fastest (0: off)")
     bench.set_defaults(handler=command_bench)
 
     calibrate = commands.add_parser("calibrate", help="measure the GPU (copy bandwidth, ...)")
@@ -487,7 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="exhaustive, exact, greedy, edges, mincut or gga (default)")
     project.add_argument("--model", default="wahib",
                          choices=("wahib", "wahib-norm", "qiao", "roofline"))
-    project.add_argument("--seed", type=int, default=0)
+    project.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     project.add_argument("--json", action="store_true", help="print one JSON object")
     project.add_argument("--progress", action="store_true", help="show the search's progress")
     project.set_defaults(handler=command_project)
@@ -500,17 +576,20 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--sharing", type=int, default=4, help="sharing-set size")
     synth.add_argument("--thread-load", type=float, default=8.0, help="average thread load")
     synth.add_argument("--kinship", type=int, default=3, help="largest degree of kinship")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     synth.add_argument("--device", default="k20x",
                        help="k20x (default), k40, gtx750ti, h100, h200 or current")
-    synth.add_argument("-o", "--output", help="file to write (.yaml or .json); default stdout")
+    synth.add_argument("-o", "--output", metavar="FILE",
+                       help="file to write (.yaml or .json; its directory must exist); "
+                            "default stdout")
     synth.set_defaults(handler=command_synth)
 
     fidelity = commands.add_parser("fidelity", help="GGA against the exact optimum over a "
                                    "grid of synthetic instances")
     fidelity.add_argument("--kernels", default="20,30,40,50", help="kernel counts of the grid")
     fidelity.add_argument("--arrays", default="20,40,60", help="array counts of the grid")
-    fidelity.add_argument("--instances", type=int, default=10, help="instances per cell")
+    fidelity.add_argument("--instances", type=POSITIVE_INT, default=10,
+                          help="instances per cell")
     fidelity.add_argument("--copies", default="2",
                           help="data copies; a list (2,6,10) draws one per instance")
     fidelity.add_argument("--sharing", default="4",
@@ -527,9 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
                           choices=("wahib", "wahib-norm", "qiao", "roofline"))
     fidelity.add_argument("--strategy", default="gga", help="strategy under test")
     fidelity.add_argument("--reference", default="exact", help="strategy giving the optimum")
-    fidelity.add_argument("--tolerance", type=float, default=0.01,
+    fidelity.add_argument("--tolerance", type=NON_NEGATIVE_NUMBER, default=0.01,
                           help="relative gap still counted optimal (seed 001: 1%%)")
-    fidelity.add_argument("--seed", type=int, default=0)
+    fidelity.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     fidelity.add_argument("--json", action="store_true", help="print the rows as JSON")
     fidelity.set_defaults(handler=command_fidelity)
 
@@ -552,10 +631,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a reader gone early (``| head``) shows here, handled below
+        return code
     except KfuseError as error:
         print(f"kfuse: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _drop_stdout()
+        return 1
+    except KeyboardInterrupt:
+        print("kfuse: interrupted", file=sys.stderr)
+        return 130
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device after its reader went away, so that Python's final
+    flush at exit does not report the broken pipe again."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
 
 
 if __name__ == "__main__":

@@ -158,8 +158,10 @@ def run_fidelity(kernels: Sequence[int] = DEFAULT_KERNELS,
     counted in ``reference_failed`` and the instance is left out of the optimality figures;
     any other reference error stops the run (it would make every row meaningless).
     """
-    from kfuse.search.problem import TooManyCandidates
+    from kfuse.search.problem import TooManyCandidates, check_strategy
 
+    check_strategy(strategy)  # up front: each instance would otherwise fail on its own
+    check_strategy(reference)
     base = base or SynthSpec()
     rows = []
     for k in kernels:

@@ -379,7 +379,12 @@ def read_file(path: str | Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise MetadataError(f"{path}: no such file")
-    text = path.read_text()
+    if not path.is_file():
+        raise MetadataError(f"{path}: not a file")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise MetadataError(f"{path}: cannot be read: {error}") from None
     if path.suffix.lower() == ".json":
         try:
             return json.loads(text)

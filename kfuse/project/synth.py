@@ -83,6 +83,10 @@ class SynthSpec:
         if self.kinship + 1 > self.kernels:
             raise KfuseError(f"synth: kinship {self.kinship} needs at least "
                              f"{self.kinship + 1} kernels (one band per step)")
+        if self.arrays < self.kinship:
+            raise KfuseError(f"synth: kinship {self.kinship} needs at least {self.kinship} "
+                             "arrays (one per pair of neighbouring bands, or a band's kernels "
+                             "would touch none)")
         if self.copies < 0:
             raise KfuseError("synth: --copies must not be negative")
         if not 1 <= self.thread_load <= 13:

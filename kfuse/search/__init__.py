@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kfuse.errors import KfuseError
 from kfuse.fusion.plan import FusionPlan, make_plan
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
@@ -25,12 +24,15 @@ from kfuse.search.problem import (
     STRATEGY_NAMES,
     FusionProblem,
     SearchResult,
+    check_strategy,
     problem_from_graph,
     random_problem,
     solve,
 )
 
 STRATEGIES = STRATEGY_NAMES
+# what plan_for (``kfuse plan``, ``Pipeline.plan``) takes: the searches and two more
+PLAN_STRATEGIES = ("auto", "variants", *STRATEGY_NAMES)
 MODELS = GRAPH_MODELS  # name -> model; other modules register theirs here
 
 
@@ -44,9 +46,7 @@ def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
     ``profile`` is the device (the calibrated one, else nominal H100 figures); ``seed``
     makes the randomised strategies repeatable; ``options`` go to the strategy.
     """
-    if strategy not in STRATEGY_NAMES:
-        raise KfuseError(f"unknown search strategy {strategy!r}; available: "
-                         f"{', '.join(STRATEGY_NAMES)}")
+    check_strategy(strategy)
     problem = problem_from_graph(graph, model, sizes, profile)
     result = solve(problem, strategy, seed=seed, **options)
     return make_plan(graph, result.groups, strategy=strategy, model=model,
@@ -83,7 +83,8 @@ def plan_for(graph: Graph, strategy: str = "auto", model: str = "roofline",
              seed: int = 0) -> FusionPlan:
     """A plan by name: ``"auto"`` (:func:`default_plan` under the roofline model, the greedy
     search under another model), ``"variants"`` (seed 004's implementation space) or any
-    search strategy."""
+    search strategy (:data:`PLAN_STRATEGIES`)."""
+    check_strategy(strategy, PLAN_STRATEGIES)
     if strategy == "variants":
         from kfuse.search.variants import best_plan
 
@@ -94,6 +95,6 @@ def plan_for(graph: Graph, strategy: str = "auto", model: str = "roofline",
                   profile=profile, seed=seed)
 
 
-__all__ = ["GRAPH_MODELS", "MODELS", "STRATEGIES", "FusionProblem", "SearchResult",
+__all__ = ["GRAPH_MODELS", "MODELS", "PLAN_STRATEGIES", "STRATEGIES", "FusionProblem", "SearchResult",
            "default_plan", "is_map_reduce_graph", "plan_for", "problem_from_graph",
            "random_problem", "search", "solve"]

@@ -22,7 +22,10 @@ for problems up to ~60 kernels when the sharing graph is sparse enough.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +36,28 @@ from kfuse.search.problem import (
     enumerate_groups,
     iter_bits,
 )
+
+
+def quiet_highs(highspy: Any) -> Any:
+    """A ``highspy.Highs`` that prints nothing. The first one a process makes writes HiGHS's
+    banner to file descriptor 1 from C++ before any option can be set (it would corrupt
+    ``--json`` output), so it is made with that descriptor pointed at the null device."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no descriptor 1 to protect
+        saved = None
+    if saved is not None:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+    try:
+        solver = highspy.Highs()
+    finally:
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+    solver.setOptionValue("output_flag", False)
+    return solver
 
 
 def exact_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
@@ -72,8 +97,7 @@ def exact_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
     lp.a_matrix_.index_ = np.array(rows, dtype=np.int32)
     lp.a_matrix_.value_ = np.ones(len(rows))
     lp.integrality_ = [highspy.HighsVarType.kInteger] * len(candidates)
-    solver = highspy.Highs()
-    solver.setOptionValue("output_flag", False)
+    solver = quiet_highs(highspy)
     solver.setOptionValue("mip_rel_gap", 1e-9)
     solver.setOptionValue("mip_abs_gap", 1e-12)
     solver.setOptionValue("random_seed", int(seed) % (2**31 - 1))

@@ -738,6 +738,15 @@ def problem_from_graph(graph: Any, model: str = "roofline",
 STRATEGY_NAMES = ("exhaustive", "exact", "greedy", "edges", "mincut", "gga")
 
 
+def check_strategy(strategy: str, names: Sequence[str] = STRATEGY_NAMES) -> str:
+    """``strategy`` when it is one of ``names``; else a :class:`KfuseError` listing them
+    all (the one source of the "unknown search strategy" message)."""
+    if strategy not in names:
+        raise KfuseError(f"unknown search strategy {strategy!r}; available: "
+                         f"{', '.join(names)}")
+    return strategy
+
+
 def _strategies() -> dict[str, Callable[..., list[tuple[str, ...]] | tuple]]:
     from kfuse.search.edges import edges_search
     from kfuse.search.exact import exact_search
@@ -759,9 +768,7 @@ def solve(problem: FusionProblem, strategy: str, seed: int = 0, progress: bool =
     ``max_resolves`` times, default 20).
     """
     strategies = _strategies()
-    if strategy not in strategies:
-        raise KfuseError(f"unknown search strategy {strategy!r}; available: "
-                         f"{', '.join(strategies)}")
+    check_strategy(strategy, tuple(strategies))
     bits = problem.bits
     max_resolves = int(options.pop("max_resolves", 20))
     started = time.perf_counter()
@@ -896,5 +903,5 @@ def random_problem(n: int, seed: int = 0, window: int = 6, max_reads: int = 3,
 
 
 __all__ = ["GRAPH_MODELS", "STRATEGY_NAMES", "Bits", "FusionProblem", "SearchResult",
-           "edge_reasons", "enumerate_groups", "iter_bits", "problem_from_graph",
+           "check_strategy", "edge_reasons", "enumerate_groups", "iter_bits", "problem_from_graph",
            "random_problem", "solve"]

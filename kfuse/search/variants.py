@@ -867,11 +867,15 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
     """
     from kfuse.bench.timing import time_gpu, time_host
     from kfuse.runtime import get_backend
+    from kfuse.runtime.backend import CompiledBackend
     from kfuse.runtime.binding import bind
 
     if k < 1:
         raise KfuseError(f"--autotune takes a positive number of implementations, got {k}")
     chosen = get_backend(backend)
+    if not isinstance(chosen, CompiledBackend):
+        raise KfuseError(f"autotuning times compiled kernels, which the {chosen.name} backend "
+                         "does not run; use cuda (or cpu, to exercise the code path)")
     if space is None:
         if sizes is None:
             sizes = bind(graph, given).sizes
