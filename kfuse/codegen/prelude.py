@@ -94,6 +94,15 @@ KF_DEVICE bool kf_inside(int i, int n) { return (unsigned)i < (unsigned)n; }
 // bare comparison would drop it, or not, depending on the side it comes from).
 template <typename T> KF_DEVICE T kf_min(T a, T b) { return (b < a || b != b) ? b : a; }
 template <typename T> KF_DEVICE T kf_max(T a, T b) { return (b > a || b != b) ? b : a; }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// float32 on the GPU: one instruction (the comparisons above cost Night 2.3% on an H200)
+KF_DEVICE float kf_min(float a, float b) {
+  float d; asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d;
+}
+KF_DEVICE float kf_max(float a, float b) {
+  float d; asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d;
+}
+#endif
 
 // Reduction combiners: 0 = sum, 1 = min, 2 = max.
 template <int OP, typename T> KF_DEVICE T kf_combine(T a, T b) {
