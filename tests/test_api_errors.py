@@ -281,3 +281,22 @@ def test_numpy_integers_are_accepted_where_python_integers_are(rng):
     out = p.run(backend="cpu", x=xs)
     assert np.array_equal(out["scaled"], 3 * below + 2 * xs)
     assert np.array_equal(out["total"], (3 * below + 2 * xs).sum(axis=0))
+
+
+@pytest.mark.parametrize("size", ["+-5", " ", "n m", ""])
+def test_size_names_are_names(size):
+    with pytest.raises(DslError, match="axis 0 needs a size symbol"):
+        kf.Pipeline("p").input("y", shape=(size, 3))
+
+
+def test_numbers_past_every_range_are_refused_clearly(rng):
+    p = kf.Pipeline("huge")
+    x = p.input("x", ndim=1)
+    s = p.param("s", "int32")
+    p.output(kf.point(x * s, name="y"))
+    with pytest.raises(BindError, match="cannot hold"):
+        p.run(backend="numpy", x=random_array(rng, (5,)), s=10**400)
+    with pytest.raises(BoundaryError, match="past any float"):
+        kf.constant(10**400)
+    with pytest.raises(DslError, match="out of range"):
+        kf.point(x ** 10**400, name="z")

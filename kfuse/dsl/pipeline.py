@@ -7,6 +7,7 @@ combine arrays and bound when the pipeline is called.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -134,13 +135,14 @@ def _check_border_value(boundary: Boundary, load: Load, operator: str,
 
 def _size_symbol(name: str, axis: int, size: object) -> str:
     """The size symbol of one axis of a declared input: a name, or a fixed size as digits."""
-    if is_integer_scalar(size) or isinstance(size, str) and size.strip().lstrip("+-").isdecimal():
+    if is_integer_scalar(size) or isinstance(size, str) and re.fullmatch(r"\s*[+-]?\d+\s*",
+                                                                          size):
         number = int(size)
         if number <= 0:
             raise ShapeError(f"input '{name}': axis {axis} must have a positive size, got "
                              f"{number}", where=_where())
         return str(number)
-    if not isinstance(size, str) or not size:
+    if not isinstance(size, str) or not re.fullmatch(r"[A-Za-z_][\w.]*", size):
         raise DslError(f"input '{name}': axis {axis} needs a size symbol (a name) or a "
                        f"positive integer, got {size!r}", where=_where())
     return size

@@ -81,7 +81,11 @@ class Boundary:
             raise BoundaryError(f"a constant border takes a number, got {self.value!r}"
                                 + (" (a parameter's value is not known when the code is made)"
                                    if isinstance(self.value, Param) else ""))
-        object.__setattr__(self, "value", float(self.value))
+        try:
+            object.__setattr__(self, "value", float(self.value))
+        except OverflowError:
+            raise BoundaryError(f"a constant border of {self.value!r} is past any float's "
+                                "range") from None
         if self.mode != "constant" and self.value != 0.0:
             raise BoundaryError(f"boundary mode {self.mode!r} takes no value")
 
@@ -328,6 +332,8 @@ def as_expr(value: object) -> Expr:
     if is_bool_scalar(value):
         return Const(bool(value), "bool", weak=True)
     if is_integer_scalar(value):
+        if not -2**63 <= int(value) < 2**63:  # no dtype of kfuse holds it, nor float64 exactly
+            raise DslError(f"the integer constant {value} is out of range")
         return Const(int(value), "int32", weak=True)
     if is_real_scalar(value):
         return Const(float(value), "float32", weak=True)
@@ -370,8 +376,10 @@ def _coerce(node: Expr, dtype: str) -> Expr:
 
 
 # x ** n for a constant whole n with 1 <= |n| <= this: products (and a reciprocal), exact for
-# n = 2 as NumPy's square, and integer powers of integers stay integers as in NumPy.
+# n = 2 as NumPy's square; integer powers of integers (0 <= n <= INTEGER_POWERS) stay
+# integers as in NumPy (wrapping around as NumPy's do).
 PRODUCT_POWERS = 8
+INTEGER_POWERS = 64
 
 
 def _power_as_products(base: Expr, exponent: Expr) -> Expr | None:
@@ -379,10 +387,20 @@ def _power_as_products(base: Expr, exponent: Expr) -> Expr | None:
     (None otherwise: the general pow)."""
     if not isinstance(exponent, Const) or exponent.dtype == "bool" or base.dtype == "bool":
         return None
-    value = float(exponent.value)
+    try:
+        value = float(exponent.value)
+    except OverflowError:  # an exponent past float64's range: the general pow
+        return None
     dtype = promote(base, exponent)
-    if not value.is_integer() or not 1 <= abs(value) <= PRODUCT_POWERS or (
-            value < 0 and dtype not in FLOAT_DTYPES):
+    if not value.is_integer():
+        return None
+    if dtype not in FLOAT_DTYPES:  # integers: any whole n >= 0 (NumPy refuses n < 0)
+        if not 0 <= value <= INTEGER_POWERS:
+            return None
+        if value == 0:  # reads the base still (an operator needs an array)
+            zero = Binary("mul", _coerce(base, dtype), Const(0, dtype), dtype)
+            return Binary("add", zero, Const(1, dtype), dtype)
+    elif not 1 <= abs(value) <= PRODUCT_POWERS:
         return None
     factor, product, remaining = _coerce(base, dtype), None, int(abs(value))
     while remaining:  # square and multiply

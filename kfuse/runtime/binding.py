@@ -84,6 +84,9 @@ def bind(graph: Graph, given: Mapping[str, Any]) -> Bound:
             number = float(value)
         except (TypeError, ValueError):
             raise BindError(f"parameter '{name}' must be a number, got {value!r}") from None
+        except OverflowError:
+            raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}"
+                            ) from None
         if dtype == "bool":
             params[name] = bool(value)
             continue
