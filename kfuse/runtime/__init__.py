@@ -69,13 +69,16 @@ def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
             plan = None
     elif plan is not None and plan.graph is not graph:
         # A plan made from an earlier build of the pipeline: re-check it against this graph.
-        # (variants carry over: a row reduction's epilogue is legal only under one)
+        # (variants carry over: a row reduction's epilogue is legal only under one; the
+        # kernels' resources are checked as the backend compiles them, for these sizes or any)
         from kfuse.fusion.plan import make_plan
+        from kfuse.runtime.binding import bind
         variants = {frozenset(g.members): g.variant for g in plan.groups}
+        sizes = bind(graph, given).sizes if compiles_for_sizes(chosen.name) else None
         plan = make_plan(graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
                          model=plan.model, predicted_time_s=plan.predicted_time_s,
                          unfused_predicted_time_s=plan.unfused_predicted_time_s,
-                         variants=variants)
+                         variants=variants, sizes=sizes)
     return chosen.run(graph, given, plan=plan)
 
 
