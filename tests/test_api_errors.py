@@ -300,3 +300,16 @@ def test_numbers_past_every_range_are_refused_clearly(rng):
         kf.constant(10**400)
     with pytest.raises(DslError, match="out of range"):
         kf.point(x ** 10**400, name="z")
+
+
+@pytest.mark.parametrize("value", [2, 0.5, float("nan")])
+def test_a_bool_parameter_takes_only_true_or_false(value, rng):
+    p = kf.Pipeline("flag")
+    x = p.input("x", ndim=1)
+    on = p.param("on", "bool")
+    p.output(kf.point(kf.where(on, x, -x), name="y"))
+    data = random_array(rng, (6,))
+    np.testing.assert_array_equal(p.run(backend="numpy", x=data, on=True)["y"], data)
+    np.testing.assert_array_equal(p.run(backend="numpy", x=data, on=0)["y"], -data)
+    with pytest.raises(BindError, match="cannot hold"):
+        p.run(backend="numpy", x=data, on=value)

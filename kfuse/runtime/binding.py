@@ -87,11 +87,8 @@ def bind(graph: Graph, given: Mapping[str, Any]) -> Bound:
         except OverflowError:
             raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}"
                             ) from None
-        if dtype == "bool":
-            params[name] = bool(value)
-            continue
-        if not representable(number, dtype):
+        if not representable(number, dtype):  # (a bool parameter takes 0, 1, False, True)
             raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}")
-        params[name] = int(value) if dtype == "int32" else number
+        params[name] = {"int32": int, "bool": bool}.get(dtype, float)(number)
     sizes = graph.bind_shapes({name: tuple(arrays[name].shape) for name in graph.inputs})
     return Bound(arrays, params, sizes)
