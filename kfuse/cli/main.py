@@ -161,8 +161,9 @@ def command_run(args: argparse.Namespace) -> int:
                          "with --unfused")
     pipeline = app.build(boundary=args.boundary)
     graph = pipeline.graph()
+    inputs = _make_inputs(app, size, args.seed) if args.autotune else None  # timed and run
     plan, timed = (None, None) if args.unfused else _plan_for(app, graph, size, args, backend,
-                                                               search)
+                                                               search, inputs)
     groups = plan.kernel_groups if plan else None
     # the source as the backend compiles it (the GPU's: for the run's sizes)
     fixed_sizes = app.sizes(graph, size) if compiles_for_sizes(backend) else None
@@ -171,7 +172,7 @@ def command_run(args: argparse.Namespace) -> int:
         return 0
     if args.resources:
         return _print_resources(graph, groups, fixed_sizes)
-    arrays, params = _make_inputs(app, size, args.seed)
+    arrays, params = inputs or _make_inputs(app, size, args.seed)
     started = time.perf_counter()
     outputs = pipeline.run(backend=backend, plan=plan or "unfused", **arrays, **params)
     elapsed = time.perf_counter() - started
@@ -202,16 +203,17 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backend: str,
-              search) -> tuple[Any, list[dict] | None]:
-    """``kfuse run``'s plan: autotuned (``--autotune K``), the app's planner, or the search;
-    with the autotuner's timings (None when it did not run)."""
+              search, inputs: tuple[dict, dict] | None = None
+              ) -> tuple[Any, list[dict] | None]:
+    """``kfuse run``'s plan: autotuned (``--autotune K``, timed on ``inputs``), the app's
+    planner, or the search; with the autotuner's timings (None when it did not run)."""
     sizes = app.sizes(graph, size)
     if getattr(args, "autotune", 0):
         from kfuse.search.variants import autotune
         if backend == "cpu":
             print("kfuse: note: --autotune on the cpu backend times the host shim with the "
                   "wall clock, which says nothing about a GPU", file=sys.stderr)
-        arrays, params = _make_inputs(app, size, args.seed)
+        arrays, params = inputs or _make_inputs(app, size, args.seed)
         result = autotune(graph, {**arrays, **params}, args.autotune, backend=backend,
                           sizes=sizes)
         if not getattr(args, "json", False):

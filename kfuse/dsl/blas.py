@@ -19,7 +19,7 @@ Sizes of any value (no padding) are fine; the generated code handles the edges.
 
 from __future__ import annotations
 
-from kfuse.dsl.pipeline import _ARITHMETIC, Array, Pipeline
+from kfuse.dsl.pipeline import Array, Pipeline, forward_arithmetic
 from kfuse.dsl.source import UserLine, user_line
 from kfuse.errors import DslError, ShapeError
 from kfuse.ir.expr import Expr, Load, as_expr, loads, transform, unary
@@ -169,24 +169,9 @@ class Transposed:
     def __repr__(self) -> str:
         return f"{self.array.name}.T"
 
-    def __bool__(self) -> bool:
-        raise DslError("a kfuse array has no truth value at trace time")
-
-    __hash__ = object.__hash__  # by identity: == is elementwise (forwarded below)
-    __array_ufunc__ = None  # NumPy scalars on the left defer to our methods
 
 
-def _forward_transposed(method: str):
-    """Arithmetic on ``A.T`` is arithmetic on ``A`` read transposed at the current point."""
-    def forwarded(self: Transposed, *args: object) -> Expr:
-        return getattr(self.expr(), method)(*args)
-    forwarded.__name__ = method
-    return forwarded
-
-
-for _method in _ARITHMETIC:
-    setattr(Transposed, _method, _forward_transposed(_method))
-del _method
+forward_arithmetic(Transposed)  # arithmetic on A.T: on A read transposed at the point
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kfuse.dsl.source import user_line
+from kfuse.dsl.source import user_where
 from kfuse.errors import BoundaryError, DslError
 from kfuse.ir.expr import (
     Boundary,
@@ -101,7 +101,7 @@ def coord(axis: int) -> Expr:
     the operator's iteration space; the operator checks that it has that axis."""
     if not is_integer_scalar(axis) or axis < 0:
         raise DslError(f"coord() takes an axis number (0, 1 or 2), got {axis!r}",
-                       where=_where())
+                       where=user_where())
     return Coord(int(axis))
 
 
@@ -111,12 +111,7 @@ def constant(value: float) -> Boundary:
     try:
         return Boundary("constant", value)
     except BoundaryError as error:
-        raise BoundaryError(str(error), where=_where()) from None
-
-
-def _where() -> str | None:
-    line = user_line()
-    return str(line) if line else None
+        raise BoundaryError(str(error), where=user_where()) from None
 
 
 clamp = Boundary("clamp")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kfuse.dsl.pipeline import Array, Pipeline
-from kfuse.dsl.source import UserLine, user_line
+from kfuse.dsl.source import UserLine, user_line, user_where
 from kfuse.errors import DslError
 from kfuse.ir.expr import (
     Boundary,
@@ -28,16 +28,11 @@ def _pipeline_of(value: object, operator: str) -> Pipeline:
     pipelines = {id(ld.origin): ld.origin for ld in loads(expr) if ld.origin is not None}
     if len(pipelines) > 1:
         raise DslError("combines arrays of different pipelines", operator=operator,
-                       where=_where_text())
+                       where=user_where())
     if not pipelines:
         raise DslError("reads no array; an operator needs at least one input array",
-                       operator=operator, where=_where_text())
+                       operator=operator, where=user_where())
     return next(iter(pipelines.values()))
-
-
-def _where_text() -> str | None:
-    line = user_line()
-    return str(line) if line else None
 
 
 def point(expr: object, *, name: str | None = None, dtype: object = None) -> Array:

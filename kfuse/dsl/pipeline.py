@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kfuse.dsl.source import UserLine, user_line
+from kfuse.dsl.source import UserLine, user_where
 from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
     Boundary,
@@ -64,19 +64,19 @@ class Array:
             offsets = tuple(offsets[0])
         if len(offsets) != self.ndim:
             raise DslError(f"'{self.name}' is {self.ndim}-D: give {self.ndim} offsets, "
-                           f"got {len(offsets)}", where=_where())
+                           f"got {len(offsets)}", where=user_where())
         for offset in offsets:
             if not is_integer_scalar(offset):
                 raise DslError(f"offsets must be constant integers, got {offset!r}",
-                               where=_where())
+                               where=user_where())
         if dims is None and self.ndim == 0:
             dims = ()
         if dims is not None and len(tuple(dims)) != self.ndim:
             raise DslError(f"'{self.name}' is {self.ndim}-D: dims needs {self.ndim} entries",
-                           where=_where())
+                           where=user_where())
         if dims is not None and not all(is_integer_scalar(d) and d >= 0 for d in dims):
             raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}",
-                           where=_where())
+                           where=user_where())
         bound = None if boundary is None else as_boundary(boundary)
         dims = None if dims is None else tuple(int(d) for d in dims)
         return Load(self.name, self.dtype, tuple(int(o) for o in offsets), dims, bound,
@@ -90,11 +90,6 @@ class Array:
     def __repr__(self) -> str:
         return f"Array({self.name!r}, {self.dtype}, shape={self.shape})"
 
-    def __bool__(self) -> bool:
-        raise DslError("a kfuse array has no truth value at trace time")
-
-    __hash__ = object.__hash__  # by identity: == is elementwise (forwarded below)
-    __array_ufunc__ = None  # NumPy scalars on the left (np.int64(2) * x) defer to our methods
 
 
 # Arithmetic on an array is arithmetic on the array read at the current point.
@@ -106,22 +101,31 @@ _ARITHMETIC = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul_
 
 
 def _forward(method: str):
-    def forwarded(self: Array, *args: Any) -> Expr:
+    def forwarded(self: Any, *args: Any) -> Expr:
         return getattr(self.expr(), method)(*args)
     forwarded.__name__ = method
     return forwarded
 
 
-for _method in _ARITHMETIC:
-    setattr(Array, _method, _forward(_method))
-del _method
+def _no_truth_value(self: Any) -> bool:
+    raise DslError("a kfuse array has no truth value at trace time")
+
+
+def forward_arithmetic(cls: type) -> type:
+    """Give ``cls`` (anything with ``expr()``: an array, a transposed matrix) kfuse's
+    operators on its expression at the current point, ``==`` and ``!=`` included (so it
+    hashes by identity), no truth value, and NumPy scalars on the left deferring to them."""
+    for method in _ARITHMETIC:
+        setattr(cls, method, _forward(method))
+    cls.__bool__ = _no_truth_value
+    cls.__hash__ = object.__hash__
+    cls.__array_ufunc__ = None
+    return cls
+
+
+forward_arithmetic(Array)
 
 register_converter(lambda value: value.expr() if isinstance(value, Array) else None)
-
-
-def _where() -> str | None:
-    line = user_line()
-    return str(line) if line else None
 
 
 def _check_border_value(boundary: Boundary, load: Load, operator: str,
@@ -140,11 +144,11 @@ def _size_symbol(name: str, axis: int, size: object) -> str:
         number = int(size)
         if number <= 0:
             raise ShapeError(f"input '{name}': axis {axis} must have a positive size, got "
-                             f"{number}", where=_where())
+                             f"{number}", where=user_where())
         return str(number)
     if not isinstance(size, str) or not re.fullmatch(r"[A-Za-z_][\w.]*", size):
         raise DslError(f"input '{name}': axis {axis} needs a size symbol (a name) or a "
-                       f"positive integer, got {size!r}", where=_where())
+                       f"positive integer, got {size!r}", where=user_where())
     return size
 
 
@@ -172,17 +176,17 @@ class Pipeline:
         self._check_new_name(name)
         if shape is None:
             if ndim is None or ndim not in (0, 1, 2, 3):
-                raise DslError(f"input '{name}': give ndim (0 to 3) or shape", where=_where())
+                raise DslError(f"input '{name}': give ndim (0 to 3) or shape", where=user_where())
             shape = tuple(f"{name}.{axis}" for axis in range(ndim))
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise DslError(f"input '{name}': shape must be a tuple of sizes, got {shape!r}",
-                           where=_where())
+                           where=user_where())
         shape = tuple(_size_symbol(name, axis, size) for axis, size in enumerate(shape))
         if ndim is not None and len(shape) != ndim:
             raise DslError(f"input '{name}': ndim={ndim} but shape has {len(shape)} sizes",
-                           where=_where())
+                           where=user_where())
         if len(shape) > 3:
-            raise DslError(f"input '{name}': at most 3 dimensions are supported", where=_where())
+            raise DslError(f"input '{name}': at most 3 dimensions are supported", where=user_where())
         array = Array(self, name, normalize_dtype(dtype), shape)
         self._inputs[name] = array
         self._arrays[name] = array
@@ -198,19 +202,19 @@ class Pipeline:
         """Mark arrays as outputs of the pipeline (returned by name when it runs)."""
         for array in arrays:
             if not isinstance(array, Array) or array.pipeline is not self:
-                raise DslError("output() takes arrays of this pipeline", where=_where())
+                raise DslError("output() takes arrays of this pipeline", where=user_where())
             if array.name in self._inputs:
                 raise DslError(f"'{array.name}' is an input: an output must be computed by an "
-                               f"operator (kf.point({array.name}) copies it)", where=_where())
+                               f"operator (kf.point({array.name}) copies it)", where=user_where())
             if array.name not in self._outputs:
                 self._outputs.append(array.name)
 
     def _check_new_name(self, name: str) -> None:
         if not isinstance(name, str) or not name.isidentifier():
-            raise DslError(f"names must be identifiers, got {name!r}", where=_where())
+            raise DslError(f"names must be identifiers, got {name!r}", where=user_where())
         if name in self._arrays or name in self._params:
             raise DslError(f"the name '{name}' is already used in pipeline '{self.name}'",
-                           where=_where())
+                           where=user_where())
 
     # -- size symbols (union-find) -----------------------------------------------------------
     def _find(self, symbol: str) -> str:
@@ -242,7 +246,7 @@ class Pipeline:
             root = self._find(symbol) if isinstance(symbol, str) else symbol
             if result.setdefault(root, size) != size:
                 raise ShapeError(f"sizes gives {result[root]} and {size} for '{root}' "
-                                 f"(also named '{symbol}')", where=_where())
+                                 f"(also named '{symbol}')", where=user_where())
         return result
 
     # -- operators -------------------------------------------------------------------------
@@ -405,13 +409,13 @@ class Pipeline:
         usage = ("fuse() takes a list of groups, each a list of operator names, e.g. "
                  f"[{[k.name for k in self._kernels[:2]]}]")
         if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
-            raise FusionError(f"{usage}; got {groups!r}", where=_where())
+            raise FusionError(f"{usage}; got {groups!r}", where=user_where())
         for group in groups:
             if isinstance(group, str):
-                raise DslError(usage, where=_where())
+                raise DslError(usage, where=user_where())
             if not isinstance(group, Sequence) or not all(isinstance(n, str) for n in group):
-                raise FusionError(f"{usage}; got the group {group!r}", where=_where())
-        return make_plan(self.graph(), [list(g) for g in groups], where=_where())
+                raise FusionError(f"{usage}; got the group {group!r}", where=user_where())
+        return make_plan(self.graph(), [list(g) for g in groups], where=user_where())
 
     def plan(self, strategy: str = "auto", model: str = "roofline",
              sizes: Mapping[str, int] | None = None) -> Any:
@@ -425,7 +429,7 @@ class Pipeline:
         if sizes is not None:
             if not isinstance(sizes, Mapping):
                 raise ShapeError("sizes must map size symbols to integers, e.g. "
-                                 f"{dict.fromkeys(graph.size_symbols, 1024)}", where=_where())
+                                 f"{dict.fromkeys(graph.size_symbols, 1024)}", where=user_where())
             sizes = graph.check_sizes(self._sizes_by_root(sizes))
         return plan_for(graph, strategy, model, sizes)
 

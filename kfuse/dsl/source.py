@@ -30,6 +30,12 @@ class UserLine:
         return match.group(1) if match else None
 
 
+def user_where() -> str | None:
+    """The user's line as text for an error message (None when there is none)."""
+    line = user_line()
+    return str(line) if line else None
+
+
 def user_line() -> UserLine | None:
     """The innermost stack frame outside the kfuse package."""
     frame = sys._getframe(1)
