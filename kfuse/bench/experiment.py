@@ -96,10 +96,12 @@ def run_checked(backend: Any, case: DeviceCase, program: Any,
 
 def planned_program(case: DeviceCase) -> Any:
     """The program of ``case``'s plan compiled for its sizes, as the cuda backend builds it
-    (what the source-patch experiments start from)."""
+    for the aligned arrays CuPy allocates (what the source-patch experiments start from)."""
     from kfuse.codegen import generate
+    from kfuse.runtime.backend import VECTOR_ALIGNMENT
 
-    return generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes)
+    return generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes,
+                    array_alignment=VECTOR_ALIGNMENT)
 
 
 def time_sources(case: DeviceCase, programs: Mapping[str, Any], rounds: int,

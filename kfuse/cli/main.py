@@ -165,13 +165,16 @@ def command_run(args: argparse.Namespace) -> int:
     plan, timed = (None, None) if args.unfused else _plan_for(app, graph, size, args, backend,
                                                                search, inputs)
     groups = plan.kernel_groups if plan else None
-    # the source as the backend compiles it (the GPU's: for the run's sizes)
-    fixed_sizes = app.sizes(graph, size) if compiles_for_sizes(backend) else None
+    # the source as the backend compiles it (the GPU's: for the run's sizes), for the
+    # aligned arrays kfuse allocates for the app
+    from kfuse.runtime.backend import VECTOR_ALIGNMENT
+    built_for = {"fixed_sizes": app.sizes(graph, size) if compiles_for_sizes(backend) else None,
+                 "array_alignment": VECTOR_ALIGNMENT}
     if args.show_source:
-        print(generate(graph, groups, fixed_sizes=fixed_sizes).source)
+        print(generate(graph, groups, **built_for).source)
         return 0
     if args.resources:
-        return _print_resources(graph, groups, fixed_sizes)
+        return _print_resources(graph, groups, built_for)
     arrays, params = inputs or _make_inputs(app, size, args.seed)
     started = time.perf_counter()
     outputs = pipeline.run(backend=backend, plan=plan or "unfused", **arrays, **params)
@@ -227,12 +230,13 @@ def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backe
     return search(graph, sizes=sizes), None
 
 
-def _print_resources(graph, groups=None, fixed_sizes=None) -> int:
+def _print_resources(graph, groups=None, built_for: dict | None = None) -> int:
+    """ptxas's figures for each kernel of the program (``built_for``: generate's options)."""
     from rich.table import Table
 
     from kfuse.codegen import generate
     from kfuse.codegen.resources import kernel_resources
-    figures = kernel_resources(generate(graph, groups, fixed_sizes=fixed_sizes).source)
+    figures = kernel_resources(generate(graph, groups, **(built_for or {})).source)
     table = Table(title=f"{graph.name}: ptxas -v, sm_90")
     for column in ("kernel", "registers", "shared bytes", "spill stores", "spill loads",
                    "barriers"):

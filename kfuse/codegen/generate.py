@@ -9,12 +9,13 @@ from kfuse.codegen.kernels import KernelGroup, group_kernel
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.program import Program
 from kfuse.codegen.specialise import specialise_kernel
+from kfuse.errors import CompileError
 from kfuse.ir.graph import Graph
 
 
 def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
              *, wide_index: bool = False, fixed_sizes: Mapping[str, int] | None = None,
-             march: bool = False) -> Program:
+             march: bool = False, array_alignment: int = 1) -> Program:
     """CUDA C for ``graph``; ``groups`` lists (members, written buffers[, variant[, register
     tile]]) in order.
 
@@ -23,13 +24,21 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
     (:mod:`kfuse.codegen.specialise`) and the program must only run at them. ``march``:
     3-D recompute groups have their threads march along z (for devices where that pays,
     :func:`kfuse.codegen.marching.pays_on`; ``marching.ENABLED`` overrides it).
+    ``array_alignment``: bytes (a power of two) every array's address is known to be a
+    multiple of, so that kernels need not test their pointers before vector accesses; the
+    program must only run on such arrays (1: any).
     """
+    if array_alignment < 1 or array_alignment & (array_alignment - 1):
+        raise CompileError(f"array_alignment must be a power of two, not {array_alignment}")
     if marching.ENABLED is not None:
         march = marching.ENABLED
     if groups is None:
         groups = [((k.name,), (k.output,)) for k in graph.topological_kernels()]
     fused = sum(1 for group in groups if len(group[0]) > 1)
-    parts = [PRELUDE,
+    known = [] if array_alignment == 1 else [
+        f"#define KF_ARRAYS_ALIGNED {array_alignment}  // compiled for arrays aligned to "
+        f"{array_alignment} bytes (runs on no others)"]
+    parts = [*known, PRELUDE,
              f"// Pipeline '{graph.name}': {len(graph.kernels)} operators in {len(groups)} "
              f"kernels ({fused} fused).",
              f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
@@ -48,7 +57,8 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
         parts.extend([*lines, ""])
         launches.append(launch)
     return Program(graph.name, "\n".join(parts), tuple(launches), wide_index,
-                   tuple(sorted(fixed_sizes.items())) if fixed_sizes is not None else None)
+                   tuple(sorted(fixed_sizes.items())) if fixed_sizes is not None else None,
+                   array_alignment)
 
 
 def generate_unfused(graph: Graph, *, wide_index: bool = False) -> Program:

@@ -98,10 +98,6 @@ OP_CODE = {"sum": 0, "min": 1, "max": 2}
 HELPERS = r"""#ifndef KF_MAPREDUCE_HELPERS
 #define KF_MAPREDUCE_HELPERS
 // ----- kfuse map-reduce helpers (kfuse.codegen.mapreduce) -----
-KF_DEVICE bool kf_mr_aligned(const void* p, unsigned long long bytes = 16) {
-  return ((unsigned long long)p & (bytes - 1)) == 0;
-}
-
 // The word of one vector access of B bytes (16: uint4, 8: uint2; other sizes: none).
 template <int B> struct kf_mr_word { typedef unsigned char type; static const bool ok = false; };
 template <> struct kf_mr_word<16> { typedef uint4 type; static const bool ok = true; };
@@ -730,9 +726,8 @@ class _Builder(StreamBody, HeldBody):
         if self.v == 1 or not buffers:
             return "false"
         size = self.variant.vector_bytes
-        extra = "" if size == 16 else f", {size}"
         terms = [f"({stride} % {self.v} == 0)"] if stride else []
-        terms += [f"kf_mr_aligned({c_name(name)}{extra})" for name in buffers]
+        terms += [f"kf_aligned({c_name(name)}, {size})" for name in buffers]
         return " && ".join(terms)
 
     def hook(self, load: Load, emitter: ExprEmitter) -> str | None:

@@ -18,6 +18,16 @@ PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
 #define KF_KERNEL extern "C" __global__
 #define KF_DEVICE __device__ __forceinline__
 
+// Vector accesses need aligned pointers. A program compiled for arrays known to be aligned
+// (the runtime checks every array's address before it launches one) defines
+// KF_ARRAYS_ALIGNED to that many bytes and its kernels skip the test; others test each pointer.
+#ifndef KF_ARRAYS_ALIGNED
+#define KF_ARRAYS_ALIGNED 1
+#endif
+KF_DEVICE bool kf_aligned(const void* p, unsigned long long bytes) {
+  return bytes <= KF_ARRAYS_ALIGNED || ((unsigned long long)p & (bytes - 1)) == 0;
+}
+
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif

@@ -118,3 +118,6 @@ class Program:
     wide_index: bool = False
     # (size symbol, size) pairs the kernels were compiled for; None: any sizes
     fixed_sizes: tuple[tuple[str, int], ...] | None = None
+    # bytes every array's address is compiled in as a multiple of (1: any address; the
+    # runtime refuses to launch the program on arrays that are not)
+    array_alignment: int = 1

@@ -82,9 +82,11 @@ class GroupTimer:
             variant = group_variant(graph, key)
             program = generate(graph, [(key, outputs, variant)],
                                wide_index=self.base.bound.wide_index(graph),
-                               fixed_sizes=self.backend.fixed_sizes(self.base.bound))
-            executable = type(self.base)(program, graph, self.base.bound)
+                               fixed_sizes=self.backend.fixed_sizes(self.base.bound),
+                               array_alignment=self.base.array_alignment())
+            executable = type(self.base)(graph, self.base.bound)
             executable.buffers = self.base.buffers
+            executable.load(program)
             (spec,) = program.launches
             timer = time_gpu if self.backend.name == "cuda" else time_host
             timing = timer(lambda: executable.launch_one(spec), warmup=self.warmup,

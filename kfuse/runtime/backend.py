@@ -15,6 +15,11 @@ from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
 from kfuse.runtime.binding import Bound, bind
 
+# The largest vector access of generated kernels, in bytes: a program for arrays whose
+# addresses are multiples of it compiles its pointer tests away (measured on an H200:
+# MADD 0.3% and WAXPBY 0.2% faster; docs/benchmarks.md, sessions 15 and 16).
+VECTOR_ALIGNMENT = 16
+
 # Value written into fresh buffers so that an element no kernel wrote shows up.
 POISON = {"float32": np.nan, "float64": np.nan, "int32": -1234567891, "bool": True}
 
@@ -35,22 +40,51 @@ class Backend(ABC):
 
 
 class Executable(ABC):
-    """A program bound to concrete buffers, ready to launch again and again."""
+    """A program bound to concrete buffers, ready to launch again and again.
 
-    def __init__(self, program: Program, graph: Graph, bound: Bound):
+    Made in steps: bound to arrays, buffers allocated, then a program loaded (checked against
+    the sizes and array addresses it was compiled for, and compiled).
+    """
+
+    def __init__(self, graph: Graph, bound: Bound):
+        self.graph = graph
+        self.bound = bound
+        self.buffers: dict[str, Any] = {}
+        self.program: Program | None = None
+
+    def load(self, program: Program) -> None:
+        """Take ``program`` to launch on the buffers (refused where it was compiled for other
+        sizes or for aligned arrays that these are not) and compile it."""
         if program.fixed_sizes is not None:
-            differ = {symbol: (size, bound.sizes.get(symbol))
+            differ = {symbol: (size, self.bound.sizes.get(symbol))
                       for symbol, size in program.fixed_sizes
-                      if bound.sizes.get(symbol) != size}
+                      if self.bound.sizes.get(symbol) != size}
             if differ:
                 text = ", ".join(f"'{symbol}' {size} (arrays: {given})"
                                  for symbol, (size, given) in differ.items())
                 raise BindError(f"program '{program.name}' was compiled for other sizes: "
                                 f"{text}; generate it for these arrays' sizes")
+        misaligned = [name for name, buffer in self.buffers.items()
+                      if self.address(buffer) % program.array_alignment]
+        if misaligned:
+            raise BindError(f"program '{program.name}' was compiled for arrays at addresses "
+                            f"that are multiples of {program.array_alignment} bytes; "
+                            f"{', '.join(repr(n) for n in misaligned)} "
+                            f"{'is' if len(misaligned) == 1 else 'are'} not (a view that "
+                            "starts inside another array?): generate it with "
+                            "array_alignment=1, or pass aligned arrays")
         self.program = program
-        self.graph = graph
-        self.bound = bound
-        self.buffers: dict[str, Any] = {}
+        self.compile(program)
+
+    def array_alignment(self) -> int:
+        """The largest vector size (at most :data:`VECTOR_ALIGNMENT` bytes) that every
+        buffer's address is a multiple of: what programs for these buffers may assume."""
+        alignment = VECTOR_ALIGNMENT
+        for buffer in self.buffers.values():
+            address = self.address(buffer)
+            while address % alignment:
+                alignment //= 2
+        return alignment
 
     def allocate(self) -> None:
         for name, buffer in self.graph.buffers.items():
@@ -90,6 +124,14 @@ class Executable(ABC):
         return {name: self.download(self.buffers[name]) for name in self.graph.outputs}
 
     # -- what each compiled backend supplies ---------------------------------------------------
+    @abstractmethod
+    def compile(self, program: Program) -> None:
+        """Make ``program`` launchable (compile it, or take it from the cache)."""
+
+    @abstractmethod
+    def address(self, buffer: Any) -> int:
+        """Where ``buffer``'s first element is in memory."""
+
     @abstractmethod
     def upload(self, array: Any) -> Any: ...
 
@@ -137,14 +179,16 @@ class CompiledBackend(Backend):
                 program: Program | None = None, plan: FusionPlan | None = None) -> Executable:
         """Bind arguments, generate (or take) the program, compile it and allocate buffers."""
         bound = bind(graph, given)
+        executable = self.executable_class(graph, bound)
+        executable.allocate()
         if program is None:
             from kfuse.codegen import generate
             groups = plan.kernel_groups if plan is not None else None
             program = generate(graph, groups, wide_index=bound.wide_index(graph),
                                fixed_sizes=self.fixed_sizes(bound),
-                               march=self.marches_along_z(graph, bound.sizes))
-        executable = self.executable_class(program, graph, bound)
-        executable.allocate()
+                               march=self.marches_along_z(graph, bound.sizes),
+                               array_alignment=executable.array_alignment())
+        executable.load(program)
         return executable
 
     def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None,

@@ -13,9 +13,7 @@ import numpy as np
 
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.errors import BackendUnavailable, LaunchError
-from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import CompiledBackend, Executable
-from kfuse.runtime.binding import Bound
 from kfuse.runtime.host_compiler import compile_host_library, find_compiler, load_host_library
 
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
@@ -50,10 +48,12 @@ def host_source(program: Program) -> str:
 
 
 class CpuExecutable(Executable):
-    def __init__(self, program: Program, graph: Graph, bound: Bound):
-        super().__init__(program, graph, bound)
+    def compile(self, program: Program) -> None:
         path = compile_host_library(host_source(program), name_hint=program.name)
         self.library = load_host_library(path)
+
+    def address(self, buffer: np.ndarray) -> int:
+        return buffer.ctypes.data
 
     def upload(self, array: Any) -> np.ndarray:
         return np.ascontiguousarray(np.asarray(array)).copy()

@@ -107,9 +107,15 @@ def _kind(array: Any) -> str:
 
 
 class CudaExecutable(Executable):
-    def __init__(self, program: Program, graph: Graph, bound: Bound):
-        super().__init__(program, graph, bound)
+    def __init__(self, graph: Graph, bound: Bound):
+        super().__init__(graph, bound)
         self.cupy = _cupy()
+        self.resident: dict[str, int] = {}
+        kinds = {_kind(a) for a in bound.arrays.values()}
+        self.output_kind = "numpy" if "numpy" in kinds or not kinds else (
+            "torch" if "torch" in kinds else "cupy")
+
+    def compile(self, program: Program) -> None:
         self.module = load_module(program.source)
         self.functions = {spec.symbol: self.module.get_function(spec.symbol)
                           for spec in program.launches}
@@ -117,10 +123,10 @@ class CudaExecutable(Executable):
             if spec.dynamic_shared_bytes > DEFAULT_SHARED_LIMIT:
                 self.functions[spec.symbol].max_dynamic_shared_size_bytes = \
                     spec.dynamic_shared_bytes
-        self.resident: dict[str, int] = {}
-        kinds = {_kind(a) for a in bound.arrays.values()}
-        self.output_kind = "numpy" if "numpy" in kinds or not kinds else (
-            "torch" if "torch" in kinds else "cupy")
+        self.resident = {}
+
+    def address(self, buffer: Any) -> int:
+        return buffer.data.ptr
 
     def upload(self, array: Any) -> Any:
         kind = _kind(array)
