@@ -311,7 +311,7 @@ def test_bicgk_reads_a_once_with_16_byte_loads():
     assert "kf_mr_load<4>(A + (kf_index_t)iy * n_A_1 + ix, 4, true, kf_ld_A[kf_k]);" in source
     assert "const bool kf_full = kf_vec && (kf_bx + 1) * 128 <= n_A_1;" in source
     assert "kf_mr_warp_reduce<0, float>" in source and "kf_atomic_sum(&s[jx], kf_sum_s);" in source
-    assert "(n_A_1 % 4 == 0) && kf_aligned(A, 16)" in source  # scalar fallback otherwise
+    assert "(n_A_1 % 4 == 0) && kf_pointer_aligned(A, 16)" in source  # scalar fallback otherwise
     assert source.count("kfuse prelude: shared by every generated kernel") == 1
 
 
@@ -773,7 +773,7 @@ def test_block_row_source_and_variant_text():
     assert launch.block == (512, 1, 1)
     assert launch.grid_size({"A.0": 16384, "A.1": 16384}) == (16384, 1, 1)
     source = program.source[program.source.index("sgemv_z_prod_z("):]  # the kernel
-    assert "kf_aligned(A, 8) && kf_aligned(x, 8)" in source  # 8-byte accesses
+    assert "kf_pointer_aligned(A, 8) && kf_pointer_aligned(x, 8)" in source  # 8-byte accesses
     assert "const int ix = kf_cs + (kf_u * 512 + kf_tx) * 2;" in source
     assert "kf_row_z_prod = kf_block_reduce<0, float>(kf_row_z_prod, 0.0f);" in source
     rest = source.index("the rest: one masked chunk")

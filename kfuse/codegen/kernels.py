@@ -562,7 +562,7 @@ def _vector_condition(group: KernelGroup, columns: int) -> str | None:
     terms = [f"{width} % {columns} == 0"]
     for name in buffers:
         vector_bytes = columns * ITEM_SIZE[group.graph.buffers[name].dtype]
-        terms.append(f"kf_aligned({c_name(name)}, {vector_bytes})")
+        terms.append(f"kf_pointer_aligned({c_name(name)}, {vector_bytes})")
     return " && ".join(terms)
 
 

@@ -18,14 +18,18 @@ PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
 #define KF_KERNEL extern "C" __global__
 #define KF_DEVICE __device__ __forceinline__
 
-// Vector accesses need aligned pointers. A program compiled for arrays known to be aligned
-// (the runtime checks every array's address before it launches one) defines
-// KF_ARRAYS_ALIGNED to that many bytes and its kernels skip the test; others test each pointer.
+// Vector accesses need aligned pointers: kf_pointer_aligned tests one on the device.
+// A program compiled for arrays known to be aligned (the runtime checks every array's address
+// before it launches one) defines KF_ARRAYS_ALIGNED to that many bytes, and kf_aligned is then
+// known at compile time; kernels call it where that was measured to pay (plain maps).
 #ifndef KF_ARRAYS_ALIGNED
 #define KF_ARRAYS_ALIGNED 1
 #endif
+KF_DEVICE bool kf_pointer_aligned(const void* p, unsigned long long bytes) {
+  return ((unsigned long long)p & (bytes - 1)) == 0;
+}
 KF_DEVICE bool kf_aligned(const void* p, unsigned long long bytes) {
-  return bytes <= KF_ARRAYS_ALIGNED || ((unsigned long long)p & (bytes - 1)) == 0;
+  return bytes <= KF_ARRAYS_ALIGNED || kf_pointer_aligned(p, bytes);
 }
 
 #ifndef INFINITY
