@@ -182,11 +182,23 @@ def test_infinite_and_nan_borders_of_float_arrays_run_as_numpy(rng, value):
 
 
 @pytest.mark.parametrize(("dtype", "value"), [("int32", float("inf")), ("int32", 1e10),
-                                              ("int32", 0.5), ("float32", 1e39)])
+                                              ("int32", 0.5), ("float32", 1e39),
+                                              ("float32", 3.41e38)])
 def test_a_border_the_arrays_dtype_cannot_hold_is_refused(dtype, value):
     with pytest.raises(DtypeError, match=f"is not representable in {dtype}") as caught:
         border_pipeline(dtype, value)
     assert "operator 'z'" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [3.4028235e38, -3.4028235e38, 1e-46])
+def test_float32_borders_that_round_to_a_float32_are_taken(rng, value):
+    """The printed float32 maximum is a float32 (it rounds to it), as is a value that
+    underflows to zero."""
+    p = border_pipeline("float32", value)
+    x = random_array(rng, (7, 9))
+    expected = x[0, 1:] + np.float32(value)  # row 0's x.at(-1, 0) is the border
+    with np.errstate(over="ignore"):
+        assert np.allclose(p.run(backend="cpu", x=x)["z"][0, :-1], expected)
 
 
 # -- parameters ------------------------------------------------------------------------------

@@ -41,12 +41,14 @@ def normalize_dtype(dtype: object) -> str:
 
 def representable(value: float | int | bool, dtype: str) -> bool:
     """Whether ``value`` is exactly a value of ``dtype``: an integral number in int32's range
-    for int32, 0 or 1 for bool, a float within float32's range (or inf, nan) for float32."""
+    for int32, 0 or 1 for bool, a float that rounds to a finite float32 (or inf, nan) for
+    float32 (so the printed float32 maximum, 3.4028235e+38, is one)."""
     value = float(value)
     if dtype == "float64":
         return True
     if dtype == "float32":
-        return not math.isfinite(value) or abs(value) <= float(np.finfo(np.float32).max)
+        with np.errstate(over="ignore"):
+            return not math.isfinite(value) or bool(np.isfinite(np.float32(value)))
     if not value.is_integer():
         return False
     low, high = (0, 1) if dtype == "bool" else (-2**31, 2**31 - 1)
