@@ -77,6 +77,18 @@ def test_axes_of_two_different_fixed_sizes_do_not_combine():
         kf.point(u + v.at(0, dims=(0,)))
 
 
+def test_a_refused_operator_leaves_the_sizes_as_they_were(rng):
+    """x + y would make n = 9 before z's 5 refuses the operator; n must stay free."""
+    p = kf.Pipeline("p")
+    x, y, z = p.input("x", shape=("n",)), p.input("y", shape=(9,)), p.input("z", shape=(5,))
+    with pytest.raises(ShapeError, match="fixed sizes"):
+        kf.point(x + y + z)
+    p.output(kf.point(x * 2.0, name="twice"), kf.point(y + 1.0), kf.point(z + 1.0))
+    data = random_array(rng, (7,))
+    assert np.allclose(p.run(backend="numpy", x=data, y=random_array(rng, (9,)),
+                             z=random_array(rng, (5,)))["twice"], 2 * data)
+
+
 def test_numpy_integer_sizes_are_fixed_sizes():
     y = kf.Pipeline("p").input("y", shape=(np.int64(3), "h"))
     assert y.shape == ("3", "h")

@@ -254,7 +254,22 @@ class Pipeline:
                    reduction_op: str | None = None, reduce_axes: Sequence[int] | None = None,
                    shape: Sequence[str] | None = None, default_boundary: Boundary | None = None,
                    dtype: object = None) -> Array:
-        """Record one operator and return the array it produces (used by kfuse.dsl.ops)."""
+        """Record one operator and return the array it produces (used by kfuse.dsl.ops).
+        An operator refused with an error leaves the pipeline as it was (its size
+        unifications undone)."""
+        unified = dict(self._parent)
+        try:
+            return self._add_kernel(kind, body, name=name, line=line, reduction_op=reduction_op,
+                                    reduce_axes=reduce_axes, shape=shape,
+                                    default_boundary=default_boundary, dtype=dtype)
+        except Exception:
+            self._parent = unified
+            raise
+
+    def _add_kernel(self, kind: str, body: object, *, name: str | None, line: UserLine | None,
+                    reduction_op: str | None, reduce_axes: Sequence[int] | None,
+                    shape: Sequence[str] | None, default_boundary: Boundary | None,
+                    dtype: object) -> Array:
         where = str(line) if line else None
         name = self._operator_name(name, kind, line)
         body = as_expr(body)
