@@ -54,8 +54,12 @@ def test_fixed_sizes_run_on_the_cpu_backend_as_numpy(rng):
 
 def test_an_array_of_another_size_than_the_fixed_one_is_refused(rng):
     p = fixed_size_pipeline()
-    with pytest.raises(ShapeError, match="'y' is declared with 9 elements along axis 1"):
+    with pytest.raises(ShapeError, match="'y' must have 9 elements along axis 1"):
         p.run(backend="cpu", y=random_array(rng, (7, 8)), w=random_array(rng, (7, 8)))
+    # w was declared (7, "n"): its n is 9 through the operator that adds it to y
+    with pytest.raises(ShapeError, match=r"'w' must have 9 elements along axis 1 \(a fixed "
+                                         r"size: given in its shape=, or that of an array"):
+        p.run(backend="cpu", y=random_array(rng, (7, 9)), w=random_array(rng, (7, 8)))
 
 
 @pytest.mark.parametrize("size", [0, -1, "-2"])

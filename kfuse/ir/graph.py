@@ -359,8 +359,10 @@ class Graph:
                     raise ShapeError(f"input '{name}' has an empty axis (shape {shape})")
                 fixed = fixed_size(symbol)
                 if fixed is not None and size != fixed:
-                    raise ShapeError(f"input '{name}' is declared with {fixed} elements along "
-                                     f"axis {axis}, but the array has {size} (shape {shape})")
+                    raise ShapeError(f"input '{name}' must have {fixed} elements along axis "
+                                     f"{axis} (a fixed size: given in its shape=, or that of "
+                                     f"an array an operator combines it with), but the array "
+                                     f"has {size} (shape {shape})")
                 if sizes.setdefault(symbol, size) != size:
                     holders = [n for n in self.inputs if symbol in self.buffers[n].shape]
                     raise ShapeError(
