@@ -9,6 +9,7 @@ import pytest
 
 import kfuse as kf
 from kfuse.bench.harness import max_relative_error
+from kfuse.codegen import generate
 from kfuse.ir.expr import Binary, Const, as_expr
 from kfuse.runtime.cuda_backend import CudaBackend
 
@@ -58,6 +59,33 @@ def test_powers_of_integers_stay_integers(exponent, backend):
         expected = values ** exponent + values
     np.testing.assert_array_equal(ours, expected)
     np.testing.assert_array_equal(interpreted, expected)
+
+
+@compiled
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "neg", "sum"])
+def test_int32_arithmetic_wraps_around_as_numpy(op, backend):
+    """int32 sums, differences, products and negations that overflow wrap around (in C a
+    signed overflow is undefined: the generated code computes them unsigned)."""
+    rng = np.random.default_rng(11)
+    a = rng.integers(-2**31, 2**31, SHAPE, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, SHAPE, dtype=np.int64).astype(np.int32)
+    a[0, 0], b[0, 0] = np.iinfo(np.int32).min, np.iinfo(np.int32).max  # -INT_MIN too
+    p = kf.Pipeline("wrap")
+    x, y = p.input("x", ndim=2, dtype="int32"), p.input("y", ndim=2, dtype="int32")
+    result = {"add": lambda: kf.point(x + y, name="z"), "sub": lambda: kf.point(x - y, name="z"),
+              "mul": lambda: kf.point(x * y, name="z"),
+              "neg": lambda: kf.point(-x + y * 0, name="z"),
+              "sum": lambda: kf.reduce_sum(kf.point(x + y), axis=1, name="z")}[op]()
+    p.output(result)
+    ours, interpreted = run_both(backend, p, x=a, y=b)
+    with np.errstate(over="ignore"):
+        expected = {"add": a + b, "sub": a - b, "mul": a * b, "neg": -a + b * 0,
+                    "sum": (a + b).sum(axis=1, dtype=np.int32)}[op]
+    assert ours.dtype == np.int32
+    np.testing.assert_array_equal(ours, expected)
+    np.testing.assert_array_equal(interpreted, expected)
+    kernels = generate(p.graph()).source.split("// Pipeline")[1]
+    assert f"kf_i{'add' if op == 'sum' else op}(" in kernels  # the prelude's wrapping helpers
 
 
 def test_other_exponents_keep_the_general_pow():

@@ -44,6 +44,8 @@ _FLOAT_FUNCTIONS = {
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+# int32 operations that can overflow: the prelude's wrapping helpers (NumPy's wraparound)
+_INT_WRAPPING = {"add": "kf_iadd", "sub": "kf_isub", "mul": "kf_imul"}
 
 
 # Names generated code uses for its own variables; a buffer named like one gets a suffix.
@@ -330,13 +332,16 @@ class ExprEmitter:
             return self.define(node.dtype, self.load_text(node), prefix=f"ld_{node.buffer}_")
         if isinstance(node, Unary):
             if node.op == "neg":
-                return self.define(node.dtype, f"-{args[0]}")
+                text = f"kf_ineg({args[0]})" if node.dtype == "int32" else f"-{args[0]}"
+                return self.define(node.dtype, text)
             if node.op == "not":
                 return self.define(node.dtype, f"!{args[0]}")
             return self.define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
         if isinstance(node, Binary):
             if node.op == "div" and node.dtype == "float32":
                 return self.define(node.dtype, f"kf_divf({args[0]}, {args[1]})")
+            if node.dtype == "int32" and node.op in _INT_WRAPPING:
+                return self.define(node.dtype, f"{_INT_WRAPPING[node.op]}({args[0]}, {args[1]})")
             if node.op in _INFIX:
                 return self.define(node.dtype, f"{args[0]} {_INFIX[node.op]} {args[1]}")
             operand = node.a.dtype

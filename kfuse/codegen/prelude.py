@@ -118,9 +118,18 @@ KF_DEVICE float kf_max(float a, float b) {
 }
 #endif
 
+// int32 arithmetic wraps around as NumPy's (a signed overflow is undefined in C and C++;
+// unsigned arithmetic wraps, and the same instructions run).
+KF_DEVICE int kf_iadd(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+KF_DEVICE int kf_isub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+KF_DEVICE int kf_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+KF_DEVICE int kf_ineg(int a) { return (int)(0u - (unsigned)a); }
+template <typename T> KF_DEVICE T kf_plus(T a, T b) { return a + b; }
+KF_DEVICE int kf_plus(int a, int b) { return kf_iadd(a, b); }
+
 // Reduction combiners: 0 = sum, 1 = min, 2 = max.
 template <int OP, typename T> KF_DEVICE T kf_combine(T a, T b) {
-  if (OP == 0) return a + b;
+  if (OP == 0) return kf_plus(a, b);
   if (OP == 1) return kf_min(a, b);
   return kf_max(a, b);
 }
