@@ -441,7 +441,7 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     row.floor_bytes = dram_floor_bytes(graph, sizes)
     row.floor_ms = floor_seconds(row.floor_bytes, profile) * 1e3
     row.launches = len(executable.program.launches)
-    rotate = [_setter(executable.buffers, one) for one in input_sets]
+    rotate = [_setter(executable, one) for one in input_sets]
     executable.launch_all()
     outputs = {name: executable.buffers[name].copy() for name in graph.outputs}
 
@@ -449,7 +449,7 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     timing = env.timer(executable.launch_all, warmup=warmup, repeat=repeat, rotate=rotate)
     row.kfuse_ms = timing.median_s * 1e3
     row.timings["kfuse"] = _timing_dict(timing)
-    unfused_rotate = [_setter(unfused.buffers, one) for one in input_sets]
+    unfused_rotate = [_setter(unfused, one) for one in input_sets]
     timing = env.timer(unfused.launch_all, warmup=warmup, repeat=repeat, rotate=unfused_rotate)
     row.unfused_ms = timing.median_s * 1e3
     row.timings["kfuse unfused"] = _timing_dict(timing)
@@ -540,9 +540,13 @@ def _bench_cublas(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[di
     row.timings["cublas"] = _timing_dict(timing)
 
 
-def _setter(buffers: dict[str, Any], arrays: dict[str, Any]) -> Callable[[], None]:
+def _setter(executable: Any, arrays: dict[str, Any]) -> Callable[[], None]:
+    """A function that points ``executable``'s inputs at ``arrays`` (another input set: the
+    program must be able to run on them, which is checked here once)."""
+    executable.check_alignment(arrays)
+
     def point_at() -> None:
-        buffers.update(arrays)
+        executable.buffers.update(arrays)
     return point_at
 
 

@@ -64,7 +64,16 @@ class Executable(ABC):
                                  for symbol, (size, given) in differ.items())
                 raise BindError(f"program '{program.name}' was compiled for other sizes: "
                                 f"{text}; generate it for these arrays' sizes")
-        misaligned = [name for name, buffer in self.buffers.items()
+        self.check_alignment(self.buffers, program)
+        self.program = program
+        self.compile(program)
+
+    def check_alignment(self, buffers: Mapping[str, Any], program: Program | None = None
+                        ) -> None:
+        """Refuse ``buffers`` (by name) that ``program`` (default: the loaded one) may not
+        run on: their addresses are not multiples of the alignment it was compiled for."""
+        program = program or self.program
+        misaligned = [name for name, buffer in buffers.items()
                       if self.address(buffer) % program.array_alignment]
         if misaligned:
             raise BindError(f"program '{program.name}' was compiled for arrays at addresses "
@@ -73,8 +82,6 @@ class Executable(ABC):
                             f"{'is' if len(misaligned) == 1 else 'are'} not (a view that "
                             "starts inside another array?): generate it with "
                             "array_alignment=1, or pass aligned arrays")
-        self.program = program
-        self.compile(program)
 
     def array_alignment(self) -> int:
         """The largest vector size (at most :data:`VECTOR_ALIGNMENT` bytes) that every
