@@ -93,6 +93,23 @@ def test_a_refused_operator_leaves_the_sizes_as_they_were(rng):
                              z=random_array(rng, (5,)))["twice"], 2 * data)
 
 
+def test_a_refused_operator_of_two_kernels_leaves_neither(rng):
+    """gemv with y is a product kernel and a sum kernel: the sum's refusal (y of 5 rows for
+    7) must take the product with it, so that the same call fails the same way again."""
+    p = kf.Pipeline("p")
+    a, x = p.input("A", shape=(7, "n")), p.input("x", shape=("n",))
+    w, y = p.input("w", shape=(5,)), p.input("y", shape=("m",))
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="fixed sizes 5 and 7"):
+            kf.gemv(a, x, y=w)
+    p.output(kf.gemv(a, x, y=y, name="g"), kf.point(w + 1.0))
+    assert len(p.graph().kernels) == 3  # g's two and the point: nothing left of the refusals
+    matrix, vector, addend = (random_array(rng, (7, 4)), random_array(rng, (4,)),
+                              random_array(rng, (7,)))
+    out = p.run(backend="numpy", A=matrix, x=vector, w=random_array(rng, (5,)), y=addend)
+    assert np.allclose(out["g"], matrix @ vector + addend, rtol=1e-5)
+
+
 def test_numpy_integer_sizes_are_fixed_sizes():
     y = kf.Pipeline("p").input("y", shape=(np.int64(3), "h"))
     assert y.shape == ("3", "h")

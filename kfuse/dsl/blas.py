@@ -207,10 +207,11 @@ def nrm2(x: object, *, name: str | None = None) -> Array:
     pipeline = _pipeline((x,), operator, line)
     vector = _vector(x, pipeline, "x", operator, line)
     final = pipeline._operator_name(name, "nrm2", line)
-    squares = pipeline.add_kernel("reduce", vector * vector, name=f"{final}_ss", line=line,
-                                  reduction_op="sum")
-    return pipeline.add_kernel("point", unary("sqrt", squares.expr()), name=final, line=line,
-                               shape=())
+    with pipeline.all_or_nothing():  # two kernels: both or none
+        squares = pipeline.add_kernel("reduce", vector * vector, name=f"{final}_ss", line=line,
+                                      reduction_op="sum")
+        return pipeline.add_kernel("point", unary("sqrt", squares.expr()), name=final,
+                                   line=line, shape=())
 
 
 def scal(alpha: object, x: object, *, name: str | None = None) -> Array:
@@ -329,12 +330,13 @@ def _gemv(a: object, x: object, alpha: object, beta: object, y: object, *, trans
         return pipeline.add_kernel("reduce", body, name=name, line=line, reduction_op="sum",
                                    reduce_axes=(axis,), shape=shape)
     final = pipeline._operator_name(name, "gemv", line)
-    product = pipeline.add_kernel("reduce", body, name=f"{final}_prod", line=line,
-                                  reduction_op="sum", reduce_axes=(axis,), shape=shape)
-    addend = _vector(y, pipeline, "y", operator, line)
-    if beta is not None:
-        addend = as_expr(beta) * addend
-    return pipeline.add_kernel("point", product.expr() + addend, name=final, line=line)
+    with pipeline.all_or_nothing():  # two kernels: both or none
+        product = pipeline.add_kernel("reduce", body, name=f"{final}_prod", line=line,
+                                      reduction_op="sum", reduce_axes=(axis,), shape=shape)
+        addend = _vector(y, pipeline, "y", operator, line)
+        if beta is not None:
+            addend = as_expr(beta) * addend
+        return pipeline.add_kernel("point", product.expr() + addend, name=final, line=line)
 
 
 def _array_matmul(self: Array, other: object) -> Array:

@@ -8,7 +8,8 @@ combine arrays and bound when the pipeline is called.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from kfuse.dsl.source import UserLine, user_where
@@ -255,15 +256,26 @@ class Pipeline:
                    shape: Sequence[str] | None = None, default_boundary: Boundary | None = None,
                    dtype: object = None) -> Array:
         """Record one operator and return the array it produces (used by kfuse.dsl.ops).
-        An operator refused with an error leaves the pipeline as it was (its size
-        unifications undone)."""
-        unified = dict(self._parent)
-        try:
+        An operator refused with an error leaves the pipeline as it was."""
+        with self.all_or_nothing():
             return self._add_kernel(kind, body, name=name, line=line, reduction_op=reduction_op,
                                     reduce_axes=reduce_axes, shape=shape,
                                     default_boundary=default_boundary, dtype=dtype)
-        except Exception:
-            self._parent = unified
+
+    @contextmanager
+    def all_or_nothing(self) -> Iterator[None]:
+        """Operators recorded inside stay only if nothing raises: an error leaves the pipeline
+        as it was (its operators, arrays and size unifications), so that a refused operator
+        made of several kernels (``kf.gemv`` with ``y``, ``kf.nrm2``) leaves none behind."""
+        parent, kernels, arrays = dict(self._parent), len(self._kernels), dict(self._arrays)
+        try:
+            yield
+        except BaseException:
+            self._parent.clear()
+            self._parent.update(parent)
+            del self._kernels[kernels:]
+            self._arrays.clear()
+            self._arrays.update(arrays)
             raise
 
     def _add_kernel(self, kind: str, body: object, *, name: str | None, line: UserLine | None,
