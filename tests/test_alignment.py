@@ -103,6 +103,27 @@ def test_stencil_on_arrays_at_odd_addresses_at_other_borders(boundary, odd_addre
     check_outputs(app, graph, given, executable, boundary)
 
 
+@pytest.mark.parametrize(("name", "size"), [("waxpby", (1001,)), ("sgemv", (37, 44)),
+                                           ("harris", (19, 44))], ids=str)
+def test_no_vector_access_at_an_odd_address(name, size, odd_addresses, ubsan):
+    """Under UBSan (x86 forgives a misaligned vector load; the GPU faults): the pointer tests
+    keep every vector access off the odd addresses, and a program that assumed them aligned
+    (the runtime's check bypassed) is caught, so this test can fail."""
+    cpu_or_skip()
+    app, graph, given = app_case(name, size)
+    plan = planned(app, graph, given)
+    executable = get_backend("cpu").prepare(graph, given, plan=plan)
+    executable.launch_all()
+    check_outputs(app, graph, given, executable)
+    assert "runtime error" not in ubsan()
+    if name == "waxpby":  # the control: vector loads that the runtime would have refused
+        assumed = generate(graph, plan.kernel_groups, array_alignment=VECTOR_ALIGNMENT)
+        executable.compile(assumed)
+        executable.program = assumed
+        executable.launch_all()
+        assert "misaligned address" in ubsan()
+
+
 def test_aligned_arrays_get_a_program_compiled_for_them():
     cpu_or_skip()
     app, graph, given = app_case("vadd", (1003,))

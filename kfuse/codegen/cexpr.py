@@ -96,7 +96,7 @@ LOG_IN_EXP = "log_in_exp"  # codegen's own unary op: a log emitted as kf_logf_in
 def function_name(op: str, dtype: str) -> str:
     """The C math function for ``op`` on ``dtype`` (float32 gets the ``f`` suffix)."""
     if dtype == "int32":
-        return {"abs": "abs", "min": "min", "max": "max"}[op]
+        return {"abs": "kf_iabs", "min": "min", "max": "max"}[op]  # abs(INT_MIN) wraps
     if op in ("min", "max"):
         return f"kf_{op}"  # see the prelude: NaN on either side is the result, as NumPy's
     if op in ("pow", "sqrt") and dtype == "float32":

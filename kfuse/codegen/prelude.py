@@ -20,8 +20,9 @@ PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
 
 // Vector accesses need aligned pointers: kf_pointer_aligned tests one on the device.
 // A program compiled for arrays known to be aligned (the runtime checks every array's address
-// before it launches one) defines KF_ARRAYS_ALIGNED to that many bytes, and kf_aligned is then
-// known at compile time; kernels call it where that was measured to pay (plain maps).
+// when it takes the program or new arrays) defines KF_ARRAYS_ALIGNED to that many bytes, and
+// kf_aligned is then known at compile time; kernels call it where that was measured to pay
+// (the 1-D map-reduce chunks: plain maps and their dot products).
 #ifndef KF_ARRAYS_ALIGNED
 #define KF_ARRAYS_ALIGNED 1
 #endif
@@ -124,6 +125,7 @@ KF_DEVICE int kf_iadd(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
 KF_DEVICE int kf_isub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
 KF_DEVICE int kf_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
 KF_DEVICE int kf_ineg(int a) { return (int)(0u - (unsigned)a); }
+KF_DEVICE int kf_iabs(int a) { return a < 0 ? kf_ineg(a) : a; }
 template <typename T> KF_DEVICE T kf_plus(T a, T b) { return a + b; }
 KF_DEVICE int kf_plus(int a, int b) { return kf_iadd(a, b); }
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,12 +37,12 @@ from kfuse.ir.expr import (
     Load,
     Unary,
     loads,
+    representable,
     with_children,
 )
 from kfuse.ir.graph import Graph, Kernel
 
 MAX_FACTOR = 2.0**24  # an intermediate stays within this factor of its true value
-LARGEST = {"float32": 3.4028234663852886e38, "float64": sys.float_info.max}
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ def _constant_borders(kernels: Sequence[Kernel]) -> dict[str, float]:
 
 def _representable(value: float, dtype: str) -> bool:
     """Whether a constant of magnitude ``value`` stays finite in ``dtype``."""
-    return math.isfinite(value) and abs(value) <= LARGEST[dtype]
+    return math.isfinite(value) and representable(value, dtype)
 
 
 def materialise(value: Scaled, dtype: str) -> Expr:

@@ -184,7 +184,8 @@ class CompiledBackend(Backend):
 
     def prepare(self, graph: Graph, given: Mapping[str, Any], *,
                 program: Program | None = None, plan: FusionPlan | None = None) -> Executable:
-        """Bind arguments, generate (or take) the program, compile it and allocate buffers."""
+        """Bind arguments, allocate buffers, generate (or take) the program for their sizes and
+        alignment, check it against them and compile it."""
         bound = bind(graph, given)
         executable = self.executable_class(graph, bound)
         executable.allocate()
