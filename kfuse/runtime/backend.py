@@ -16,8 +16,9 @@ from kfuse.ir.graph import Graph
 from kfuse.runtime.binding import Bound, bind
 
 # The largest vector access of generated kernels, in bytes: a program for arrays whose
-# addresses are multiples of it compiles its pointer tests away (measured on an H200:
-# MADD 0.3% and WAXPBY 0.2% faster; docs/benchmarks.md, sessions 15 and 16).
+# addresses are multiples of it compiles the 1-D map-reduce kernels' pointer tests away
+# (measured on an H200: MADD, WAXPBY and AXPYDOT 0.2-0.4% faster; docs/benchmarks.md,
+# sessions 15 and 16).
 VECTOR_ALIGNMENT = 16
 
 # Value written into fresh buffers so that an element no kernel wrote shows up.
