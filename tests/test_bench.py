@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from kfuse.bench import (
     to_markdown,
 )
 from kfuse.model import DeviceProfile, current_profile, default_profile
+from kfuse.model import device as device_module
 from kfuse.runtime.numpy_backend import NumpyBackend
 
 # ---------------------------------------------------------------------------------------------
@@ -109,6 +111,7 @@ def test_profile_round_trip(tmp_path, monkeypatch):
 
 def test_profile_missing_falls_back_to_nominal(tmp_path, monkeypatch):
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(device_module, "_VISIBLE_GPU", [None])  # no GPU
     with pytest.raises(FileNotFoundError):
         DeviceProfile.load()
     with pytest.raises(FileNotFoundError):
@@ -117,6 +120,40 @@ def test_profile_missing_falls_back_to_nominal(tmp_path, monkeypatch):
     assert fallback.measured_at is None and not fallback.measured
     assert fallback.sm_count == 132 and fallback.l2_bytes == 50 * 2**20
     assert "not measured" in fallback.summary() or "nominal" in fallback.summary()
+
+
+H200_PROPERTIES = {"name": "NVIDIA H200", "major": 9, "minor": 0, "multiProcessorCount": 132,
+                   "sharedMemPerBlock": 49152, "sharedMemPerMultiprocessor": 233472,
+                   "regsPerMultiprocessor": 65536, "maxThreadsPerMultiProcessor": 2048,
+                   "l2CacheSize": 62914560, "memoryClockRate": 3134000, "memoryBusWidth": 6144,
+                   "sharedMemPerBlockOptin": 232448, "totalGlobalMem": 150109880320}
+
+
+def test_a_gpu_nobody_calibrated_is_planned_with_its_own_figures(tmp_path, monkeypatch):
+    """Its properties, and the copy bandwidth estimated from its DRAM peak (the nominal H100
+    figures planned SGEMV's rows 0.9% slower on an H200); a calibration, once stored, wins."""
+    from kfuse.apps import get_app
+    calibrate = importlib.import_module("kfuse.bench.calibrate")  # (the package's
+    # ``calibrate`` is the function)
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(calibrate, "device_properties", lambda device_id=None: H200_PROPERTIES)
+    estimated = calibrate.estimated_profile()
+    peak = 2 * 3134000e3 * 6144 / 8  # 4814 GB/s, as calibrate reports it
+    assert estimated.peak_bandwidth_bytes_per_s == pytest.approx(peak)
+    assert estimated.copy_bandwidth_bytes_per_s == pytest.approx(
+        calibrate.COPY_FRACTION_OF_PEAK * peak)
+    assert 4.2e12 < estimated.copy_bandwidth_bytes_per_s < 4.3e12  # measured: 4248-4276 GB/s
+    assert estimated.l2_bytes == 60 * 2**20 and not estimated.measured
+    monkeypatch.setattr(device_module, "_VISIBLE_GPU", [estimated])
+    assert current_profile() == estimated
+    app = get_app("sgemv")
+    graph = app.build().graph()
+    plan = app.planner(graph, app.sizes(graph, app.bench_size), current_profile())
+    assert plan.groups[0].variant.startswith("mapreduce:512x1:")  # block rows, as measured
+    calibrated = dataclasses.replace(estimated, copy_bandwidth_bytes_per_s=4.25e12,
+                                     measured_at="2026-11-24")
+    calibrated.save()
+    assert current_profile() == calibrated
 
 
 # ---------------------------------------------------------------------------------------------

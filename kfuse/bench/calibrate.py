@@ -153,23 +153,9 @@ def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
     moved = 2 * (max(copy_bytes // 16, 1) * 16)
     bandwidths = {method: moved / timing.median_s for method, timing in copies.items()}
     best = max(bandwidths, key=bandwidths.get)
-    major, minor = props.get("major", 0), props.get("minor", 0)
-    return DeviceProfile(
-        name=props["name"],
-        compute_capability=f"{major}.{minor}",
-        sm_count=int(props.get("multiProcessorCount", 0)),
-        shared_memory_per_block=int(props.get("sharedMemPerBlock", 0)),
-        shared_memory_per_sm=int(props.get("sharedMemPerMultiprocessor", 0)),
-        registers_per_sm=int(props.get("regsPerMultiprocessor", 0)),
-        max_threads_per_sm=int(props.get("maxThreadsPerMultiProcessor", 0)),
-        l2_bytes=int(props.get("l2CacheSize", 0)),
-        copy_bandwidth_bytes_per_s=float(bandwidths[best]),
-        launch_overhead_s=float(launches["per_launch"].median_s),
+    return _profile(
+        props, float(bandwidths[best]), float(launches["per_launch"].median_s),
         measured_at=datetime.date.today().isoformat(),
-        shared_memory_per_block_optin=int(props["sharedMemPerBlockOptin"])
-        if props.get("sharedMemPerBlockOptin") else None,
-        peak_bandwidth_bytes_per_s=_peak_bandwidth(props),
-        global_memory_bytes=int(props["totalGlobalMem"]) if props.get("totalGlobalMem") else None,
         notes={
             "copy_method": best,
             "copy_bytes": copy_bytes,
@@ -181,6 +167,51 @@ def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
             "measured_at_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"),
         },
+    )
+
+
+# Where nothing was measured: the copy bandwidth as this fraction of the DRAM peak (measured
+# here: H100 80GB HBM3 3016-3018 of 3352 GB/s, 0.90; H200 4248-4276 of 4814, 0.88-0.89), and
+# the launch overhead of a CuPy launch from Python.
+COPY_FRACTION_OF_PEAK = 0.89
+ESTIMATED_LAUNCH_S = 6e-6
+
+
+def estimated_profile(device_id: int | None = None) -> DeviceProfile:
+    """The GPU's profile from its properties alone, without timing anything (what kfuse plans
+    with on a GPU nobody calibrated): its multiprocessors, memory and L2, the copy bandwidth
+    estimated from the DRAM peak. ``measured_at`` stays None: ``kfuse calibrate`` measures."""
+    from kfuse.model.device import default_profile
+
+    props = device_properties(device_id)
+    peak = _peak_bandwidth(props)
+    copy = peak * COPY_FRACTION_OF_PEAK if peak else default_profile().copy_bandwidth_bytes_per_s
+    return _profile(props, copy, ESTIMATED_LAUNCH_S, measured_at=None, notes={
+        "source": f"estimated from the device's properties (copy = {COPY_FRACTION_OF_PEAK} x "
+                  "the DRAM peak); run 'kfuse calibrate' to measure"})
+
+
+def _profile(props: dict[str, Any], copy_bandwidth: float, launch_overhead: float, *,
+             measured_at: str | None, notes: dict[str, Any]) -> DeviceProfile:
+    """A profile of the device described by ``props`` (:func:`device_properties`)."""
+    major, minor = props.get("major", 0), props.get("minor", 0)
+    return DeviceProfile(
+        name=props["name"],
+        compute_capability=f"{major}.{minor}",
+        sm_count=int(props.get("multiProcessorCount", 0)),
+        shared_memory_per_block=int(props.get("sharedMemPerBlock", 0)),
+        shared_memory_per_sm=int(props.get("sharedMemPerMultiprocessor", 0)),
+        registers_per_sm=int(props.get("regsPerMultiprocessor", 0)),
+        max_threads_per_sm=int(props.get("maxThreadsPerMultiProcessor", 0)),
+        l2_bytes=int(props.get("l2CacheSize", 0)),
+        copy_bandwidth_bytes_per_s=copy_bandwidth,
+        launch_overhead_s=launch_overhead,
+        measured_at=measured_at,
+        shared_memory_per_block_optin=int(props["sharedMemPerBlockOptin"])
+        if props.get("sharedMemPerBlockOptin") else None,
+        peak_bandwidth_bytes_per_s=_peak_bandwidth(props),
+        global_memory_bytes=int(props["totalGlobalMem"]) if props.get("totalGlobalMem") else None,
+        notes=notes,
     )
 
 

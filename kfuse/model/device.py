@@ -2,8 +2,11 @@
 
 A profile is measured once per GPU by ``kfuse calibrate`` (:func:`kfuse.bench.calibrate`)
 and stored as JSON in ``$KFUSE_CACHE_DIR/devices/`` (default ``~/.cache/kfuse/devices/``),
-one file per device name plus ``latest.json``. Cost models read it; when nothing was
-measured they fall back to :func:`default_profile` (nominal H100 SXM figures).
+one file per device name plus ``latest.json``. Cost models read it; on a GPU nobody
+calibrated they use its profile estimated from its properties (multiprocessors, L2, copy
+bandwidth from the DRAM peak), and with no GPU :func:`default_profile` (nominal H100 SXM
+figures). The nominal profile on an H200 planned SGEMV's rows 0.9% slower than
+torch.compile, where the H200's own figures plan them 0.1% faster (session 16).
 """
 
 from __future__ import annotations
@@ -154,8 +157,34 @@ def h200_like_profile() -> DeviceProfile:
 
 
 def current_profile(name: str | None = None) -> DeviceProfile:
-    """The stored profile for ``name`` (or the latest one), else :func:`default_profile`."""
+    """The profile to plan with: the stored one for ``name``; without a name, the visible
+    GPU's stored profile, or where it was never calibrated its profile estimated from its
+    properties (:func:`kfuse.bench.calibrate.estimated_profile`); with no GPU, the latest
+    stored profile; else :func:`default_profile`."""
+    if name is None:
+        estimated = _visible_gpu_profile()
+        if estimated is not None:
+            name = estimated.name
+            try:
+                return DeviceProfile.load(name)
+            except (FileNotFoundError, ValueError, TypeError, json.JSONDecodeError):
+                return estimated
     try:
         return DeviceProfile.load(name)
     except (FileNotFoundError, ValueError, TypeError, json.JSONDecodeError):
         return default_profile()
+
+
+_VISIBLE_GPU: list[DeviceProfile | None] = []  # asked once per process
+
+
+def _visible_gpu_profile() -> DeviceProfile | None:
+    """The current GPU's estimated profile (None where CuPy sees no GPU)."""
+    if not _VISIBLE_GPU:
+        from kfuse.runtime.cuda_backend import CudaBackend
+        profile = None
+        if CudaBackend.available():
+            from kfuse.bench.calibrate import estimated_profile
+            profile = estimated_profile()
+        _VISIBLE_GPU.append(profile)
+    return _VISIBLE_GPU[0]
