@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kfuse as kf
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import relative_error
 from kfuse.codegen import generate
@@ -27,8 +26,8 @@ BLAS = {app.name for app in list_apps("blas")}
 # streamed rows, and the 2-D and 3-D stencils' vector rows
 MISALIGNED_CASES = [("madd", None), ("waxpby", None), ("axpydot", None), ("sgemv", (37, 45)),
                     ("sgemv", (37, 44)), ("sgemvt", (29, 52)), ("bicgk", (41, 36)),
-                    ("gemver", (33, 40)), ("harris", (19, 44)), ("unsharp", (21, 36)),
-                    ("diffusion3d", (5, 6, 16))]
+                    ("gemver", (33, 40)), ("unsharp", (21, 36)), ("diffusion3d", (5, 6, 16))]
+# (Harris runs at odd addresses under UBSan below)
 
 
 def cpu_or_skip() -> None:
@@ -92,15 +91,6 @@ def test_apps_on_arrays_at_odd_addresses_match_the_reference(name, size, odd_add
     assert "aligned(" in kernels  # the kernels test their pointers
     executable.launch_all()
     check_outputs(app, graph, given, executable)
-
-
-@pytest.mark.parametrize("boundary", ["mirror", kf.constant(0.5)], ids=str)
-def test_stencil_on_arrays_at_odd_addresses_at_other_borders(boundary, odd_addresses):
-    cpu_or_skip()
-    app, graph, given = app_case("harris", (23, 40), boundary)
-    executable = get_backend("cpu").prepare(graph, given, plan=planned(app, graph, given))
-    executable.launch_all()
-    check_outputs(app, graph, given, executable, boundary)
 
 
 @pytest.mark.parametrize(("name", "size"), [("waxpby", (1001,)), ("sgemv", (37, 44)),
