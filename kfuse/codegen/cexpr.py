@@ -39,8 +39,7 @@ gridDim warpSize min max""".split())
 
 _FLOAT_FUNCTIONS = {
     "sqrt": "sqrt", "rsqrt": "rsqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",
-    "tanh": "tanh", "abs": "fabs", "floor": "floor", "ceil": "ceil", "min": "fmin",
-    "max": "fmax", "pow": "pow",
+    "tanh": "tanh", "abs": "fabs", "floor": "floor", "ceil": "ceil", "pow": "pow",
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}

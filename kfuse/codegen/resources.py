@@ -82,6 +82,7 @@ def kernel_resources(source: str, arch: str = "sm_90") -> dict[str, KernelResour
     cache = cache_dir("ptxas") / f"{digest}.log"
     if cache.exists():
         return parse_ptxas(cache.read_text())
+    cache = writable_cache_dir("ptxas") / f"{digest}.log"  # before a ptxas run, not after
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "kernels.cu"
         path.write_text(source)
@@ -91,6 +92,5 @@ def kernel_resources(source: str, arch: str = "sm_90") -> dict[str, KernelResour
     if done.returncode != 0:
         raise CompileError("nvcc failed on the generated source:\n"
                            + "\n".join(done.stderr.splitlines()[:60]))
-    writable_cache_dir("ptxas")
     cache.write_text(done.stderr)
     return parse_ptxas(done.stderr)

@@ -20,13 +20,9 @@ Sizes of any value (no padding) are fine; the generated code handles the edges.
 from __future__ import annotations
 
 from kfuse.dsl.pipeline import Array, Pipeline, forward_arithmetic
-from kfuse.dsl.source import UserLine, user_line
+from kfuse.dsl.source import UserLine, user_line, where_of
 from kfuse.errors import DslError, ShapeError
 from kfuse.ir.expr import Expr, Load, as_expr, loads, transform, unary
-
-
-def _where(line: UserLine | None) -> str | None:
-    return str(line) if line else None
 
 
 def _pipeline(values: tuple[object, ...], operator: str, line: UserLine | None) -> Pipeline:
@@ -43,10 +39,10 @@ def _pipeline(values: tuple[object, ...], operator: str, line: UserLine | None) 
                     found[id(load.origin)] = load.origin  # type: ignore[assignment]
     if len(found) > 1:
         raise DslError("combines arrays of different pipelines", operator=operator,
-                       where=_where(line))
+                       where=where_of(line))
     if not found:
         raise DslError("reads no array; give at least one vector or matrix",
-                       operator=operator, where=_where(line))
+                       operator=operator, where=where_of(line))
     return next(iter(found.values()))
 
 
@@ -75,7 +71,7 @@ def _check_centered(expr: Expr, operator: str, line: UserLine | None) -> None:
         if not load.is_centered:
             raise DslError(f"reads '{load.buffer}' at an offset; BLAS operators read every "
                            "element at its own index (use kfuse.local for stencils)",
-                           operator=operator, where=_where(line))
+                           operator=operator, where=where_of(line))
 
 
 def _operand(value: object, ndim: int, pipeline: Pipeline, what: str, operator: str,
@@ -89,7 +85,7 @@ def _operand(value: object, ndim: int, pipeline: Pipeline, what: str, operator: 
         name = value.name if isinstance(value, Array) else "the expression"
         kind = "a vector" if ndim == 1 else "a matrix"
         raise ShapeError(f"{what} must be {kind}; {name} is {found}-D", operator=operator,
-                         where=_where(line))
+                         where=where_of(line))
     expr = as_expr(value)
     _check_centered(expr, operator, line)
     return expr
@@ -326,7 +322,7 @@ def _gemv(a: object, x: object, alpha: object, beta: object, y: object, *, trans
     axis = 0 if trans else 1
     if y is None:
         if beta is not None:
-            raise DslError("beta needs y", operator=operator, where=_where(line))
+            raise DslError("beta needs y", operator=operator, where=where_of(line))
         return pipeline.add_kernel("reduce", body, name=name, line=line, reduction_op="sum",
                                    reduce_axes=(axis,), shape=shape)
     final = pipeline._operator_name(name, "gemv", line)
@@ -344,7 +340,7 @@ def _array_matmul(self: Array, other: object) -> Array:
     line = user_line()
     if self.ndim != 2:
         raise ShapeError(f"'{self.name}' is {self.ndim}-D; '@' needs a matrix on the left",
-                         operator="matvec", where=_where(line))
+                         operator="matvec", where=where_of(line))
     return _gemv(self, other, None, None, None, trans=False, name=None, line=line)
 
 
@@ -352,7 +348,7 @@ def _array_transpose(self: Array) -> Transposed:
     """``A.T`` of a symbolic 2-D array."""
     if self.ndim != 2:
         raise ShapeError(f"'{self.name}' is {self.ndim}-D; .T needs a matrix",
-                         where=_where(user_line()))
+                         where=where_of(user_line()))
     return Transposed(self)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kfuse.dsl.pipeline import Array, Pipeline
-from kfuse.dsl.source import UserLine, user_line, user_where
+from kfuse.dsl.source import UserLine, user_line, user_where, where_of
 from kfuse.errors import DslError
 from kfuse.ir.expr import (
     Boundary,
@@ -16,7 +16,6 @@ from kfuse.ir.expr import (
     Load,
     as_boundary,
     as_expr,
-    cast,
     is_integer_scalar,
     loads,
 )
@@ -64,11 +63,11 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
     line = user_line()
     if not isinstance(x, Array):
         raise DslError("convolve() takes an array as first argument", operator=name,
-                       where=str(line) if line else None)
+                       where=where_of(line))
     coefficients = _mask_coefficients(mask, name, line)
     if coefficients.ndim != x.ndim or any(n % 2 == 0 for n in coefficients.shape):
         raise DslError(f"the mask must be {x.ndim}-D with odd sizes, got shape "
-                       f"{coefficients.shape}", operator=name, where=str(line) if line else None)
+                       f"{coefficients.shape}", operator=name, where=where_of(line))
     centre = tuple(n // 2 for n in coefficients.shape)
     bound = as_boundary(boundary)
 
@@ -92,14 +91,14 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
         body = Const(scale, x.dtype) * body
     if body is None:
         raise DslError("the mask has no non-zero coefficient", operator=name,
-                       where=str(line) if line else None)
+                       where=where_of(line))
     return x.pipeline.add_kernel("local", body, name=name, line=line, default_boundary=bound)
 
 
 def _mask_coefficients(mask: object, name: str | None, line: UserLine | None) -> np.ndarray:
     """The mask as a float64 array; a ragged mask, or one that holds anything but finite
     numbers, is refused."""
-    where = str(line) if line else None
+    where = where_of(line)
     if isinstance(mask, (str, bytes)):
         raise DslError(f"the mask must be nested lists (or an array) of numbers, got {mask!r}",
                        operator=name, where=where)
@@ -157,7 +156,7 @@ def reduce(expr: object, op: str = "sum", axis: int | None = None, *,
     A condition (bool) is folded as int32 0/1: its sum counts where it holds, as NumPy's.
     """
     line = user_line()
-    where = str(line) if line else None
+    where = where_of(line)
     if op not in REDUCE_OPS:
         raise DslError(f"unknown reduction {op!r}; use one of {', '.join(REDUCE_OPS)}",
                        operator=name, where=where)
@@ -166,8 +165,6 @@ def reduce(expr: object, op: str = "sum", axis: int | None = None, *,
         raise DslError(f"axis must be an integer or None, got {axis!r}", operator=name,
                        where=where)
     axes = None if axis is None else (int(axis),)
-    if as_expr(expr).dtype == "bool":
-        expr = cast(expr, "int32")
     return pipeline.add_kernel("reduce", expr, name=name, line=line, reduction_op=op,
                                reduce_axes=axes, default_boundary=Boundary("clamp"))
 

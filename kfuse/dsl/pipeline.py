@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from kfuse.dsl.source import UserLine, user_where
+from kfuse.dsl.source import UserLine, user_where, where_of
 from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
     Boundary,
@@ -282,10 +282,12 @@ class Pipeline:
                     reduction_op: str | None, reduce_axes: Sequence[int] | None,
                     shape: Sequence[str] | None, default_boundary: Boundary | None,
                     dtype: object) -> Array:
-        where = str(line) if line else None
+        where = where_of(line)
         name = self._operator_name(name, kind, line)
         body = as_expr(body)
         body = transform(body, lambda n: self._own_load(n, name, where, default_boundary))
+        if dtype is None and reduction_op is not None and body.dtype == "bool":
+            dtype = "int32"  # a condition folds as int32 0/1 (its sum counts, as NumPy's)
         if dtype is not None:
             from kfuse.ir.expr import cast
             body = cast(body, dtype)

@@ -30,10 +30,14 @@ class UserLine:
         return match.group(1) if match else None
 
 
-def user_where() -> str | None:
-    """The user's line as text for an error message (None when there is none)."""
-    line = user_line()
+def where_of(line: UserLine | None) -> str | None:
+    """A user's line as text for an error message (None when there is none)."""
     return str(line) if line else None
+
+
+def user_where() -> str | None:
+    """The user's line calling kfuse now, as text for an error message."""
+    return where_of(user_line())
 
 
 def user_line() -> UserLine | None:

@@ -46,15 +46,22 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], v
     if len(members) < 2 or not nvcc_available():
         return tiles[0], None
     largest = _program(graph, members, outputs, variant, tiles[0], sizes)
+    checked: dict[tuple[int, ...] | None, Violation | None] = {}  # each tile generated once
+
+    def violation_of(tile: tuple[int, ...] | None) -> Violation | None:
+        if tile not in checked:
+            program = largest if tile == tiles[0] else _program(graph, members, outputs,
+                                                                variant, tile, sizes)
+            checked[tile] = _violation(program)
+        return checked[tile]
+
     if len(tiles) > 1 and largest.source.count("\n") > LARGE_KERNEL_LINES:
-        violation = _violation(_program(graph, members, outputs, variant, tiles[-1], sizes))
+        violation = violation_of(tiles[-1])
         if violation is not None:
             return None, violation
     violation = None
-    for index, tile in enumerate(tiles):
-        program = largest if index == 0 else _program(graph, members, outputs, variant, tile,
-                                                       sizes)
-        violation = _violation(program)
+    for tile in tiles:
+        violation = violation_of(tile)
         if violation is None:
             return tile, None
     return None, violation
