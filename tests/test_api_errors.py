@@ -198,6 +198,18 @@ def test_a_constant_border_takes_a_number():
         kf.constant(kf.Pipeline("p").param("c"))
 
 
+def test_a_bad_border_in_any_form_names_the_users_line():
+    p = kf.Pipeline("borders")
+    x = p.input("x", ndim=2)
+    with pytest.raises(BoundaryError, match=r"operator 'sx', at test_api_errors.py:\d+: .*"
+                                            r"a constant border takes a number"):
+        kf.local(x.at(0, 1) - x, boundary=("constant", "a"), name="sx")
+    with pytest.raises(BoundaryError, match=r"at test_api_errors.py:\d+: .*'wrap'"):
+        x.at(0, 1, boundary="wrap")
+    with pytest.raises(BoundaryError, match=r"operator 'blur', at test_api_errors.py:\d+"):
+        kf.convolve(x, [[1, 2, 1]], boundary=("constant", None), name="blur")
+
+
 def border_pipeline(dtype: str, value: float) -> kf.Pipeline:
     p = kf.Pipeline("border")
     x = p.input("x", ndim=2, dtype=dtype)

@@ -215,3 +215,32 @@ def test_auto_plan_is_searched_once_per_graph_and_sizes(rng, monkeypatch):
         want = p.run(backend="numpy", x=data)["blur"]
         assert relative_error(out, want) < 1e-5
     assert [tuple(s.values()) for s in calls] == [(20, 17), (9, 11)]
+
+
+def test_a_plan_of_an_earlier_build_is_checked_once_per_graph_and_sizes(rng, monkeypatch):
+    """A plan made before the pipeline grew an operator is re-checked against the new graph
+    once (per sizes, where the backend compiles for them), not on every run."""
+    import kfuse.fusion.plan
+
+    calls = []
+    original = kfuse.fusion.plan.make_plan
+
+    def counting(graph, groups, **options):
+        calls.append([list(g) for g in groups])
+        return original(graph, groups, **options)
+
+    p = kf.Pipeline("grown")
+    x = p.input("x", ndim=2)
+    blur = kf.convolve(x, np.ones((3, 3)) / 9.0, boundary="mirror", name="blur")
+    sharp = kf.point(2.0 * x - blur, name="sharp")
+    p.output(sharp)
+    plan = p.fuse([["blur", "sharp"]])
+    p.output(kf.point(sharp * sharp, name="square"))  # a new build: plan.graph is stale
+    monkeypatch.setattr(kfuse.fusion.plan, "make_plan", counting)
+    for shape in ((20, 17), (20, 17), (9, 11)):
+        data = rng.random(shape, dtype=np.float32) + 0.5
+        out = p.run(backend="cpu", plan=plan, x=data)
+        want = p.run(backend="numpy", x=data)
+        for name in ("sharp", "square"):
+            assert relative_error(out[name], want[name]) < 1e-5
+    assert calls == [[["blur", "sharp"]]]  # the cpu backend's programs run at any size

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import kfuse as kf
 from kfuse.apps import get_app, list_apps
-from kfuse.apps.check import relative_error
+from kfuse.apps.check import reference_errors, relative_error
 from kfuse.codegen import generate
 from kfuse.codegen.barriers import (
     Routine,
@@ -69,10 +69,8 @@ def check(app, plan, size, seed: int = 0) -> None:
     pipeline = app.build()
     arrays, params = app.make_inputs(size, np.random.default_rng(seed), "float32")
     outputs = pipeline.run(backend="cpu", plan=plan, **arrays, **params)
-    reference = app.reference(arrays, params, None)
-    for name, expected in reference.items():
-        error = relative_error(outputs[name], expected)
-        assert error <= app.tolerance, f"{app.name} {size} '{name}': {error:.2e}"
+    errors = reference_errors(app, arrays, params, outputs)
+    assert max(errors.values()) <= app.tolerance, (app.name, size, errors)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class App:
     bench_size: tuple[int, ...] = (8192, 8192)  # fills an H100/H200
     test_size: tuple[int, ...] = (37, 53)      # odd, not a multiple of any block size
     ndim: int = 2
+    tolerance: float = 1e-5  # norm-wise relative error of the checks against the reference
 
     @property
     def size_form(self) -> str:

@@ -54,7 +54,6 @@ class BlasApp(App):
     tags: str = ""
     words: Callable[[tuple[int, ...]], int] | None = None   # fused DRAM words (Table 3)
     flops: Callable[[tuple[int, ...]], int] | None = None
-    tolerance: float = 1e-5     # norm-wise relative error of the checks
     family: str = "blas"
 
     @property

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -24,3 +26,15 @@ def relative_error(out: object, ref: object) -> float:
     scale = float(np.linalg.norm(ref64.ravel()))
     error = float(np.linalg.norm((out64 - ref64).ravel()))
     return error / scale if scale > 0.0 else error
+
+
+def reference_errors(app: Any, arrays: Mapping[str, Any], params: Mapping[str, Any],
+                     outputs: Mapping[str, Any], boundary: object = "clamp"
+                     ) -> dict[str, float]:
+    """Each output of ``app`` (a :class:`kfuse.apps.App`) by name: its norm-wise relative
+    error against the app's float64 reference on ``arrays`` and ``params``. ``boundary`` is
+    the stencil apps' border mode (the BLAS apps have none); compare with ``app.tolerance``."""
+    reference = app.reference({k: to_numpy(v).astype(np.float64) for k, v in arrays.items()},
+                              params, boundary)
+    return {name: relative_error(outputs[name], expected)
+            for name, expected in reference.items()}

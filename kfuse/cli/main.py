@@ -93,7 +93,7 @@ def synthetic_image(height: int, width: int) -> np.ndarray:
 
 def command_demo(args: argparse.Namespace) -> int:
     from kfuse.apps import get_app
-    from kfuse.apps.check import relative_error
+    from kfuse.apps.check import reference_errors
 
     console = _console()
     backend = _backend_name(args.backend)
@@ -111,10 +111,9 @@ def command_demo(args: argparse.Namespace) -> int:
         outputs = pipeline.run(backend=backend, plan=plan, img=image, **params)
     elapsed = time.perf_counter() - started
     response = to_numpy(outputs["hc"])
-    reference = app.reference({"img": image.astype(np.float64)}, params, "clamp")["hc"]
-    error = relative_error(response, reference)
+    error = reference_errors(app, {"img": image}, params, outputs)["hc"]
     corners = int(np.sum(response > 0.01 * float(np.max(response))))
-    verified = bool(error <= 1e-5)
+    verified = bool(error <= app.tolerance)
     from rich.table import Table
     table = Table(show_header=True)
     for column in ("backend", "image", "operators", "fused kernels", "wall time",
@@ -148,7 +147,7 @@ def command_apps(args: argparse.Namespace) -> int:
 
 def command_run(args: argparse.Namespace) -> int:
     from kfuse.apps import get_app
-    from kfuse.apps.check import relative_error
+    from kfuse.apps.check import reference_errors
     from kfuse.codegen import generate
     from kfuse.runtime import compiles_for_sizes
     from kfuse.search import search
@@ -187,13 +186,8 @@ def command_run(args: argparse.Namespace) -> int:
     if timed is not None:
         result["autotune"] = timed
     if args.verify or args.json:
-        reference = app.reference({k: np.asarray(v, np.float64) for k, v in arrays.items()},
-                                  params, args.boundary)
-        errors = {name: relative_error(to_numpy(outputs[name]), reference[name])
-                  for name in graph.outputs}
-        worst = max(errors.values())
-        tolerance = getattr(app, "tolerance", 1e-5)  # BLAS reductions: 1e-4
-        result.update(max_rel_error=worst, verified=bool(worst <= tolerance))
+        worst = max(reference_errors(app, arrays, params, outputs, args.boundary).values())
+        result.update(max_rel_error=worst, verified=bool(worst <= app.tolerance))
     if args.json:
         print(json.dumps(result))
     else:
@@ -206,7 +200,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backend: str,
-              search, inputs: tuple[dict, dict] | None = None
+              search, inputs: tuple[dict, dict] | None
               ) -> tuple[Any, list[dict] | None]:
     """``kfuse run``'s plan: autotuned (``--autotune K``, timed on ``inputs``), the app's
     planner, or the search; with the autotuner's timings (None when it did not run)."""
@@ -216,7 +210,7 @@ def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backe
         if backend == "cpu":
             print("kfuse: note: --autotune on the cpu backend times the host shim with the "
                   "wall clock, which says nothing about a GPU", file=sys.stderr)
-        arrays, params = inputs or _make_inputs(app, size, args.seed)
+        arrays, params = inputs
         result = autotune(graph, {**arrays, **params}, args.autotune, backend=backend,
                           sizes=sizes)
         if not getattr(args, "json", False):

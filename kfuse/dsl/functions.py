@@ -8,6 +8,7 @@ from kfuse.ir.expr import (
     Boundary,
     Coord,
     Expr,
+    as_boundary,
     binary,
     cast,
     is_integer_scalar,
@@ -108,10 +109,16 @@ def coord(axis: int) -> Expr:
 def constant(value: float) -> Boundary:
     """Boundary mode: reads outside the array give ``value`` (a number the array's dtype
     holds: inf and nan for float arrays, integers for int32 ones)."""
+    return boundary_of(("constant", value))
+
+
+def boundary_of(spec: object, operator: str | None = None) -> Boundary:
+    """``spec`` (a :class:`Boundary`, a mode name or ``("constant", value)``) as a boundary
+    mode; a bad one is a :class:`BoundaryError` at the user's line."""
     try:
-        return Boundary("constant", value)
+        return as_boundary(spec)
     except BoundaryError as error:
-        raise BoundaryError(str(error), where=user_where()) from None
+        raise BoundaryError(str(error), operator=operator, where=user_where()) from None
 
 
 clamp = Boundary("clamp")

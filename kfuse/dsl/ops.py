@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kfuse.dsl.functions import boundary_of
 from kfuse.dsl.pipeline import Array, Pipeline
 from kfuse.dsl.source import UserLine, user_line, user_where, where_of
 from kfuse.errors import DslError
@@ -14,7 +15,6 @@ from kfuse.ir.expr import (
     Const,
     Expr,
     Load,
-    as_boundary,
     as_expr,
     is_integer_scalar,
     loads,
@@ -50,7 +50,7 @@ def local(expr: object, *, boundary: object = "clamp", name: str | None = None,
     line = user_line()
     pipeline = _pipeline_of(expr, name or "local")
     return pipeline.add_kernel("local", expr, name=name, line=line,
-                               default_boundary=as_boundary(boundary), dtype=dtype)
+                               default_boundary=boundary_of(boundary, name), dtype=dtype)
 
 
 def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp",
@@ -69,7 +69,7 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
         raise DslError(f"the mask must be {x.ndim}-D with odd sizes, got shape "
                        f"{coefficients.shape}", operator=name, where=where_of(line))
     centre = tuple(n // 2 for n in coefficients.shape)
-    bound = as_boundary(boundary)
+    bound = boundary_of(boundary, name)
 
     def taps(weights: np.ndarray, leading: tuple[int, ...]) -> Expr | None:
         terms = []

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from kfuse.dsl.functions import boundary_of
 from kfuse.dsl.source import UserLine, user_where, where_of
 from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
@@ -20,7 +21,6 @@ from kfuse.ir.expr import (
     Expr,
     Load,
     Param,
-    as_boundary,
     as_expr,
     is_integer_scalar,
     normalize_dtype,
@@ -78,7 +78,7 @@ class Array:
         if dims is not None and not all(is_integer_scalar(d) and d >= 0 for d in dims):
             raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}",
                            where=user_where())
-        bound = None if boundary is None else as_boundary(boundary)
+        bound = None if boundary is None else boundary_of(boundary)
         dims = None if dims is None else tuple(int(d) for d in dims)
         return Load(self.name, self.dtype, tuple(int(o) for o in offsets), dims, bound,
                     self.pipeline)

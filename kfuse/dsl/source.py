@@ -21,7 +21,8 @@ class UserLine:
     text: str
 
     def __str__(self) -> str:
-        return f"{Path(self.filename).name}:{self.lineno}: {self.text.strip()}"
+        place = f"{Path(self.filename).name}:{self.lineno}"
+        return f"{place}: {self.text.strip()}" if self.text.strip() else place
 
     @property
     def assigned_name(self) -> str | None:

@@ -45,6 +45,16 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], v
     tiles = tile_choices(variant, graph.kernel_by_name[members[0]].ndim)
     if len(members) < 2 or not nvcc_available():
         return tiles[0], None
+    key = ("fitting tile", tuple(members), tuple(outputs), variant,
+           None if sizes is None else tuple(sorted(sizes.items())))
+    if key not in graph.memo:  # (the search and make_plan ask for the same groups)
+        graph.memo[key] = _fitting_tile(graph, members, outputs, variant, tiles, sizes)
+    return graph.memo[key]
+
+
+def _fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], variant: str,
+                  tiles: Sequence[tuple[int, ...] | None], sizes: Mapping[str, int] | None
+                  ) -> tuple[tuple[int, ...] | None, Violation | None]:
     largest = _program(graph, members, outputs, variant, tiles[0], sizes)
     checked: dict[tuple[int, ...] | None, Violation | None] = {}  # each tile generated once
 

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import networkx as nx
 
@@ -182,6 +183,13 @@ class Graph:
 
     # -- lookups -----------------------------------------------------------------------------
     @cached_property
+    def memo(self) -> dict[tuple, Any]:
+        """Answers that later stages worked out for this graph (plans at given sizes, the
+        register tiles that fit), by key: kept as long as the graph, so that a pipeline run
+        again on arrays of the same shapes is not planned again."""
+        return {}
+
+    @cached_property
     def kernel_by_name(self) -> dict[str, Kernel]:
         return {kernel.name: kernel for kernel in self.kernels}
 
@@ -336,12 +344,19 @@ class Graph:
                         operator=kernel.name, where=kernel.where)
 
     # -- shapes at call time -----------------------------------------------------------------
-    @property
+    @cached_property
     def size_symbols(self) -> tuple[str, ...]:
         """Every size symbol of the graph's buffers and iteration spaces, in first use order."""
         symbols = [s for buffer in self.buffers.values() for s in buffer.shape]
         symbols += [s for kernel in self.kernels for s in kernel.domain]
         return tuple(dict.fromkeys(symbols))
+
+    @cached_property
+    def fixed_sizes(self) -> dict[str, int]:
+        """The size symbols that are numbers (``shape=(9, n)``), with their sizes: bound as
+        they are wherever sizes are."""
+        return {symbol: fixed for symbol in self.size_symbols
+                if (fixed := fixed_size(symbol)) is not None}
 
     def bind_shapes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
         """Bind every size symbol from the shapes of the given input arrays.
@@ -368,10 +383,8 @@ class Graph:
                     raise ShapeError(
                         f"inputs {', '.join(repr(h) for h in holders)} must agree in size "
                         f"'{symbol}': got {sizes[symbol]} and {size}")
-        for symbol in self.size_symbols:
-            fixed = fixed_size(symbol)
-            if fixed is not None:
-                sizes.setdefault(symbol, fixed)
+        for symbol, fixed in self.fixed_sizes.items():
+            sizes.setdefault(symbol, fixed)
         for kernel in self.kernels:
             for symbol in kernel.domain:
                 if symbol not in sizes:
@@ -391,10 +404,10 @@ class Graph:
                              f"{', '.join(repr(u) for u in unknown)}; its sizes are {listed}")
         checked: dict[str, int] = {}
         for symbol in symbols:
-            fixed = fixed_size(symbol)
+            fixed = self.fixed_sizes.get(symbol)
             size = sizes.get(symbol, fixed)
             if size is None:
-                missing = [s for s in symbols if s not in sizes and fixed_size(s) is None]
+                missing = [s for s in symbols if s not in sizes and s not in self.fixed_sizes]
                 raise ShapeError(f"sizes must give {', '.join(repr(m) for m in missing)} "
                                  f"(pipeline '{self.name}' has sizes {listed})")
             if not is_integer_scalar(size) or size <= 0:

@@ -16,7 +16,7 @@ from itertools import product
 from math import prod
 
 from kfuse.ir.expr import Load, loads
-from kfuse.ir.graph import Graph, fixed_size
+from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
 
 FP32_LANES_PER_SM = 128
@@ -171,8 +171,7 @@ def _distinct_loads(body) -> list[Load]:
 def nominal_sizes(graph: Graph) -> dict[str, int]:
     """Sizes to plan with when none are given: 4096 per axis up to 2-D, 256 per axis in 3-D
     (fixed sizes, ``shape=(9, n)``, as they are)."""
-    sizes = {symbol: fixed for symbol in graph.size_symbols
-             if (fixed := fixed_size(symbol)) is not None}
+    sizes = dict(graph.fixed_sizes)
     for name in graph.inputs:
         buffer = graph.buffers[name]
         for symbol in buffer.shape:

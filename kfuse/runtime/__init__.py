@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,39 +67,40 @@ def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
         else:
             plan = None
     elif plan is not None and plan.graph is not graph:
-        # A plan made from an earlier build of the pipeline: re-check it against this graph.
-        # (variants carry over: a row reduction's epilogue is legal only under one; the
-        # kernels' resources are checked as the backend compiles them, for these sizes or any)
-        from kfuse.fusion.plan import make_plan
-        from kfuse.runtime.binding import bind
-        variants = {frozenset(g.members): g.variant for g in plan.groups}
-        sizes = bind(graph, given).sizes if compiles_for_sizes(chosen.name) else None
-        plan = make_plan(graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
-                         model=plan.model, predicted_time_s=plan.predicted_time_s,
-                         unfused_predicted_time_s=plan.unfused_predicted_time_s,
-                         variants=variants, sizes=sizes)
+        plan = _rechecked_plan(graph, given, plan, chosen.name)
     return chosen.run(graph, given, plan=plan)
-
-
-_AUTO_PLANS: OrderedDict[tuple, tuple[Graph, Any]] = OrderedDict()  # the latest, by sizes
-_AUTO_PLANS_KEPT = 16
 
 
 def _auto_plan(graph: Graph, given: Mapping[str, Any]) -> Any:
     """:func:`kfuse.search.default_plan` at the given arrays' sizes, planned once per graph
-    and sizes (a pipeline run again on arrays of the same shapes does not search again)."""
+    and sizes."""
     from kfuse.runtime.binding import bind
     from kfuse.search import default_plan
     sizes = bind(graph, given).sizes
-    key = (id(graph), tuple(sorted(sizes.items())))
-    cached = _AUTO_PLANS.get(key)
-    if cached is None or cached[0] is not graph:
-        cached = (graph, default_plan(graph, sizes))
-        _AUTO_PLANS[key] = cached
-        while len(_AUTO_PLANS) > _AUTO_PLANS_KEPT:
-            _AUTO_PLANS.popitem(last=False)
-    _AUTO_PLANS.move_to_end(key)
-    return cached[1]
+    key = ("auto plan", tuple(sorted(sizes.items())))
+    if key not in graph.memo:
+        graph.memo[key] = default_plan(graph, sizes)
+    return graph.memo[key]
+
+
+def _rechecked_plan(graph: Graph, given: Mapping[str, Any], plan: FusionPlan,
+                    backend: str) -> FusionPlan:
+    """A plan made from an earlier build of the pipeline, re-checked against this graph
+    (once per graph, plan and sizes). Variants carry over: a row reduction's epilogue is
+    legal only under one; the kernels' resources are checked as the backend compiles them,
+    for these sizes or any."""
+    from kfuse.fusion.plan import make_plan
+    from kfuse.runtime.binding import bind
+    sizes = bind(graph, given).sizes if compiles_for_sizes(backend) else None
+    key = ("rechecked plan", id(plan), tuple(sorted((sizes or {}).items())))
+    if graph.memo.get(key, (None,))[0] is not plan:  # (the plan kept: its id stays its own)
+        variants = {frozenset(g.members): g.variant for g in plan.groups}
+        graph.memo[key] = (plan, make_plan(
+            graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
+            model=plan.model, predicted_time_s=plan.predicted_time_s,
+            unfused_predicted_time_s=plan.unfused_predicted_time_s, variants=variants,
+            sizes=sizes))
+    return graph.memo[key][1]
 
 
 __all__ = ["BACKENDS", "Backend", "compiles_for_sizes", "get_backend", "run_graph"]

@@ -74,7 +74,7 @@ class Executable(ABC):
         """Refuse ``buffers`` (by name) that ``program`` (default: the loaded one) may not
         run on: their addresses are not multiples of the alignment it was compiled for."""
         program = program or self.program
-        misaligned = [name for name, buffer in buffers.items()
+        misaligned = [name for name, buffer in self._vector_accessed(buffers).items()
                       if self.address(buffer) % program.array_alignment]
         if misaligned:
             raise BindError(f"program '{program.name}' was compiled for arrays at addresses "
@@ -88,11 +88,17 @@ class Executable(ABC):
         """The largest vector size (at most :data:`VECTOR_ALIGNMENT` bytes) that every
         buffer's address is a multiple of: what programs for these buffers may assume."""
         alignment = VECTOR_ALIGNMENT
-        for buffer in self.buffers.values():
+        for buffer in self._vector_accessed(self.buffers).values():
             address = self.address(buffer)
             while address % alignment:
                 alignment //= 2
         return alignment
+
+    def _vector_accessed(self, buffers: Mapping[str, Any]) -> dict[str, Any]:
+        """``buffers`` (by name) whose alignment counts: all but scalars (0-d buffers), which
+        are read and written one element at a time."""
+        return {name: buffer for name, buffer in buffers.items()
+                if self.graph.buffers[name].ndim > 0}
 
     def allocate(self) -> None:
         for name, buffer in self.graph.buffers.items():

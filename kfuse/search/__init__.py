@@ -30,7 +30,6 @@ from kfuse.search.problem import (
     solve,
 )
 
-STRATEGIES = STRATEGY_NAMES
 # what plan_for (``kfuse plan``, ``Pipeline.plan``) takes: the searches and two more
 PLAN_STRATEGIES = ("auto", "variants", *STRATEGY_NAMES)
 MODELS = GRAPH_MODELS  # name -> model; other modules register theirs here
@@ -46,7 +45,7 @@ def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
     ``profile`` is the device (the calibrated one, else nominal H100 figures); ``seed``
     makes the randomised strategies repeatable; ``options`` go to the strategy.
     """
-    check_strategy(strategy)
+    check_strategy(strategy)  # before the problem is built
     problem = problem_from_graph(graph, model, sizes, profile)
     result = solve(problem, strategy, seed=seed, **options)
     return make_plan(graph, result.groups, strategy=strategy, model=model,
@@ -95,6 +94,6 @@ def plan_for(graph: Graph, strategy: str = "auto", model: str = "roofline",
                   profile=profile, seed=seed)
 
 
-__all__ = ["GRAPH_MODELS", "MODELS", "PLAN_STRATEGIES", "STRATEGIES", "FusionProblem", "SearchResult",
+__all__ = ["GRAPH_MODELS", "MODELS", "PLAN_STRATEGIES", "STRATEGY_NAMES", "FusionProblem", "SearchResult",
            "default_plan", "is_map_reduce_graph", "plan_for", "problem_from_graph",
            "random_problem", "search", "solve"]

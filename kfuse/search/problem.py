@@ -767,14 +767,13 @@ def solve(problem: FusionProblem, strategy: str, seed: int = 0, progress: bool =
     with ``group_reason`` and any that fail are excluded before solving again (at most
     ``max_resolves`` times, default 20).
     """
-    strategies = _strategies()
-    check_strategy(strategy, tuple(strategies))
+    run_strategy = _strategies()[check_strategy(strategy)]
     bits = problem.bits
     max_resolves = int(options.pop("max_resolves", 20))
     started = time.perf_counter()
     banned_now = 0
     for _attempt in range(max_resolves + 1):
-        answer = strategies[strategy](problem, seed=seed, progress=progress, **options)
+        answer = run_strategy(problem, seed=seed, progress=progress, **options)
         groups, reasons, stats = answer
         failing = [(m, r) for m in (bits.mask(g) for g in groups)
                    if (r := bits.full_reason(m)) is not None]
