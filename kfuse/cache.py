@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from kfuse.errors import CacheError
@@ -32,3 +33,16 @@ def writable_cache_dir(kind: str) -> Path:
         raise CacheError(f"the cache folder {path} is not writable (set KFUSE_CACHE_DIR to a "
                          "writable folder)")
     return path
+
+
+def write_atomically(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it and a rename, so that a
+    reader (another process: the tests run in several) never sees a half-written file."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data.encode() if isinstance(data, str) else data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

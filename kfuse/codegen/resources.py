@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kfuse.cache import cache_dir, writable_cache_dir
+from kfuse.cache import cache_dir, writable_cache_dir, write_atomically
 from kfuse.errors import BackendUnavailable, CompileError
 
 
@@ -92,5 +92,5 @@ def kernel_resources(source: str, arch: str = "sm_90") -> dict[str, KernelResour
     if done.returncode != 0:
         raise CompileError("nvcc failed on the generated source:\n"
                            + "\n".join(done.stderr.splitlines()[:60]))
-    cache.write_text(done.stderr)
+    write_atomically(cache, done.stderr)
     return parse_ptxas(done.stderr)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kfuse.cache import cache_dir, writable_cache_dir
+from kfuse.cache import cache_dir, writable_cache_dir, write_atomically
 
 LATEST = "latest.json"
 
@@ -89,9 +89,7 @@ class DeviceProfile:
         folder = writable_cache_dir("devices")
         target = folder / profile_filename(self.name)
         for destination in (target, folder / LATEST):
-            temporary = destination.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(text)
-            os.replace(temporary, destination)
+            write_atomically(destination, text)
         return target
 
     @classmethod

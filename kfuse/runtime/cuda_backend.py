@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 from collections.abc import Mapping
 from math import prod
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kfuse.cache import writable_cache_dir
+from kfuse.cache import writable_cache_dir, write_atomically
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.errors import BackendUnavailable, CompileError, LaunchError
 from kfuse.ir.graph import Graph
@@ -81,9 +80,7 @@ def compile_cubin(source: str, arch: str) -> Path:
         cubin = nvrtc.getCUBIN(program)
     finally:
         nvrtc.destroyProgram(program)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_bytes(cubin)
-    os.replace(temporary, path)
+    write_atomically(path, cubin)
     return path
 
 

@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 
 from kfuse.cache import cache_dir as kfuse_cache_dir
-from kfuse.cache import writable_cache_dir
+from kfuse.cache import writable_cache_dir, write_atomically
 from kfuse.errors import BackendUnavailable, CompileError
 
 __all__ = [
@@ -98,17 +98,6 @@ def _define_flag(define: str) -> str:
     return "-D" + name
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def compile_host_library(
     source: str,
     *,
@@ -146,7 +135,7 @@ def compile_host_library(
         return lib
 
     src = out_dir / f"{stem}.cu"
-    _atomic_write(src, source.encode())
+    write_atomically(src, source.encode())
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".so.tmp", dir=out_dir)
     os.close(fd)
     includes = [f"-I{d}" for d in (_precompiled_shim(compiler, flags, version), include) if d]
@@ -184,7 +173,7 @@ def _precompiled_shim(compiler: list[str], flags: list[str], version: str) -> Pa
         return folder
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(folder / SHIM_HEADER, header.read_bytes())
+        write_atomically(folder / SHIM_HEADER, header.read_bytes())
         fd, tmp = tempfile.mkstemp(prefix=".pch.", suffix=".gch.tmp", dir=folder)
         os.close(fd)
         header_flags = [f for f in flags if f != "-shared"]
