@@ -197,6 +197,7 @@ def test_resources_are_checked_with_ptxas(monkeypatch):
                 for symbol, r in real(source, arch).items()}
 
     monkeypatch.setattr(resources, "kernel_resources", pretend_spills)
+    p.graph().memo.clear()  # the graph remembers the tile that fitted
     with pytest.raises(FusionError, match="resources.*spilled"):
         p.fuse([["a", "b"]])
 
@@ -269,7 +270,10 @@ def test_large_kernels_try_the_smallest_tile_first(monkeypatch):
     assert tile is None and "spilled" in violation.reason
     assert len(compiled) == len(tile_choices("recompute", 2))  # every tile, largest first
     compiled.clear()
+    assert resources.fitting_tile(graph, members, outputs, "recompute") == (tile, violation)
+    assert not compiled  # asked again for the same graph: remembered, not compiled again
     monkeypatch.setattr(resources, "LARGE_KERNEL_LINES", 0)
+    graph = _stencil_chain(3).graph()  # (a graph remembers the answers given for it)
     tile, violation = resources.fitting_tile(graph, members, outputs, "recompute")
     assert tile is None and violation is not None and len(compiled) == 1
 
