@@ -538,6 +538,37 @@ def test_autotune_times_the_top_implementations():
     check(app, result.plan, (3001,))
 
 
+def test_autotune_compares_implementations_on_the_same_buffers(monkeypatch):
+    """Every candidate runs on the first one's buffers (one allocation; where an output lies
+    moves a streaming kernel's time), each timed in alternating rounds."""
+    cpu_or_skip()
+    from kfuse.runtime.cpu_backend import CpuExecutable
+
+    allocations, timed = [], []
+    allocate = CpuExecutable.allocate
+    monkeypatch.setattr(CpuExecutable, "allocate",
+                        lambda self: (allocations.append(self), allocate(self))[1])
+    import kfuse.bench.timing as timing
+
+    def clock(function, warmup=0, repeat=1):
+        timed.append(function)
+        function()
+        return timing.Timing(1e-3, 1e-3, 0.0, 0.0, 1)
+
+    monkeypatch.setattr(timing, "time_host", clock)
+    app = get_app("sgemvt")
+    graph = app.build().graph()
+    arrays, params = app.make_inputs((37, 45), np.random.default_rng(0), "float32")
+    result = autotune(graph, {**arrays, **params}, 3, backend="cpu", rounds=2)
+    assert len(allocations) == 1 and len(result.measured) >= 3
+    first_round = timed[:3]
+    assert timed[3:6] == first_round  # the three best-predicted, in turn, twice
+    check(app, result.plan, (37, 45))
+    with pytest.raises(ValueError, match="same graph"):
+        get_backend("cpu").prepare(app.build().graph(), {**arrays, **params},
+                                   buffers_of=allocations[0])
+
+
 def test_autotune_per_group_keeps_each_groups_fastest_variant(monkeypatch):
     """Each group's k best variants are timed on their own and the fastest kept; the
     assembled combination (rank 0) wins only if it is timed fastest whole. A fake clock makes

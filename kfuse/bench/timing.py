@@ -125,17 +125,19 @@ def time_host(fn: Callable[[], object], *, warmup: int = 2, repeat: int = 10,
 
 
 def time_alternating(runs: Mapping[str, Callable[[], object]], rounds: int, *,
-                     repeat: int = 30, warmup: int = 3) -> dict[str, list[float]]:
+                     repeat: int = 30, warmup: int = 3,
+                     timer: Callable[..., Timing] | None = None) -> dict[str, list[float]]:
     """Median ms of each labelled callable per round, the callables timed in turn each round.
 
     A difference of 1% between blocks of runs timed seconds apart can come from the order
     (clocks and temperature drift while the GPU works); alternating rounds tell a real
-    difference from drift.
+    difference from drift. ``timer``: :func:`time_gpu` (the default) or :func:`time_host`.
     """
+    timer = timer or time_gpu
     times: dict[str, list[float]] = {label: [] for label in runs}
     for _ in range(rounds):
         for label, fn in runs.items():
-            times[label].append(time_gpu(fn, warmup=warmup, repeat=repeat).median_s * 1e3)
+            times[label].append(timer(fn, warmup=warmup, repeat=repeat).median_s * 1e3)
     return times
 
 

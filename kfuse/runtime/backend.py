@@ -190,12 +190,23 @@ class CompiledBackend(Backend):
         return False
 
     def prepare(self, graph: Graph, given: Mapping[str, Any], *,
-                program: Program | None = None, plan: FusionPlan | None = None) -> Executable:
+                program: Program | None = None, plan: FusionPlan | None = None,
+                buffers_of: Executable | None = None) -> Executable:
         """Bind arguments, allocate buffers, generate (or take) the program for their sizes and
-        alignment, check it against them and compile it."""
-        bound = bind(graph, given)
-        executable = self.executable_class(graph, bound)
-        executable.allocate()
+        alignment, check it against them and compile it.
+
+        ``buffers_of``: an executable of ``graph`` prepared on the same ``given``, whose
+        arguments and buffers this one shares instead (programs compared on the very same
+        memory, as the autotuner does)."""
+        if buffers_of is not None:
+            if buffers_of.graph is not graph:
+                raise ValueError("buffers_of must be an executable of the same graph")
+            executable = self.executable_class(graph, buffers_of.bound)
+            executable.buffers = dict(buffers_of.buffers)
+        else:
+            executable = self.executable_class(graph, bind(graph, given))
+            executable.allocate()
+        bound = executable.bound
         if program is None:
             from kfuse.codegen import generate
             groups = plan.kernel_groups if plan is not None else None

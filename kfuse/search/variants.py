@@ -72,6 +72,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -108,16 +109,19 @@ PERSISTENT_ITERATIONS = (1, 4)         # chunks per loop step of a persistent ve
 # this module's vector kernels (VADD 128 x 8 bytes 0.4802 ms, SSCAL 128 x 16 bytes 0.2546,
 # the templates 0.4822 / 0.2559); persistent grids and more chunks per block, which the
 # model ranks first for their fewer blocks, were 2-8% slower.
-MAP_VARIANTS = ((128, 16), (128, 8), (256, 16), (256, 8))   # (threads, vector bytes)
+MAP_VARIANTS = ((128, 16), (128, 8), (256, 16), (256, 8), (512, 16),
+                (512, 8))   # (threads, vector bytes)
 # Their blocks' fixed work is hidden by the other resident blocks (128 threads x 8 bytes:
 # four times the blocks of the templates, measured no slower), so they predict equal times,
 # and among equal predictions the narrowest access whose bytes over all inputs reach
 # MAP_THREAD_BYTES per thread ranks first, then the fewest threads: measured on H200s
-# (sessions 7 and 11, alternating rounds, docs/benchmarks.md) 128 threads x 8 bytes for
+# (sessions 7, 11 and 17, alternating rounds, docs/benchmarks.md) 128 threads x 8 bytes for
 # VADD (three inputs: 0.4835 ms against 0.4852 for 16 bytes; torch.compile 0.4834), MADD
 # (two: 0.7324 against 0.7364; 0.7308) and WAXPBY (two: 0.3692 against 0.3708; 0.3677), and
-# 16 bytes for SSCAL (one: 0.2537 against 0.3224 for 8 bytes; 0.2536); 256 threads
-# 0.5-1.5% slower for MADD and WAXPBY.
+# 16 bytes for SSCAL (one: 0.2537 against 0.3224 for 8 bytes; 0.2536); on the same buffers
+# 256 threads 0.8% and 512 threads 3.6% slower for MADD and WAXPBY. Which block is fastest
+# depends on the device: on an H100 512 threads ran every one of them 0.15-0.9% faster than
+# 128 (session 17), which only timing finds (``kfuse run --autotune 6``).
 MAP_THREAD_BYTES = 16
 STREAM_THREADS_Y = (4, 8)              # stream mapping: warps per block, one row group each
 STREAM_ROWS = (1, 2, 4)                # rows per warp walked together
@@ -849,7 +853,7 @@ class AutotuneResult:
 
 def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "cuda",
              sizes: Mapping[str, int] | None = None, profile: DeviceProfile | None = None,
-             warmup: int = 3, repeat: int = 20,
+             warmup: int = 3, repeat: int = 10, rounds: int = 3,
              space: ImplementationSpace | None = None, per_group: bool = True
              ) -> AutotuneResult:
     """Compile and time the ``k`` best-predicted implementations; keep the fastest.
@@ -859,7 +863,12 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
     chosen so far) and the fastest kept. The groups of a plan are separate kernels, so this
     finds the best variant of every group with ``k`` trials per group, where the k best
     whole combinations mostly vary the cheap groups. The assembled combination (rank 0) is
-    timed whole and kept only if it is the fastest.
+    timed whole beside the fastest and kept only if it is faster.
+
+    Candidates are compared as they would be run: on the very same buffers (where a
+    streaming kernel's output lies moves its time by up to 0.6% on an H200), in ``rounds``
+    alternating rounds of ``repeat`` runs each (the median of the rounds' medians), so that
+    neither placement nor drift decides between near-equal ones.
 
     ``given`` holds the inputs and parameters (device arrays for ``cuda``). On ``cuda`` the
     time is measured with CUDA events, on ``cpu`` with the wall clock (which says nothing
@@ -881,41 +890,65 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
             sizes = bind(graph, given).sizes
         space = ImplementationSpace(graph, sizes, profile)
     timer = time_gpu if chosen.name == "cuda" else time_host
-    measured = []
-    for rank, implementation in enumerate(space.ranked(k), start=1):
-        plan = implementation.plan(graph)
-        executable = chosen.prepare(graph, given, plan=plan)  # type: ignore[attr-defined]
-        timing = timer(executable.launch_all, warmup=warmup, repeat=repeat)
-        measured.append(Measured(rank, implementation, timing.median_s))
+    shared: list[Any] = []  # the first executable: every other one runs on its buffers
+
+    def prepared(implementation: Implementation) -> Any:
+        executable = chosen.prepare(graph, given, plan=implementation.plan(graph),
+                                    buffers_of=shared[0] if shared else None)
+        shared[:1] = shared[:1] or [executable]
+        return executable
+
+    def in_turn(launches: Sequence[Callable[[], object]]) -> list[float]:
+        return _time_in_turn(launches, timer, rounds=rounds, warmup=warmup, repeat=repeat)
+
+    ranked = space.ranked(k)
+    times = in_turn([prepared(implementation).launch_all for implementation in ranked])
+    measured = [Measured(rank, implementation, time_s) for rank, (implementation, time_s)
+                in enumerate(zip(ranked, times, strict=True), start=1)]
     fastest = min(measured, key=lambda m: m.measured_s)
     if per_group:
-        def time_group(executable: Any, members: tuple[str, ...]) -> float:
+        def group_launch(implementation: Implementation, members: tuple[str, ...]
+                         ) -> Callable[[], None]:
+            executable = prepared(implementation)
             specs = [spec for spec in executable.program.launches
                      if set(spec.operators) <= set(members)]
+            executable.launch_all()  # the outputs of earlier groups in place
 
             def launch() -> None:
                 for spec in specs:
                     executable.launch_one(spec)
+            return launch
 
-            executable.launch_all()  # the outputs of earlier groups in place
-            return timer(launch, warmup=warmup, repeat=repeat).median_s
-
-        assembled = _tune_groups(graph, given, chosen, fastest.implementation, space, k,
-                                 time_group)
+        assembled = _tune_groups(fastest.implementation, space, k, group_launch, in_turn)
         if assembled.choices != fastest.implementation.choices:
-            executable = chosen.prepare(graph, given, plan=assembled.plan(graph))  # type: ignore[attr-defined]
-            timing = timer(executable.launch_all, warmup=warmup, repeat=repeat)
-            measured.append(Measured(0, assembled, timing.median_s))
+            again, whole = in_turn([prepared(fastest.implementation).launch_all,
+                                    prepared(assembled).launch_all])
+            measured[measured.index(fastest)] = fastest = Measured(
+                fastest.rank, fastest.implementation, again)
+            measured.append(Measured(0, assembled, whole))
             fastest = min(measured, key=lambda m: m.measured_s)
     plan = fastest.implementation.plan(graph, unfused_predicted_time_s=space.unfused_time())
     return AutotuneResult(plan, tuple(measured), space.count())
 
 
-def _tune_groups(graph: Graph, given: Mapping[str, Any], backend: Any, start: Implementation,
-                 space: ImplementationSpace, k: int,
-                 time_group: Callable[[Any, tuple[str, ...]], float]) -> Implementation:
+def _time_in_turn(launches: Sequence[Callable[[], object]], timer: Callable[..., Any], *,
+                  rounds: int, warmup: int, repeat: int) -> list[float]:
+    """Seconds per launch of each of ``launches``: the median over ``rounds`` rounds, each
+    timing every launch in turn (``timer``: :func:`kfuse.bench.timing.time_gpu` or
+    ``time_host``)."""
+    from kfuse.bench.timing import time_alternating
+
+    times = time_alternating({str(i): launch for i, launch in enumerate(launches)},
+                             max(rounds, 1), repeat=repeat, warmup=warmup, timer=timer)
+    return [statistics.median(times[str(i)]) * 1e-3 for i in range(len(launches))]
+
+
+def _tune_groups(start: Implementation, space: ImplementationSpace, k: int,
+                 group_launch: Callable[[Implementation, tuple[str, ...]], Callable[[], None]],
+                 in_turn: Callable[[Sequence[Callable[[], object]]], list[float]]
+                 ) -> Implementation:
     """``start`` with each group's variant replaced by the fastest of its ``k`` best-predicted
-    ones, each group timed on its own."""
+    ones, each group timed on its own (the options of one group in turn)."""
     choices = list(start.choices)
     for position, current in enumerate(start.choices):
         options = space.choices(current.members)[:k]
@@ -923,13 +956,12 @@ def _tune_groups(graph: Graph, given: Mapping[str, Any], backend: Any, start: Im
             options.append(current)
         if len(options) < 2:
             continue
-        times = []
-        for option in options:
-            trial = Implementation(tuple([*choices[:position], option, *choices[position + 1:]]),
-                                   start.predicted_s)
-            executable = backend.prepare(graph, given, plan=trial.plan(graph))
-            times.append((time_group(executable, option.members), option))
-        choices[position] = min(times, key=lambda pair: pair[0])[1]
+        trials = [Implementation(tuple([*choices[:position], option,
+                                        *choices[position + 1:]]), start.predicted_s)
+                  for option in options]
+        times = in_turn([group_launch(trial, option.members)
+                         for trial, option in zip(trials, options, strict=True)])
+        choices[position] = options[times.index(min(times))]
     return Implementation(tuple(choices), sum(c.prediction.time_s for c in choices))
 
 
