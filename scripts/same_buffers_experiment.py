@@ -18,6 +18,7 @@ Usage on the device machine (repo root)::
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from kfuse.bench.experiment import device_case, normalized_variants
 from kfuse.bench.timing import print_rounds, time_alternating
@@ -60,7 +61,14 @@ def compiled_into(case, buffers):
     return run
 
 
-def compare(name: str, rounds: int, runs: int, variants: tuple[str, ...]) -> None:
+def plain_loads(source: str) -> str:
+    """Timing only: inputs without ``__restrict__``, so that their loads are plain
+    ``ld.global`` as Triton's, not the read-only path (``ld.global.nc``)."""
+    return source.replace("const float* __restrict__", "const float*")
+
+
+def compare(name: str, rounds: int, runs: int, variants: tuple[str, ...],
+            plain: bool = False) -> None:
     import cupy
 
     from kfuse.bench.torch_baseline import compiled_on
@@ -82,20 +90,22 @@ def compare(name: str, rounds: int, runs: int, variants: tuple[str, ...]) -> Non
     first = plan.groups[0]
     group = MapReduceGroup(graph, tuple(first.members), tuple(first.outputs))
     for variant in normalized_variants(group, variants, name):
-        if variant == first.variant:
-            continue
         groups = [(tuple(g.members), tuple(g.outputs), variant if i == 0 else g.variant)
                   for i, g in enumerate(plan.groups)]
-        other = type(planned)(graph, planned.bound)
-        other.buffers = planned.buffers  # the very same inputs and outputs
-        other.load(generate(graph, groups, fixed_sizes=case.sizes,
-                            array_alignment=VECTOR_ALIGNMENT))
-        other.launch_all()
-        error = max(float(cupy.abs(planned.buffers[o] - expected[o]).max()
-                          / cupy.abs(expected[o]).max()) for o in graph.outputs)
-        print(f"{name} {variant}: error {error:.1e}", flush=True)
-        if error < 1e-5:
-            labels[f"kfuse {variant}"] = other.launch_all
+        program = generate(graph, groups, fixed_sizes=case.sizes,
+                           array_alignment=VECTOR_ALIGNMENT)
+        forms = {"": program} if variant != first.variant else {}
+        if plain:
+            forms[", plain loads"] = replace(program, source=plain_loads(program.source))
+        for suffix, form in forms.items():
+            other = get_backend("cuda").prepare(graph, case.given, program=form,
+                                                buffers_of=planned)  # the same buffers
+            other.launch_all()
+            error = max(float(cupy.abs(planned.buffers[o] - expected[o]).max()
+                              / cupy.abs(expected[o]).max()) for o in graph.outputs)
+            print(f"{name} {variant}{suffix}: error {error:.1e}", flush=True)
+            if error < 1e-5:
+                labels[f"kfuse {variant}{suffix}"] = other.launch_all
     print_rounds(name, time_alternating(labels, rounds, repeat=runs),
                  "compile (kfuse's outputs)")
 
@@ -105,6 +115,8 @@ def main() -> None:
     parser.add_argument("apps", nargs="*", default=list(APPS))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--plain-loads", action="store_true",
+                        help="each variant also with its inputs' loads plain (no __restrict__)")
     parser.add_argument("--variants", default=None,
                         help="comma-separated map-reduce variants of the first group (default: "
                              "plain maps' or matrix rows' usual ones)")
@@ -113,7 +125,7 @@ def main() -> None:
         rows = name in ("sgemv", "gesummv", "sgemvt")
         variants = (tuple(v for v in args.variants.split(",") if v) if args.variants
                     else ROW_VARIANTS if rows else MAP_VARIANTS)
-        compare(name, args.rounds, args.runs, variants)
+        compare(name, args.rounds, args.runs, variants, args.plain_loads)
 
 
 if __name__ == "__main__":
