@@ -482,6 +482,23 @@ def test_plain_maps_plan_the_narrowest_access_that_reaches_the_bytes_per_thread(
         assert choice.prediction.thread_bytes >= MAP_THREAD_BYTES
 
 
+@pytest.mark.parametrize("device_threads", [None, 256, 512])
+def test_plain_maps_take_the_block_the_device_streamed_fastest_with(device_threads):
+    """A calibrated profile's map_block_threads (the block its elementwise kernel ran fastest
+    in) ranks first among the equal predictions; uncalibrated, the fewest threads."""
+    import dataclasses
+
+    from kfuse.model.device import h200_like_profile
+    profile = dataclasses.replace(h200_like_profile(), map_block_threads=device_threads)
+    for name, size in {"madd": 8, "sscal": 16}.items():
+        app = get_app(name)
+        graph = app.build().graph()
+        space = ImplementationSpace(graph, app.sizes(graph, app.bench_size), profile)
+        (choice,) = space.best().choices
+        variant = MapReduceVariant.parse(choice.variant)
+        assert (variant.threads, variant.vector_bytes) == ((device_threads or 128, 1), size)
+
+
 def test_named_variants_of_plain_maps_are_honoured():
     """A plan naming a map-reduce variant for a group of plain maps runs that variant (the
     general templates only under ``auto``)."""

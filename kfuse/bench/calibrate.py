@@ -1,4 +1,5 @@
-"""Measure the GPU: properties, device-to-device copy bandwidth, kernel launch overhead."""
+"""Measure the GPU: properties, device-to-device copy bandwidth, kernel launch overhead, and
+the block with which kfuse's elementwise kernels stream fastest."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from kfuse.bench.timing import Timing, time_gpu
+from kfuse.bench.timing import Timing, time_gpu, time_in_turn
 from kfuse.model.device import DeviceProfile
 
 COPY_SOURCE = r"""
@@ -118,20 +119,63 @@ def measure_launch(*, batch: int = 200, repeat: int = 30) -> dict[str, Timing]:
     return {"single": single, "per_launch": per_launch}
 
 
+# Threads per block an elementwise kernel is timed with: kfuse's plain maps (MAP_VARIANTS) with
+# 8-byte accesses, which the model predicts equal. Measured on the same buffers (session 17,
+# docs/benchmarks.md): an H100 ran MADD, WAXPBY, VADD and SSCAL 0.15-0.9% faster in blocks of
+# 512 threads than of 128; an H200 ran MADD and WAXPBY 3.6% slower in them, 0.8% in 256.
+MAP_BLOCKS = (128, 256, 512)
+
+
+def measure_map_blocks(nbytes: int = 1 << 29, *, rounds: int = 3, warmup: int = 3,
+                       repeat: int = 10) -> dict[int, float]:
+    """Seconds of kfuse's elementwise kernel ``c = a + b`` over float32 arrays of ``nbytes``
+    each, generated with each of :data:`MAP_BLOCKS` threads per block, timed in turn on the
+    same buffers (where an output lies moves a streaming kernel's time)."""
+    import cupy
+
+    from kfuse.dsl.ops import point
+    from kfuse.dsl.pipeline import Pipeline
+    from kfuse.fusion.plan import make_plan
+    from kfuse.runtime import get_backend
+
+    pipeline = Pipeline("calibrate_map")
+    a, b = pipeline.input("a", ndim=1), pipeline.input("b", ndim=1)
+    pipeline.output(point(a + b, name="c"))
+    graph = pipeline.graph()
+    count = max(nbytes // 4, 1024)
+    given = {name: cupy.random.random(count, dtype=cupy.float32) + 0.5 for name in "ab"}
+    backend = get_backend("cuda")
+    executables: list[Any] = []
+    for threads in MAP_BLOCKS:
+        plan = make_plan(graph, [["c"]], check_resources=False, variants={
+            frozenset({"c"}): f"mapreduce:{threads}x1:r1:i1:w8:shuffle"})
+        executables.append(backend.prepare(graph, given, plan=plan,
+                                           buffers_of=executables[0] if executables else None))
+    for executable in executables:
+        executable.launch_all()
+        if not bool(cupy.allclose(executable.buffers["c"], given["a"] + given["b"])):
+            raise RuntimeError("the calibration's elementwise kernel computed wrong sums; the "
+                               "GPU run is broken")
+    times = time_in_turn([e.launch_all for e in executables], rounds=rounds, warmup=warmup,
+                         repeat=repeat)
+    return dict(zip(MAP_BLOCKS, times, strict=True))
+
+
 def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
               progress: bool = True, device_id: int | None = None) -> DeviceProfile:
     """Measure the current GPU with CuPy and return its :class:`DeviceProfile` (not saved).
 
     Copy bandwidth is (bytes read + bytes written) / median time of a ``copy_bytes``
     device-to-device copy, the better of a float4 copy kernel and ``cudaMemcpyAsync``;
-    launch overhead the median per-launch time of back-to-back empty kernels.
+    launch overhead the median per-launch time of back-to-back empty kernels; the block of
+    kfuse's elementwise kernels the fastest of :data:`MAP_BLOCKS` (:func:`measure_map_blocks`).
     """
     from kfuse.runtime.cuda_backend import _cupy
     cupy = _cupy()  # BackendUnavailable, not ModuleNotFoundError, where there is no GPU
 
     device = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
     with device, _progress(progress) as bar:
-        task = bar.add_task("calibrating", total=3) if bar else None
+        task = bar.add_task("calibrating", total=4) if bar else None
 
         def step(text: str) -> None:
             if bar is not None:
@@ -150,13 +194,20 @@ def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
         launches = measure_launch(repeat=repeat)
         if bar is not None:
             bar.advance(task)
+        step(f"elementwise kernels in blocks of {', '.join(map(str, MAP_BLOCKS))} threads")
+        blocks = measure_map_blocks(copy_bytes // 2)
+        cupy.get_default_memory_pool().free_all_blocks()
+        if bar is not None:
+            bar.advance(task)
     moved = 2 * (max(copy_bytes // 16, 1) * 16)
     bandwidths = {method: moved / timing.median_s for method, timing in copies.items()}
     best = max(bandwidths, key=bandwidths.get)
     return _profile(
         props, float(bandwidths[best]), float(launches["per_launch"].median_s),
         measured_at=datetime.date.today().isoformat(),
+        map_block_threads=min(blocks, key=blocks.get),
         notes={
+            "map_block_seconds": {str(threads): s for threads, s in blocks.items()},
             "copy_method": best,
             "copy_bytes": copy_bytes,
             "copy_bandwidth_by_method": {k: float(v) for k, v in bandwidths.items()},
@@ -192,7 +243,8 @@ def estimated_profile(device_id: int | None = None) -> DeviceProfile:
 
 
 def _profile(props: dict[str, Any], copy_bandwidth: float, launch_overhead: float, *,
-             measured_at: str | None, notes: dict[str, Any]) -> DeviceProfile:
+             measured_at: str | None, notes: dict[str, Any],
+             map_block_threads: int | None = None) -> DeviceProfile:
     """A profile of the device described by ``props`` (:func:`device_properties`)."""
     major, minor = props.get("major", 0), props.get("minor", 0)
     return DeviceProfile(
@@ -211,6 +263,7 @@ def _profile(props: dict[str, Any], copy_bandwidth: float, launch_overhead: floa
         if props.get("sharedMemPerBlockOptin") else None,
         peak_bandwidth_bytes_per_s=_peak_bandwidth(props),
         global_memory_bytes=int(props["totalGlobalMem"]) if props.get("totalGlobalMem") else None,
+        map_block_threads=map_block_threads,
         notes=notes,
     )
 

@@ -141,6 +141,16 @@ def time_alternating(runs: Mapping[str, Callable[[], object]], rounds: int, *,
     return times
 
 
+def time_in_turn(launches: Sequence[Callable[[], object]], *, rounds: int = 3,
+                 warmup: int = 3, repeat: int = 10,
+                 timer: Callable[..., Timing] | None = None) -> list[float]:
+    """Seconds per call of each of ``launches``: the median over ``rounds`` rounds of each
+    one's median, every round timing them all in turn (:func:`time_alternating`)."""
+    times = time_alternating({str(i): launch for i, launch in enumerate(launches)},
+                             max(rounds, 1), repeat=repeat, warmup=warmup, timer=timer)
+    return [float(np.median(times[str(i)])) * 1e-3 for i in range(len(launches))]
+
+
 def print_rounds(name: str, times: Mapping[str, list[float]], base: str) -> None:
     """One line per label: median of its rounds, its speed-up over ``base``, every round."""
     reference = float(np.median(times[base]))

@@ -41,6 +41,9 @@ class DeviceProfile:
     ``copy_bandwidth_bytes_per_s`` counts bytes read plus bytes written per second of a
     device-to-device copy; ``launch_overhead_s`` is the median time of one empty kernel
     launch. ``measured_at`` is the ISO date of the measurement, ``None`` for nominal figures.
+    ``map_block_threads`` is the block of threads with which an elementwise kernel streamed
+    fastest here (``kfuse calibrate`` times a few; None where nothing was timed): the model
+    predicts every block equal, and which is fastest differs between devices.
     """
 
     name: str
@@ -57,6 +60,7 @@ class DeviceProfile:
     shared_memory_per_block_optin: int | None = None
     peak_bandwidth_bytes_per_s: float | None = None
     global_memory_bytes: int | None = None
+    map_block_threads: int | None = None
     notes: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

@@ -72,7 +72,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -178,6 +177,10 @@ ATOMIC_EXPOSED = 0.5                   # share of the atomics' time streaming do
 BLOCK_CYCLES = 400                     # fixed cost of a block: index math, invariant loads
 EPILOGUE_CYCLES = 800                  # barriers and flushes of partial reductions
 BASE_REGISTERS = 32
+# ptxas gives plain maps (no reduction) far fewer: 12-16 registers for MADD, WAXPBY and VADD
+# compiled for aligned arrays, 16-20 testing their pointers (sessions 16-17), so their blocks
+# of 128-512 threads all fill the multiprocessor.
+PLAIN_MAP_BASE_REGISTERS = 16
 MAX_BLOCKS_PER_SM = 32
 # Matrix kernels (fitted to ptxas -v, sm_90, on the generated kernels; rms 9 registers):
 STREAM_BASE_REGISTERS = 20
@@ -351,9 +354,12 @@ class VariantPrediction:
     shared_bytes: int
     launches: int
     bound: str
-    # plain maps: bytes one thread loads per access of each input, and of all inputs
+    # plain maps: bytes one thread loads per access of each input, and of all inputs, and
+    # whether the block has the threads the device streamed fastest with (its profile's
+    # map_block_threads, else the fewest)
     access_bytes: int = 0
     thread_bytes: int = 0
+    device_block: bool = False
 
 
 def predict_variant(graph: Graph, members: Sequence[str], outputs: Sequence[str],
@@ -444,7 +450,9 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     tile_inputs = len(group.tile_inputs)
     if not stream:  # vectors and the tile mapping (their choices were checked on an H200)
         rows_in_flight = variant.rows if not group.flat else min(variant.iters, 4)
-        registers = (BASE_REGISTERS + v * rows_in_flight * (tile_inputs + len(group.stores))
+        base = PLAIN_MAP_BASE_REGISTERS if group.flat and not group.reductions \
+            else BASE_REGISTERS
+        registers = (base + v * rows_in_flight * (tile_inputs + len(group.stores))
                      + v * (len(group.col_inputs) + len(group.col_reductions())))
         per_sm = max(1, min(per_sm, profile.registers_per_sm // (registers * threads)))
         resident = min(blocks, per_sm * profile.sm_count)
@@ -514,7 +522,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     access = v * item if plain_map else 0
     return VariantPrediction(total, dram, l2, atomics + serial, operations, efficiency, blocks,
                              per_sm, shared, launches, bound, access,
-                             access * max(tile_inputs, 1))
+                             access * max(tile_inputs, 1),
+                             plain_map and threads == profile.map_block_threads)
 
 
 def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
@@ -719,8 +728,8 @@ def _tie_key(choice: GroupChoice) -> tuple:
     if found.access_bytes:  # plain maps (MAP_VARIANTS): the narrowest access that reaches
         short = found.thread_bytes < MAP_THREAD_BYTES  # the bytes per thread, then the
         threads = MapReduceVariant.parse(choice.variant).threads[0] \
-            if is_variant_text(choice.variant) else 0  # fewest threads
-        return (short, found.access_bytes, threads, choice.variant)
+            if is_variant_text(choice.variant) else 0  # device's block, the fewest threads
+        return (short, found.access_bytes, not found.device_block, threads, choice.variant)
     rows, loads = 0, 0
     if is_variant_text(choice.variant):
         variant = MapReduceVariant.parse(choice.variant)
@@ -874,7 +883,7 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
     time is measured with CUDA events, on ``cpu`` with the wall clock (which says nothing
     about the GPU: use it to exercise the code path).
     """
-    from kfuse.bench.timing import time_gpu, time_host
+    from kfuse.bench.timing import time_gpu, time_host, time_in_turn
     from kfuse.runtime import get_backend
     from kfuse.runtime.backend import CompiledBackend
     from kfuse.runtime.binding import bind
@@ -899,7 +908,7 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
         return executable
 
     def in_turn(launches: Sequence[Callable[[], object]]) -> list[float]:
-        return _time_in_turn(launches, timer, rounds=rounds, warmup=warmup, repeat=repeat)
+        return time_in_turn(launches, rounds=rounds, warmup=warmup, repeat=repeat, timer=timer)
 
     ranked = space.ranked(k)
     times = in_turn([prepared(implementation).launch_all for implementation in ranked])
@@ -929,18 +938,6 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
             fastest = min(measured, key=lambda m: m.measured_s)
     plan = fastest.implementation.plan(graph, unfused_predicted_time_s=space.unfused_time())
     return AutotuneResult(plan, tuple(measured), space.count())
-
-
-def _time_in_turn(launches: Sequence[Callable[[], object]], timer: Callable[..., Any], *,
-                  rounds: int, warmup: int, repeat: int) -> list[float]:
-    """Seconds per launch of each of ``launches``: the median over ``rounds`` rounds, each
-    timing every launch in turn (``timer``: :func:`kfuse.bench.timing.time_gpu` or
-    ``time_host``)."""
-    from kfuse.bench.timing import time_alternating
-
-    times = time_alternating({str(i): launch for i, launch in enumerate(launches)},
-                             max(rounds, 1), repeat=repeat, warmup=warmup, timer=timer)
-    return [statistics.median(times[str(i)]) * 1e-3 for i in range(len(launches))]
 
 
 def _tune_groups(start: Implementation, space: ImplementationSpace, k: int,
