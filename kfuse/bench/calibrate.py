@@ -121,8 +121,8 @@ def measure_launch(*, batch: int = 200, repeat: int = 30) -> dict[str, Timing]:
 
 # Threads per block an elementwise kernel is timed with: kfuse's plain maps (MAP_VARIANTS) with
 # 8-byte accesses, which the model predicts equal. Measured on the same buffers (session 17,
-# docs/benchmarks.md): an H100 ran MADD, WAXPBY, VADD and SSCAL 0.15-0.9% faster in blocks of
-# 512 threads than of 128; an H200 ran MADD and WAXPBY 3.6% slower in them, 0.8% in 256.
+# docs/benchmarks.md): an H100 ran MADD, WAXPBY, VADD and SSCAL 0.2-1.0% faster in blocks of
+# 512 threads than of 128; an H200 ran MADD and WAXPBY 3.7% slower in them, 0.8% in 256.
 MAP_BLOCKS = (128, 256, 512)
 
 

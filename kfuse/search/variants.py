@@ -113,14 +113,14 @@ MAP_VARIANTS = ((128, 16), (128, 8), (256, 16), (256, 8), (512, 16),
 # Their blocks' fixed work is hidden by the other resident blocks (128 threads x 8 bytes:
 # four times the blocks of the templates, measured no slower), so they predict equal times,
 # and among equal predictions the narrowest access whose bytes over all inputs reach
-# MAP_THREAD_BYTES per thread ranks first, then the fewest threads: measured on H200s
-# (sessions 7, 11 and 17, alternating rounds, docs/benchmarks.md) 128 threads x 8 bytes for
-# VADD (three inputs: 0.4835 ms against 0.4852 for 16 bytes; torch.compile 0.4834), MADD
-# (two: 0.7324 against 0.7364; 0.7308) and WAXPBY (two: 0.3692 against 0.3708; 0.3677), and
-# 16 bytes for SSCAL (one: 0.2537 against 0.3224 for 8 bytes; 0.2536); on the same buffers
-# 256 threads 0.8% and 512 threads 3.6% slower for MADD and WAXPBY. Which block is fastest
-# depends on the device: on an H100 512 threads ran every one of them 0.15-0.9% faster than
-# 128 (session 17), which only timing finds (``kfuse run --autotune 6``).
+# MAP_THREAD_BYTES per thread ranks first, then the block the device streamed fastest with
+# (its profile's map_block_threads, which ``kfuse calibrate`` measures), then the fewest
+# threads. Measured on H200s (sessions 7, 11 and 17, alternating rounds, docs/benchmarks.md):
+# 8 bytes for VADD (three inputs: 0.4835 ms against 0.4852 for 16 bytes; torch.compile
+# 0.4834), MADD (two: 0.7324 against 0.7364; 0.7308) and WAXPBY (two: 0.3692 against 0.3708;
+# 0.3677), and 16 bytes for SSCAL (one: 0.2537 against 0.3224 for 8 bytes; 0.2536); on the
+# same buffers 256 threads 0.8% and 512 threads 3.7% slower than 128 for MADD and WAXPBY. On
+# an H100 512 threads ran every one of them 0.2-1.0% faster than 128 (session 17).
 MAP_THREAD_BYTES = 16
 STREAM_THREADS_Y = (4, 8)              # stream mapping: warps per block, one row group each
 STREAM_ROWS = (1, 2, 4)                # rows per warp walked together
@@ -904,7 +904,8 @@ def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "
     def prepared(implementation: Implementation) -> Any:
         executable = chosen.prepare(graph, given, plan=implementation.plan(graph),
                                     buffers_of=shared[0] if shared else None)
-        shared[:1] = shared[:1] or [executable]
+        if not shared:
+            shared.append(executable)
         return executable
 
     def in_turn(launches: Sequence[Callable[[], object]]) -> list[float]:
