@@ -156,6 +156,30 @@ def test_a_gpu_nobody_calibrated_is_planned_with_its_own_figures(tmp_path, monke
     assert current_profile() == calibrated
 
 
+def test_the_measured_block_of_elementwise_kernels_is_kept_and_planned_with(tmp_path,
+                                                                            monkeypatch):
+    """``kfuse calibrate`` stores the block its elementwise kernel ran fastest in; plans for
+    that device take it, and a profile stored before there was one loads without it."""
+    from kfuse.apps import get_app
+    from kfuse.model.device import h200_like_profile
+
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    measured = dataclasses.replace(h200_like_profile(), map_block_threads=512,
+                                   measured_at="2026-11-25")
+    path = measured.save()
+    assert DeviceProfile.load(path).map_block_threads == 512
+    older = json.loads(path.read_text())
+    del older["map_block_threads"]
+    assert DeviceProfile.from_dict(older).map_block_threads is None
+    app = get_app("waxpby")
+    graph = app.build().graph()
+    sizes = app.sizes(graph, app.bench_size)
+    assert [g.variant for g in app.planner(graph, sizes, measured).groups] == [
+        "mapreduce:512x1:r1:i1:w8:shuffle"]
+    assert [g.variant for g in app.planner(graph, sizes, h200_like_profile()).groups] == [
+        "mapreduce:128x1:r1:i1:w8:shuffle"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Timing statistics (no clock involved)
 # ---------------------------------------------------------------------------------------------

@@ -177,3 +177,10 @@ def test_marching_kernels_on_cuda(boundary, shape, monkeypatch):
                                boundary)
     for name, expected in reference.items():
         assert max_relative_error(outputs[name], expected) <= 1e-5, name
+
+
+def test_calibration_times_the_elementwise_kernel_in_each_block():
+    from kfuse.bench.calibrate import MAP_BLOCKS, measure_map_blocks
+
+    times = measure_map_blocks(1 << 22, rounds=1, repeat=3)  # (its sums are checked inside)
+    assert sorted(times) == sorted(MAP_BLOCKS) and all(t > 0 for t in times.values())
