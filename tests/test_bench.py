@@ -492,6 +492,33 @@ def test_harness_on_cpu_backend():
         assert any("not installed" in note for note in row.notes), row.notes
 
 
+def test_harness_times_kfuse_and_the_baselines_in_turn(monkeypatch):
+    """kfuse and its unfused program (and the baselines) are timed in alternating rounds, not
+    one block of runs each: a row's time is the median of its rounds' medians."""
+    _cpu_backend_or_skip()
+    import kfuse.bench.harness as harness
+    from kfuse.bench import bench_apps
+
+    calls = []
+
+    def clock(run, *, warmup, repeat, rotate=None):
+        calls.append((run, repeat))
+        run()
+        seconds = len(calls) * 1e-3  # a clock that each call finds later
+        return Timing(seconds, seconds, seconds, seconds, repeat)
+
+    monkeypatch.setattr(harness, "time_host", clock)
+    (row,) = bench_apps([_small_app()], backend="cpu", profile=default_profile(),
+                        baselines=False, progress=False, warmup=1, repeat=10, sets=1)
+    rounds = calls[:2 * harness.BENCH_ROUNDS]  # (the kernel rows are timed after)
+    fused, unfused = rounds[0][0], rounds[1][0]
+    assert fused is not unfused
+    assert [run for run, _ in rounds] == [fused, unfused] * harness.BENCH_ROUNDS
+    assert all(repeat == 10 // harness.BENCH_ROUNDS for _, repeat in rounds)
+    assert row.kfuse_ms == pytest.approx(5.0) and row.unfused_ms == pytest.approx(6.0)
+    assert row.timings["kfuse"]["runs"] == 10 and row.timings["kfuse"]["min_s"] == 1e-3
+
+
 def test_harness_reports_a_failing_app_and_goes_on():
     _cpu_backend_or_skip()
     from kfuse.bench import bench_apps

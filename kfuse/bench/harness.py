@@ -407,6 +407,48 @@ def _timing_dict(timing: Timing) -> dict[str, float]:
             "p90": timing.p90, "runs": timing.runs}
 
 
+# kfuse, its unfused program and the baselines are timed in turn, in this many rounds of
+# repeat / BENCH_ROUNDS runs each: one block of runs per program seconds apart let drift
+# (clocks, temperature) and a passing disturbance decide between programs within 0.5% of
+# each other (docs/benchmarks.md, sessions 7 and 17).
+BENCH_ROUNDS = 5
+# the row's field of each timed program's median, in ms
+_TIMED_FIELDS = {"kfuse": "kfuse_ms", "kfuse unfused": "unfused_ms", "torch eager": "eager_ms",
+                 "torch.compile": "compile_ms", "cublas": "cublas_ms"}
+Timed = dict[str, tuple[Callable[[], object], list[Callable[[], None]]]]
+
+
+def _time_side_by_side(row: BenchRow, env: _Env, timed: Timed, *, warmup: int,
+                       repeat: int) -> None:
+    """Each program of ``timed`` (label -> (run, input-set setters)) in BENCH_ROUNDS rounds,
+    all of them in turn each round; the row gets the median of each one's round medians
+    (and the smallest, the median 10th and 90th percentiles, the runs). A baseline that
+    fails while timed is dropped with a note; kfuse's own failures propagate."""
+    rounds = max(1, min(BENCH_ROUNDS, repeat))
+    per_round = max(1, repeat // rounds)
+    results: dict[str, list[Timing]] = {label: [] for label in timed}
+    for _ in range(rounds):
+        for label, (run, rotate) in list(timed.items()):
+            try:
+                results[label].append(env.timer(run, warmup=warmup, repeat=per_round,
+                                                rotate=rotate))
+            except Exception as error:  # a broken baseline must not lose the row
+                if label.startswith("kfuse"):
+                    raise
+                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                row.notes.append(f"{label} failed while timed: {type(error).__name__}: "
+                                 f"{first[:200]}")
+                del timed[label], results[label]
+    for label, timings in results.items():
+        timing = Timing(float(np.median([t.median_s for t in timings])),
+                        min(t.min_s for t in timings),
+                        float(np.median([t.p10 for t in timings])),
+                        float(np.median([t.p90 for t in timings])),
+                        sum(t.runs for t in timings))
+        row.timings[label] = _timing_dict(timing)
+        setattr(row, _TIMED_FIELDS[label], timing.median_s * 1e3)
+
+
 def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
                baselines: tuple[str, ...],
                status: Callable[[str], None], warmup: int, repeat: int, sets: int | None,
@@ -445,29 +487,23 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     executable.launch_all()
     outputs = {name: executable.buffers[name].copy() for name in graph.outputs}
 
-    status("timing kfuse")
-    timing = env.timer(executable.launch_all, warmup=warmup, repeat=repeat, rotate=rotate)
-    row.kfuse_ms = timing.median_s * 1e3
-    row.timings["kfuse"] = _timing_dict(timing)
     unfused_rotate = [_setter(unfused, one) for one in input_sets]
-    timing = env.timer(unfused.launch_all, warmup=warmup, repeat=repeat, rotate=unfused_rotate)
-    row.unfused_ms = timing.median_s * 1e3
-    row.timings["kfuse unfused"] = _timing_dict(timing)
     unfused_rotate[0]()  # the input set the fused outputs were computed from
     unfused.launch_all()
     for name in graph.outputs:
         error = max_relative_error(unfused.buffers[name], outputs[name])
         if error > ERROR_TOLERANCE:
             row.notes.append(f"unfused and fused '{name}' differ: {error:.1e}")
-
+    timed: Timed = {"kfuse": (executable.launch_all, rotate),
+                    "kfuse unfused": (unfused.launch_all, unfused_rotate)}
     if set(baselines) & {"torch eager", "torch.compile"}:
-        _bench_torch(graph, row, env, input_sets, params, outputs, status=status,
-                     warmup=warmup, repeat=repeat, with_compile="torch.compile" in baselines,
-                     compile_mode=compile_mode)
+        _bench_torch(graph, row, env, input_sets, params, outputs, timed, status=status,
+                     with_compile="torch.compile" in baselines, compile_mode=compile_mode)
     if "cublas" in baselines:
-        _bench_cublas(app, graph, row, env, input_sets, params, outputs, status=status,
-                      warmup=warmup, repeat=repeat)
+        _bench_cublas(app, graph, row, env, input_sets, params, outputs, timed, status=status)
     del outputs
+    status(f"timing {', '.join(timed)} in turn")
+    _time_side_by_side(row, env, timed, warmup=warmup, repeat=repeat)
 
     status("timing each kernel")
     rotate = unfused_rotate
@@ -512,9 +548,10 @@ def app_plan(app: Any, graph: Graph, sizes: Mapping[str, int],
 
 
 def _bench_cublas(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any]],
-                  params: dict[str, Any], outputs: dict[str, Any], *,
-                  status: Callable[[str], None], warmup: int, repeat: int) -> None:
-    """Time the app's cuBLAS call sequence (BLAS apps on the cuda backend only)."""
+                  params: dict[str, Any], outputs: dict[str, Any], timed: Timed, *,
+                  status: Callable[[str], None]) -> None:
+    """The app's cuBLAS call sequence (BLAS apps on the cuda backend only), checked and
+    added to ``timed``."""
     from kfuse.bench.cublas_baseline import has_sequence, prepare
     if not has_sequence(app.name):
         return
@@ -535,9 +572,7 @@ def _bench_cublas(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[di
         row.notes.append(f"cuBLAS and kfuse differ: max relative error {row.cublas_error:.3g}")
     current = [sequences[0]]
     rotate = [_chooser(current, one) for one in sequences]  # type: ignore[arg-type]
-    timing = env.timer(lambda: current[0].run(), warmup=warmup, repeat=repeat, rotate=rotate)
-    row.cublas_ms = timing.median_s * 1e3
-    row.timings["cublas"] = _timing_dict(timing)
+    timed["cublas"] = (lambda: current[0].run(), rotate)
 
 
 def _setter(executable: Any, arrays: dict[str, Any]) -> Callable[[], None]:
@@ -551,9 +586,10 @@ def _setter(executable: Any, arrays: dict[str, Any]) -> Callable[[], None]:
 
 
 def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any]],
-                 params: dict[str, Any], outputs: dict[str, Any], *,
-                 status: Callable[[str], None], warmup: int, repeat: int,
-                 with_compile: bool = True, compile_mode: str | None = None) -> None:
+                 params: dict[str, Any], outputs: dict[str, Any], timed: Timed, *,
+                 status: Callable[[str], None], with_compile: bool = True,
+                 compile_mode: str | None = None) -> None:
+    """PyTorch eager and torch.compile of the graph, checked and added to ``timed``."""
     try:
         import torch
     except ImportError:
@@ -580,10 +616,7 @@ def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any
     if row.error_ok is False:
         row.notes.append(f"kfuse differs from torch eager: max relative error "
                          f"{row.max_error:.3g} > {ERROR_TOLERANCE:g}")
-    timing = env.timer(lambda: eager(**current[0], **params), warmup=warmup, repeat=repeat,
-                       rotate=rotate)
-    row.eager_ms = timing.median_s * 1e3
-    row.timings["torch eager"] = _timing_dict(timing)
+    timed["torch eager"] = (lambda: eager(**current[0], **params), rotate)
 
     if not with_compile:
         return
@@ -594,11 +627,7 @@ def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any
         result = compiled(**tensor_sets[0], **params)
         row.compile_error = max((max_relative_error(result[n], reference[n])
                                  for n in graph.outputs), default=0.0)
-        status("torch.compile")
-        timing = env.timer(lambda: compiled(**current[0], **params), warmup=warmup,
-                           repeat=repeat, rotate=rotate)
-        row.compile_ms = timing.median_s * 1e3
-        row.timings["torch.compile"] = _timing_dict(timing)
+        timed["torch.compile"] = (lambda: compiled(**current[0], **params), rotate)
     except Exception as error:  # a broken Triton/inductor must not lose the row
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         row.notes.append(f"torch.compile failed: {type(error).__name__}: {first[:200]}")
