@@ -519,6 +519,26 @@ def test_harness_times_kfuse_and_the_baselines_in_turn(monkeypatch):
     assert row.timings["kfuse"]["runs"] == 10 and row.timings["kfuse"]["min_s"] == 1e-3
 
 
+def test_a_baseline_that_fails_while_timed_is_dropped_with_a_note():
+    import kfuse.bench.harness as harness
+
+    def clock(run, *, warmup, repeat, rotate=None):
+        run()
+        return Timing(1e-3, 1e-3, 1e-3, 1e-3, repeat)
+
+    def broken():
+        raise RuntimeError("triton exploded\nin a long traceback")
+
+    row = harness.BenchRow("app", (4,), "device", "cpu")
+    timed = {"kfuse": (lambda: None, []), "torch.compile": (broken, [])}
+    harness._time_side_by_side(row, SimpleNamespace(timer=clock), timed, warmup=0, repeat=5)
+    assert row.kfuse_ms == pytest.approx(1.0) and row.compile_ms is None
+    assert row.notes == ["torch.compile failed while timed: RuntimeError: triton exploded"]
+    with pytest.raises(RuntimeError, match="exploded"):  # kfuse's own failures are not hidden
+        harness._time_side_by_side(row, SimpleNamespace(timer=clock),
+                                   {"kfuse": (broken, [])}, warmup=0, repeat=5)
+
+
 def test_harness_reports_a_failing_app_and_goes_on():
     _cpu_backend_or_skip()
     from kfuse.bench import bench_apps

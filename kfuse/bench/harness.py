@@ -435,9 +435,7 @@ def _time_side_by_side(row: BenchRow, env: _Env, timed: Timed, *, warmup: int,
             except Exception as error:  # a broken baseline must not lose the row
                 if label.startswith("kfuse"):
                     raise
-                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                row.notes.append(f"{label} failed while timed: {type(error).__name__}: "
-                                 f"{first[:200]}")
+                row.notes.append(_failure(f"{label} failed while timed", error))
                 del timed[label], results[label]
     for label, timings in results.items():
         timing = Timing(float(np.median([t.median_s for t in timings])),
@@ -447,6 +445,12 @@ def _time_side_by_side(row: BenchRow, env: _Env, timed: Timed, *, warmup: int,
                         sum(t.runs for t in timings))
         row.timings[label] = _timing_dict(timing)
         setattr(row, _TIMED_FIELDS[label], timing.median_s * 1e3)
+
+
+def _failure(what: str, error: Exception) -> str:
+    """A row's note: ``what``, the error's type and the first line of its message."""
+    text = str(error).strip()
+    return f"{what}: {type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
 def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
@@ -629,8 +633,7 @@ def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any
                                  for n in graph.outputs), default=0.0)
         timed["torch.compile"] = (lambda: compiled(**current[0], **params), rotate)
     except Exception as error:  # a broken Triton/inductor must not lose the row
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        row.notes.append(f"torch.compile failed: {type(error).__name__}: {first[:200]}")
+        row.notes.append(_failure("torch.compile failed", error))
     del reference
 
 
