@@ -31,9 +31,9 @@ def compare(name: str, rounds: int, runs: int) -> None:
     case = device_case(name)
     aligned = get_backend("cuda").prepare(case.graph, case.given,
                                           program=planned_program(case))
-    tested = type(aligned)(case.graph, aligned.bound)
-    tested.buffers = aligned.buffers
-    tested.load(generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes))
+    tested = get_backend("cuda").prepare(  # the same buffers
+        case.graph, case.given, buffers_of=aligned,
+        program=generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes))
     outputs = {}
     for label, executable in (("aligned", aligned), ("tested", tested)):
         executable.launch_all()

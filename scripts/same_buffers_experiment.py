@@ -20,7 +20,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from kfuse.bench.experiment import device_case, normalized_variants
+from kfuse.bench.experiment import (
+    device_case,
+    largest_error,
+    normalized_variants,
+    planned_run,
+    run_checked,
+)
 from kfuse.bench.timing import print_rounds, time_alternating
 from kfuse.codegen import generate
 from kfuse.codegen.mapreduce import MapReduceGroup
@@ -69,22 +75,16 @@ def plain_loads(source: str) -> str:
 
 def compare(name: str, rounds: int, runs: int, variants: tuple[str, ...],
             plain: bool = False) -> None:
-    import cupy
-
     from kfuse.bench.torch_baseline import compiled_on
 
     case = device_case(name)
     graph, plan = case.graph, case.plan
-    planned = get_backend("cuda").prepare(graph, case.given, plan=plan)
-    planned.launch_all()
-    expected = {o: planned.buffers[o].copy() for o in graph.outputs}
+    planned, expected = planned_run(case, get_backend("cuda"))
     labels = {"compile (own outputs)": compiled_on(graph, case.given)}
     into = compiled_into(case, planned.buffers)
     into()
-    for output in graph.outputs:  # torch.compile wrote kfuse's buffers: the same results
-        error = float(cupy.abs(planned.buffers[output] - expected[output]).max()
-                      / cupy.abs(expected[output]).max())
-        assert error < 1e-4, f"{name}: torch.compile into '{output}' differs by {error:.1e}"
+    error = largest_error(planned.buffers, expected)  # torch.compile wrote kfuse's buffers
+    assert error < 1e-4, f"{name}: torch.compile into kfuse's outputs differs by {error:.1e}"
     labels["compile (kfuse's outputs)"] = into
     labels[f"kfuse {plan.groups[0].variant}"] = planned.launch_all
     first = plan.groups[0]
@@ -98,11 +98,8 @@ def compare(name: str, rounds: int, runs: int, variants: tuple[str, ...],
         if plain:
             forms[", plain loads"] = replace(program, source=plain_loads(program.source))
         for suffix, form in forms.items():
-            other = get_backend("cuda").prepare(graph, case.given, program=form,
-                                                buffers_of=planned)  # the same buffers
-            other.launch_all()
-            error = max(float(cupy.abs(planned.buffers[o] - expected[o]).max()
-                              / cupy.abs(expected[o]).max()) for o in graph.outputs)
+            other, error, _ = run_checked(get_backend("cuda"), case, form, expected,
+                                          buffers_of=planned)  # the same buffers
             print(f"{name} {variant}{suffix}: error {error:.1e}", flush=True)
             if error < 1e-5:
                 labels[f"kfuse {variant}{suffix}"] = other.launch_all

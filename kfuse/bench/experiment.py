@@ -77,17 +77,24 @@ def masked_only(source: str) -> str:
     return re.sub(r"const bool kf_full = [^;]*;", "const bool kf_full = false;", source)
 
 
-def run_checked(backend: Any, case: DeviceCase, program: Any,
-                expected: Mapping[str, Any]) -> tuple[Any, float, str]:
-    """(executable, largest relative error of any output against ``expected``, registers of
-    each kernel as ``a/b/c``, with its local memory where it has any) of ``program`` run once
-    on ``case``'s inputs."""
+def largest_error(buffers: Mapping[str, Any], expected: Mapping[str, Any]) -> float:
+    """The largest ``max|out - expected| / max|expected|`` over the outputs in ``expected``
+    (CuPy arrays)."""
     import cupy
 
-    executable = backend.prepare(case.graph, case.given, program=program)
+    return max(float(cupy.abs(buffers[o] - expected[o]).max() / cupy.abs(expected[o]).max())
+               for o in expected)
+
+
+def run_checked(backend: Any, case: DeviceCase, program: Any, expected: Mapping[str, Any],
+                buffers_of: Any = None) -> tuple[Any, float, str]:
+    """(executable, largest relative error of any output against ``expected``, registers of
+    each kernel as ``a/b/c``, with its local memory where it has any) of ``program`` run once
+    on ``case``'s inputs (``buffers_of``: an executable whose buffers it shares)."""
+    executable = backend.prepare(case.graph, case.given, program=program,
+                                 buffers_of=buffers_of)
     executable.launch_all()
-    error = max(float(cupy.abs(executable.buffers[o] - expected[o]).max()
-                      / cupy.abs(expected[o]).max()) for o in case.graph.outputs)
+    error = largest_error(executable.buffers, expected)
     registers = "/".join(f"{f.num_regs}" + (f" ({f.local_size_bytes} B local)"
                                             if f.local_size_bytes else "")
                          for f in executable.functions.values())
@@ -125,5 +132,5 @@ def time_sources(case: DeviceCase, programs: Mapping[str, Any], rounds: int,
     print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
 
 
-__all__ = ["DeviceCase", "device_case", "masked_only", "normalized_variants",
+__all__ = ["DeviceCase", "device_case", "largest_error", "masked_only", "normalized_variants",
            "planned_program", "planned_run", "run_checked", "time_sources"]

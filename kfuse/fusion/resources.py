@@ -47,9 +47,8 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], v
         return tiles[0], None
     key = ("fitting tile", tuple(members), tuple(outputs), variant,
            None if sizes is None else tuple(sorted(sizes.items())))
-    if key not in graph.memo:  # (the search and make_plan ask for the same groups)
-        graph.memo[key] = _fitting_tile(graph, members, outputs, variant, tiles, sizes)
-    return graph.memo[key]
+    return graph.remembered(  # (the search and make_plan ask for the same groups)
+        key, lambda: _fitting_tile(graph, members, outputs, variant, tiles, sizes))
 
 
 def _fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], variant: str,

@@ -11,7 +11,7 @@ graph, order DAG, sharing sets, thread load, halos) are computed from it on dema
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -186,8 +186,14 @@ class Graph:
     def memo(self) -> dict[tuple, Any]:
         """Answers that later stages worked out for this graph (plans at given sizes, the
         register tiles that fit), by key: kept as long as the graph, so that a pipeline run
-        again on arrays of the same shapes is not planned again."""
+        again on arrays of the same shapes is not planned again (see :meth:`remembered`)."""
         return {}
+
+    def remembered(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, worked out once per ``key`` for this graph (:attr:`memo`)."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
     @cached_property
     def kernel_by_name(self) -> dict[str, Kernel]:

@@ -84,9 +84,8 @@ class GroupTimer:
                                wide_index=self.base.bound.wide_index(graph),
                                fixed_sizes=self.backend.fixed_sizes(self.base.bound),
                                array_alignment=self.base.array_alignment())
-            executable = type(self.base)(graph, self.base.bound)
-            executable.buffers = self.base.buffers
-            executable.load(program)
+            executable = self.backend.prepare(graph, {}, program=program,
+                                              buffers_of=self.base)  # the same buffers
             (spec,) = program.launches
             timer = time_gpu if self.backend.name == "cuda" else time_host
             timing = timer(lambda: executable.launch_one(spec), warmup=self.warmup,

@@ -77,10 +77,8 @@ def _auto_plan(graph: Graph, given: Mapping[str, Any]) -> Any:
     from kfuse.runtime.binding import bind
     from kfuse.search import default_plan
     sizes = bind(graph, given).sizes
-    key = ("auto plan", tuple(sorted(sizes.items())))
-    if key not in graph.memo:
-        graph.memo[key] = default_plan(graph, sizes)
-    return graph.memo[key]
+    return graph.remembered(("auto plan", tuple(sorted(sizes.items()))),
+                            lambda: default_plan(graph, sizes))
 
 
 def _rechecked_plan(graph: Graph, given: Mapping[str, Any], plan: FusionPlan,
@@ -92,15 +90,16 @@ def _rechecked_plan(graph: Graph, given: Mapping[str, Any], plan: FusionPlan,
     from kfuse.fusion.plan import make_plan
     from kfuse.runtime.binding import bind
     sizes = bind(graph, given).sizes if compiles_for_sizes(backend) else None
-    key = ("rechecked plan", id(plan), tuple(sorted((sizes or {}).items())))
-    if graph.memo.get(key, (None,))[0] is not plan:  # (the plan kept: its id stays its own)
-        variants = {frozenset(g.members): g.variant for g in plan.groups}
-        graph.memo[key] = (plan, make_plan(
+    variants = {frozenset(g.members): g.variant for g in plan.groups}
+
+    def recheck() -> tuple[FusionPlan, FusionPlan]:  # (the plan kept: its id stays its own)
+        return plan, make_plan(
             graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
             model=plan.model, predicted_time_s=plan.predicted_time_s,
             unfused_predicted_time_s=plan.unfused_predicted_time_s, variants=variants,
-            sizes=sizes))
-    return graph.memo[key][1]
+            sizes=sizes)
+    key = ("rechecked plan", id(plan), tuple(sorted((sizes or {}).items())))
+    return graph.remembered(key, recheck)[1]
 
 
 __all__ = ["BACKENDS", "Backend", "compiles_for_sizes", "get_backend", "run_graph"]
