@@ -62,6 +62,24 @@ def test_graph_views():
     assert graph.intermediates == ("dx", "dy")
 
 
+def test_graph_remembers_a_bounded_number_of_answers(monkeypatch):
+    """Each answer is worked out once per key; past MEMO_ENTRIES the one used longest ago
+    goes (a pipeline run on many shapes keeps a plan per shape otherwise)."""
+    from kfuse.ir import graph as graph_module
+
+    monkeypatch.setattr(graph_module, "MEMO_ENTRIES", 3)
+    graph = small_pipeline().graph()
+    made: list[int] = []
+
+    def answer(n: int) -> int:
+        return graph.remembered(("shape", n), lambda: made.append(n) or n * 10)
+
+    assert [answer(n) for n in (1, 2, 3, 1)] == [10, 20, 30, 10] and made == [1, 2, 3]
+    assert answer(4) == 40 and len(graph.memo) == 3  # 2, used longest ago, goes
+    assert answer(1) == 10 and answer(3) == 30 and made == [1, 2, 3, 4]
+    assert answer(2) == 20 and made == [1, 2, 3, 4, 2]  # worked out again
+
+
 def test_shapes_unify_and_bind():
     p = kf.Pipeline("two")
     a = p.input("a", ndim=2)

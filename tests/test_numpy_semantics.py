@@ -131,6 +131,27 @@ def test_nan_is_the_minimum_and_maximum_as_in_numpy(op, axis, backend):
     np.testing.assert_allclose(ours, expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("op", ["minimum", "maximum"])
+def test_minimum_and_maximum_of_equal_values_give_the_second_as_numpy(op):
+    """Signed zeros show which side a tie takes: 1 / -0 is -inf. (float32 on the GPU takes -0
+    as below +0, one instruction; only the sign of a zero result differs there.)"""
+    rng = np.random.default_rng(8)
+    a = rng.uniform(-1.0, 1.0, SHAPE).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, SHAPE).astype(np.float32)
+    a[1, :], b[1, :] = 0.0, -0.0
+    a[4, :], b[4, :] = -0.0, 0.0
+    p = kf.Pipeline("signed_zeros")
+    x = p.input("a", ndim=2)
+    y = p.input("b", shape=x.shape)
+    p.output(kf.point(1.0 / getattr(kf, op)(x, y), name="c"))
+    ours, interpreted = run_both("cpu", p, a=a, b=b)
+    with np.errstate(divide="ignore"):
+        expected = 1.0 / getattr(np, op)(a, b)
+    assert np.isneginf(expected).sum() == SHAPE[1] and np.isposinf(expected).sum() == SHAPE[1]
+    np.testing.assert_array_equal(ours, expected)
+    np.testing.assert_array_equal(interpreted, expected)
+
+
 @compiled
 def test_pointwise_minimum_and_maximum_keep_nan_on_either_side(backend):
     rng = np.random.default_rng(7)

@@ -11,6 +11,7 @@ graph, order DAG, sharing sets, thread load, halos) are computed from it on dema
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,6 +33,7 @@ from kfuse.ir.expr import (
 
 KERNEL_KINDS = ("point", "local", "reduce", "opaque")
 REDUCE_OPS = ("sum", "min", "max")
+MEMO_ENTRIES = 256  # answers a graph keeps (Graph.remembered): plans, fitting register tiles
 
 
 def fixed_size(symbol: str) -> int | None:
@@ -183,17 +185,25 @@ class Graph:
 
     # -- lookups -----------------------------------------------------------------------------
     @cached_property
-    def memo(self) -> dict[tuple, Any]:
+    def memo(self) -> OrderedDict[tuple, Any]:
         """Answers that later stages worked out for this graph (plans at given sizes, the
-        register tiles that fit), by key: kept as long as the graph, so that a pipeline run
-        again on arrays of the same shapes is not planned again (see :meth:`remembered`)."""
-        return {}
+        register tiles that fit), by key, the latest used last: kept with the graph, so that a
+        pipeline run again on arrays of the same shapes is not planned again, at most
+        :data:`MEMO_ENTRIES` of them (see :meth:`remembered`)."""
+        return OrderedDict()
 
     def remembered(self, key: tuple, make: Callable[[], Any]) -> Any:
-        """``make()``, worked out once per ``key`` for this graph (:attr:`memo`)."""
-        if key not in self.memo:
-            self.memo[key] = make()
-        return self.memo[key]
+        """``make()``, worked out once per ``key`` for this graph (:attr:`memo`); the answer
+        used longest ago is let go past :data:`MEMO_ENTRIES` (a pipeline run on very many
+        shapes would keep a plan for each)."""
+        if key in self.memo:
+            self.memo.move_to_end(key)
+            return self.memo[key]
+        answer = make()
+        self.memo[key] = answer
+        while len(self.memo) > MEMO_ENTRIES:
+            self.memo.popitem(last=False)
+        return answer
 
     @cached_property
     def kernel_by_name(self) -> dict[str, Kernel]:
