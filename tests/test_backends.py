@@ -244,3 +244,37 @@ def test_a_plan_of_an_earlier_build_is_checked_once_per_graph_and_sizes(rng, mon
         for name in ("sharp", "square"):
             assert relative_error(out[name], want[name]) < 1e-5
     assert calls == [[["blur", "sharp"]]]  # the cpu backend's programs run at any size
+
+
+def _chained_boxes(boundary: str) -> kf.Pipeline:
+    p = kf.Pipeline("boxes")
+    x = p.input("x", ndim=2)
+    a = kf.point(kf.exp(x) * 0.5, name="a")
+    b = kf.convolve(a, np.ones((3, 3)), boundary=boundary, scale=1 / 9, name="b")
+    c = kf.convolve(b, np.ones((3, 3)), boundary=boundary, scale=1 / 9, name="c")
+    p.output(kf.local(c.at(0, 2) - c.at(-2, 0) + b, boundary=boundary, name="d"))
+    return p
+
+
+def test_a_staged_plan_reused_where_it_cannot_stage_is_refused(rng):
+    """A plan made with clamped borders stages its group in shared memory; the same
+    operators with periodic borders cannot be staged (the tile's halo would wrap), so the
+    plan is refused with the reason, never run with wrong borders."""
+    from kfuse.codegen import generate
+    from kfuse.errors import FusionError
+    from kfuse.fusion.plan import make_plan
+
+    plan = _chained_boxes("clamp").plan()
+    assert [g.variant for g in plan.groups] == ["staged"]  # (else the test shows nothing)
+    periodic = _chained_boxes("repeat")
+    data = rng.random((64, 64), dtype=np.float32) + 0.5
+    with pytest.raises(FusionError, match="staged implementation cannot compute it: 'b' "
+                                          "reads 'a' with periodic boundaries"):
+        periodic.run(backend="cpu", plan=plan, x=data)
+    graph, members = periodic.graph(), ["a", "b", "c", "d"]
+    with pytest.raises(FusionError, match="periodic boundaries"):
+        make_plan(graph, [members], variants={frozenset(members): "staged"})
+    with pytest.raises(FusionError, match="periodic boundaries"):
+        generate(graph, [(tuple(members), ("d",), "staged")])
+    out = periodic.run(backend="cpu", x=data)["d"]  # its own plan recomputes instead
+    assert relative_error(out, periodic.run(backend="numpy", x=data)["d"]) < 1e-5

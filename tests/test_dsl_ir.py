@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -34,6 +36,24 @@ def test_names_come_from_the_users_assignment():
     assert [k.name for k in graph.kernels] == ["dx", "dy", "mag"]
     assert [k.kind for k in graph.kernels] == ["local", "local", "point"]
     assert graph.kernels[0].where and "test_dsl_ir.py" in graph.kernels[0].where
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="call columns need Python 3.11")
+def test_the_assigned_name_goes_to_the_outermost_call():
+    """A call nested in the assigned expression runs first; it must not take the name."""
+    p = kf.Pipeline("nested")
+    x = p.input("x", ndim=1)
+    q = kf.point(x - kf.reduce_max(x))
+    r = (kf.point(q * 2))
+    s = kf.point(
+        r + kf.reduce_sum(r))
+    p.output(q, r, s)
+    assert p.outputs == ("q", "r", "s")
+    assert [k.name for k in p.graph().kernels] == ["reduce", "q", "r", "reduce_2", "s"]
+    other = kf.Pipeline("named")
+    x = other.input("x", ndim=1)
+    q = kf.point(x - kf.reduce_max(x), name="q")  # (the name was taken by the reduction)
+    assert q.name == "q"
 
 
 def test_accesses_halo_and_thread_load():

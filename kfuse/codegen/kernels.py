@@ -36,6 +36,7 @@ from kfuse.codegen.cexpr import (
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
 from kfuse.codegen.scales import Scaled, factor_out_constants, materialise
+from kfuse.errors import FusionError
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Expr, Load, count_operations, format_value
 from kfuse.ir.graph import Graph, Kernel
 
@@ -671,6 +672,10 @@ def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...
         return reduce_kernel(group)
     if variant in ("staged", "staged-inputs"):
         from kfuse.codegen.staged import staged_kernel
+        from kfuse.fusion.legality import staged_variant_reason
+        reason = staged_variant_reason(group.graph, [k.name for k in group.members], variant)
+        if reason:
+            raise FusionError(f"group {[k.name for k in group.members]}: {reason}")
         return staged_kernel(group, STAGED_ROWS, TILE_X, TILE_Y,
                              stage_inputs=variant == "staged-inputs")
     if len(group.members) > 1:

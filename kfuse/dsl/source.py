@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 _ASSIGNMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
@@ -14,11 +16,13 @@ _ASSIGNMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
 
 @dataclass(frozen=True)
 class UserLine:
-    """A location in the user's code: ``file:line`` and the text of the line."""
+    """A location in the user's code: ``file:line`` and the text of the line; ``column``:
+    where on it the call running now starts (None where Python does not say: before 3.11)."""
 
     filename: str
     lineno: int
     text: str
+    column: int | None = None
 
     def __str__(self) -> str:
         place = f"{Path(self.filename).name}:{self.lineno}"
@@ -26,9 +30,15 @@ class UserLine:
 
     @property
     def assigned_name(self) -> str | None:
-        """The variable the line assigns to (``dx = ...`` gives ``dx``), if any."""
+        """The variable the line assigns to (``dx = ...`` gives ``dx``), if any, and only to
+        the call that makes the assigned value: in ``q = kf.point(x - kf.reduce_max(x))`` the
+        reduction, called first, is not ``q``."""
         match = _ASSIGNMENT.match(self.text)
-        return match.group(1) if match else None
+        if not match:
+            return None
+        if self.column is not None and self.text[match.end():self.column].strip(" (") != "":
+            return None  # a call nested inside the assigned expression
+        return match.group(1)
 
 
 def where_of(line: UserLine | None) -> str | None:
@@ -49,6 +59,17 @@ def user_line() -> UserLine | None:
         resolved = str(Path(filename).resolve()) if not filename.startswith("<") else filename
         if not resolved.startswith(_PACKAGE_DIR) or "/kfuse/apps/" in resolved:
             text = linecache.getline(filename, frame.f_lineno)
-            return UserLine(filename, frame.f_lineno, text)
+            return UserLine(filename, frame.f_lineno, text, _call_column(frame))
         frame = frame.f_back
     return None
+
+
+def _call_column(frame: FrameType) -> int | None:
+    """Where on its line the instruction ``frame`` runs now starts (Python 3.11+)."""
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is None or frame.f_lasti < 0:
+        return None
+    found = next(itertools.islice(positions(), frame.f_lasti // 2, None), None)
+    if found is None or found[0] != frame.f_lineno:
+        return None
+    return found[2]
