@@ -2,7 +2,8 @@
 
 Every error a user can cause is a :class:`KfuseError`; each kind of mistake has its own
 subclass so callers can catch precisely. Errors that concern one operator name it and,
-when known, the line of the user's code that created it.
+when known, the line of the user's code that created it; others the user's line that was
+running (none when kfuse runs from its command line).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ class KfuseError(Exception):
     """Base class of every error kfuse raises on purpose."""
 
     def __init__(self, message: str, *, operator: str | None = None, where: str | None = None):
+        if where is None:  # the user's line running kfuse now, where there is one
+            from kfuse.dsl.source import user_where
+            where = user_where()
         self.operator = operator
         self.where = where
         parts = []

@@ -370,3 +370,35 @@ def test_a_bool_parameter_takes_only_true_or_false(value, rng):
     np.testing.assert_array_equal(p.run(backend="numpy", x=data, on=0)["y"], -data)
     with pytest.raises(BindError, match="cannot hold"):
         p.run(backend="numpy", x=data, on=value)
+
+
+# -- every error names the user's line --------------------------------------------------------
+
+def test_errors_outside_operators_name_the_users_line(rng):
+    """Expression, declaration and run-time errors carry the line that caused them."""
+    p = kf.Pipeline("lines")
+    x = p.input("x", ndim=2)
+    p.output(kf.point(x * 2.0, name="y"))
+    mistakes = {
+        DtypeError: lambda: kf.where(x, 1.0, 0.0),                    # a float condition
+        DslError: lambda: x + None,                                    # no kfuse value
+        BindError: lambda: p.run(backend="numpy", x=np.ones((3, 3))),  # float64 for float32
+    }
+    for kind, mistake in mistakes.items():
+        with pytest.raises(kind, match="at test_api_errors.py:[0-9]+: .*lambda") as caught:
+            mistake()
+        assert caught.value.where and "test_api_errors.py" in caught.value.where
+
+
+@pytest.mark.parametrize("name", [3, None, "my pipe"])
+def test_a_pipeline_name_that_is_no_identifier_is_refused(name):
+    with pytest.raises(DslError, match="pipeline name must be an identifier"):
+        kf.Pipeline(name)
+
+
+@pytest.mark.parametrize("ndim", [2.0, True, "2", 4])
+def test_an_input_ndim_that_is_no_integer_from_0_to_3_is_refused(ndim):
+    with pytest.raises(DslError, match=f"give ndim \\(an integer, 0 to 3\\) or shape, got "
+                                       f"ndim={ndim!r}"):
+        kf.Pipeline("dims").input("x", ndim=ndim)
+    assert kf.Pipeline("dims").input("x", ndim=np.int64(2)).ndim == 2

@@ -44,6 +44,35 @@ def test_buffer_names_that_clash_with_generated_names_are_renamed():
     assert "float* __restrict__ v1_buf" in source
 
 
+def test_names_that_c_headers_or_kernels_take_compute_the_reference():
+    """Valid Python names that are macros (NAN, M_PI), vector types (float4), functions the
+    kernel calls (sqrtf), the kernels' own locals (e, lane, warp_ix_last, vec_x_1) or a
+    renamed name (x_buf beside x) get a suffix in the generated C, and the programs, fused
+    and not, element-wise and map-reduce, compute what NumPy does."""
+    import numpy as np
+    names = ["float4", "NAN", "M_PI", "sqrtf", "e", "warp_ix_last", "vec_x_1", "x", "x_buf"]
+    p = kf.Pipeline("reserved")
+    first, *rest = [p.input(name, ndim=2) for name in names]
+    total = first
+    for array in rest:
+        total = total + array
+    total = kf.point(total, name="total")
+    lane = kf.local(kf.sqrt(total.at(0, 1)) + kf.exp(first * 0.5), boundary="clamp",
+                    name="lane")
+    infinity = kf.point(lane * 3.0 - rest[-1], name="INFINITY")
+    column_sums = kf.reduce(infinity * rest[3], "sum", axis=0, name="KF_KERNEL")
+    p.output(infinity, column_sums)
+    rng = np.random.default_rng(9)
+    given = {name: rng.uniform(0.5, 1.5, (19, 37)).astype(np.float32) for name in names}
+    expected = p.run(backend="numpy", **given)
+    source = generate_unfused(p.graph()).source
+    assert "NAN_buf" in source and "float4_buf" in source and "x_buf_buf" in source
+    for plan in ("unfused", "auto"):
+        ours = p.run(backend="cpu", plan=plan, **given)
+        for key, value in expected.items():
+            assert relative_error(ours[key], value) < 1e-5, (plan, key)
+
+
 def test_wide_index_uses_64_bit_offsets():
     p = kf.Pipeline("wide")
     x = p.input("x", ndim=2)

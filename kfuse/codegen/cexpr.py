@@ -35,7 +35,14 @@ C_KEYWORDS = frozenset("""auto break case char const continue default do double 
 float for goto if int long register return short signed sizeof static struct switch typedef union
 unsigned void volatile while bool true false class new delete this template typename namespace
 operator private public protected virtual friend inline asm dim3 threadIdx blockIdx blockDim
-gridDim warpSize min max""".split())
+gridDim warpSize min max alignas alignof and and_eq bitand bitor catch char8_t char16_t
+char32_t compl concept consteval constexpr constinit const_cast co_await co_return co_yield
+decltype dynamic_cast explicit export mutable noexcept not not_eq nullptr or or_eq
+reinterpret_cast requires static_assert static_cast thread_local throw try typeid using
+wchar_t xor xor_eq restrict half std size_t ptrdiff_t
+sqrt sqrtf rsqrt rsqrtf exp expf exp2 exp2f log logf log2 log2f sin sinf cos cosf tanh tanhf
+fabs fabsf floor floorf ceil ceilf pow powf fmin fminf fmax fmaxf abs isnan isinf printf
+memcpy atomicAdd atomicMin atomicMax atomicCAS""".split())
 
 _FLOAT_FUNCTIONS = {
     "sqrt": "sqrt", "rsqrt": "rsqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",
@@ -47,9 +54,16 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
 _INT_WRAPPING = {"add": "kf_iadd", "sub": "kf_isub", "mul": "kf_imul"}
 
 
-# Names generated code uses for its own variables; a buffer named like one gets a suffix.
-_GENERATED_NAME = re.compile(r"^(v\d+|ld_\w*|n_\w*|p_\w*|i[xyz]?|i[xyz]_\w*|in_\w*|acc|row|"
-                             r"rows|r|j|count|length|outputs|tid|kf_\w*)$")
+# Names generated code uses for its own variables (and the suffix itself, so that renaming
+# stays one-to-one); a buffer named like one gets the suffix.
+_GENERATED_NAME = re.compile(r"^(v\d+|ld_\w*|vec_\w*|warp_\w*|n_\w*|p_\w*|i\d*|i[xyz]?|"
+                             r"i[xyz]_\w*|in_\w*|jx|[ejk]|acc|row|rows|r|count|length|outputs|"
+                             r"tid|lane|step|base|delta|odd|ok|result|seen|threads|tile_row|"
+                             r"value|word|[xy]0|kf_\w*|\w*_buf)$")
+# Names the C/C++ or CUDA headers may take: macros (NAN, M_PI, NULL: no lower-case letter),
+# reserved ones (a leading underscore, a double one), vector types (float4, uint2)
+_HEADER_NAME = re.compile(r"^(_\w*|\w*__\w*|[A-Z0-9_]{2,}|"
+                          r"u?(char|short|int|long|longlong)[1-4]|float[1-4]|double[1-4])$")
 
 
 Coordinate = tuple[str, int]  # (C variable, constant shift)
@@ -76,7 +90,7 @@ def coordinate_text(coord: Coordinate) -> str:
 def c_name(name: str) -> str:
     """A C identifier for a buffer, parameter or size symbol."""
     clean = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    if clean in C_KEYWORDS or _GENERATED_NAME.match(clean):
+    if clean in C_KEYWORDS or _GENERATED_NAME.match(clean) or _HEADER_NAME.match(clean):
         return clean + "_buf"
     return clean
 

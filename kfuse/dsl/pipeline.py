@@ -7,6 +7,7 @@ combine arrays and bound when the pipeline is called.
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -157,7 +158,7 @@ class Pipeline:
     """A named pipeline of operators with named inputs, parameters and outputs."""
 
     def __init__(self, name: str):
-        if not name.isidentifier():
+        if not isinstance(name, str) or not name.isidentifier():
             raise DslError(f"pipeline name must be an identifier, got {name!r}")
         self.name = name
         self._inputs: dict[str, Array] = {}
@@ -176,9 +177,11 @@ class Pipeline:
         which the array given at run time must have."""
         self._check_new_name(name)
         if shape is None:
-            if ndim is None or ndim not in (0, 1, 2, 3):
-                raise DslError(f"input '{name}': give ndim (0 to 3) or shape", where=user_where())
-            shape = tuple(f"{name}.{axis}" for axis in range(ndim))
+            if not isinstance(ndim, numbers.Integral) or isinstance(ndim, bool) \
+                    or ndim not in (0, 1, 2, 3):
+                raise DslError(f"input '{name}': give ndim (an integer, 0 to 3) or shape, got "
+                               f"ndim={ndim!r}", where=user_where())
+            shape = tuple(f"{name}.{axis}" for axis in range(int(ndim)))
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise DslError(f"input '{name}': shape must be a tuple of sizes, got {shape!r}",
                            where=user_where())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import linecache
 import re
@@ -52,16 +53,28 @@ def user_where() -> str | None:
 
 
 def user_line() -> UserLine | None:
-    """The innermost stack frame outside the kfuse package."""
+    """The innermost stack frame outside the kfuse package (the apps count as the user's);
+    None under kfuse's command line, whose errors need no line."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        resolved = str(Path(filename).resolve()) if not filename.startswith("<") else filename
-        if not resolved.startswith(_PACKAGE_DIR) or "/kfuse/apps/" in resolved:
+        place = _place(filename)
+        if place == "command line":
+            return None
+        if place == "user":
             text = linecache.getline(filename, frame.f_lineno)
             return UserLine(filename, frame.f_lineno, text, _call_column(frame))
         frame = frame.f_back
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _place(filename: str) -> str:
+    """Whose code a file is: ``"user"``, ``"kfuse"`` or kfuse's ``"command line"``."""
+    resolved = str(Path(filename).resolve()) if not filename.startswith("<") else filename
+    if not resolved.startswith(_PACKAGE_DIR) or "/kfuse/apps/" in resolved:
+        return "user"
+    return "command line" if "/kfuse/cli/" in resolved else "kfuse"
 
 
 def _call_column(frame: FrameType) -> int | None:
