@@ -87,7 +87,6 @@ def _rechecked_plan(graph: Graph, given: Mapping[str, Any], plan: FusionPlan,
     (once per graph, plan and sizes). Variants carry over: a row reduction's epilogue is
     legal only under one; the kernels' resources are checked as the backend compiles them,
     for these sizes or any."""
-    from kfuse.dsl.source import user_where
     from kfuse.fusion.plan import make_plan
     from kfuse.runtime.binding import bind
     sizes = bind(graph, given).sizes if compiles_for_sizes(backend) else None
@@ -98,7 +97,7 @@ def _rechecked_plan(graph: Graph, given: Mapping[str, Any], plan: FusionPlan,
             graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
             model=plan.model, predicted_time_s=plan.predicted_time_s,
             unfused_predicted_time_s=plan.unfused_predicted_time_s, variants=variants,
-            sizes=sizes, where=user_where())
+            sizes=sizes)
     key = ("rechecked plan", id(plan), tuple(sorted((sizes or {}).items())))
     return graph.remembered(key, recheck)[1]
 
