@@ -48,7 +48,7 @@ def test_names_that_c_headers_or_kernels_take_compute_the_reference():
     """Valid Python names that are macros (NAN, M_PI), vector types (float4), functions the
     kernel calls (sqrtf), the kernels' own locals (e, lane, warp_ix_last, vec_x_1) or a
     renamed name (x_buf beside x) get a suffix in the generated C, and the programs, fused
-    and not, element-wise and map-reduce, compute what NumPy does."""
+    and not (element-wise, stencil and reduction kernels), compute what NumPy does."""
     import numpy as np
     names = ["float4", "NAN", "M_PI", "sqrtf", "e", "warp_ix_last", "vec_x_1", "x", "x_buf"]
     p = kf.Pipeline("reserved")
