@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,7 @@ def assert_clean_error(code: int, err: str, *fragments: str) -> None:
     assert code == 2
     assert err.startswith("kfuse: error: ") and err.count("\n") == 1, err
     assert "Traceback" not in err
+    assert not re.search(r"\bat [\w<>]+\.py:\d+", err), err  # no line of kfuse's own code
     for fragment in fragments:
         assert fragment in err, (fragment, err)
 

@@ -12,6 +12,9 @@ from pathlib import Path
 from types import FrameType
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+# The apps' own modules are the user's code for their lines; these files of the apps
+# package are kfuse's (the registry, the base class, the reference check)
+_APPS_MACHINERY = ("__init__.py", "base.py", "check.py")
 _ASSIGNMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
 
 
@@ -59,6 +62,9 @@ def user_line() -> UserLine | None:
     while frame is not None:
         filename = frame.f_code.co_filename
         place = _place(filename)
+        if filename.startswith("<") and str(frame.f_globals.get("__name__", "")).startswith(
+                "kfuse."):  # code kfuse made at run time (a dataclass's __init__)
+            place = "kfuse"
         if place == "command line":
             return None
         if place == "user":
@@ -72,7 +78,8 @@ def user_line() -> UserLine | None:
 def _place(filename: str) -> str:
     """Whose code a file is: ``"user"``, ``"kfuse"`` or kfuse's ``"command line"``."""
     resolved = str(Path(filename).resolve()) if not filename.startswith("<") else filename
-    if not resolved.startswith(_PACKAGE_DIR) or "/kfuse/apps/" in resolved:
+    if not resolved.startswith(_PACKAGE_DIR) or ("/kfuse/apps/" in resolved and Path(
+            resolved).name not in _APPS_MACHINERY):
         return "user"
     return "command line" if "/kfuse/cli/" in resolved else "kfuse"
 
