@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from kfuse.dsl.source import user_where
 from kfuse.errors import BoundaryError, DslError
 from kfuse.ir.expr import (
     Boundary,
@@ -101,8 +100,7 @@ def coord(axis: int) -> Expr:
     """The integer coordinate of the current point along ``axis`` (0 is the outermost) of
     the operator's iteration space; the operator checks that it has that axis."""
     if not is_integer_scalar(axis) or axis < 0:
-        raise DslError(f"coord() takes an axis number (0, 1 or 2), got {axis!r}",
-                       where=user_where())
+        raise DslError(f"coord() takes an axis number (0, 1 or 2), got {axis!r}")
     return Coord(int(axis))
 
 
@@ -118,7 +116,7 @@ def boundary_of(spec: object, operator: str | None = None) -> Boundary:
     try:
         return as_boundary(spec)
     except BoundaryError as error:
-        raise BoundaryError(str(error), operator=operator, where=user_where()) from None
+        raise BoundaryError(str(error), operator=operator) from None
 
 
 clamp = Boundary("clamp")

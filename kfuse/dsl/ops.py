@@ -8,7 +8,7 @@ import numpy as np
 
 from kfuse.dsl.functions import boundary_of
 from kfuse.dsl.pipeline import Array, Pipeline
-from kfuse.dsl.source import UserLine, user_line, user_where, where_of
+from kfuse.dsl.source import UserLine, user_line, where_of
 from kfuse.errors import DslError
 from kfuse.ir.expr import (
     Boundary,
@@ -26,11 +26,10 @@ def _pipeline_of(value: object, operator: str) -> Pipeline:
     expr = as_expr(value)
     pipelines = {id(ld.origin): ld.origin for ld in loads(expr) if ld.origin is not None}
     if len(pipelines) > 1:
-        raise DslError("combines arrays of different pipelines", operator=operator,
-                       where=user_where())
+        raise DslError("combines arrays of different pipelines", operator=operator)
     if not pipelines:
         raise DslError("reads no array; an operator needs at least one input array",
-                       operator=operator, where=user_where())
+                       operator=operator)
     return next(iter(pipelines.values()))
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kfuse.dsl.functions import boundary_of
-from kfuse.dsl.source import UserLine, user_where, where_of
+from kfuse.dsl.source import UserLine, where_of
 from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
     Boundary,
@@ -66,19 +66,16 @@ class Array:
             offsets = tuple(offsets[0])
         if len(offsets) != self.ndim:
             raise DslError(f"'{self.name}' is {self.ndim}-D: give {self.ndim} offsets, "
-                           f"got {len(offsets)}", where=user_where())
+                           f"got {len(offsets)}")
         for offset in offsets:
             if not is_integer_scalar(offset):
-                raise DslError(f"offsets must be constant integers, got {offset!r}",
-                               where=user_where())
+                raise DslError(f"offsets must be constant integers, got {offset!r}")
         if dims is None and self.ndim == 0:
             dims = ()
         if dims is not None and len(tuple(dims)) != self.ndim:
-            raise DslError(f"'{self.name}' is {self.ndim}-D: dims needs {self.ndim} entries",
-                           where=user_where())
+            raise DslError(f"'{self.name}' is {self.ndim}-D: dims needs {self.ndim} entries")
         if dims is not None and not all(is_integer_scalar(d) and d >= 0 for d in dims):
-            raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}",
-                           where=user_where())
+            raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}")
         bound = None if boundary is None else boundary_of(boundary)
         dims = None if dims is None else tuple(int(d) for d in dims)
         return Load(self.name, self.dtype, tuple(int(o) for o in offsets), dims, bound,
@@ -146,11 +143,11 @@ def _size_symbol(name: str, axis: int, size: object) -> str:
         number = int(size)
         if number <= 0:
             raise ShapeError(f"input '{name}': axis {axis} must have a positive size, got "
-                             f"{number}", where=user_where())
+                             f"{number}")
         return str(number)
     if not isinstance(size, str) or not re.fullmatch(r"[A-Za-z_][\w.]*", size):
         raise DslError(f"input '{name}': axis {axis} needs a size symbol (a name) or a "
-                       f"positive integer, got {size!r}", where=user_where())
+                       f"positive integer, got {size!r}")
     return size
 
 
@@ -180,17 +177,15 @@ class Pipeline:
             if not isinstance(ndim, numbers.Integral) or isinstance(ndim, bool) \
                     or ndim not in (0, 1, 2, 3):
                 raise DslError(f"input '{name}': give ndim (an integer, 0 to 3) or shape, got "
-                               f"ndim={ndim!r}", where=user_where())
+                               f"ndim={ndim!r}")
             shape = tuple(f"{name}.{axis}" for axis in range(int(ndim)))
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
-            raise DslError(f"input '{name}': shape must be a tuple of sizes, got {shape!r}",
-                           where=user_where())
+            raise DslError(f"input '{name}': shape must be a tuple of sizes, got {shape!r}")
         shape = tuple(_size_symbol(name, axis, size) for axis, size in enumerate(shape))
         if ndim is not None and len(shape) != ndim:
-            raise DslError(f"input '{name}': ndim={ndim} but shape has {len(shape)} sizes",
-                           where=user_where())
+            raise DslError(f"input '{name}': ndim={ndim} but shape has {len(shape)} sizes")
         if len(shape) > 3:
-            raise DslError(f"input '{name}': at most 3 dimensions are supported", where=user_where())
+            raise DslError(f"input '{name}': at most 3 dimensions are supported")
         array = Array(self, name, normalize_dtype(dtype), shape)
         self._inputs[name] = array
         self._arrays[name] = array
@@ -206,19 +201,18 @@ class Pipeline:
         """Mark arrays as outputs of the pipeline (returned by name when it runs)."""
         for array in arrays:
             if not isinstance(array, Array) or array.pipeline is not self:
-                raise DslError("output() takes arrays of this pipeline", where=user_where())
+                raise DslError("output() takes arrays of this pipeline")
             if array.name in self._inputs:
                 raise DslError(f"'{array.name}' is an input: an output must be computed by an "
-                               f"operator (kf.point({array.name}) copies it)", where=user_where())
+                               f"operator (kf.point({array.name}) copies it)")
             if array.name not in self._outputs:
                 self._outputs.append(array.name)
 
     def _check_new_name(self, name: str) -> None:
         if not isinstance(name, str) or not name.isidentifier():
-            raise DslError(f"names must be identifiers, got {name!r}", where=user_where())
+            raise DslError(f"names must be identifiers, got {name!r}")
         if name in self._arrays or name in self._params:
-            raise DslError(f"the name '{name}' is already used in pipeline '{self.name}'",
-                           where=user_where())
+            raise DslError(f"the name '{name}' is already used in pipeline '{self.name}'")
 
     # -- size symbols (union-find) -----------------------------------------------------------
     def _find(self, symbol: str) -> str:
@@ -250,7 +244,7 @@ class Pipeline:
             root = self._find(symbol) if isinstance(symbol, str) else symbol
             if result.setdefault(root, size) != size:
                 raise ShapeError(f"sizes gives {result[root]} and {size} for '{root}' "
-                                 f"(also named '{symbol}')", where=user_where())
+                                 f"(also named '{symbol}')")
         return result
 
     # -- operators -------------------------------------------------------------------------
@@ -441,13 +435,13 @@ class Pipeline:
         usage = ("fuse() takes a list of groups, each a list of operator names, e.g. "
                  f"[{[k.name for k in self._kernels[:2]]}]")
         if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
-            raise FusionError(f"{usage}; got {groups!r}", where=user_where())
+            raise FusionError(f"{usage}; got {groups!r}")
         for group in groups:
             if isinstance(group, str):
-                raise DslError(usage, where=user_where())
+                raise DslError(usage)
             if not isinstance(group, Sequence) or not all(isinstance(n, str) for n in group):
-                raise FusionError(f"{usage}; got the group {group!r}", where=user_where())
-        return make_plan(self.graph(), [list(g) for g in groups], where=user_where())
+                raise FusionError(f"{usage}; got the group {group!r}")
+        return make_plan(self.graph(), [list(g) for g in groups])
 
     def plan(self, strategy: str = "auto", model: str = "roofline",
              sizes: Mapping[str, int] | None = None) -> Any:
@@ -461,7 +455,7 @@ class Pipeline:
         if sizes is not None:
             if not isinstance(sizes, Mapping):
                 raise ShapeError("sizes must map size symbols to integers, e.g. "
-                                 f"{dict.fromkeys(graph.size_symbols, 1024)}", where=user_where())
+                                 f"{dict.fromkeys(graph.size_symbols, 1024)}")
             sizes = graph.check_sizes(self._sizes_by_root(sizes))
         return plan_for(graph, strategy, model, sizes)
 
