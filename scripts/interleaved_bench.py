@@ -10,7 +10,10 @@ rounds kfuse won.
 ``KFUSE_AUTOTUNE=K`` runs the fastest of the K best-predicted implementations (``kfuse run
 --autotune K``; torch.compile autotunes its own kernels too) instead of the predicted plan;
 ``SIZE=67108864`` (or ``8192x8192``) runs every app at that size instead of its benchmark
-size.
+size. ``CONTROL=1`` also times a second executable of kfuse's program on outputs of its
+own ("kfuse again"): the spread of one program against itself, which a gap between kfuse
+and torch.compile must exceed to be more than where the outputs lie (METHOD.md: a
+difference smaller than the spread of the same version timed twice is noise).
 
 Usage on the device machine (repo root)::
 
@@ -52,8 +55,10 @@ def compare(name: str, rounds: int, runs: int) -> None:
         theirs = cupy.asarray(result[output])
         error = float(cupy.abs(ours - theirs).max() / cupy.abs(theirs).max())
         assert error < 1e-4, f"{name}: '{output}' differs from torch.compile by {error:.1e}"
-    times = time_alternating({"kfuse": executable.launch_all, "compile": compiled},
-                             rounds, repeat=runs)
+    launches = {"kfuse": executable.launch_all, "compile": compiled}
+    if os.environ.get("CONTROL") == "1":
+        launches["kfuse again"] = get_backend("cuda").prepare(graph, given, plan=plan).launch_all
+    times = time_alternating(launches, rounds, repeat=runs)
     ours_ms, theirs_ms = times["kfuse"], times["compile"]
     won = sum(a <= b for a, b in zip(ours_ms, theirs_ms, strict=True))
     ours, theirs = float(np.median(ours_ms)), float(np.median(theirs_ms))
@@ -62,6 +67,12 @@ def compare(name: str, rounds: int, runs: int) -> None:
           f"x compile {theirs / ours:.4f}  kfuse faster in {won}/{rounds} rounds", flush=True)
     print("         kfuse rounds   " + " ".join(f"{t:.4f}" for t in ours_ms))
     print("         compile rounds " + " ".join(f"{t:.4f}" for t in theirs_ms), flush=True)
+    if "kfuse again" in times:
+        again_ms = times["kfuse again"]
+        again = float(np.median(again_ms))
+        print(f"{name:8s} control: kfuse again {again:.4f} ms, {again / ours:.4f}x kfuse "
+              f"(spread of one program on other outputs)")
+        print("         again rounds   " + " ".join(f"{t:.4f}" for t in again_ms), flush=True)
 
 
 def main() -> None:

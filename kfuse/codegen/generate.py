@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kfuse.codegen import mapreduce, marching
+from kfuse.codegen import block_order, mapreduce, marching
 from kfuse.codegen.kernels import KernelGroup, group_kernel
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.program import Program
@@ -43,6 +43,7 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
              f"kernels ({fused} fused).",
              f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
     launches = []
+    serpentine = block_order.Serpentine(graph)
     for members, outputs, *how in groups:
         variant = how[0] if how else "auto"
         tile = how[1] if len(how) > 1 else None  # register tile (None: the default)
@@ -54,6 +55,9 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
         if fixed_sizes is not None:
             domain = graph.kernel_by_name[members[-1]].domain
             lines = specialise_kernel(lines, launch, domain, fixed_sizes)
+        reason = serpentine.place(launch.symbol, members, outputs, launch.blocks_walk)
+        if reason:
+            lines = block_order.reverse_blocks(lines, reason)
         parts.extend([*lines, ""])
         launches.append(launch)
     return Program(graph.name, "\n".join(parts), tuple(launches), wide_index,

@@ -658,7 +658,7 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
         grid = (GridAxis(tuple(domain[a] for a in before + after), REDUCE_BLOCK),
                 GridAxis((domain[axis],), 64, 1024), GridAxis())
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
-                        (REDUCE_BLOCK, 1, 1), grid, initial)
+                        (REDUCE_BLOCK, 1, 1), grid, initial, blocks_walk=True)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 
 

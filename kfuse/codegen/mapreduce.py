@@ -816,7 +816,8 @@ class _Builder(StreamBody, HeldBody):
                         for r in group.atomic_reductions(self.variant))
         return LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                           (self.variant.threads[0], self.variant.threads[1], 1), grid, initial,
-                          size_limits=self.size_limits)
+                          size_limits=self.size_limits,
+                          blocks_walk=bool(self.variant.blocks) or self.variant.whole_columns)
 
     def build(self) -> tuple[list[str], LaunchSpec]:
         header, params = self.signature()

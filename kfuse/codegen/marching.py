@@ -509,6 +509,7 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
             GridAxis((group.domain[0],), MARCH_PLANES, GRID_LIMITS[2],
                      least_per_block=MARCH_LEAST_PLANES))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
-                        (block_x, block_y, 1), grid, dynamic_shared_bytes=offset)
+                        (block_x, block_y, 1), grid, dynamic_shared_bytes=offset,
+                        blocks_walk=True)
     return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
 

@@ -138,6 +138,12 @@ template <int OP, typename T> KF_DEVICE T kf_combine(T a, T b) {
   return kf_max(a, b);
 }
 
+// The block index of a kernel that visits its blocks last-first (kfuse.codegen.block_order):
+// its first blocks read what the kernel before it left in L2.
+KF_DEVICE uint3 kf_reversed_block() {
+  return uint3{gridDim.x - 1 - blockIdx.x, gridDim.y - 1 - blockIdx.y, gridDim.z - 1 - blockIdx.z};
+}
+
 // Reduce a value over the whole thread block; the result is valid in thread 0.
 template <int OP, typename T> KF_DEVICE T kf_block_reduce(T value, T identity) {
   __shared__ T kf_warp_partials[32];

@@ -73,7 +73,9 @@ class LaunchSpec:
     ``initial_values`` lists outputs that must hold a value before the launch (reductions
     combine into them with atomics). ``size_limits``: (size symbol, largest value) pairs the
     kernel can run at (a block holding whole rows in registers holds so many columns); a
-    launch at a larger size is refused.
+    launch at a larger size is refused. ``blocks_walk``: each block walks its share of the
+    data in a loop of its own (whole columns, persistent grids, marching planes), so the
+    order of the block numbers is not the order in time (:mod:`kfuse.codegen.block_order`).
     """
 
     symbol: str
@@ -84,6 +86,7 @@ class LaunchSpec:
     initial_values: tuple[tuple[str, float], ...] = ()
     dynamic_shared_bytes: int = 0
     size_limits: tuple[tuple[str, int], ...] = ()
+    blocks_walk: bool = False
 
     @property
     def fills_wave(self) -> bool:
