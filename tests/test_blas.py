@@ -28,6 +28,7 @@ from kfuse.fusion.plan import check_groups
 from kfuse.runtime import get_backend
 from kfuse.search.variants import (
     MAP_VARIANTS,
+    MEASURED_FORM_CREDIT,
     RANK_RESOLUTION,
     ImplementationSpace,
     autotune,
@@ -499,6 +500,44 @@ def test_plain_maps_take_the_block_the_device_streamed_fastest_with(device_threa
         assert (variant.threads, variant.vector_bytes) == ((device_threads or 128, 1), size)
 
 
+H100_COPY = 3.02e12  # the copy bandwidth kfuse calibrate measures on an H100 (bytes/s)
+
+
+@pytest.mark.parametrize(("forms", "copy"), [
+    (None, None), ({"1": [1024, 16, 2], "2": [1024, 16, 2]}, H100_COPY),
+    ({"1": [512, 8, 16], "2": [1024, 8, 8]}, None)], ids=str)
+def test_gemv_kernels_take_the_block_row_form_the_device_streamed_fastest_with(forms, copy):
+    """A calibrated profile's row_block_forms (per matrices a row reads; an H100's and an
+    H200's, with their copy bandwidths) decide among the block rows the model predicts
+    within MEASURED_FORM_CREDIT; uncalibrated, the plans are the model's alone."""
+    import dataclasses
+
+    from kfuse.model.device import h200_like_profile
+    profile = dataclasses.replace(h200_like_profile(), row_block_forms=forms)
+    if copy:
+        profile = dataclasses.replace(profile, copy_bandwidth_bytes_per_s=copy)
+    planned = {}
+    for name in ("sgemv", "gesummv", "sgemvt"):
+        app = get_app(name)
+        graph = app.build().graph()
+        space = ImplementationSpace(graph, app.sizes(graph, app.bench_size), profile)
+        planned[name] = space.best().choices[-1].variant
+    expected = {
+        None: ("mapreduce:512x1:r1:i1:w8:stream:u16", "mapreduce:1024x1:r1:i1:w8:stream:u8"),
+        1024: ("mapreduce:1024x1:r1:i1:w:stream:u2", "mapreduce:1024x1:r1:i1:w:stream:u2"),
+        512: ("mapreduce:512x1:r1:i1:w8:stream:u16", "mapreduce:1024x1:r1:i1:w8:stream:u8"),
+    }[forms and forms["1"][0]]
+    assert (planned["sgemv"], planned["gesummv"]) == expected
+    assert planned["sgemvt"] == planned["sgemv"]  # its second kernel is SGEMV's GEMV
+    space = ImplementationSpace(get_app("sgemv").build().graph(), {"A.0": 16384, "A.1": 16384},
+                                profile)
+    ranked = {c.variant: c.prediction for c in space.choices(("z_prod", "z"))}
+    first = ranked[expected[0]]
+    assert (first.device_form == 0.0) == bool(forms)  # the measured form itself
+    assert all(p.time_s >= first.time_s / (1 + MEASURED_FORM_CREDIT) * (1 - RANK_RESOLUTION)
+               for p in ranked.values())
+
+
 def test_named_variants_of_plain_maps_are_honoured():
     """A plan naming a map-reduce variant for a group of plain maps runs that variant (the
     general templates only under ``auto``)."""
@@ -858,7 +897,7 @@ def test_eight_byte_vector_kernels_compute_the_reference(name, variant):
 
 
 def test_block_rows_enumerated_in_their_measured_forms_and_predicted():
-    """The space holds block rows of 512 or 1024 threads with 8-byte accesses and at most 16
+    """The space holds block rows of 512 or 1024 threads with 8- or 16-byte accesses and at most 16
     matrix loads per thread and step (other forms run and are predicted when named); the
     model charges the columns past the whole steps at one chunk in flight."""
     from kfuse.model.device import h200_like_profile
@@ -872,9 +911,10 @@ def test_block_rows_enumerated_in_their_measured_forms_and_predicted():
     blocks = [MapReduceVariant.parse(v) for v in group_variants(graph, ["z_prod"],
                                                                 profile=profile)
               if v != "auto" and MapReduceVariant.parse(v).block_rows]
-    assert {(v.threads[0], v.unroll) for v in blocks} == {
-        (threads, unroll) for threads in BLOCK_ROW_THREADS for unroll in (2, 4, 8, 16)}
-    assert all(v.vector_bytes == BLOCK_ROW_VECTOR_BYTES and v.whole_rows for v in blocks)
+    assert {(v.threads[0], v.vector_bytes, v.unroll) for v in blocks} == {
+        (threads, size, unroll) for threads in BLOCK_ROW_THREADS
+        for size in BLOCK_ROW_VECTOR_BYTES for unroll in (2, 4, 8, 16)}
+    assert all(v.whole_rows for v in blocks)
     # two matrices: at most 8 loads of each per step; GESUMMV plans 1024 threads x 8 (measured
     # 0.4698 ms against 0.4706 for 512 x 16 on an H200)
     gesummv = get_app("gesummv").build().graph()

@@ -184,3 +184,13 @@ def test_calibration_times_the_elementwise_kernel_in_each_block():
 
     times = measure_map_blocks(1 << 22, rounds=1, repeat=3)  # (its sums are checked inside)
     assert sorted(times) == sorted(MAP_BLOCKS) and all(t > 0 for t in times.values())
+
+
+def test_calibration_times_the_gemv_in_each_block_row_form():
+    from kfuse.bench.calibrate import MAX_ROW_LOADS, ROW_BLOCK_FORMS, measure_row_blocks
+
+    times = measure_row_blocks(1 << 24, rounds=1, repeat=3)  # (checked inside)
+    assert sorted(times) == ["1", "2"]
+    assert sorted(times["1"]) == sorted(ROW_BLOCK_FORMS)
+    assert sorted(times["2"]) == sorted(f for f in ROW_BLOCK_FORMS if 2 * f[2] <= MAX_ROW_LOADS)
+    assert all(t > 0 for forms in times.values() for t in forms.values())

@@ -1,5 +1,6 @@
-"""Measure the GPU: properties, device-to-device copy bandwidth, kernel launch overhead, and
-the block with which kfuse's elementwise kernels stream fastest."""
+"""Measure the GPU: properties, device-to-device copy bandwidth, kernel launch overhead, the
+block with which kfuse's elementwise kernels stream fastest, and the block-row form with
+which its GEMV kernels do."""
 
 from __future__ import annotations
 
@@ -161,6 +162,64 @@ def measure_map_blocks(nbytes: int = 1 << 29, *, rounds: int = 3, warmup: int = 
     return dict(zip(MAP_BLOCKS, times, strict=True))
 
 
+# Block-row GEMV forms (threads, access bytes, accesses per row, thread and step) timed for
+# one and two matrices per row (SGEMV's z = alpha A x + beta y, GESUMMV's two), which the
+# model predicts equal. Measured on the same buffers at 16384^2 (docs/benchmarks.md): an H200
+# ran SGEMV fastest in (512, 8, 16), 1024 threads 1.5-3% slower (sessions 17-18); an H100 in
+# (1024, 16, 2) and (1024, 8, 2-4), (512, 8, 16) 1% slower, and GESUMMV in (1024, 16, 2), the
+# others 0.5-2.8% slower (session 19).
+ROW_BLOCK_FORMS = ((512, 8, 8), (512, 8, 16), (512, 16, 4), (1024, 8, 4), (1024, 8, 8),
+                   (1024, 16, 2), (1024, 16, 4))
+ROW_BLOCK_COLUMNS = 16384
+MAX_ROW_LOADS = 16  # accesses per thread and step over the row's matrices (as the search)
+
+
+def measure_row_blocks(nbytes: int = 1 << 29, *, rounds: int = 3, warmup: int = 3,
+                       repeat: int = 10) -> dict[str, dict[tuple[int, int, int], float]]:
+    """Seconds of kfuse's block-row GEMV in each of :data:`ROW_BLOCK_FORMS`, per number of
+    matrices a row reads (``"1"``: the SGEMV app, ``"2"``: GESUMMV), on matrices of
+    :data:`ROW_BLOCK_COLUMNS` columns and ``nbytes`` in all, each set timed in turn on the
+    same buffers and checked against the float64 reference."""
+    import cupy
+
+    from kfuse.apps import get_app
+    from kfuse.apps.check import relative_error
+    from kfuse.fusion.plan import make_plan
+    from kfuse.runtime import get_backend
+
+    backend = get_backend("cuda")
+    result: dict[str, dict[tuple[int, int, int], float]] = {}
+    for matrices, name in ((1, "sgemv"), (2, "gesummv")):
+        app = get_app(name)
+        graph = app.build().graph()
+        rows = max(nbytes // (4 * ROW_BLOCK_COLUMNS * matrices), 64)
+        arrays, params = app.make_inputs((rows, ROW_BLOCK_COLUMNS), np.random.default_rng(0),
+                                         "float32")
+        reference = app.reference(arrays, params, None)
+        given = {key: cupy.asarray(value) for key, value in arrays.items()} | params
+        members = frozenset(k.name for k in graph.kernels)
+        forms = [f for f in ROW_BLOCK_FORMS if f[2] * matrices <= MAX_ROW_LOADS]
+        executables: list[Any] = []
+        for threads, access, unroll in forms:
+            wide = "w8" if access == 8 else "w"
+            plan = make_plan(graph, [sorted(members)], check_resources=False, variants={
+                members: f"mapreduce:{threads}x1:r1:i1:{wide}:stream:u{unroll}"})
+            executable = backend.prepare(graph, given, plan=plan,
+                                         buffers_of=executables[0] if executables else None)
+            executable.launch_all()
+            for output, expected in reference.items():
+                if relative_error(executable.buffers[output].get(), expected) > 1e-4:
+                    raise RuntimeError(f"the calibration's GEMV ({name}) computed a wrong "
+                                       f"'{output}'; the GPU run is broken")
+            executables.append(executable)
+        times = time_in_turn([e.launch_all for e in executables], rounds=rounds,
+                             warmup=warmup, repeat=repeat)
+        result[str(matrices)] = dict(zip(forms, times, strict=True))
+        del executables
+        cupy.get_default_memory_pool().free_all_blocks()
+    return result
+
+
 def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
               progress: bool = True, device_id: int | None = None) -> DeviceProfile:
     """Measure the current GPU with CuPy and return its :class:`DeviceProfile` (not saved).
@@ -175,7 +234,7 @@ def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
 
     device = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
     with device, _progress(progress) as bar:
-        task = bar.add_task("calibrating", total=4) if bar else None
+        task = bar.add_task("calibrating", total=5) if bar else None
 
         def step(text: str) -> None:
             if bar is not None:
@@ -199,6 +258,10 @@ def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
         cupy.get_default_memory_pool().free_all_blocks()
         if bar is not None:
             bar.advance(task)
+        step("block-row GEMV forms")
+        row_blocks = measure_row_blocks(copy_bytes // 2)
+        if bar is not None:
+            bar.advance(task)
     moved = 2 * (max(copy_bytes // 16, 1) * 16)
     bandwidths = {method: moved / timing.median_s for method, timing in copies.items()}
     best = max(bandwidths, key=bandwidths.get)
@@ -206,8 +269,13 @@ def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
         props, float(bandwidths[best]), float(launches["per_launch"].median_s),
         measured_at=datetime.date.today().isoformat(),
         map_block_threads=min(blocks, key=blocks.get),
+        row_block_forms={matrices: list(min(forms, key=forms.get))
+                         for matrices, forms in row_blocks.items()},
         notes={
             "map_block_seconds": {str(threads): s for threads, s in blocks.items()},
+            "row_block_seconds": {matrices: {"x".join(map(str, form)): s
+                                             for form, s in forms.items()}
+                                  for matrices, forms in row_blocks.items()},
             "copy_method": best,
             "copy_bytes": copy_bytes,
             "copy_bandwidth_by_method": {k: float(v) for k, v in bandwidths.items()},
@@ -244,7 +312,8 @@ def estimated_profile(device_id: int | None = None) -> DeviceProfile:
 
 def _profile(props: dict[str, Any], copy_bandwidth: float, launch_overhead: float, *,
              measured_at: str | None, notes: dict[str, Any],
-             map_block_threads: int | None = None) -> DeviceProfile:
+             map_block_threads: int | None = None,
+             row_block_forms: dict[str, list[int]] | None = None) -> DeviceProfile:
     """A profile of the device described by ``props`` (:func:`device_properties`)."""
     major, minor = props.get("major", 0), props.get("minor", 0)
     return DeviceProfile(
@@ -264,6 +333,7 @@ def _profile(props: dict[str, Any], copy_bandwidth: float, launch_overhead: floa
         peak_bandwidth_bytes_per_s=_peak_bandwidth(props),
         global_memory_bytes=int(props["totalGlobalMem"]) if props.get("totalGlobalMem") else None,
         map_block_threads=map_block_threads,
+        row_block_forms=row_block_forms,
         notes=notes,
     )
 

@@ -44,6 +44,9 @@ class DeviceProfile:
     ``map_block_threads`` is the block of threads with which an elementwise kernel streamed
     fastest here (``kfuse calibrate`` times a few; None where nothing was timed): the model
     predicts every block equal, and which is fastest differs between devices.
+    ``row_block_forms``: per number of matrices a row reads (``"1"``, ``"2"``), the block-row
+    GEMV form ``[threads, access bytes, accesses per row, thread and step]`` that streamed
+    fastest here (``kfuse calibrate``; the model predicts them equal).
     """
 
     name: str
@@ -61,6 +64,7 @@ class DeviceProfile:
     peak_bandwidth_bytes_per_s: float | None = None
     global_memory_bytes: int | None = None
     map_block_threads: int | None = None
+    row_block_forms: dict[str, list[int]] | None = None
     notes: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

@@ -135,8 +135,11 @@ STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (re
 # 0.4611), and 1024 x 8 bytes x 8 (16 loads of its two matrices) 0.4698 against 0.4706 for
 # 512 x 8 bytes x 16 (32 loads; torch.compile 0.4706); SGEMV 512 x 16 0.2369, 1024 x 8 0.2439;
 # 16-byte accesses were up to 3% slower in some apps.
+# Since session 19 16-byte block rows too: an H100 ran GESUMMV and SGEMV fastest in 1024 x 16
+# bytes x 2, and which form is fastest differs between devices: ``kfuse calibrate`` measures
+# it (row_block_forms), and among equal predictions the nearest form ranks first.
 BLOCK_ROW_THREADS = (512, 1024)
-BLOCK_ROW_VECTOR_BYTES = 8
+BLOCK_ROW_VECTOR_BYTES = (8, 16)
 # Whole columns (one block walks every row of its column tile: column reductions stored
 # plainly, with no fill or atomics, and a column epilogue in the same kernel; torch.compile's
 # column sums) as (warps per block, rows per thread, vector bytes), enumerated only for a
@@ -161,6 +164,11 @@ HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
 RANK_RESOLUTION = 0.002                # predictions closer than this rank as equal
+# A block-row form that ``kfuse calibrate`` measured fastest on the device ranks as if
+# predicted this much faster: the model's knee of bytes in flight is not that fine (an H100
+# ran SGEMV in 1024 x 16 bytes x 2 0.5% faster than x 4, which it predicts 0.5% slower;
+# docs/benchmarks.md, session 19).
+MEASURED_FORM_CREDIT = 0.01
 # Rows of a matrix tile that also writes the matrix (a rank-1 update beside a column
 # reduction, GEMVER's B + x_prod). Measured on an H200 at 16384^2, which the model does not
 # predict: tiles of 16 rows 0.529-0.538 ms, 32 rows 0.594-0.606, 64 rows 0.60-0.80.
@@ -242,10 +250,11 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
                 result.append(MapReduceVariant((32, by), rows, 1, wides[0], "stream", (), 0,
                                                unroll, span))
         if wides[0]:  # block rows
-            for threads, unroll in itertools.product(BLOCK_ROW_THREADS, STREAM_UNROLL):
+            for threads, size, unroll in itertools.product(
+                    BLOCK_ROW_THREADS, BLOCK_ROW_VECTOR_BYTES, STREAM_UNROLL):
                 if unroll * inputs <= STREAM_MAX_LOADS:
                     result.append(MapReduceVariant((threads, 1), 1, 1, True, "stream", (), 0,
-                                                   unroll, 0, BLOCK_ROW_VECTOR_BYTES))
+                                                   unroll, 0, size))
     if group.epilogue_kind == "col":  # whole columns: the only legal implementations
         for by, rows, size in WHOLE_COLUMN_FORMS:
             result.append(MapReduceVariant((32, by), rows, 1, wides[0], "shuffle",
@@ -360,6 +369,10 @@ class VariantPrediction:
     access_bytes: int = 0
     thread_bytes: int = 0
     device_block: bool = False
+    # stream-mapped matrices: how far the variant is from the block-row form the device
+    # streamed its matrices fastest with (0: that form; None: none measured, or held rows;
+    # row_form_distance)
+    device_form: float | None = None
 
 
 def predict_variant(graph: Graph, members: Sequence[str], outputs: Sequence[str],
@@ -523,7 +536,31 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     return VariantPrediction(total, dram, l2, atomics + serial, operations, efficiency, blocks,
                              per_sm, shared, launches, bound, access,
                              access * max(tile_inputs, 1),
-                             plain_map and threads == profile.map_block_threads)
+                             plain_map and threads == profile.map_block_threads,
+                             row_form_distance(group, variant, profile) if stream else None)
+
+
+OTHER_STREAM_FORM = 100.0  # warp rows, where the device measured a block-row form
+
+
+def row_form_distance(group: MapReduceGroup, variant: MapReduceVariant,
+                      profile: DeviceProfile) -> float | None:
+    """How far a stream-mapped variant is from the block-row form that ``kfuse calibrate``
+    measured fastest on the device for as many matrices per row (or the most it measured):
+    0 for that form, else 4 for other threads per block, 1 for another access width, and
+    the log2 of the ratio of bytes each thread keeps in flight per matrix; warp rows
+    :data:`OTHER_STREAM_FORM`; None where none was measured or the variant holds rows."""
+    forms = profile.row_block_forms
+    if not forms or variant.held_rows:
+        return None
+    if not variant.block_rows:
+        return OTHER_STREAM_FORM
+    matrices = max(1, len(group.tile_inputs))
+    key = max((int(k) for k in forms if int(k) <= matrices), default=min(map(int, forms)))
+    threads, access, unroll = forms[str(key)]
+    width = group.width(variant) * (group.item_size or 4)
+    return (4.0 * (variant.threads[0] != threads) + 1.0 * (width != access)
+            + abs(math.log2(width * variant.unroll / (access * unroll))))
 
 
 def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
@@ -709,21 +746,31 @@ def rank_choices(choices: Sequence[GroupChoice]) -> list[GroupChoice]:
     return [choice for _, choice in _clustered(choices)]
 
 
+def ranking_time(prediction: VariantPrediction) -> float:
+    """The predicted time, less :data:`MEASURED_FORM_CREDIT` for the block-row form the
+    device measured fastest (the model's knee of bytes in flight is not finer)."""
+    if prediction.device_form == 0.0:
+        return prediction.time_s / (1.0 + MEASURED_FORM_CREDIT)
+    return prediction.time_s
+
+
 def _clustered(choices: Sequence[GroupChoice]) -> list[tuple[float, GroupChoice]]:
-    """(the predicted time of its cluster's fastest member, choice) in :func:`rank_choices`
+    """(the ranking time of its cluster's fastest member, choice) in :func:`rank_choices`
     order: the time a choice ranks by."""
-    ordered = sorted(choices, key=lambda choice: choice.prediction.time_s)
+    ordered = sorted(choices, key=lambda choice: ranking_time(choice.prediction))
     cluster, cluster_start, keyed = -1, -math.inf, []
     for choice in ordered:
-        if choice.prediction.time_s > cluster_start * (1 + RANK_RESOLUTION):
-            cluster, cluster_start = cluster + 1, choice.prediction.time_s
+        time_s = ranking_time(choice.prediction)
+        if time_s > cluster_start * (1 + RANK_RESOLUTION):
+            cluster, cluster_start = cluster + 1, time_s
         keyed.append(((cluster, *_tie_key(choice)), cluster_start, choice))
     return [(start, choice) for _, start, choice in sorted(keyed, key=lambda item: item[0])]
 
 
 def _tie_key(choice: GroupChoice) -> tuple:
-    """Among equal predictions: fewer rows per warp, then more loads in flight (held rows:
-    more accesses per row; plain maps: MAP_THREAD_BYTES), then name."""
+    """Among equal predictions: fewer rows per warp, then the block-row form nearest the one
+    the device measured fastest (:func:`row_form_distance`), then more loads in flight (held
+    rows: more accesses per row; plain maps: MAP_THREAD_BYTES), then name."""
     found = choice.prediction
     if found.access_bytes:  # plain maps (MAP_VARIANTS): the narrowest access that reaches
         short = found.thread_bytes < MAP_THREAD_BYTES  # the bytes per thread, then the
@@ -736,7 +783,7 @@ def _tie_key(choice: GroupChoice) -> tuple:
         rows, loads = variant.rows, variant.rows * variant.unroll
         if variant.held_rows:  # the whole row is in flight either way: more accesses
             loads = variant.threads[0] * variant.unroll  # first (HELD_ROW_FORMS)
-    return (rows, -loads, choice.variant)
+    return (rows, found.device_form or 0.0, -loads, choice.variant)
 
 
 class ImplementationSpace:
