@@ -140,3 +140,13 @@ def test_reductions_last_first(every_kernel_last_first):
     reference = NumpyBackend(precision="float64").run(graph, given)
     for name in graph.outputs:
         assert relative_error(out[name], reference[name]) <= 1e-5, name
+
+
+def test_the_plan_says_which_kernels_run_last_first_and_why():
+    app = get_app("sgemvt")
+    pipeline = app.build()
+    plan = pipeline.plan()  # the column sums with their epilogue (whole columns), then A x
+    assert [g.members for g in plan.groups] == [("x_prod", "x"), ("w",)]
+    assert plan.to_dict()["last_first"] == [
+        "", "'sgemvt_x_prod_x' before it streamed 'A' first-to-last, so the end of it is in L2"]
+    assert "    blocks last-first: 'sgemvt_x_prod_x' before it streamed 'A'" in plan.explain()

@@ -42,7 +42,7 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
              f"// Pipeline '{graph.name}': {len(graph.kernels)} operators in {len(groups)} "
              f"kernels ({fused} fused).",
              f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
-    launches = []
+    launches, last_first = [], []
     serpentine = block_order.Serpentine(graph)
     for members, outputs, *how in groups:
         variant = how[0] if how else "auto"
@@ -58,11 +58,12 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
         reason = serpentine.place(launch.symbol, members, outputs, launch.blocks_walk)
         if reason:
             lines = block_order.reverse_blocks(lines, reason)
+        last_first.append(reason or "")
         parts.extend([*lines, ""])
         launches.append(launch)
     return Program(graph.name, "\n".join(parts), tuple(launches), wide_index,
                    tuple(sorted(fixed_sizes.items())) if fixed_sizes is not None else None,
-                   array_alignment)
+                   array_alignment, tuple(last_first))
 
 
 def generate_unfused(graph: Graph, *, wide_index: bool = False) -> Program:

@@ -124,3 +124,6 @@ class Program:
     # bytes every array's address is compiled in as a multiple of (1: any address; the
     # runtime refuses to launch the program on arrays that are not)
     array_alignment: int = 1
+    # per launch: why its kernel visits its blocks last-first ("": first-to-last;
+    # kfuse.codegen.block_order)
+    last_first: tuple[str, ...] = ()

@@ -84,7 +84,8 @@ class FusionPlan:
         if self.predicted_time_s is not None and self.unfused_predicted_time_s is not None:
             lines.append(f"  predicted {self.predicted_time_s * 1e3:.3f} ms fused vs "
                          f"{self.unfused_predicted_time_s * 1e3:.3f} ms unfused")
-        for group in self.groups:
+        orders = self.block_orders()
+        for group, order in zip(self.groups, orders, strict=True):
             outputs = ", ".join(group.outputs)
             variant = group.variant + (f", {'x'.join(map(str, group.tile))} points per thread"
                                        if group.tile else "")
@@ -94,11 +95,20 @@ class FusionPlan:
                             "its threads march along z instead, 4x4 points a plane")
             lines.append(f"  kernel [{' + '.join(group.members)}] ({variant}) "
                          f"writes {outputs}" + (f": {group.reason}" if group.reason else ""))
+            if order:
+                lines.append(f"    blocks last-first: {order}")
         for decision in self.decisions:
             mark = "fused   " if decision.fused else "not fused"
             lines.append(f"  {mark} {decision.producer} -> {decision.consumer} "
                          f"('{decision.buffer}'): {decision.reason}")
         return "\n".join(lines)
+
+    def block_orders(self) -> tuple[str, ...]:
+        """Per group: why its kernel visits its blocks last-first ("": first-to-last), as
+        code generation decides (:mod:`kfuse.codegen.block_order`)."""
+        from kfuse.codegen import generate
+
+        return generate(self.graph, self.kernel_groups).last_first
 
     def _marches(self, group) -> bool:
         """Whether the group's threads march along z on devices where that pays (3-D
@@ -117,6 +127,8 @@ class FusionPlan:
             "variants": [g.variant for g in self.groups],
             # per group: its threads march along z on GPUs where that pays (kfuse.codegen.marching)
             "marching": [self._marches(g) for g in self.groups],
+            # per group: why its blocks run last-first ("": first-to-last; block_order)
+            "last_first": list(self.block_orders()),
             "strategy": self.strategy,
             "model": self.model,
             "predicted_time_s": self.predicted_time_s,
