@@ -164,12 +164,13 @@ def test_the_measured_block_of_elementwise_kernels_is_kept_and_planned_with(tmp_
     from kfuse.model.device import h200_like_profile
 
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
-    forms = {"1": [1024, 16, 2], "2": [1024, 8, 4]}
+    forms = ((1, 1024, 16, 2), (2, 1024, 8, 4))
     measured = dataclasses.replace(h200_like_profile(), map_block_threads=512,
                                    row_block_forms=forms, measured_at="2026-11-25")
     path = measured.save()
     assert DeviceProfile.load(path).map_block_threads == 512
     assert DeviceProfile.load(path).row_block_forms == forms
+    hash(DeviceProfile.load(path))  # a profile stays hashable (frozen)
     older = json.loads(path.read_text())
     del older["map_block_threads"], older["row_block_forms"]
     assert DeviceProfile.from_dict(older).map_block_threads is None

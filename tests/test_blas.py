@@ -504,8 +504,8 @@ H100_COPY = 3.02e12  # the copy bandwidth kfuse calibrate measures on an H100 (b
 
 
 @pytest.mark.parametrize(("forms", "copy"), [
-    (None, None), ({"1": [1024, 16, 2], "2": [1024, 16, 2]}, H100_COPY),
-    ({"1": [512, 8, 16], "2": [1024, 8, 8]}, None)], ids=str)
+    (None, None), (((1, 1024, 16, 2), (2, 1024, 16, 2)), H100_COPY),
+    (((1, 512, 8, 16), (2, 1024, 8, 8)), None)], ids=str)
 def test_gemv_kernels_take_the_block_row_form_the_device_streamed_fastest_with(forms, copy):
     """A calibrated profile's row_block_forms (per matrices a row reads; an H100's and an
     H200's, with their copy bandwidths) decide among the block rows the model predicts
@@ -526,7 +526,7 @@ def test_gemv_kernels_take_the_block_row_form_the_device_streamed_fastest_with(f
         None: ("mapreduce:512x1:r1:i1:w8:stream:u16", "mapreduce:1024x1:r1:i1:w8:stream:u8"),
         1024: ("mapreduce:1024x1:r1:i1:w:stream:u2", "mapreduce:1024x1:r1:i1:w:stream:u2"),
         512: ("mapreduce:512x1:r1:i1:w8:stream:u16", "mapreduce:1024x1:r1:i1:w8:stream:u8"),
-    }[forms and forms["1"][0]]
+    }[forms and forms[0][1]]
     assert (planned["sgemv"], planned["gesummv"]) == expected
     assert planned["sgemvt"] == planned["sgemv"]  # its second kernel is SGEMV's GEMV
     space = ImplementationSpace(get_app("sgemv").build().graph(), {"A.0": 16384, "A.1": 16384},

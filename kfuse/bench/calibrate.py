@@ -269,8 +269,8 @@ def calibrate(*, copy_bytes: int = 1 << 30, repeat: int = 30, warmup: int = 5,
         props, float(bandwidths[best]), float(launches["per_launch"].median_s),
         measured_at=datetime.date.today().isoformat(),
         map_block_threads=min(blocks, key=blocks.get),
-        row_block_forms={matrices: list(min(forms, key=forms.get))
-                         for matrices, forms in row_blocks.items()},
+        row_block_forms=tuple((int(matrices), *min(forms, key=forms.get))
+                              for matrices, forms in row_blocks.items()),
         notes={
             "map_block_seconds": {str(threads): s for threads, s in blocks.items()},
             "row_block_seconds": {matrices: {"x".join(map(str, form)): s
@@ -313,7 +313,8 @@ def estimated_profile(device_id: int | None = None) -> DeviceProfile:
 def _profile(props: dict[str, Any], copy_bandwidth: float, launch_overhead: float, *,
              measured_at: str | None, notes: dict[str, Any],
              map_block_threads: int | None = None,
-             row_block_forms: dict[str, list[int]] | None = None) -> DeviceProfile:
+             row_block_forms: tuple[tuple[int, int, int, int], ...] | None = None
+             ) -> DeviceProfile:
     """A profile of the device described by ``props`` (:func:`device_properties`)."""
     major, minor = props.get("major", 0), props.get("minor", 0)
     return DeviceProfile(

@@ -44,9 +44,9 @@ class DeviceProfile:
     ``map_block_threads`` is the block of threads with which an elementwise kernel streamed
     fastest here (``kfuse calibrate`` times a few; None where nothing was timed): the model
     predicts every block equal, and which is fastest differs between devices.
-    ``row_block_forms``: per number of matrices a row reads (``"1"``, ``"2"``), the block-row
-    GEMV form ``[threads, access bytes, accesses per row, thread and step]`` that streamed
-    fastest here (``kfuse calibrate``; the model predicts them equal).
+    ``row_block_forms``: ``(matrices a row reads, threads, access bytes, accesses per row,
+    thread and step)`` of the block-row GEMV form that streamed fastest here, one per number
+    of matrices measured (``kfuse calibrate``; the model predicts them alike).
     """
 
     name: str
@@ -64,7 +64,7 @@ class DeviceProfile:
     peak_bandwidth_bytes_per_s: float | None = None
     global_memory_bytes: int | None = None
     map_block_threads: int | None = None
-    row_block_forms: dict[str, list[int]] | None = None
+    row_block_forms: tuple[tuple[int, int, int, int], ...] | None = None
     notes: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -84,6 +84,8 @@ class DeviceProfile:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["compute_capability"] = str(values.get("compute_capability", "?"))
+        if values.get("row_block_forms") is not None:  # (JSON keeps them as lists)
+            values["row_block_forms"] = tuple(tuple(form) for form in values["row_block_forms"])
         return cls(**values)
 
     def save(self, path: str | os.PathLike | None = None) -> Path:

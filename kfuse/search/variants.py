@@ -556,8 +556,9 @@ def row_form_distance(group: MapReduceGroup, variant: MapReduceVariant,
     if not variant.block_rows:
         return OTHER_STREAM_FORM
     matrices = max(1, len(group.tile_inputs))
-    key = max((int(k) for k in forms if int(k) <= matrices), default=min(map(int, forms)))
-    threads, access, unroll = forms[str(key)]
+    measured = {form[0]: form[1:] for form in forms}
+    key = max((k for k in measured if k <= matrices), default=min(measured))
+    threads, access, unroll = measured[key]
     width = group.width(variant) * (group.item_size or 4)
     return (4.0 * (variant.threads[0] != threads) + 1.0 * (width != access)
             + abs(math.log2(width * variant.unroll / (access * unroll))))
