@@ -67,6 +67,7 @@ class ProjectedPlan(SearchResult):
             "groups": [list(g) for g in self.groups],
             "variants": [self.problem.variant(g) for g in self.groups],
             "marching": [False] * len(self.groups),  # codeless: no kernel of kfuse's own
+            "last_first": [""] * len(self.groups),  # (nor a block order)
             "strategy": self.strategy,
             "model": self.model,
             "predicted_time_s": self.predicted_time_s,
