@@ -136,8 +136,6 @@ def measure_map_blocks(nbytes: int = 1 << 29, *, rounds: int = 3, warmup: int = 
 
     from kfuse.dsl.ops import point
     from kfuse.dsl.pipeline import Pipeline
-    from kfuse.fusion.plan import make_plan
-    from kfuse.runtime import get_backend
 
     pipeline = Pipeline("calibrate_map")
     a, b = pipeline.input("a", ndim=1), pipeline.input("b", ndim=1)
@@ -145,21 +143,38 @@ def measure_map_blocks(nbytes: int = 1 << 29, *, rounds: int = 3, warmup: int = 
     graph = pipeline.graph()
     count = max(nbytes // 4, 1024)
     given = {name: cupy.random.random(count, dtype=cupy.float32) + 0.5 for name in "ab"}
-    backend = get_backend("cuda")
-    executables: list[Any] = []
-    for threads in MAP_BLOCKS:
-        plan = make_plan(graph, [["c"]], check_resources=False, variants={
-            frozenset({"c"}): f"mapreduce:{threads}x1:r1:i1:w8:shuffle"})
-        executables.append(backend.prepare(graph, given, plan=plan,
-                                           buffers_of=executables[0] if executables else None))
-    for executable in executables:
-        executable.launch_all()
-        if not bool(cupy.allclose(executable.buffers["c"], given["a"] + given["b"])):
+
+    def check(buffers: Any) -> None:
+        if not bool(cupy.allclose(buffers["c"], given["a"] + given["b"])):
             raise RuntimeError("the calibration's elementwise kernel computed wrong sums; the "
                                "GPU run is broken")
-    times = time_in_turn([e.launch_all for e in executables], rounds=rounds, warmup=warmup,
-                         repeat=repeat)
+
+    variants = [f"mapreduce:{threads}x1:r1:i1:w8:shuffle" for threads in MAP_BLOCKS]
+    times = _time_variants(graph, given, variants, check, rounds=rounds, warmup=warmup,
+                           repeat=repeat)
     return dict(zip(MAP_BLOCKS, times, strict=True))
+
+
+def _time_variants(graph: Any, given: dict[str, Any], variants: list[str],
+                   check: Any, **timing: int) -> list[float]:
+    """Seconds of ``graph`` run as one kernel in each map-reduce variant, all on the same
+    buffers (where an output lies moves a streaming kernel's time), each run's buffers
+    given to ``check`` first, then timed in turn (:func:`time_in_turn`)."""
+    from kfuse.fusion.plan import make_plan
+    from kfuse.runtime import get_backend
+
+    backend = get_backend("cuda")
+    members = frozenset(kernel.name for kernel in graph.kernels)
+    executables: list[Any] = []
+    for variant in variants:
+        plan = make_plan(graph, [sorted(members)], check_resources=False,
+                         variants={members: variant})
+        executable = backend.prepare(graph, given, plan=plan,
+                                     buffers_of=executables[0] if executables else None)
+        executable.launch_all()
+        check(executable.buffers)
+        executables.append(executable)
+    return time_in_turn([e.launch_all for e in executables], **timing)
 
 
 # Block-row GEMV forms (threads, access bytes, accesses per row, thread and step) timed for
@@ -184,10 +199,7 @@ def measure_row_blocks(nbytes: int = 1 << 29, *, rounds: int = 3, warmup: int = 
 
     from kfuse.apps import get_app
     from kfuse.apps.check import relative_error
-    from kfuse.fusion.plan import make_plan
-    from kfuse.runtime import get_backend
 
-    backend = get_backend("cuda")
     result: dict[str, dict[tuple[int, int, int], float]] = {}
     for matrices, name in ((1, "sgemv"), (2, "gesummv")):
         app = get_app(name)
@@ -197,25 +209,19 @@ def measure_row_blocks(nbytes: int = 1 << 29, *, rounds: int = 3, warmup: int = 
                                          "float32")
         reference = app.reference(arrays, params, None)
         given = {key: cupy.asarray(value) for key, value in arrays.items()} | params
-        members = frozenset(k.name for k in graph.kernels)
-        forms = [f for f in ROW_BLOCK_FORMS if f[2] * matrices <= MAX_ROW_LOADS]
-        executables: list[Any] = []
-        for threads, access, unroll in forms:
-            wide = "w8" if access == 8 else "w"
-            plan = make_plan(graph, [sorted(members)], check_resources=False, variants={
-                members: f"mapreduce:{threads}x1:r1:i1:{wide}:stream:u{unroll}"})
-            executable = backend.prepare(graph, given, plan=plan,
-                                         buffers_of=executables[0] if executables else None)
-            executable.launch_all()
+
+        def check(buffers: Any, name: str = name, reference: Any = reference) -> None:
             for output, expected in reference.items():
-                if relative_error(executable.buffers[output].get(), expected) > 1e-4:
+                if relative_error(buffers[output].get(), expected) > 1e-4:
                     raise RuntimeError(f"the calibration's GEMV ({name}) computed a wrong "
                                        f"'{output}'; the GPU run is broken")
-            executables.append(executable)
-        times = time_in_turn([e.launch_all for e in executables], rounds=rounds,
-                             warmup=warmup, repeat=repeat)
+
+        forms = [f for f in ROW_BLOCK_FORMS if f[2] * matrices <= MAX_ROW_LOADS]
+        variants = [f"mapreduce:{threads}x1:r1:i1:{'w8' if access == 8 else 'w'}:stream:"
+                    f"u{unroll}" for threads, access, unroll in forms]
+        times = _time_variants(graph, given, variants, check, rounds=rounds, warmup=warmup,
+                               repeat=repeat)
         result[str(matrices)] = dict(zip(forms, times, strict=True))
-        del executables
         cupy.get_default_memory_pool().free_all_blocks()
     return result
 

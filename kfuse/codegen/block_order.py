@@ -11,10 +11,11 @@ after the kernel that wrote ``B`` (docs/benchmarks.md, session 19).
 
 Reversing is renumbering: block ``b`` takes the work of block ``gridDim - 1 - b`` along every
 axis, a permutation of the blocks, so a kernel computes the same result in either order (no
-kernel kfuse generates depends on which block runs first; blocks of a grid-stride loop or a
-persistent grid keep their loops and only change partners). Where a block walks its own
-rows (whole columns, persistent grids) the time order of its accesses does not change, and
-the renumbering is harmless.
+kernel kfuse generates depends on which block runs first; blocks of a grid-stride loop keep
+their loops and only change partners). Kernels whose blocks walk their data in loops of
+their own (whole columns, persistent grids, marching planes: ``LaunchSpec.blocks_walk``)
+stay first-to-last, since renumbering their blocks would not change the order of their
+accesses in time; the kernel after one of them turns.
 """
 
 from __future__ import annotations
@@ -23,21 +24,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kfuse.codegen.kernels import KernelGroup
 from kfuse.ir.graph import Graph
 
 # False: every kernel visits its blocks first-to-last (timing experiments)
 ENABLED = True
 
 REVERSED_BLOCKS = "kf_block"  # the renumbered block index a reversed kernel's body reads
-
-
-def group_arrays(graph: Graph, members: Sequence[str], outputs: Sequence[str]
-                 ) -> tuple[set[str], set[str]]:
-    """(arrays a kernel of these members reads from memory, arrays it reads or writes)."""
-    kernels = [graph.kernel_by_name[name] for name in members]
-    produced = {buffer for kernel in kernels for buffer in kernel.writes}
-    reads = {buffer for kernel in kernels for buffer in kernel.reads if buffer not in produced}
-    return reads, reads | set(outputs)
 
 
 @dataclass
@@ -61,7 +54,8 @@ class Serpentine:
         not consulted, so the generated source is the same at any size.
         """
         buffers = self.graph.buffers
-        reads, touched = group_arrays(self.graph, members, outputs)
+        reads = set(KernelGroup(self.graph, members, outputs).reads)
+        touched = reads | set(outputs)
         rank = max((buffers[b].ndim for b in reads), default=0)
         main = {b for b in reads if buffers[b].ndim == rank}
         reason = None

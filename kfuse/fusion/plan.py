@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from math import prod
 
 import networkx as nx
@@ -84,8 +85,7 @@ class FusionPlan:
         if self.predicted_time_s is not None and self.unfused_predicted_time_s is not None:
             lines.append(f"  predicted {self.predicted_time_s * 1e3:.3f} ms fused vs "
                          f"{self.unfused_predicted_time_s * 1e3:.3f} ms unfused")
-        orders = self.block_orders()
-        for group, order in zip(self.groups, orders, strict=True):
+        for group, order in zip(self.groups, self.block_orders, strict=True):
             outputs = ", ".join(group.outputs)
             variant = group.variant + (f", {'x'.join(map(str, group.tile))} points per thread"
                                        if group.tile else "")
@@ -103,9 +103,10 @@ class FusionPlan:
                          f"('{decision.buffer}'): {decision.reason}")
         return "\n".join(lines)
 
+    @cached_property
     def block_orders(self) -> tuple[str, ...]:
         """Per group: why its kernel visits its blocks last-first ("": first-to-last), as
-        code generation decides (:mod:`kfuse.codegen.block_order`)."""
+        code generation decides (:mod:`kfuse.codegen.block_order`; generated once)."""
         from kfuse.codegen import generate
 
         return generate(self.graph, self.kernel_groups).last_first
@@ -128,7 +129,7 @@ class FusionPlan:
             # per group: its threads march along z on GPUs where that pays (kfuse.codegen.marching)
             "marching": [self._marches(g) for g in self.groups],
             # per group: why its blocks run last-first ("": first-to-last; block_order)
-            "last_first": list(self.block_orders()),
+            "last_first": list(self.block_orders),
             "strategy": self.strategy,
             "model": self.model,
             "predicted_time_s": self.predicted_time_s,
