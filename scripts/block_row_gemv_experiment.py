@@ -21,7 +21,7 @@ import numpy as np
 
 from kfuse.apps import get_app
 from kfuse.bench.timing import alternating_main, print_rounds, time_alternating
-from kfuse.runtime import _auto_plan, get_backend
+from kfuse.runtime import auto_plan, get_backend
 
 PRELUDE = r"""
 #define COLS {cols}
@@ -142,7 +142,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
     graph = app.build().graph()
     arrays, params = app.make_inputs((16384, 16384), np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+    executable = get_backend("cuda").prepare(graph, given, plan=auto_plan(graph, given))
     executable.launch_all()
     (output,) = graph.outputs
     expected = executable.buffers[output].copy()

@@ -22,7 +22,7 @@ import numpy as np
 
 from kfuse.apps import get_app
 from kfuse.bench.timing import time_gpu
-from kfuse.runtime import _auto_plan, get_backend
+from kfuse.runtime import auto_plan, get_backend
 
 SOURCE = r"""
 template <int WIDTH> struct Vec;
@@ -78,7 +78,7 @@ def experiment(name: str, arity: int) -> None:
     graph = app.build().graph()
     arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+    executable = get_backend("cuda").prepare(graph, given, plan=auto_plan(graph, given))
     executable.launch_all()
     output = graph.outputs[0]
     expected = executable.buffers[output].copy()

@@ -24,7 +24,7 @@ import numpy as np
 
 from kfuse.apps import get_app
 from kfuse.bench.timing import time_gpu
-from kfuse.runtime import _auto_plan, get_backend
+from kfuse.runtime import auto_plan, get_backend
 
 SOURCE = r"""
 __device__ __forceinline__ float dot4(float4 a, float4 b) {
@@ -124,7 +124,7 @@ def main() -> None:
     graph = app.build().graph()
     arrays, params = app.make_inputs((16384, 16384), np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+    executable = get_backend("cuda").prepare(graph, given, plan=auto_plan(graph, given))
     executable.launch_all()
     expected = executable.buffers["z"].copy()
     compiled = compiled_on(graph, given)

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from kfuse.apps import get_app
-from kfuse.runtime import _auto_plan, get_backend
+from kfuse.runtime import auto_plan, get_backend
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     graph = app.build().graph()
     arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+    executable = get_backend("cuda").prepare(graph, given, plan=auto_plan(graph, given))
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as file:
             file.write(executable.program.source)

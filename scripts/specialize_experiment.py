@@ -30,7 +30,7 @@ from kfuse.bench.timing import print_rounds, time_alternating
 from kfuse.cli.arguments import POSITIVE_INT
 from kfuse.codegen.cexpr import size_var
 from kfuse.codegen.specialise import specialise_kernel
-from kfuse.runtime import _auto_plan, get_backend
+from kfuse.runtime import auto_plan, get_backend
 
 DEFAULT_APPS = ("sgemv", "gesummv", "sgemvt", "atax", "bicgk", "harris", "shi_tomasi",
                 "diffusion3d", "sobel", "unsharp", "enhance")
@@ -74,7 +74,7 @@ def compare(name: str, rounds: int, subsets: bool = False, drop_scales: bool = F
     arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
     backend = get_backend("cuda")
-    generated = backend.prepare(graph, given, plan=_auto_plan(graph, given))
+    generated = backend.prepare(graph, given, plan=auto_plan(graph, given))
     generated.launch_all()
     expected = {k: generated.buffers[k].get() for k in graph.outputs}
     variants = {"generated": generated}

@@ -23,7 +23,7 @@ import numpy as np
 from kfuse.apps import get_app
 from kfuse.bench.timing import print_rounds, time_alternating
 from kfuse.cli.arguments import POSITIVE_INT
-from kfuse.runtime import _auto_plan, get_backend
+from kfuse.runtime import auto_plan, get_backend
 
 SOURCE = r"""
 #define N {n}
@@ -76,7 +76,7 @@ def main() -> None:
     graph = app.build().graph()
     arrays, params = app.make_inputs((2**27,), np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
-    executable = get_backend("cuda").prepare(graph, given, plan=_auto_plan(graph, given))
+    executable = get_backend("cuda").prepare(graph, given, plan=auto_plan(graph, given))
     executable.launch_all()
     expected = executable.buffers["x"].copy()
     runs = {"compile": compiled_on(graph, given), "kfuse": executable.launch_all}

@@ -66,6 +66,18 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
                    array_alignment, tuple(last_first))
 
 
+def generation_switches() -> tuple[tuple[str, object], ...]:
+    """The module switches that change generated code (experiments set them): part of the
+    key a generated program is stored under."""
+    from kfuse.codegen import cexpr
+
+    return (("marching.ENABLED", marching.ENABLED),
+            ("marching.NEWEST_PLANES_ONLY", marching.NEWEST_PLANES_ONLY),
+            ("block_order.ENABLED", block_order.ENABLED),
+            ("cexpr.WINDOW_SUMS", cexpr.WINDOW_SUMS),
+            ("cexpr.UNCONDITIONAL_BORDER_LOADS", cexpr.UNCONDITIONAL_BORDER_LOADS))
+
+
 def generate_unfused(graph: Graph, *, wide_index: bool = False) -> Program:
     """One kernel per operator, in execution order."""
     return generate(graph, None, wide_index=wide_index)

@@ -416,15 +416,34 @@ class Pipeline:
     def params(self) -> Mapping[str, str]:
         return dict(self._params)
 
-    def run(self, backend: str = "auto", plan: Any = "auto", **arrays_and_params: Any
-            ) -> dict[str, Any]:
-        """Run on the given inputs and parameters; return outputs by name.
+    def run(self, backend: str = "auto", plan: Any = "auto", out: Any = None,
+            **arrays_and_params: Any) -> dict[str, Any]:
+        r"""Run on the given inputs and parameters; return outputs by name.
 
         ``plan``: ``"auto"`` (fused by the default search), ``"unfused"`` (one kernel per
-        operator) or a plan from :meth:`fuse` / :meth:`plan`.
+        operator) or a plan from :meth:`fuse` / :meth:`plan`. ``out``: arrays to write the
+        outputs into (by name; one array for a pipeline of one output). Calls go through
+        the pipeline's :meth:`compile`\ d form for ``backend`` and ``plan``: a second call
+        with arrays like the first plans, generates and compiles nothing.
         """
         from kfuse.runtime import run_graph
-        return run_graph(self.graph(), arrays_and_params, backend=backend, plan=plan)
+        return run_graph(self.graph(), arrays_and_params, backend=backend, plan=plan, out=out)
+
+    def compile(self, backend: str = "auto", plan: Any = "auto", *,
+                max_signatures: int = 64, graphs: bool = True) -> Any:
+        """This pipeline compiled for ``backend`` and ``plan``: a callable
+        (:class:`~kfuse.runtime.compiled.CompiledPipeline`) taking the inputs and
+        parameters by name, and ``out=``, and returning the outputs by name.
+
+        It plans, generates, compiles and binds once per call signature (shapes, dtypes,
+        contiguity, alignment and device of the arrays, types of the parameters), keeping
+        the ``max_signatures`` used last; ``graphs``: on the GPU, replay a program of
+        several launches as a CUDA graph when it is called again on the same arrays.
+        ``.stats`` counts hits, misses, plans and compiles.
+        """
+        from kfuse.runtime.compiled import CompiledPipeline
+        return CompiledPipeline(self.graph, backend, plan, max_signatures=max_signatures,
+                                graphs=graphs)
 
     def fuse(self, groups: Sequence[Sequence[str]]) -> Any:
         """A fusion plan with the given groups of operator names (others stay alone).

@@ -192,6 +192,14 @@ class Graph:
         :data:`MEMO_ENTRIES` of them (see :meth:`remembered`)."""
         return OrderedDict()
 
+    @cached_property
+    def fingerprint(self) -> str:
+        """A digest of what the graph computes (:mod:`kfuse.ir.fingerprint`): equal for
+        pipelines built alike, in any process; the key of kfuse's persistent caches."""
+        from kfuse.ir.fingerprint import digest
+
+        return digest(self)
+
     def remembered(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, worked out once per ``key`` for this graph (:attr:`memo`); the answer
         used longest ago is let go past :data:`MEMO_ENTRIES` (a pipeline run on very many

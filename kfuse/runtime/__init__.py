@@ -47,49 +47,71 @@ def compiles_for_sizes(name: str) -> bool:
     return issubclass(backend_class, CompiledBackend) and backend_class.compiles_for_sizes()
 
 
-def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
-              plan: Any = None) -> dict[str, Any]:
-    """Run ``graph`` on the given arrays and parameters; return its outputs by name.
-
-    ``plan`` is a FusionPlan, ``"auto"`` (:func:`kfuse.search.default_plan` at the given
-    sizes) or ``None``/``"unfused"``.
-    """
+def check_plan_argument(plan: Any) -> None:
+    """Refuse a ``plan=`` that is none of ``"auto"``, ``"unfused"``, None or a FusionPlan."""
     if not (plan is None or isinstance(plan, FusionPlan)
             or isinstance(plan, str) and plan in ("auto", "unfused")):
         raise FusionError(f"plan must be 'auto', 'unfused', None or a FusionPlan (from "
                           f"pipeline.plan() or pipeline.fuse()), got {plan!r}")
-    chosen = get_backend(backend)
-    if isinstance(plan, str):
-        if plan == "auto" and chosen.name == "numpy":
-            plan = None  # the reference interprets the IR; a plan would change nothing
-        elif plan == "auto":
-            plan = _auto_plan(graph, given)
-        else:
-            plan = None
-    elif plan is not None and plan.graph is not graph:
-        plan = _rechecked_plan(graph, given, plan, chosen.name)
-    return chosen.run(graph, given, plan=plan)
 
 
-def _auto_plan(graph: Graph, given: Mapping[str, Any]) -> Any:
-    """:func:`kfuse.search.default_plan` at the given arrays' sizes, planned once per graph
-    and sizes."""
+def compiled_for(graph: Graph, backend: str = "auto", plan: Any = None) -> Any:
+    """The :class:`~kfuse.runtime.compiled.CompiledPipeline` that :func:`run_graph` calls
+    for ``graph`` on ``backend`` with ``plan`` (made once per graph, backend and plan)."""
+    from kfuse.runtime.compiled import CompiledPipeline
+
+    check_plan_argument(plan)
+    plan = "unfused" if plan is None else plan
+    key = ("compiled", backend, plan if isinstance(plan, str) else id(plan))
+    made = graph.remembered(key, lambda: (plan, CompiledPipeline(graph, backend, plan)))
+    return made[1]  # (the plan kept with it: its id stays its own)
+
+
+def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
+              plan: Any = None, out: Any = None) -> dict[str, Any]:
+    """Run ``graph`` on the given arrays and parameters; return its outputs by name.
+
+    ``plan`` is a FusionPlan, ``"auto"`` (:func:`kfuse.search.default_plan` at the given
+    sizes) or ``None``/``"unfused"``. Calls go through a compiled pipeline kept with the
+    graph (:func:`compiled_for`): a second call with arrays of the same signature plans,
+    generates and compiles nothing.
+    """
+    return compiled_for(graph, backend, plan)(out=out, **given)
+
+
+def auto_plan(graph: Graph, given: Mapping[str, Any]) -> FusionPlan:
+    """The plan ``plan="auto"`` runs for the given arrays (their sizes bound)."""
     from kfuse.runtime.binding import bind
-    from kfuse.search import default_plan
-    sizes = bind(graph, given).sizes
-    return graph.remembered(("auto plan", tuple(sorted(sizes.items()))),
-                            lambda: default_plan(graph, sizes))
+
+    return planned(graph, bind(graph, given).sizes, "auto", "cuda")
 
 
-def _rechecked_plan(graph: Graph, given: Mapping[str, Any], plan: FusionPlan,
-                    backend: str) -> FusionPlan:
+def planned(graph: Graph, sizes: Mapping[str, int], plan: Any, backend: str,
+            on_search: Any = None) -> FusionPlan:
+    """The plan to generate for ``graph`` at ``sizes``: for ``"auto"``
+    :func:`kfuse.search.default_plan` (searched once per graph and sizes; ``on_search()`` is
+    called when it is searched); a plan made from an earlier build of the pipeline
+    re-checked against this graph."""
+    if isinstance(plan, str):
+        from kfuse.search import default_plan
+
+        def search() -> FusionPlan:
+            if on_search is not None:
+                on_search()
+            return default_plan(graph, sizes)
+        return graph.remembered(("auto plan", tuple(sorted(sizes.items()))), search)
+    if plan.graph is graph:
+        return plan
+    return _rechecked_plan(graph, sizes if compiles_for_sizes(backend) else None, plan)
+
+
+def _rechecked_plan(graph: Graph, sizes: Mapping[str, int] | None, plan: FusionPlan
+                    ) -> FusionPlan:
     """A plan made from an earlier build of the pipeline, re-checked against this graph
     (once per graph, plan and sizes). Variants carry over: a row reduction's epilogue is
     legal only under one; the kernels' resources are checked as the backend compiles them,
     for these sizes or any."""
     from kfuse.fusion.plan import make_plan
-    from kfuse.runtime.binding import bind
-    sizes = bind(graph, given).sizes if compiles_for_sizes(backend) else None
     variants = {frozenset(g.members): g.variant for g in plan.groups}
 
     def recheck() -> tuple[FusionPlan, FusionPlan]:  # (the plan kept: its id stays its own)
@@ -102,4 +124,5 @@ def _rechecked_plan(graph: Graph, given: Mapping[str, Any], plan: FusionPlan,
     return graph.remembered(key, recheck)[1]
 
 
-__all__ = ["BACKENDS", "Backend", "compiles_for_sizes", "get_backend", "run_graph"]
+__all__ = ["BACKENDS", "Backend", "check_plan_argument", "compiled_for", "compiles_for_sizes",
+           "auto_plan", "get_backend", "planned", "run_graph"]

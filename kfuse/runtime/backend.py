@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,12 +14,16 @@ from kfuse.errors import BindError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
 from kfuse.runtime.binding import Bound, bind
+from kfuse.runtime.launch import BoundLaunch, bind_launches
 
 # The largest vector access of generated kernels, in bytes: a program for arrays whose
 # addresses are multiples of it compiles the 1-D map-reduce kernels' pointer tests away
 # (measured on an H200: MADD, WAXPBY and AXPYDOT 0.2-0.4% faster; docs/benchmarks.md,
 # sessions 15 and 16).
 VECTOR_ALIGNMENT = 16
+
+# Programs a backend keeps loaded per process (the least recently used is let go).
+LOADED_PROGRAMS = 256
 
 # Value written into fresh buffers so that an element no kernel wrote shows up.
 POISON = {"float32": np.nan, "float64": np.nan, "int32": -1234567891, "bool": True}
@@ -38,6 +42,68 @@ class Backend(ABC):
     def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None,
             plan: FusionPlan | None = None) -> dict[str, Any]:
         """Outputs by name; ``plan`` picks the kernels (one per operator when left out)."""
+
+
+class LoadedProgram(ABC):
+    """A program compiled and loaded for the current device: a function per kernel, and how
+    to launch them on a stream. One per program source and device (:meth:`of`), shared by
+    every executable and compiled signature that runs it."""
+
+    _loaded: dict[tuple, LoadedProgram]  # each backend's subclass keeps its own
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.functions: dict[str, Any] = {}
+
+    @classmethod
+    def of(cls, program: Program) -> LoadedProgram:
+        """The loaded ``program`` (compiled, or taken from the caches, on first use)."""
+        key = (program.source, cls.device_key())
+        found = cls._loaded.get(key)
+        if found is None:
+            found = cls(program)
+            if len(cls._loaded) >= LOADED_PROGRAMS:
+                cls._loaded.pop(next(iter(cls._loaded)))
+            cls._loaded[key] = found
+        else:
+            cls._loaded[key] = cls._loaded.pop(key)  # the latest used last
+        return found
+
+    @classmethod
+    def device_key(cls) -> Any:
+        """Which device a loaded program belongs to (None: the host)."""
+        return None
+
+    def bind(self, sizes: Mapping[str, int]) -> tuple[BoundLaunch, ...]:
+        """Every launch of the program bound at ``sizes``."""
+        return bind_launches(self.program, sizes, lambda spec: self.functions[spec.symbol],
+                             self.resident_blocks)
+
+    def resident_blocks(self, spec: LaunchSpec) -> int | None:
+        """How many blocks of the kernel the device holds at once (None: not known)."""
+        return None
+
+    def enqueue(self, launches: Sequence[BoundLaunch], buffers: Mapping[str, Any],
+                addresses: Mapping[str, int], params: Mapping[str, Any], stream: Any) -> None:
+        """Launch ``launches`` in order on ``stream``: each one's reduction outputs set to
+        their identities first, its arguments pointed at ``addresses`` (by buffer name)."""
+        for launch in launches:
+            for name, value in launch.fills:
+                self.fill(buffers[name], value, stream)
+            launch.arguments.write(addresses, params)
+            self.launch(launch, stream)
+
+    @abstractmethod
+    def current_stream(self) -> Any:
+        """The stream the caller's work goes to now (None on the host)."""
+
+    @abstractmethod
+    def launch(self, launch: BoundLaunch, stream: Any) -> None:
+        """Enqueue one bound kernel on ``stream``."""
+
+    @abstractmethod
+    def fill(self, buffer: Any, value: float, stream: Any) -> None:
+        """Set every element of ``buffer`` to ``value``, in order on ``stream``."""
 
 
 class Executable(ABC):
@@ -110,20 +176,18 @@ class Executable(ABC):
 
     def launch_all(self) -> None:
         """Enqueue every kernel of the program in order (initialising reduction outputs)."""
-        for spec in self.program.launches:
-            self.launch_one(spec)
+        self.enqueue(self.launches)
 
     def launch_one(self, spec: LaunchSpec) -> None:
         """Enqueue one kernel of the program (its reduction outputs initialised first)."""
-        for name, value in spec.initial_values:
-            self.fill(self.buffers[name], value)
-        args = [self.argument(spec, param) for param in spec.params]
-        resident = self.resident_blocks(spec) if spec.fills_wave else None
-        self.launch(spec, spec.grid_size(self.bound.sizes, resident), spec.block, args)
+        self.enqueue([launch for launch in self.launches if launch.spec is spec]
+                     or [launch for launch in self.launches if launch.spec == spec])
 
-    def resident_blocks(self, spec: LaunchSpec) -> int | None:
-        """How many blocks of the kernel the device holds at once (None: not known)."""
-        return None
+    def enqueue(self, launches: Sequence[BoundLaunch]) -> None:
+        """Launch ``launches`` on this executable's buffers, on the caller's stream."""
+        addresses = {name: self.address(buffer) for name, buffer in self.buffers.items()}
+        self.loaded.enqueue(launches, self.buffers, addresses, self.bound.params,
+                            self.loaded.current_stream())
 
     def argument(self, spec: LaunchSpec, param) -> Any:
         """The value passed for one kernel parameter: a buffer, a size or a scalar."""
@@ -134,13 +198,22 @@ class Executable(ABC):
         value = self.bound.params[param.ref]
         return np.dtype(param.dtype if param.dtype != "bool" else np.bool_).type(value)
 
+    @property
+    def functions(self) -> dict[str, Any]:
+        """The compiled function of each kernel, by its symbol."""
+        return self.loaded.functions
+
     def results(self) -> dict[str, Any]:
         return {name: self.download(self.buffers[name]) for name in self.graph.outputs}
 
     # -- what each compiled backend supplies ---------------------------------------------------
-    @abstractmethod
+    loaded_class: type[LoadedProgram]
+
     def compile(self, program: Program) -> None:
-        """Make ``program`` launchable (compile it, or take it from the cache)."""
+        """Make ``program`` launchable (compile it, or take it from the cache) and bind its
+        launches at the bound sizes."""
+        self.loaded = self.loaded_class.of(program)
+        self.launches = self.loaded.bind(self.bound.sizes)
 
     @abstractmethod
     def address(self, buffer: Any) -> int:
@@ -151,13 +224,6 @@ class Executable(ABC):
 
     @abstractmethod
     def full(self, shape: tuple[int, ...], dtype: str, value: float) -> Any: ...
-
-    @abstractmethod
-    def fill(self, buffer: Any, value: float) -> None: ...
-
-    @abstractmethod
-    def launch(self, spec: LaunchSpec, grid: tuple[int, int, int], block: tuple[int, int, int],
-               args: list[Any]) -> None: ...
 
     @abstractmethod
     def download(self, buffer: Any) -> Any: ...

@@ -55,6 +55,22 @@ class Bound:
         return any(self.numel(graph, name) > INT32_LIMIT for name in graph.buffers)
 
 
+def param_value(name: str, dtype: str, value: Any) -> Any:
+    """A runtime parameter's value as the Python number its kernels take (float, int or
+    bool), or a :class:`~kfuse.errors.BindError` saying why ``value`` cannot be one."""
+    if getattr(value, "ndim", 0) != 0 or isinstance(value, (str, bytes)):
+        raise BindError(f"parameter '{name}' must be a scalar, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise BindError(f"parameter '{name}' must be a number, got {value!r}") from None
+    except OverflowError:
+        raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}") from None
+    if not representable(number, dtype):  # (a bool parameter takes 0, 1, False, True)
+        raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}")
+    return {"int32": int, "bool": bool}.get(dtype, float)(number)
+
+
 def bind(graph: Graph, given: Mapping[str, Any]) -> Bound:
     """Split keyword arguments into arrays and parameters; check names, dtypes and shapes."""
     expected = set(graph.inputs) | set(graph.params)
@@ -75,20 +91,6 @@ def bind(graph: Graph, given: Mapping[str, Any]) -> Bound:
             raise BindError(f"input '{name}' is declared {declared} but the array is {actual}; "
                             f"convert it first (e.g. x.astype('{declared}'))")
         arrays[name] = array
-    params = {}
-    for name, dtype in graph.params.items():
-        value = given[name]
-        if getattr(value, "ndim", 0) != 0 or isinstance(value, (str, bytes)):
-            raise BindError(f"parameter '{name}' must be a scalar, got {value!r}")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise BindError(f"parameter '{name}' must be a number, got {value!r}") from None
-        except OverflowError:
-            raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}"
-                            ) from None
-        if not representable(number, dtype):  # (a bool parameter takes 0, 1, False, True)
-            raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}")
-        params[name] = {"int32": int, "bool": bool}.get(dtype, float)(number)
+    params = {name: param_value(name, dtype, given[name]) for name, dtype in graph.params.items()}
     sizes = graph.bind_shapes({name: tuple(arrays[name].shape) for name in graph.inputs})
     return Bound(arrays, params, sizes)

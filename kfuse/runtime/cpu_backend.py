@@ -13,8 +13,9 @@ import numpy as np
 
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.errors import BackendUnavailable, LaunchError
-from kfuse.runtime.backend import CompiledBackend, Executable
-from kfuse.runtime.host_compiler import compile_host_library, find_compiler, load_host_library
+from kfuse.runtime.backend import CompiledBackend, Executable, LoadedProgram
+from kfuse.runtime.host_compiler import compile_and_load, find_compiler
+from kfuse.runtime.launch import BoundLaunch
 
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
                  "bool": np.bool_}
@@ -22,13 +23,12 @@ _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32
 
 def launcher_source(spec: LaunchSpec) -> str:
     """An ``extern "C"`` host function that runs one kernel through the shim."""
-    arguments = []
+    arguments = []  # CUDA's kernelParams convention: args[i] points to argument i's value
     for index, param in enumerate(spec.params):
         ctype = param.ctype.replace("__restrict__", "").strip()
-        if param.role in ("input", "output"):
-            arguments.append(f"({ctype})args[{index}]")
-        else:
-            arguments.append(f"*({ctype.replace('const ', '')} const*)args[{index}]")
+        arguments.append(f"*({ctype.replace('const ', '')} const*)args[{index}]"
+                         if param.role not in ("input", "output") else
+                         f"*({ctype}*)args[{index}]")
     call = f"{spec.symbol}({', '.join(arguments)})"
     return (
         f'extern "C" int kf_launch_{spec.symbol}(const unsigned* grid, const unsigned* block,\n'
@@ -47,10 +47,44 @@ def host_source(program: Program) -> str:
     return f"{program.source}\n#if !defined(__CUDACC__)\n{launchers}{error}#endif\n"
 
 
+class CpuLoadedProgram(LoadedProgram):
+    """A program compiled by the host compiler into a library whose launchers run each
+    kernel through the shim (synchronously: the host has no streams)."""
+
+    _loaded = {}
+
+    def __init__(self, program: Program):
+        super().__init__(program)
+        library = compile_and_load(host_source(program), name_hint=program.name)
+        self.library = library
+        for spec in program.launches:
+            function = getattr(library, f"kf_launch_{spec.symbol}")
+            function.restype = ctypes.c_int
+            function.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong,
+                                 ctypes.c_void_p)
+            self.functions[spec.symbol] = function
+
+    def current_stream(self) -> None:
+        return None
+
+    def launch(self, launch: BoundLaunch, stream: Any) -> None:
+        spec = launch.spec
+        status = launch.function((ctypes.c_uint * 3)(*launch.grid),
+                                 (ctypes.c_uint * 3)(*spec.block),
+                                 spec.dynamic_shared_bytes, launch.arguments.address)
+        if status != 0:
+            describe = self.library.kf_last_error
+            describe.restype = ctypes.c_char_p
+            raise LaunchError(f"launch of {spec.symbol} failed (status {status}): "
+                              f"{describe().decode(errors='replace')}",
+                              operator=",".join(spec.operators))
+
+    def fill(self, buffer: np.ndarray, value: float, stream: Any) -> None:
+        buffer.fill(value)
+
+
 class CpuExecutable(Executable):
-    def compile(self, program: Program) -> None:
-        path = compile_host_library(host_source(program), name_hint=program.name)
-        self.library = load_host_library(path)
+    loaded_class = CpuLoadedProgram
 
     def address(self, buffer: np.ndarray) -> int:
         return buffer.ctypes.data
@@ -60,31 +94,6 @@ class CpuExecutable(Executable):
 
     def full(self, shape: tuple[int, ...], dtype: str, value: float) -> np.ndarray:
         return np.full(shape, value, dtype=_NUMPY_DTYPES[dtype])
-
-    def fill(self, buffer: np.ndarray, value: float) -> None:
-        buffer.fill(value)
-
-    def launch(self, spec: LaunchSpec, grid: tuple[int, int, int], block: tuple[int, int, int],
-               args: list[Any]) -> None:
-        keep = []
-        pointers = (ctypes.c_void_p * len(args))()
-        for index, arg in enumerate(args):
-            if isinstance(arg, np.ndarray):
-                pointers[index] = arg.ctypes.data
-            else:
-                scalar = np.array(arg)
-                keep.append(scalar)
-                pointers[index] = scalar.ctypes.data
-        function = getattr(self.library, f"kf_launch_{spec.symbol}")
-        function.restype = ctypes.c_int
-        status = function((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
-                          ctypes.c_ulonglong(spec.dynamic_shared_bytes), pointers)
-        if status != 0:
-            describe = self.library.kf_last_error
-            describe.restype = ctypes.c_char_p
-            raise LaunchError(f"launch of {spec.symbol} failed (status {status}): "
-                              f"{describe().decode(errors='replace')}",
-                              operator=",".join(spec.operators))
 
     def download(self, buffer: np.ndarray) -> np.ndarray:
         return buffer.copy()

@@ -6,6 +6,7 @@ and out); outputs come back in the kind of array the inputs were.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 from collections.abc import Mapping
@@ -15,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from kfuse.cache import writable_cache_dir, write_atomically
+from kfuse.cache import count_compiler_run, mark_used, writable_cache_dir, write_atomically
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.errors import BackendUnavailable, CompileError, LaunchError
 from kfuse.ir.graph import Graph
-from kfuse.runtime.backend import CompiledBackend, Executable
+from kfuse.runtime.backend import CompiledBackend, Executable, LoadedProgram
 from kfuse.runtime.binding import Bound
+from kfuse.runtime.launch import BoundLaunch, bind_launches
 from kfuse.runtime.occupancy import blocks_per_multiprocessor
 
 NVRTC_OPTIONS = ("--std=c++17", "-default-device")
@@ -60,14 +62,25 @@ def device_arch() -> str:
     return f"sm_{cupy.cuda.Device().compute_capability}"
 
 
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    """NVRTC's version (part of every compiled kernel's cache key)."""
+    from cupy_backends.cuda.libs import nvrtc
+    return ".".join(map(str, nvrtc.getVersion()))
+
+
 def compile_cubin(source: str, arch: str) -> Path:
-    """Compile with NVRTC into a cubin under the cache directory (reused by source hash)."""
+    """Compile with NVRTC into a cubin under the cache directory (reused by a key of the
+    source, the options, the architecture and NVRTC's version)."""
     options = (*NVRTC_OPTIONS, f"--gpu-architecture={arch}")
-    digest = hashlib.sha256((source + "\0" + " ".join(options)).encode()).hexdigest()[:24]
+    key = "\0".join((source, " ".join(options), f"nvrtc {nvrtc_version()}"))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     path = cache_dir() / f"{digest}.cubin"
     if path.exists():
+        mark_used(path)
         return path
     from cupy_backends.cuda.libs import nvrtc
+    count_compiler_run()
     program = nvrtc.createProgram(source, "kfuse.cu", [], [])
     try:
         try:
@@ -85,10 +98,20 @@ def compile_cubin(source: str, arch: str) -> Path:
 
 
 @functools.lru_cache(maxsize=256)
-def load_module(source: str):
-    """The CuPy module of a program's source (compiled once per process and source)."""
+def load_module(source: str, kernel: str | None = None):
+    """The CuPy module of a program's source (compiled once per process and source). A
+    cached cubin the driver cannot load (truncated, corrupt) is deleted and compiled again:
+    loading ``kernel``, one of the source's kernels, shows whether it loads."""
     cupy = _cupy()
-    return cupy.RawModule(path=str(compile_cubin(source, device_arch())))
+    path = compile_cubin(source, device_arch())
+    module = cupy.RawModule(path=str(path))
+    if kernel is not None:
+        try:
+            module.get_function(kernel)
+        except cupy.cuda.driver.CUDADriverError:
+            path.unlink(missing_ok=True)
+            module = cupy.RawModule(path=str(compile_cubin(source, device_arch())))
+    return module
 
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a launch may use without opting in
@@ -103,41 +126,65 @@ def _kind(array: Any) -> str:
     return "numpy"
 
 
-class CudaExecutable(Executable):
-    def __init__(self, graph: Graph, bound: Bound):
-        super().__init__(graph, bound)
-        self.cupy = _cupy()
+FILL_SOURCE = r"""
+// Set n elements of 1, 4 or 8 bytes to one bit pattern (reductions' identities).
+#define KF_FILL(bits, type) \
+extern "C" __global__ void kf_fill_##bits(type* p, unsigned long long n, \
+                                          unsigned long long pattern) { \
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+       i < n; i += (unsigned long long)gridDim.x * blockDim.x) p[i] = (type)pattern; }
+KF_FILL(8, unsigned char)
+KF_FILL(32, unsigned int)
+KF_FILL(64, unsigned long long)
+"""
+FILL_THREADS = 256
+
+
+@functools.lru_cache(maxsize=16)
+def _fill_functions(device: int) -> dict[int, int]:
+    """Handles of the fill kernels on ``device``, by element size in bytes."""
+    module = load_module(FILL_SOURCE, "kf_fill_8")
+    return {size: module.get_function(f"kf_fill_{size * 8}").kernel.ptr for size in (1, 4, 8)}
+
+
+def address_of(buffer: Any) -> int:
+    """Where a CuPy array's or a PyTorch tensor's first element lies in device memory."""
+    data = getattr(buffer, "data", None)
+    return data.ptr if hasattr(data, "ptr") else buffer.data_ptr()
+
+
+class CudaLoadedProgram(LoadedProgram):
+    """A program's module on the current device; kernels launched through the driver
+    (``cuLaunchKernel``) with their packed arguments, on the caller's stream."""
+
+    _loaded = {}
+
+    def __init__(self, program: Program):
+        super().__init__(program)
+        cupy = _cupy()
+        self.driver = cupy.cuda.driver
+        self.device = cupy.cuda.runtime.getDevice()
+        module = load_module(program.source, next(
+            (spec.symbol for spec in program.launches), None))
+        for spec in program.launches:
+            function = module.get_function(spec.symbol)
+            if spec.dynamic_shared_bytes > DEFAULT_SHARED_LIMIT:  # beyond 48 KiB: opt in
+                function.max_dynamic_shared_size_bytes = spec.dynamic_shared_bytes
+            self.functions[spec.symbol] = function
+        self.handles = {symbol: function.kernel.ptr for symbol, function in
+                        self.functions.items()}
         self.resident: dict[str, int] = {}
-        kinds = {_kind(a) for a in bound.arrays.values()}
-        self.output_kind = "numpy" if "numpy" in kinds or not kinds else (
-            "torch" if "torch" in kinds else "cupy")
 
-    def compile(self, program: Program) -> None:
-        self.module = load_module(program.source)
-        self.functions = {spec.symbol: self.module.get_function(spec.symbol)
-                          for spec in program.launches}
-        for spec in program.launches:  # beyond 48 KiB of dynamic shared memory: opt in
-            if spec.dynamic_shared_bytes > DEFAULT_SHARED_LIMIT:
-                self.functions[spec.symbol].max_dynamic_shared_size_bytes = \
-                    spec.dynamic_shared_bytes
-        self.resident = {}
+    @classmethod
+    def device_key(cls) -> int:
+        return _cupy().cuda.runtime.getDevice()
 
-    def address(self, buffer: Any) -> int:
-        return buffer.data.ptr
+    def bind(self, sizes: Mapping[str, int]) -> tuple[BoundLaunch, ...]:
+        return bind_launches(self.program, sizes, lambda spec: self.handles[spec.symbol],
+                             self.resident_blocks)
 
-    def upload(self, array: Any) -> Any:
-        kind = _kind(array)
-        if kind == "torch":
-            if not array.is_cuda:
-                array = array.cuda()
-            return self.cupy.asarray(array.contiguous())
-        return self.cupy.ascontiguousarray(self.cupy.asarray(array))
-
-    def full(self, shape: tuple[int, ...], dtype: str, value: float) -> Any:
-        return self.cupy.full(shape, value, dtype=np.dtype(dtype if dtype != "bool" else "bool"))
-
-    def fill(self, buffer: Any, value: float) -> None:
-        buffer.fill(value)
+    def current_stream(self) -> int:
+        return _cupy().cuda.get_current_stream().ptr
 
     def resident_blocks(self, spec: LaunchSpec) -> int:
         """Blocks of the kernel that fit the device at once (the occupancy calculation from
@@ -152,14 +199,51 @@ class CudaExecutable(Executable):
                 attributes["MultiProcessorCount"]
         return self.resident[spec.symbol]
 
-    def launch(self, spec: LaunchSpec, grid: tuple[int, int, int], block: tuple[int, int, int],
-               args: list[Any]) -> None:
+    def launch(self, launch: BoundLaunch, stream: int) -> None:
+        grid, block = launch.grid, launch.spec.block
         try:
-            self.functions[spec.symbol](grid, block, tuple(args),
-                                        shared_mem=spec.dynamic_shared_bytes)
-        except self.cupy.cuda.driver.CUDADriverError as error:
-            raise LaunchError(f"launch of {spec.symbol} failed: {error}",
-                              operator=",".join(spec.operators)) from error
+            self.driver.launchKernel(launch.function, grid[0], grid[1], grid[2], block[0],
+                                     block[1], block[2], launch.spec.dynamic_shared_bytes,
+                                     stream, launch.arguments.address, 0)
+        except self.driver.CUDADriverError as error:
+            raise LaunchError(f"launch of {launch.spec.symbol} failed: {error}",
+                              operator=",".join(launch.spec.operators)) from error
+
+    def fill(self, buffer: Any, value: float, stream: int) -> None:
+        count = buffer.numel() if callable(getattr(buffer, "numel", None)) else buffer.size
+        dtype = np.dtype(str(buffer.dtype).replace("torch.", ""))
+        pattern = int(np.array(value, dtype=dtype).view(f"u{dtype.itemsize}"))
+        arguments = (ctypes.c_void_p(address_of(buffer)), ctypes.c_ulonglong(count),
+                     ctypes.c_ulonglong(pattern))
+        pointers = (ctypes.c_void_p * 3)(*[ctypes.addressof(a) for a in arguments])
+        blocks = max(1, min(1024, -(-count // FILL_THREADS)))
+        self.driver.launchKernel(_fill_functions(self.device)[dtype.itemsize], blocks, 1, 1,
+                                 FILL_THREADS, 1, 1, 0, stream, ctypes.addressof(pointers), 0)
+
+
+class CudaExecutable(Executable):
+    loaded_class = CudaLoadedProgram
+
+    def __init__(self, graph: Graph, bound: Bound):
+        super().__init__(graph, bound)
+        self.cupy = _cupy()
+        kinds = {_kind(a) for a in bound.arrays.values()}
+        self.output_kind = "numpy" if "numpy" in kinds or not kinds else (
+            "torch" if "torch" in kinds else "cupy")
+
+    def address(self, buffer: Any) -> int:
+        return address_of(buffer)
+
+    def upload(self, array: Any) -> Any:
+        kind = _kind(array)
+        if kind == "torch":
+            if not array.is_cuda:
+                array = array.cuda()
+            return self.cupy.asarray(array.contiguous())
+        return self.cupy.ascontiguousarray(self.cupy.asarray(array))
+
+    def full(self, shape: tuple[int, ...], dtype: str, value: float) -> Any:
+        return self.cupy.full(shape, value, dtype=np.dtype(dtype if dtype != "bool" else "bool"))
 
     def download(self, buffer: Any) -> Any:
         if self.output_kind == "numpy":

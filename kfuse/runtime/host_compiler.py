@@ -25,12 +25,13 @@ from functools import cache
 from pathlib import Path
 
 from kfuse.cache import cache_dir as kfuse_cache_dir
-from kfuse.cache import writable_cache_dir, write_atomically
+from kfuse.cache import count_compiler_run, mark_used, writable_cache_dir, write_atomically
 from kfuse.errors import BackendUnavailable, CompileError
 
 __all__ = [
     "BASE_FLAGS",
     "cache_dir",
+    "compile_and_load",
     "compile_host_library",
     "find_compiler",
     "load_host_library",
@@ -132,7 +133,9 @@ def compile_host_library(
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name_hint)[:48] or 'kfuse'}-{digest[:40]}"
     lib = out_dir / f"{stem}.so"
     if lib.exists():
+        mark_used(lib)
         return lib
+    count_compiler_run()
 
     src = out_dir / f"{stem}.cu"
     write_atomically(src, source.encode())
@@ -201,6 +204,17 @@ def _compile_error(log: str, src: Path, cmd: list[str]) -> CompileError:
     err.source_path = src
     err.command = cmd
     return err
+
+
+def compile_and_load(source: str, *, name_hint: str = "kfuse") -> ctypes.CDLL:
+    """:func:`compile_host_library` then :func:`load_host_library`; a cached library that
+    does not load (truncated, empty, corrupt) is deleted and compiled again."""
+    path = compile_host_library(source, name_hint=name_hint)
+    try:
+        return load_host_library(path)
+    except BackendUnavailable:
+        Path(path).unlink(missing_ok=True)
+        return load_host_library(compile_host_library(source, name_hint=name_hint))
 
 
 def load_host_library(path: str | os.PathLike[str]) -> ctypes.CDLL:

@@ -1,0 +1,572 @@
+"""A pipeline compiled once per call signature and called in microseconds.
+
+:class:`CompiledPipeline` is what ``Pipeline.compile()`` returns and what ``Pipeline.run``
+calls through. For each new *signature* (per input: the kind of array, dtype, shape,
+whether it is contiguous, the alignment of its address and its device; per parameter: the
+type of its value; per ``out=`` array: its alignment) it plans, generates, compiles and
+binds the program once and keeps it (an LRU of ``max_signatures``); a later call with
+the same signature only checks the arguments, takes its outputs from the caller's
+allocator and launches on the caller's stream. :attr:`CompiledPipeline.stats` says what
+happened (hits, misses, plans, programs generated or read from the disk cache, compiler
+runs, CUDA graphs captured and replayed).
+
+Intermediate buffers are allocated once per signature and per stream (a *workspace*), so
+a call allocates nothing but its outputs; two threads calling at once each get a
+workspace of their own. On the GPU a program of several launches is captured into a CUDA
+graph once it is called a second time on the same arrays and parameter values, and
+replayed from then on (seed 002, chapter 4: one launch instead of one per kernel).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from kfuse.errors import BindError, DtypeError, ShapeError
+from kfuse.fusion.plan import FusionPlan
+from kfuse.ir.graph import Graph
+from kfuse.runtime.backend import POISON, VECTOR_ALIGNMENT, CompiledBackend, LoadedProgram
+from kfuse.runtime.binding import Bound, bind, dtype_name, param_value
+from kfuse.runtime.launch import BoundLaunch, bound_launches_copy
+
+DEFAULT_SIGNATURES = 64  # compiled signatures a pipeline keeps (least recently used go)
+WORKSPACES_PER_SIGNATURE = 8  # streams (or concurrent host threads) with buffers kept
+GRAPHS_PER_WORKSPACE = 4  # CUDA graphs kept per workspace (for as many sets of arrays)
+
+
+@dataclass
+class CacheStats:
+    """What a compiled pipeline did: calls, and what its cache found or had to build."""
+
+    calls: int = 0
+    hits: int = 0  # calls whose signature was compiled already
+    misses: int = 0  # calls that compiled a new signature
+    plans: int = 0  # fusion plans searched
+    generated: int = 0  # programs generated (code generation ran)
+    stored: int = 0  # programs read from the disk cache instead
+    compiles: int = 0  # compiler runs (NVRTC, the host C++ compiler); disk hits excluded
+    evicted: int = 0  # signatures let go (least recently used)
+    graph_captures: int = 0  # CUDA graphs captured
+    graph_replays: int = 0  # calls that replayed a CUDA graph
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {value}" for name, value in self.as_dict().items())
+
+
+# -- arrays of the caller ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ArrayFacts:
+    """What a call's array is: its family (``numpy``, ``cupy``, ``torch``), dtype name,
+    shape, whether it is C-contiguous, its address and device (None: host memory)."""
+
+    family: str
+    dtype: str
+    shape: tuple[int, ...]
+    contiguous: bool
+    address: int
+    device: int | None
+
+    @property
+    def alignment(self) -> int:
+        """The largest power of two, at most :data:`VECTOR_ALIGNMENT`, dividing the address."""
+        low = self.address & (VECTOR_ALIGNMENT - 1)
+        return VECTOR_ALIGNMENT if low == 0 else low & -low
+
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype(dtype: Any, array: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES.setdefault(dtype, dtype_name(array))
+    return name
+
+
+def _torch_facts(array: Any) -> ArrayFacts:
+    device = array.device
+    return ArrayFacts("torch", _dtype(array.dtype, array), tuple(array.shape),
+                      array.is_contiguous(), array.data_ptr(),
+                      device.index if device.type == "cuda" else None)
+
+
+def _cupy_facts(array: Any) -> ArrayFacts:
+    return ArrayFacts("cupy", _dtype(array.dtype, array), array.shape,
+                      array.flags.c_contiguous, array.data.ptr, array.device.id)
+
+
+def _numpy_facts(array: Any) -> ArrayFacts:
+    return ArrayFacts("numpy", _dtype(array.dtype, array), array.shape,
+                      array.flags.c_contiguous, array.ctypes.data, None)
+
+
+def facts_of(array: Any) -> ArrayFacts:
+    """The :class:`ArrayFacts` of a NumPy or CuPy array or a PyTorch tensor."""
+    module = type(array).__module__
+    if module.startswith("torch"):
+        return _torch_facts(array)
+    if module.startswith("cupy"):
+        return _cupy_facts(array)
+    if isinstance(array, np.ndarray):
+        return _numpy_facts(array)
+    raise BindError(f"expected an array (NumPy, CuPy or PyTorch), got {type(array).__name__}")
+
+
+# -- one compiled signature ------------------------------------------------------------------
+
+class Workspace:
+    """The intermediate buffers and argument blocks of one signature on one stream."""
+
+    def __init__(self, buffers: dict[str, Any], addresses: dict[str, int],
+                 launches: tuple[BoundLaunch, ...]):
+        self.buffers = buffers
+        self.addresses = addresses
+        self.launches = launches
+        self.graphs: OrderedDict[tuple, Any] = OrderedDict()  # arrays and params -> graph
+        self.sightings: OrderedDict[tuple, int] = OrderedDict()
+        self.capture_stream: Any = None
+
+
+class Signature:
+    """A program compiled and bound for one call signature: runs it on a call's arrays."""
+
+    def __init__(self, owner: CompiledPipeline, bound: Bound, facts: dict[str, ArrayFacts],
+                 loaded: LoadedProgram, launches: tuple[BoundLaunch, ...], family: str,
+                 device: int | None):
+        graph = owner.graph
+        self.owner = owner
+        self.loaded = loaded
+        self.launches = launches
+        self.family = family  # of the outputs: "numpy" (on the GPU: copied back), "cupy", "torch"
+        self.device = device
+        self.sizes = bound.sizes
+        self.copied = tuple(name for name, fact in facts.items() if not fact.contiguous
+                            or (owner.backend.name == "cuda" and fact.family == "numpy"))
+        self.outputs = tuple((name, graph.shape_of(name, bound.sizes), graph.buffers[name].dtype)
+                             for name in graph.outputs)
+        self.intermediates = tuple(
+            (name, graph.shape_of(name, bound.sizes), buffer.dtype)
+            for name, buffer in graph.buffers.items()
+            if name not in graph.inputs and name not in graph.outputs)
+        self.spare: dict[Any, list[Workspace]] = OrderedDict()  # stream -> free workspaces
+        self.lock = threading.Lock()
+        self.capturable = owner.graphs and owner.backend.name == "cuda" and (
+            len(launches) + sum(len(launch.fills) for launch in launches) > 1)
+
+    # -- workspaces ----------------------------------------------------------------------------
+    def _acquire(self, stream: Any) -> Workspace:
+        with self.lock:
+            free = self.spare.get(stream)
+            if free:
+                return free.pop()
+        arrays = self.owner.arrays
+        buffers = {name: arrays.empty(shape, dtype, self.family, self.device)
+                   for name, shape, dtype in self.intermediates}
+        return Workspace(buffers, {name: arrays.address(b) for name, b in buffers.items()},
+                         bound_launches_copy(self.launches, self.sizes))
+
+    def _release(self, stream: Any, workspace: Workspace) -> None:
+        with self.lock:
+            free = self.spare.setdefault(stream, [])
+            free.append(workspace)
+            self.spare.move_to_end(stream)
+            while len(self.spare) > WORKSPACES_PER_SIGNATURE:
+                self.spare.popitem(last=False)
+
+    # -- a call --------------------------------------------------------------------------------
+    def __call__(self, given: Mapping[str, Any], facts: dict[str, ArrayFacts],
+                 params: dict[str, Any], out: Mapping[str, Any] | None) -> dict[str, Any]:
+        arrays = self.owner.arrays
+        buffers: dict[str, Any] = {}
+        addresses: dict[str, int] = {}
+        for name, fact in facts.items():
+            buffers[name] = given[name]
+            addresses[name] = fact.address
+        for name in self.copied:  # not contiguous, or host memory for the GPU: copied in
+            buffers[name] = arrays.contiguous(given[name], self.device)
+            addresses[name] = arrays.address(buffers[name])
+        results = {}
+        for name, shape, dtype in self.outputs:
+            array = out.get(name) if out else None
+            if array is None:
+                array = arrays.empty(shape, dtype, self.family, self.device)
+            else:
+                self._check_out(name, array, shape, dtype)
+            results[name] = buffers[name] = array
+            addresses[name] = arrays.address(array)
+        stream = arrays.stream(self.family, self.device)
+        workspace = self._acquire(stream)
+        try:
+            buffers.update(workspace.buffers)
+            addresses.update(workspace.addresses)
+            if not (self.capturable and self._replayed(workspace, buffers, addresses, params,
+                                                        stream)):
+                self.loaded.enqueue(workspace.launches, buffers, addresses, params, stream)
+        finally:
+            self._release(stream, workspace)
+        if self.family == "numpy" and self.owner.backend.name == "cuda":
+            return {name: arrays.to_host(array) for name, array in results.items()}
+        return results
+
+    def _replayed(self, workspace: Workspace, buffers: dict[str, Any],
+                  addresses: dict[str, int], params: Mapping[str, Any], stream: Any) -> bool:
+        """Whether the call ran as a CUDA graph: replayed where one was captured for these
+        arrays and parameters, captured (and launched) where they are seen a second time."""
+        key = (tuple(sorted(addresses.items())), tuple(sorted(params.items())))
+        graph = workspace.graphs.get(key)
+        stats = self.owner.stats
+        if graph is None:
+            seen = workspace.sightings.pop(key, 0) + 1
+            workspace.sightings[key] = seen
+            while len(workspace.sightings) > 4 * GRAPHS_PER_WORKSPACE:
+                workspace.sightings.popitem(last=False)
+            if seen < 2:
+                return False
+            graph = self.owner.arrays.capture(
+                workspace, lambda capture: self.loaded.enqueue(
+                    workspace.launches, buffers, addresses, params, capture))
+            workspace.graphs[key] = graph
+            while len(workspace.graphs) > GRAPHS_PER_WORKSPACE:
+                workspace.graphs.popitem(last=False)
+            stats.graph_captures += 1
+        else:
+            workspace.graphs.move_to_end(key)
+        self.owner.arrays.replay(graph, stream)
+        stats.graph_replays += 1
+        return True
+
+    def _check_out(self, name: str, array: Any, shape: tuple[int, ...], dtype: str) -> None:
+        facts = facts_of(array)
+        if tuple(facts.shape) != tuple(shape):
+            raise ShapeError(f"out= array for '{name}' has shape {tuple(facts.shape)}; the "
+                             f"output has shape {tuple(shape)}")
+        if facts.dtype != dtype:
+            raise DtypeError(f"out= array for '{name}' is {facts.dtype}; the output is {dtype}")
+        self.owner.arrays.check_out(name, facts, self.device)
+
+
+# -- the compiled pipeline --------------------------------------------------------------------
+
+class CompiledPipeline:
+    """A pipeline compiled for one backend and plan: call it with the pipeline's inputs and
+    parameters by name (and ``out=``: arrays to write outputs into, by name, or one array
+    where the pipeline has one output); it returns the outputs by name."""
+
+    def __init__(self, graph: Graph | Callable[[], Graph], backend: str = "auto",
+                 plan: Any = "auto", *, max_signatures: int = DEFAULT_SIGNATURES,
+                 graphs: bool = True):
+        from kfuse.runtime import check_plan_argument, get_backend
+
+        check_plan_argument(plan)
+        if not isinstance(max_signatures, int) or max_signatures < 1:
+            raise BindError(f"max_signatures must be a positive integer, got {max_signatures!r}")
+        self._graph_source = graph
+        self.backend = get_backend(backend)
+        self.plan = plan
+        self.max_signatures = max_signatures
+        self.graphs = bool(graphs)
+        self.stats = CacheStats()
+        self._signatures: OrderedDict[tuple, Signature] = OrderedDict()
+        self._lock = threading.RLock()
+        self.arrays = _arrays_for(self.backend)
+
+    @property
+    def graph(self) -> Graph:
+        """The pipeline's IR graph (built again only after the pipeline changed)."""
+        source = self._graph_source
+        return source if isinstance(source, Graph) else source()
+
+    def cache_info(self) -> dict[str, int]:
+        """The cache statistics (:class:`CacheStats`) and how many signatures are kept."""
+        return {**self.stats.as_dict(), "signatures": len(self._signatures)}
+
+    def clear(self) -> None:
+        """Forget every compiled signature (the disk caches stay)."""
+        with self._lock:
+            self._signatures.clear()
+
+    def __repr__(self) -> str:
+        return (f"CompiledPipeline({self.graph.name!r}, backend={self.backend.name!r}, "
+                f"signatures={len(self._signatures)}, {self.stats})")
+
+    def __call__(self, out: Any = None, **given: Any) -> dict[str, Any]:
+        graph = self.graph
+        self.stats.calls += 1
+        if self.backend.name == "numpy":  # the reference interprets the IR: nothing to keep
+            if out is not None:
+                raise BindError("out= needs a compiled backend (cuda or cpu), not numpy")
+            return self.backend.run(graph, given, plan=None)
+        if given.keys() != _expected_names(graph):
+            bind(graph, given)  # raises the error that names what is missing or unknown
+        out = _out_arrays(graph, out)
+        facts = {}
+        for name in graph.inputs:
+            try:
+                facts[name] = facts_of(given[name])
+            except BindError:
+                bind(graph, given)  # names the input
+                raise
+        params = {name: param_value(name, dtype, given[name])
+                  for name, dtype in graph.params.items()}
+        key = (graph.fingerprint, tuple((f.family, f.dtype, tuple(f.shape), f.contiguous,
+                                         f.alignment if len(f.shape) else 0, f.device)
+                                        for f in facts.values()),
+               tuple(type(given[name]) for name in graph.params),
+               tuple((name, facts_of(array).alignment) for name, array in out.items()))
+        signature = self._signatures.get(key)
+        if signature is None:
+            with self._lock:
+                signature = self._signatures.get(key)
+                if signature is None:
+                    signature = self._compile(graph, given, facts, out)
+                    self._signatures[key] = signature
+                    self.stats.misses += 1
+                    while len(self._signatures) > self.max_signatures:
+                        self._signatures.popitem(last=False)
+                        self.stats.evicted += 1
+                else:
+                    self.stats.hits += 1
+        else:
+            self.stats.hits += 1
+            if len(self._signatures) > 1:
+                try:
+                    self._signatures.move_to_end(key)
+                except KeyError:  # let go by another thread meanwhile: it still runs
+                    pass
+        return signature(given, facts, params, out)
+
+    # -- a new signature -------------------------------------------------------------------------
+    def _compile(self, graph: Graph, given: Mapping[str, Any], facts: dict[str, ArrayFacts],
+                 out: Mapping[str, Any]) -> Signature:
+        from kfuse.cache import compiler_runs
+
+        bound = bind(graph, given)
+        family, device = self.arrays.placement(facts)
+        runs = compiler_runs()
+        with self.arrays.on_device(device):
+            alignment = min([VECTOR_ALIGNMENT, *(fact.alignment for name, fact in facts.items()
+                                                 if graph.buffers[name].ndim
+                                                 and name not in self._copied(facts))],
+                            *(facts_of(array).alignment for array in out.values()))
+            program = self._program(graph, bound, alignment)
+            loaded = self.backend.executable_class.loaded_class.of(program)
+            launches = loaded.bind(bound.sizes)
+        self.stats.compiles += compiler_runs() - runs
+        return Signature(self, bound, facts, loaded, launches, family, device)
+
+    def _copied(self, facts: Mapping[str, ArrayFacts]) -> set[str]:
+        return {name for name, fact in facts.items() if not fact.contiguous
+                or (self.backend.name == "cuda" and fact.family == "numpy")}
+
+    def _program(self, graph: Graph, bound: Bound, alignment: int) -> Any:
+        """The program for ``bound``'s sizes and ``alignment``: from the disk cache, or
+        planned and generated (and stored there)."""
+        from kfuse.codegen import generate
+        from kfuse.codegen.generate import generation_switches
+        from kfuse.runtime import planned
+        from kfuse.runtime.program_store import load_program, program_key, store_program
+
+        backend: CompiledBackend = self.backend  # type: ignore[assignment]
+        fixed = backend.fixed_sizes(bound)
+        march = backend.marches_along_z(graph, bound.sizes)
+        wide = bound.wide_index(graph)
+        plan = self.plan
+        if isinstance(plan, FusionPlan):
+            plan = planned(graph, bound.sizes, plan, backend.name)
+            asked: Any = ("plan", plan.kernel_groups)
+        elif plan == "auto":
+            from kfuse.model.device import current_profile
+            asked = ("auto", tuple(sorted(bound.sizes.items())), current_profile())
+        else:
+            asked = ("unfused",)
+        key = program_key(backend.name, graph.fingerprint, asked, fixed, wide, alignment,
+                          march, generation_switches())
+        program = load_program(key)
+        if program is not None:
+            self.stats.stored += 1
+            return program
+        if plan == "auto":
+            plan = planned(graph, bound.sizes, "auto", backend.name,
+                           on_search=self._count_plan)
+        groups = plan.kernel_groups if isinstance(plan, FusionPlan) else None
+        program = generate(graph, groups, wide_index=wide, fixed_sizes=fixed, march=march,
+                           array_alignment=alignment)
+        self.stats.generated += 1
+        store_program(key, program)
+        return program
+
+    def _count_plan(self) -> None:
+        self.stats.plans += 1
+
+
+def _expected_names(graph: Graph) -> set[str]:
+    return graph.remembered(("call names",), lambda: {*graph.inputs, *graph.params})
+
+
+def _out_arrays(graph: Graph, out: Any) -> dict[str, Any]:
+    """``out=`` as arrays by output name (one array: the pipeline's one output)."""
+    if out is None:
+        return {}
+    if not isinstance(out, Mapping):
+        if len(graph.outputs) != 1:
+            raise BindError(f"out= takes a dict of arrays by output name: pipeline "
+                            f"'{graph.name}' has outputs {', '.join(graph.outputs)}")
+        return {graph.outputs[0]: out}
+    unknown = sorted(set(out) - set(graph.outputs))
+    if unknown:
+        raise BindError(f"out= names {', '.join(repr(u) for u in unknown)}, not an output of "
+                        f"pipeline '{graph.name}' (outputs: {', '.join(graph.outputs)})")
+    return dict(out)
+
+
+# -- the arrays each backend takes ------------------------------------------------------------
+
+class HostArrays:
+    """The cpu backend's arrays: NumPy, in host memory; work runs as it is called. Fresh
+    buffers are filled with a poison value (NaN, a sentinel integer), so that an element no
+    kernel writes shows in the tests rather than passing with stale memory."""
+
+    def placement(self, facts: Mapping[str, ArrayFacts]) -> tuple[str, None]:
+        for name, fact in facts.items():
+            if fact.family == "cupy" or fact.family == "torch" and fact.device is not None:
+                raise BindError(f"input '{name}' is in GPU memory; the cpu backend takes "
+                                "arrays in host memory (NumPy)")
+        return "numpy", None
+
+    def on_device(self, device: None) -> Any:
+        from contextlib import nullcontext
+        return nullcontext()
+
+    def empty(self, shape: tuple[int, ...], dtype: str, family: str, device: None
+              ) -> np.ndarray:
+        return np.full(shape, POISON[dtype], dtype=np.dtype(dtype))
+
+    def contiguous(self, array: Any, device: None) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(array))
+
+    def address(self, array: np.ndarray) -> int:
+        return array.ctypes.data
+
+    def stream(self, family: str, device: None) -> None:
+        return None
+
+    def check_out(self, name: str, facts: ArrayFacts, device: None) -> None:
+        if facts.family != "numpy":
+            raise BindError(f"out= array for '{name}' must be a NumPy array on the cpu backend")
+        if not facts.contiguous:
+            raise BindError(f"out= array for '{name}' must be C-contiguous")
+
+
+class DeviceArrays:
+    """The cuda backend's arrays: CuPy arrays and PyTorch tensors stay where they are
+    (outputs come from the same library's allocator, on the same device); NumPy arrays
+    are copied in and their outputs copied back. Work goes on the caller's current stream
+    (PyTorch's for tensors, CuPy's otherwise)."""
+
+    def __init__(self) -> None:
+        import cupy
+        self.cupy = cupy
+        self.torch: Any = None
+        self.external: OrderedDict[int, Any] = OrderedDict()  # stream pointer -> CuPy stream
+
+    def _torch(self) -> Any:
+        if self.torch is None:
+            import torch
+            self.torch = torch
+        return self.torch
+
+    def placement(self, facts: Mapping[str, ArrayFacts]) -> tuple[str, int]:
+        families = {fact.family for fact in facts.values()}
+        devices = {fact.device for fact in facts.values() if fact.device is not None}
+        if len(devices) > 1:
+            raise BindError(f"the inputs lie on several GPUs ({sorted(devices)}); give arrays "
+                            "on one device")
+        for name, fact in facts.items():
+            if fact.family == "torch" and fact.device is None:
+                raise BindError(f"input '{name}' is a PyTorch tensor in host memory; the cuda "
+                                "backend takes tensors on the GPU (tensor.cuda())")
+        device = devices.pop() if devices else self.cupy.cuda.runtime.getDevice()
+        family = "numpy" if "numpy" in families or not families else (
+            "torch" if "torch" in families else "cupy")
+        return family, device
+
+    def on_device(self, device: int) -> Any:
+        return self.cupy.cuda.Device(device)
+
+    def empty(self, shape: tuple[int, ...], dtype: str, family: str, device: int) -> Any:
+        if family == "torch":
+            torch = self._torch()
+            return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
+        with self.cupy.cuda.Device(device):
+            return self.cupy.empty(shape, dtype=np.dtype(dtype))
+
+    def contiguous(self, array: Any, device: int) -> Any:
+        with self.cupy.cuda.Device(device):
+            if type(array).__module__.startswith("torch"):
+                return array.contiguous()
+            return self.cupy.ascontiguousarray(self.cupy.asarray(array))
+
+    def address(self, array: Any) -> int:
+        data = getattr(array, "data", None)
+        return data.ptr if hasattr(data, "ptr") else array.data_ptr()
+
+    def stream(self, family: str, device: int) -> int:
+        if family == "torch":
+            torch = self._torch()
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            return raw(device) if raw else torch.cuda.current_stream(device).cuda_stream
+        return self.cupy.cuda.get_current_stream().ptr
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return self.cupy.asnumpy(array)
+
+    def check_out(self, name: str, facts: ArrayFacts, device: int) -> None:
+        if facts.device != device:
+            where = "host memory" if facts.device is None else f"GPU {facts.device}"
+            raise BindError(f"out= array for '{name}' lies in {where}; the call runs on GPU "
+                            f"{device}")
+        if not facts.contiguous:
+            raise BindError(f"out= array for '{name}' must be C-contiguous")
+
+    def capture(self, workspace: Workspace, enqueue: Callable[[int], None]) -> Any:
+        """A CUDA graph of what ``enqueue(stream)`` launches (captured on a stream of the
+        workspace's own)."""
+        cupy = self.cupy
+        if workspace.capture_stream is None:
+            workspace.capture_stream = cupy.cuda.Stream(non_blocking=True)
+        capture = workspace.capture_stream
+        mode = getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", None)
+        with capture:
+            capture.begin_capture(mode) if mode is not None else capture.begin_capture()
+            try:
+                enqueue(capture.ptr)
+            finally:
+                graph = capture.end_capture()
+        return graph
+
+    def replay(self, graph: Any, stream: int) -> None:
+        found = self.external.get(stream)
+        if found is None:
+            found = self.cupy.cuda.ExternalStream(stream)
+            self.external[stream] = found
+            while len(self.external) > 16:
+                self.external.popitem(last=False)
+        graph.launch(found)
+
+
+def _arrays_for(backend: Any) -> HostArrays | DeviceArrays:
+    if backend.name == "cuda":
+        return DeviceArrays()
+    return HostArrays()
+
+
+__all__ = ["ArrayFacts", "CacheStats", "CompiledPipeline", "facts_of"]
