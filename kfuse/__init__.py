@@ -38,3 +38,7 @@ from kfuse.dsl import *  # noqa: E402,F403 - the DSL is kfuse's front door
 from kfuse.dsl import __all__ as _dsl_all  # noqa: E402
 
 __all__ += _dsl_all
+
+from kfuse.jit import jit  # noqa: E402 - the function front end, on top of the runtime
+
+__all__ += ["jit"]

@@ -15,7 +15,8 @@ def ubsan(monkeypatch, capfd):
     """The cpu backend's libraries built with UBSan; call the fixture's value to get what the
     sanitizer reported since (its runtime errors go to the process's stderr)."""
     from kfuse.errors import CompileError
-    from kfuse.runtime import cpu_backend, host_compiler
+    from kfuse.runtime import host_compiler
+    from kfuse.runtime.cpu_backend import CpuLoadedProgram
 
     try:
         probe = host_compiler.compile_host_library(
@@ -25,10 +26,14 @@ def ubsan(monkeypatch, capfd):
     except (CompileError, OSError) as error:
         pytest.skip(f"the host compiler has no UBSan here: {error}")
 
+    original = host_compiler.compile_host_library
+
     def sanitized(source, **options):
         flags = (*options.pop("extra_flags", ()), *UBSAN_FLAGS)
-        return host_compiler.compile_host_library(source, extra_flags=flags, **options)
+        return original(source, extra_flags=flags, **options)
 
-    monkeypatch.setattr(cpu_backend, "compile_host_library", sanitized)
+    monkeypatch.setattr(host_compiler, "compile_host_library", sanitized)
+    # programs loaded before were built without the sanitizer: load them again, built with
+    monkeypatch.setattr(CpuLoadedProgram, "_loaded", {})
     capfd.readouterr()
     return lambda: capfd.readouterr().err

@@ -193,11 +193,13 @@ def test_numpy_and_cpu_take_the_same_arguments(rng):
     np.testing.assert_allclose(cpu, ref, rtol=1e-6)
 
 
-def test_auto_plan_is_searched_once_per_graph_and_sizes(rng, monkeypatch):
+def test_auto_plan_is_searched_once_per_graph_and_sizes(rng, monkeypatch, tmp_path):
     """plan="auto" plans at the arrays' sizes once; the same pipeline run again on arrays
-    of the same shapes reuses the plan, other shapes plan again (and results stay right)."""
+    of the same shapes reuses the plan, other shapes plan again (and results stay right).
+    (An empty cache folder: a program stored on disk would need no plan at all.)"""
     import kfuse.search
 
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     calls = []
     original = kfuse.search.default_plan
 

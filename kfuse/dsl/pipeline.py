@@ -154,10 +154,15 @@ def _size_symbol(name: str, axis: int, size: object) -> str:
 class Pipeline:
     """A named pipeline of operators with named inputs, parameters and outputs."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, names_from_source: bool = True):
+        """``names_from_source``: an operator without ``name=`` is named after the variable
+        its line assigns (``dx = kf.local(...)`` gives ``dx``); False names it by its kind
+        alone (``point``, ``point_2``), the same whether or not Python can read the source
+        (``python -c``, ``exec``, a traced function)."""
         if not isinstance(name, str) or not name.isidentifier():
             raise DslError(f"pipeline name must be an identifier, got {name!r}")
         self.name = name
+        self.names_from_source = names_from_source
         self._inputs: dict[str, Array] = {}
         self._params: dict[str, str] = {}
         self._arrays: dict[str, Array] = {}
@@ -314,7 +319,7 @@ class Pipeline:
         if name is not None:
             self._check_new_name(name)
             return name
-        base = (line.assigned_name if line else None) or kind
+        base = (line.assigned_name if line and self.names_from_source else None) or kind
         candidate, counter = base, 2
         while candidate in self._arrays or candidate in self._params:
             candidate, counter = f"{base}_{counter}", counter + 1

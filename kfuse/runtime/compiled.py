@@ -353,10 +353,11 @@ class CompiledPipeline:
         family, device = self.arrays.placement(facts)
         runs = compiler_runs()
         with self.arrays.on_device(device):
-            alignment = min([VECTOR_ALIGNMENT, *(fact.alignment for name, fact in facts.items()
-                                                 if graph.buffers[name].ndim
-                                                 and name not in self._copied(facts))],
-                            *(facts_of(array).alignment for array in out.values()))
+            copied = self._copied(facts)
+            alignment = min([VECTOR_ALIGNMENT,
+                             *(fact.alignment for name, fact in facts.items()
+                               if graph.buffers[name].ndim and name not in copied),
+                             *(facts_of(array).alignment for array in out.values())])
             program = self._program(graph, bound, alignment)
             loaded = self.backend.executable_class.loaded_class.of(program)
             launches = loaded.bind(bound.sizes)
