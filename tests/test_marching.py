@@ -80,9 +80,9 @@ def test_diffusion_marches_and_equals_the_reference(boundary, shape, short_chunk
 def test_one_wave_of_blocks_takes_the_planes(resident, monkeypatch):
     """Where the device's resident blocks are known, the planes split into one chunk per
     block of that wave (23 planes among 5 blocks: chunks of 5, the last of 3)."""
-    from kfuse.runtime.cpu_backend import CpuExecutable
+    from kfuse.runtime.cpu_backend import CpuLoadedProgram
 
-    monkeypatch.setattr(CpuExecutable, "resident_blocks", lambda self, spec: resident)
+    monkeypatch.setattr(CpuLoadedProgram, "resident_blocks", lambda self, spec: resident)
     monkeypatch.setattr(marching, "MARCH_LEAST_PLANES", 3)
     app = get_app("diffusion3d")
     graph = app.build().graph()

@@ -73,6 +73,9 @@ def generation_switches() -> tuple[tuple[str, object], ...]:
 
     return (("marching.ENABLED", marching.ENABLED),
             ("marching.NEWEST_PLANES_ONLY", marching.NEWEST_PLANES_ONLY),
+            ("marching.MARCH_PLANES", marching.MARCH_PLANES),
+            ("marching.MARCH_LEAST_PLANES", marching.MARCH_LEAST_PLANES),
+            ("marching.SHARED_LIMIT", marching.SHARED_LIMIT),
             ("block_order.ENABLED", block_order.ENABLED),
             ("cexpr.WINDOW_SUMS", cexpr.WINDOW_SUMS),
             ("cexpr.UNCONDITIONAL_BORDER_LOADS", cexpr.UNCONDITIONAL_BORDER_LOADS))

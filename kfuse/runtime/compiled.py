@@ -63,23 +63,33 @@ class CacheStats:
 
 # -- arrays of the caller ------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class ArrayFacts:
     """What a call's array is: its family (``numpy``, ``cupy``, ``torch``), dtype name,
-    shape, whether it is C-contiguous, its address and device (None: host memory)."""
+    shape, whether it is C-contiguous, its address and device (None: host memory).
+    (A plain class with slots: one is made per array per call.)"""
 
-    family: str
-    dtype: str
-    shape: tuple[int, ...]
-    contiguous: bool
-    address: int
-    device: int | None
+    __slots__ = ("family", "dtype", "shape", "contiguous", "address", "device")
+
+    def __init__(self, family: str, dtype: str, shape: tuple[int, ...], contiguous: bool,
+                 address: int, device: int | None):
+        self.family = family
+        self.dtype = dtype
+        self.shape = shape
+        self.contiguous = contiguous
+        self.address = address
+        self.device = device
 
     @property
     def alignment(self) -> int:
         """The largest power of two, at most :data:`VECTOR_ALIGNMENT`, dividing the address."""
         low = self.address & (VECTOR_ALIGNMENT - 1)
         return VECTOR_ALIGNMENT if low == 0 else low & -low
+
+    def key(self) -> tuple:
+        """The part of a call signature this array decides."""
+        low = self.address & (VECTOR_ALIGNMENT - 1) if self.shape else 0
+        return (self.family, self.dtype, tuple(self.shape), self.contiguous, low & -low,
+                self.device)
 
 
 _DTYPE_NAMES: dict[Any, str] = {}
@@ -100,8 +110,9 @@ def _torch_facts(array: Any) -> ArrayFacts:
 
 
 def _cupy_facts(array: Any) -> ArrayFacts:
+    data = array.data
     return ArrayFacts("cupy", _dtype(array.dtype, array), array.shape,
-                      array.flags.c_contiguous, array.data.ptr, array.device.id)
+                      array.flags.c_contiguous, data.ptr, data.device_id)
 
 
 def _numpy_facts(array: Any) -> ArrayFacts:
@@ -317,9 +328,7 @@ class CompiledPipeline:
                 raise
         params = {name: param_value(name, dtype, given[name])
                   for name, dtype in graph.params.items()}
-        key = (graph.fingerprint, tuple((f.family, f.dtype, tuple(f.shape), f.contiguous,
-                                         f.alignment if len(f.shape) else 0, f.device)
-                                        for f in facts.values()),
+        key = (graph.fingerprint, tuple([fact.key() for fact in facts.values()]),
                tuple(type(given[name]) for name in graph.params),
                tuple((name, facts_of(array).alignment) for name, array in out.items()))
         signature = self._signatures.get(key)
@@ -507,8 +516,10 @@ class DeviceArrays:
         if family == "torch":
             torch = self._torch()
             return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
+        if self.cupy.cuda.runtime.getDevice() == device:
+            return self.cupy.empty(shape, dtype=dtype)
         with self.cupy.cuda.Device(device):
-            return self.cupy.empty(shape, dtype=np.dtype(dtype))
+            return self.cupy.empty(shape, dtype=dtype)
 
     def contiguous(self, array: Any, device: int) -> Any:
         with self.cupy.cuda.Device(device):
