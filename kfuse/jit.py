@@ -63,7 +63,7 @@ class JitFunction:
             raise BindError(f"{self.function.__name__}() takes {len(self.names)} arguments, "
                             f"got {len(args)}")
         given = dict(self.defaults)
-        given.update(zip(self.names, args))
+        given.update(zip(self.names, args, strict=False))
         given.update(kwargs)
         if len(given) != len(self.names) or not given.keys() <= set(self.names):
             missing = [n for n in self.names if n not in given]

@@ -16,7 +16,6 @@ import pytest
 
 import kfuse as kf
 from kfuse.apps.check import relative_error
-from kfuse.runtime import get_backend
 from kfuse.runtime.numpy_backend import NumpyBackend
 
 
