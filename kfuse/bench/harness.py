@@ -79,6 +79,9 @@ class BenchRow:
     cublas_error: float | None = None    # cuBLAS vs kfuse: max|a - b| / max|b|
     cublas_calls: str | None = None
     autotune: list[dict[str, Any]] = field(default_factory=list)  # implementations timed
+    # a call from Python, in microseconds per call (kfuse.bench.calls), at the benchmark
+    # size and at a small one: one dict per size
+    calls: list[dict[str, Any]] = field(default_factory=list)
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -457,7 +460,8 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
                baselines: tuple[str, ...],
                status: Callable[[str], None], warmup: int, repeat: int, sets: int | None,
                seed: int, compile_mode: str | None = None,
-               program: Callable[[Any], Any] | None = None, autotune: int = 0) -> None:
+               program: Callable[[Any], Any] | None = None, autotune: int = 0,
+               calls: bool = True) -> None:
     from kfuse.runtime import get_backend
 
     status("building")
@@ -472,6 +476,7 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
 
     status("compiling kfuse")
     backend = get_backend(env.backend)
+    plan_of_row: Any = None  # a program given by hand is not called through a pipeline
     given = {**input_sets[0], **params}
     unfused = backend.prepare(graph, given)
     sizes = unfused.bound.sizes
@@ -484,6 +489,7 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
         plan = _choose_plan(app, graph, given, sizes, profile, env, row, autotune)
         row.plan_groups = [list(group.members) for group in plan.groups]
         executable = backend.prepare(graph, given, plan=plan)
+        plan_of_row = plan
     row.floor_bytes = dram_floor_bytes(graph, sizes)
     row.floor_ms = floor_seconds(row.floor_bytes, profile) * 1e3
     row.launches = len(executable.program.launches)
@@ -509,6 +515,11 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     status(f"timing {', '.join(timed)} in turn")
     _time_side_by_side(row, env, timed, warmup=warmup, repeat=repeat)
 
+    if env.backend == "cuda" and calls:
+        status("timing calls from Python")
+        _bench_calls(app, graph, row, env, given, executable, plan_of_row, seed,
+                     "torch.compile" in baselines)
+
     status("timing each kernel")
     rotate = unfused_rotate
     unfused.launch_all()  # every intermediate holds real values before kernels run alone
@@ -521,6 +532,41 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
         row.kernels.append(KernelRow(spec.symbol, tuple(spec.operators), seconds * 1e3, nbytes,
                                      gbps, gbps * 1e9 / profile.copy_bandwidth_bytes_per_s))
     status("done")
+
+
+def _bench_calls(app: Any, graph: Graph, row: BenchRow, env: _Env, given: dict[str, Any],
+                 executable: Any, plan: Any, seed: int, with_torch: bool) -> None:
+    """Microseconds per call from Python (:mod:`kfuse.bench.calls`) at the benchmark size
+    and at a small size: ``Pipeline.run``, the compiled callable with and without CUDA
+    graphs, torch.compile's call, beside the program's kernels alone."""
+    from kfuse.bench.calls import measure_calls, small_size
+    from kfuse.runtime import get_backend
+
+    if plan is None:
+        return
+    pipeline = app.build(dtype="float32")
+    small = small_size(app)
+    cases = [(row.size, given, executable, plan)]
+    if tuple(small) != tuple(row.size):
+        input_sets, params, _ = device_inputs(app, pipeline.graph(), small, 1, env.xp,
+                                              0, seed=seed)
+        small_given = {**input_sets[0], **params}
+        sizes = pipeline.graph().bind_shapes({name: tuple(input_sets[0][name].shape)
+                                              for name in pipeline.graph().inputs})
+        small_plan = app_plan(app, pipeline.graph(), sizes)
+        cases.append((small, small_given, get_backend("cuda").prepare(
+            pipeline.graph(), small_given, plan=small_plan), "auto"))
+    for size, arguments, prepared, chosen in cases:
+        try:
+            measured = measure_calls(
+                pipeline.graph(), lambda plan, **a: pipeline.run(backend="cuda", plan=plan, **a),
+                lambda plan, graphs=True: pipeline.compile("cuda", plan, graphs=graphs),
+                arguments, prepared, "auto" if chosen is not plan else plan, with_torch)
+        except Exception as error:  # the call timings must not lose the row
+            row.notes.append(_failure(f"call timing at {'x'.join(map(str, size))} failed",
+                                      error))
+            continue
+        row.calls.append({"size": list(size), **measured})
 
 
 def _choose_plan(app: Any, graph, given: dict[str, Any], sizes: dict[str, int],

@@ -16,6 +16,8 @@ COLUMNS = ("app", "size", "fused ms", "unfused ms", "fusion speedup", "floor ms"
            "fused/floor", "eager ms", "compile ms", "compile/fused", "eager/fused", "GB/s",
            "max err")
 KERNEL_COLUMNS = ("app", "kernel", "operators", "ms", "MB", "GB/s", "of copy")
+CALL_COLUMNS = ("app", "size", "launches", "kernels us", "run us", "compiled us",
+                "no graphs us", "torch.compile us", "compiled/kernels")
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -50,6 +52,19 @@ def cells(row: BenchRow) -> list[str]:
             _ratio(row.kfuse_over_floor), _num(row.eager_ms), _num(row.compile_ms),
             _ratio(row.compile_over_kfuse), _ratio(row.eager_over_kfuse),
             _num(row.kfuse_gbps, 0), _error(row)]
+
+
+def call_cells(row: BenchRow) -> list[list[str]]:
+    """The call-cost table's rows of one app (one per size measured)."""
+    lines = []
+    for call in row.calls:
+        kernels = call.get("kernels_us")
+        lines.append([row.app, _size(call["size"]), str(call.get("launches", "")),
+                      _num(kernels, 1), _num(call.get("run_us"), 1),
+                      _num(call.get("compiled_us"), 1), _num(call.get("direct_us"), 1),
+                      _num(call.get("torch_compile_us"), 1),
+                      _ratio(call["compiled_us"] / kernels if kernels else None)])
+    return lines
 
 
 def _percent(fraction: float | None) -> str:
@@ -118,6 +133,15 @@ def print_report(rows: Sequence[BenchRow], console: Any = None, *, kernels: bool
             for line in kernel_cells(row):
                 detail.add_row(*line)
         console.print(detail)
+    if any(row.calls for row in rows):
+        calls = Table(title="a call from Python, microseconds per call (calls back to back)",
+                      show_header=True, header_style="bold", box=box.SIMPLE_HEAD)
+        for index, column in enumerate(CALL_COLUMNS):
+            calls.add_column(column, justify="left" if index < 2 else "right")
+        for row in rows:
+            for line in call_cells(row):
+                calls.add_row(*line)
+        console.print(calls)
     for row in rows:
         for note in row.notes:
             console.print(f"[dim]{row.app}: {note}[/dim]")
@@ -178,6 +202,12 @@ def to_markdown(rows: Sequence[BenchRow]) -> str:
         lines += ["", "Each kernel of kfuse's unfused program timed alone (its reads once + "
                   "its write once):", ""]
         lines += _md_table(KERNEL_COLUMNS, kernel_rows)
+    call_rows = [line for row in rows for line in call_cells(row)]
+    if call_rows:
+        lines += ["", "A call from Python, microseconds per call (calls back to back, the "
+                  "device waited on once; kernels: the program alone, replayed in a CUDA "
+                  "graph):", ""]
+        lines += _md_table(CALL_COLUMNS, call_rows)
     notes = [f"- {row.app}: {note}" for row in rows for note in row.notes]
     if notes:
         lines += ["", "Notes:", ""] + notes

@@ -39,6 +39,9 @@ def normalize_dtype(dtype: object) -> str:
     return name
 
 
+FLOAT32_ROUNDS_TO_INFINITY = (2 - 2**-24) * 2.0**127  # and beyond: float32 rounds to inf
+
+
 def representable(value: float | int | bool, dtype: str) -> bool:
     """Whether ``value`` is exactly a value of ``dtype``: an integral number in int32's range
     for int32, 0 or 1 for bool, a float that rounds to a finite float32 (or inf, nan) for
@@ -46,9 +49,8 @@ def representable(value: float | int | bool, dtype: str) -> bool:
     value = float(value)
     if dtype == "float64":
         return True
-    if dtype == "float32":
-        with np.errstate(over="ignore"):
-            return not math.isfinite(value) or bool(np.isfinite(np.float32(value)))
+    if dtype == "float32":  # below the midpoint between float32's largest and 2^128
+        return not math.isfinite(value) or abs(value) < FLOAT32_ROUNDS_TO_INFINITY
     if not value.is_integer():
         return False
     low, high = (0, 1) if dtype == "bool" else (-2**31, 2**31 - 1)

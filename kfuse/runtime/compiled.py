@@ -68,7 +68,7 @@ class ArrayFacts:
     shape, whether it is C-contiguous, its address and device (None: host memory).
     (A plain class with slots: one is made per array per call.)"""
 
-    __slots__ = ("family", "dtype", "shape", "contiguous", "address", "device")
+    __slots__ = ("family", "dtype", "shape", "contiguous", "address", "device", "key")
 
     def __init__(self, family: str, dtype: str, shape: tuple[int, ...], contiguous: bool,
                  address: int, device: int | None):
@@ -78,18 +78,15 @@ class ArrayFacts:
         self.contiguous = contiguous
         self.address = address
         self.device = device
+        low = address & (VECTOR_ALIGNMENT - 1) if shape else 0
+        # the part of a call signature this array decides
+        self.key = (family, dtype, tuple(shape), contiguous, low & -low, device)
 
     @property
     def alignment(self) -> int:
         """The largest power of two, at most :data:`VECTOR_ALIGNMENT`, dividing the address."""
         low = self.address & (VECTOR_ALIGNMENT - 1)
         return VECTOR_ALIGNMENT if low == 0 else low & -low
-
-    def key(self) -> tuple:
-        """The part of a call signature this array decides."""
-        low = self.address & (VECTOR_ALIGNMENT - 1) if self.shape else 0
-        return (self.family, self.dtype, tuple(self.shape), self.contiguous, low & -low,
-                self.device)
 
 
 _DTYPE_NAMES: dict[Any, str] = {}
@@ -117,19 +114,28 @@ def _cupy_facts(array: Any) -> ArrayFacts:
 
 def _numpy_facts(array: Any) -> ArrayFacts:
     return ArrayFacts("numpy", _dtype(array.dtype, array), array.shape,
-                      array.flags.c_contiguous, array.ctypes.data, None)
+                      array.flags.c_contiguous, array.__array_interface__["data"][0], None)
+
+
+_DESCRIBERS: dict[type, Callable[[Any], ArrayFacts]] = {}
 
 
 def facts_of(array: Any) -> ArrayFacts:
     """The :class:`ArrayFacts` of a NumPy or CuPy array or a PyTorch tensor."""
-    module = type(array).__module__
-    if module.startswith("torch"):
-        return _torch_facts(array)
-    if module.startswith("cupy"):
-        return _cupy_facts(array)
-    if isinstance(array, np.ndarray):
-        return _numpy_facts(array)
-    raise BindError(f"expected an array (NumPy, CuPy or PyTorch), got {type(array).__name__}")
+    describe = _DESCRIBERS.get(type(array))
+    if describe is None:
+        module = type(array).__module__
+        if module.startswith("torch") and hasattr(array, "data_ptr"):
+            describe = _torch_facts
+        elif module.startswith("cupy") and hasattr(array, "data"):
+            describe = _cupy_facts
+        elif isinstance(array, np.ndarray):
+            describe = _numpy_facts
+        else:
+            raise BindError(f"expected an array (NumPy, CuPy or PyTorch), got "
+                            f"{type(array).__name__}")
+        _DESCRIBERS[type(array)] = describe
+    return describe(array)
 
 
 # -- one compiled signature ------------------------------------------------------------------
@@ -289,6 +295,7 @@ class CompiledPipeline:
         self._signatures: OrderedDict[tuple, Signature] = OrderedDict()
         self._lock = threading.RLock()
         self.arrays = _arrays_for(self.backend)
+        self._names: tuple = (None, set(), ())  # (graph, call names, parameters): per graph
 
     @property
     def graph(self) -> Graph:
@@ -316,9 +323,12 @@ class CompiledPipeline:
             if out is not None:
                 raise BindError("out= needs a compiled backend (cuda or cpu), not numpy")
             return self.backend.run(graph, given, plan=None)
-        if given.keys() != _expected_names(graph):
+        if self._names[0] is not graph:
+            self._names = (graph, {*graph.inputs, *graph.params}, tuple(graph.params.items()))
+        _, names, declared = self._names
+        if given.keys() != names:
             bind(graph, given)  # raises the error that names what is missing or unknown
-        out = _out_arrays(graph, out)
+        out = _out_arrays(graph, out) if out is not None else {}
         facts = {}
         for name in graph.inputs:
             try:
@@ -326,9 +336,8 @@ class CompiledPipeline:
             except BindError:
                 bind(graph, given)  # names the input
                 raise
-        params = {name: param_value(name, dtype, given[name])
-                  for name, dtype in graph.params.items()}
-        key = (graph.fingerprint, tuple([fact.key() for fact in facts.values()]),
+        params = {name: param_value(name, dtype, given[name]) for name, dtype in declared}
+        key = (graph.fingerprint, tuple([fact.key for fact in facts.values()]),
                tuple(type(given[name]) for name in graph.params),
                tuple((name, facts_of(array).alignment) for name, array in out.items()))
         signature = self._signatures.get(key)
@@ -418,10 +427,6 @@ class CompiledPipeline:
         self.stats.plans += 1
 
 
-def _expected_names(graph: Graph) -> set[str]:
-    return graph.remembered(("call names",), lambda: {*graph.inputs, *graph.params})
-
-
 def _out_arrays(graph: Graph, out: Any) -> dict[str, Any]:
     """``out=`` as arrays by output name (one array: the pipeline's one output)."""
     if out is None:
@@ -464,7 +469,7 @@ class HostArrays:
         return np.ascontiguousarray(np.asarray(array))
 
     def address(self, array: np.ndarray) -> int:
-        return array.ctypes.data
+        return array.__array_interface__["data"][0]
 
     def stream(self, family: str, device: None) -> None:
         return None

@@ -1,0 +1,112 @@
+"""What a call from Python costs: microseconds per call of ``Pipeline.run``, of the compiled
+callable (with and without CUDA graphs) and of torch.compile's call of the same pipeline,
+beside the time of the program's kernels alone.
+
+Calls are enqueued back to back and the device is waited on once at the end, so a call
+whose host work takes longer than its kernels shows its host time, and one whose kernels
+take longer shows theirs: the difference to the kernels' own time is what the call adds.
+The kernels' own time is measured without Python in the way: CUDA events around replays
+of a CUDA graph holding many launches of the prepared program.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+SMALL_SIZES = {1: (65536,), 2: (256, 256), 3: (64, 64, 64)}  # "small": 2^16 elements
+
+
+def small_size(app: Any) -> tuple[int, ...]:
+    """The small size calls are measured at: 256² images, 2^16-element vectors, matrices of
+    256² (2^16 elements), volumes of 64³."""
+    if getattr(app, "ndim", None) == 1 or len(app.bench_size) == 1:
+        return SMALL_SIZES[1]
+    return SMALL_SIZES[len(app.bench_size)]
+
+
+def synchronize() -> None:
+    """Wait for the GPU (CuPy's and PyTorch's work)."""
+    import cupy
+    cupy.cuda.Device().synchronize()
+    try:
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except ImportError:  # pragma: no cover - without PyTorch there is only CuPy's work
+        pass
+
+
+def per_call_us(call: Callable[[], object], seconds: float = 0.3, least: int = 20,
+                wait: Callable[[], None] = synchronize) -> float:
+    """Microseconds per call, calls enqueued back to back and waited on at the end (the
+    median of three runs of as many calls as take about ``seconds``)."""
+    call()
+    wait()
+    start = time.perf_counter()
+    call()
+    wait()
+    once = time.perf_counter() - start
+    count = max(least, min(5000, int(seconds / max(once, 1e-6))))
+    runs = []
+    for _ in range(3):
+        wait()
+        start = time.perf_counter()
+        for _ in range(count):
+            call()
+        wait()
+        runs.append((time.perf_counter() - start) / count * 1e6)
+    return sorted(runs)[1]
+
+
+def kernels_us(executable: Any, launches: int = 50) -> float:
+    """The prepared program's kernels alone, in microseconds: ``launches`` runs captured
+    into one CUDA graph, its replays timed with CUDA events (median of five)."""
+    import cupy
+
+    executable.launch_all()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            for _ in range(launches):
+                executable.launch_all()
+        finally:
+            graph = stream.end_capture()
+        graph.launch(stream)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        runs = []
+        for _ in range(5):
+            start.record(stream)
+            graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            runs.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / launches)
+    return sorted(runs)[2]
+
+
+def measure_calls(graph: Any, pipeline_run: Callable[..., Any], compile_pipeline: Callable,
+                  given: Mapping[str, Any], executable: Any, plan: Any,
+                  torch_compile: bool = True) -> dict[str, Any]:
+    """Per-call microseconds of one pipeline on ``given`` (CuPy arrays and parameters):
+    ``kernels_us`` (the program alone), ``run_us`` (``pipeline_run(**given)``),
+    ``compiled_us`` and ``direct_us`` (the compiled callable with and without CUDA graphs)
+    and ``torch_compile_us`` (None with a note where it failed)."""
+    compiled = compile_pipeline(plan=plan)
+    direct = compile_pipeline(plan=plan, graphs=False)
+    row: dict[str, Any] = {
+        "launches": len(executable.program.launches),
+        "kernels_us": kernels_us(executable),
+        "run_us": per_call_us(lambda: pipeline_run(plan=plan, **given)),
+        "compiled_us": per_call_us(lambda: compiled(**given)),
+        "direct_us": per_call_us(lambda: direct(**given)),
+        "graph_replays": 0, "torch_compile_us": None}
+    row["graph_replays"] = compiled.stats.graph_replays
+    if torch_compile:
+        try:
+            from kfuse.bench.torch_baseline import compiled_on
+            row["torch_compile_us"] = per_call_us(compiled_on(graph, dict(given)))
+        except Exception as error:  # a failing baseline must not lose the row
+            row["note"] = f"torch.compile failed: {type(error).__name__}: {str(error)[:160]}"
+    return row
