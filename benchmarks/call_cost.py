@@ -68,6 +68,42 @@ def measure(name: str, size: tuple[int, ...], plan: str, rows: list[dict]) -> No
     print(json.dumps(row), flush=True)
 
 
+def streams_experiment(size: tuple[int, int]) -> dict:
+    """The levels app (independent branches of small kernels) with and without side
+    streams: what the wave model predicts, and microseconds per call measured, with CUDA
+    graphs (the launches cost one call) and without."""
+    import cupy
+
+    from kfuse.apps import get_app
+    from kfuse.bench.calls import per_call_us
+
+    app = get_app("levels")
+    pipeline = app.build()
+    inputs, params = app.make_inputs(size, np.random.default_rng(3), "float32")
+    given = {key: cupy.asarray(value) for key, value in inputs.items()} | params
+    result: dict = {"size": "x".join(map(str, size))}
+    outputs = {}
+    for streams in (False, True):
+        for graphs in (False, True):
+            compiled = pipeline.compile("cuda", graphs=graphs, streams=streams)
+            outputs[(streams, graphs)] = compiled(**given)
+            result[f"streams={streams} graphs={graphs} us"] = per_call_us(
+                lambda compiled=compiled: compiled(**given))
+            if streams and not graphs:
+                (signature,) = compiled._signatures.values()
+                result["schedule"] = signature.schedule.explain()
+                result["predicted_single_us"] = sum(
+                    d.single_s for d in signature.schedule.decisions) * 1e6
+                result["predicted_multi_us"] = sum(
+                    (d.multi_s if d.concurrent else d.single_s)
+                    for d in signature.schedule.decisions) * 1e6
+    base = outputs[(False, False)]
+    result["max_difference"] = max(float(cupy.abs(out[k] - base[k]).max())
+                                   for out in outputs.values() for k in base)
+    print(json.dumps(result), flush=True)
+    return result
+
+
 def torch_manners() -> dict:
     """Torch in, torch out, no copies; a non-default stream orders the work."""
     import torch
@@ -115,7 +151,8 @@ def main() -> None:
 
     rows: list[dict] = []
     cases = [("harris", "auto"), ("harris", "unfused"), ("night", "auto"),
-             ("gemver", "auto"), ("sgemv", "auto"), ("waxpby", "auto"), ("sobel", "auto")]
+             ("gemver", "auto"), ("sgemv", "auto"), ("waxpby", "auto"), ("sobel", "auto"),
+             ("levels", "auto")]
     for name, plan in cases:
         app = get_app(name)
         sizes = [SMALL.get(app.ndim, app.test_size)]
@@ -125,6 +162,7 @@ def main() -> None:
             sizes.insert(1, (1024, 1024))
         for size in sizes:
             measure(name, size, plan, rows)
+    streams = [streams_experiment(size) for size in ((256, 256), (1024, 1024), (8192, 8192))]
     manners = torch_manners()
     print("torch manners:", manners, flush=True)
     fresh = {f"{n}x{n}": fresh_process((n, n)) for n in (8192,)}
@@ -140,7 +178,8 @@ def main() -> None:
               f"  replays={row['graph_replays']} graph error={row['graph_error']:.1e}")
     if options.json:
         with open(options.json, "w") as file:
-            json.dump({"rows": rows, "torch": manners, "fresh": fresh}, file, indent=1)
+            json.dump({"rows": rows, "torch": manners, "fresh": fresh, "streams": streams},
+                      file, indent=1)
 
 
 if __name__ == "__main__":

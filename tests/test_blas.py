@@ -81,7 +81,7 @@ def check(app, plan, size, seed: int = 0) -> None:
 def test_table_1_is_registered():
     assert BLAS == TABLE_1
     assert [a.name for a in list_apps()] == ["harris", "shi_tomasi", "sobel", "unsharp",
-                                             "enhance", "night", "diffusion3d"]
+                                             "enhance", "night", "diffusion3d", "levels"]
     assert [a.name for a in list_apps("all")][-11:] == TABLE_1
     for name in TABLE_1:
         app = get_app(name)

@@ -2,14 +2,14 @@
 
 ``list_apps()`` gives every :class:`App`; ``get_app(name)`` one of them. Each app module
 (``harris``, ``shi_tomasi``, ``sobel``, ``unsharp``, ``enhance``, ``night``,
-``diffusion3d``) defines ``build``, ``reference``, ``make_inputs`` and its ``APP`` entry.
+``diffusion3d``, ``levels``) defines ``build``, ``reference``, ``make_inputs`` and its ``APP`` entry.
 The eleven BLAS-1/2 sequences of seed 004 (``kfuse.apps.blas``) form a second family:
 ``list_apps("blas")`` or ``list_apps("all")``; ``get_app`` finds apps of every family.
 """
 
 from __future__ import annotations
 
-from kfuse.apps import diffusion3d, enhance, harris, night, shi_tomasi, sobel, unsharp
+from kfuse.apps import diffusion3d, enhance, harris, levels, night, shi_tomasi, sobel, unsharp
 from kfuse.apps.base import App
 from kfuse.apps.blas import BLAS_APPS, BlasApp
 from kfuse.apps.check import relative_error
@@ -17,7 +17,7 @@ from kfuse.errors import DslError
 
 _APPS: dict[str, App] = {
     module.APP.name: module.APP
-    for module in (harris, shi_tomasi, sobel, unsharp, enhance, night, diffusion3d)
+    for module in (harris, shi_tomasi, sobel, unsharp, enhance, night, diffusion3d, levels)
 }
 
 
@@ -26,8 +26,8 @@ FAMILIES = ("image", "blas", "all")
 
 
 def list_apps(family: str = "image") -> list[App]:
-    """Registered apps in a fixed order: ``image`` (Hipacc's six, then diffusion3d; the
-    default), ``blas`` (seed 004's eleven sequences) or ``all`` (both)."""
+    """Registered apps in a fixed order: ``image`` (Hipacc's six, then diffusion3d and
+    levels; the default), ``blas`` (seed 004's eleven sequences) or ``all`` (both)."""
     if family not in FAMILIES:
         raise DslError(f"unknown app family {family!r}; choose one of {', '.join(FAMILIES)}")
     chosen = {"image": [_APPS], "blas": [_BLAS_APPS], "all": [_APPS, _BLAS_APPS]}[family]

@@ -435,7 +435,7 @@ class Pipeline:
         return run_graph(self.graph(), arrays_and_params, backend=backend, plan=plan, out=out)
 
     def compile(self, backend: str = "auto", plan: Any = "auto", *,
-                max_signatures: int = 64, graphs: bool = True) -> Any:
+                max_signatures: int = 64, graphs: bool = True, streams: bool = True) -> Any:
         """This pipeline compiled for ``backend`` and ``plan``: a callable
         (:class:`~kfuse.runtime.compiled.CompiledPipeline`) taking the inputs and
         parameters by name, and ``out=``, and returning the outputs by name.
@@ -443,12 +443,14 @@ class Pipeline:
         It plans, generates, compiles and binds once per call signature (shapes, dtypes,
         contiguity, alignment and device of the arrays, types of the parameters), keeping
         the ``max_signatures`` used last; ``graphs``: on the GPU, replay a program of
-        several launches as a CUDA graph when it is called again on the same arrays.
+        several launches as a CUDA graph when it is called again on the same arrays;
+        ``streams``: on the GPU, run kernels with no path between them on separate streams
+        where the wave model predicts it pays (``.explain()`` says where and why).
         ``.stats`` counts hits, misses, plans and compiles.
         """
         from kfuse.runtime.compiled import CompiledPipeline
         return CompiledPipeline(self.graph, backend, plan, max_signatures=max_signatures,
-                                graphs=graphs)
+                                graphs=graphs, streams=streams)
 
     def fuse(self, groups: Sequence[Sequence[str]]) -> Any:
         """A fusion plan with the given groups of operator names (others stay alone).

@@ -101,7 +101,31 @@ class FusionPlan:
             mark = "fused   " if decision.fused else "not fused"
             lines.append(f"  {mark} {decision.producer} -> {decision.consumer} "
                          f"('{decision.buffer}'): {decision.reason}")
+        for branches in self.independent_groups:
+            names = ", ".join(f"[{' + '.join(self.groups[i].members)}]" for i in branches)
+            lines.append(f"  branches {names}: no path between them; on the GPU they run on "
+                         "separate streams where the wave model (kfuse.model.waves) predicts "
+                         "it pays at the call's sizes: too few blocks to fill the device "
+                         "(compiled.explain() gives the decision and its numbers)")
         return "\n".join(lines)
+
+    @property
+    def independent_groups(self) -> list[list[int]]:
+        """Sets of groups (indices, at least two) with no path between any two of them: the
+        levels of the groups' dependence graph (seed 002, §4: what may run concurrently)."""
+        from kfuse.model.waves import independent_sets
+
+        writer = {name: index for index, group in enumerate(self.groups)
+                  for name in group.members}
+        dependencies = {
+            index: {writer[self.graph.producer[b]]
+                    for member in group.members
+                    for b in self.graph.kernel_by_name[member].reads
+                    if self.graph.producer.get(b) in writer
+                    and writer[self.graph.producer[b]] != index}
+            for index, group in enumerate(self.groups)}
+        return [level for level in independent_sets(dependencies, len(self.groups))
+                if len(level) > 1]
 
     @cached_property
     def block_orders(self) -> tuple[str, ...]:

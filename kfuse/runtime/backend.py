@@ -15,6 +15,7 @@ from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
 from kfuse.runtime.binding import Bound, bind
 from kfuse.runtime.launch import BoundLaunch, bind_launches
+from kfuse.runtime.streams import StreamSchedule
 
 # The largest vector access of generated kernels, in bytes: a program for arrays whose
 # addresses are multiples of it compiles the 1-D map-reduce kernels' pointer tests away
@@ -84,14 +85,34 @@ class LoadedProgram(ABC):
         return None
 
     def enqueue(self, launches: Sequence[BoundLaunch], buffers: Mapping[str, Any],
-                addresses: Mapping[str, int], params: Mapping[str, Any], stream: Any) -> None:
+                addresses: Mapping[str, int], params: Mapping[str, Any], stream: Any,
+                schedule: StreamSchedule | None = None, side: Any = None) -> None:
         """Launch ``launches`` in order on ``stream``: each one's reduction outputs set to
-        their identities first, its arguments pointed at ``addresses`` (by buffer name)."""
-        for launch in launches:
+        their identities first, its arguments pointed at ``addresses`` (by buffer name).
+        With a ``schedule`` of side streams (:mod:`kfuse.runtime.streams`) and ``side``,
+        their streams and events, launches go on their streams, forked from ``stream`` and
+        joined back to it."""
+        if schedule is None or not schedule.side_streams:
+            for launch in launches:
+                for name, value in launch.fills:
+                    self.fill(buffers[name], value, stream)
+                launch.arguments.write(addresses, params)
+                self.launch(launch, stream)
+            return
+        lanes = [stream, *side.streams]
+        recorded = schedule.recorded
+        side.fork(stream)
+        for index, launch in enumerate(launches):
+            lane = lanes[schedule.streams[index]]
+            for earlier in schedule.waits[index]:
+                side.wait(lane, earlier)
             for name, value in launch.fills:
-                self.fill(buffers[name], value, stream)
+                self.fill(buffers[name], value, lane)
             launch.arguments.write(addresses, params)
-            self.launch(launch, stream)
+            self.launch(launch, lane)
+            if index in recorded:
+                side.record(index, lane)
+        side.join(stream)
 
     @abstractmethod
     def current_stream(self) -> Any:

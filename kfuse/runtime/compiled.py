@@ -33,6 +33,7 @@ from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import POISON, VECTOR_ALIGNMENT, CompiledBackend, LoadedProgram
 from kfuse.runtime.binding import Bound, bind, dtype_name, param_value
 from kfuse.runtime.launch import BoundLaunch, bound_launches_copy
+from kfuse.runtime.streams import StreamSchedule
 
 DEFAULT_SIGNATURES = 64  # compiled signatures a pipeline keeps (least recently used go)
 WORKSPACES_PER_SIGNATURE = 8  # streams (or concurrent host threads) with buffers kept
@@ -151,6 +152,7 @@ class Workspace:
         self.graphs: OrderedDict[tuple, Any] = OrderedDict()  # arrays and params -> graph
         self.sightings: OrderedDict[tuple, int] = OrderedDict()
         self.capture_stream: Any = None
+        self.side: Any = None  # side streams and events, where the schedule has any
 
 
 class Signature:
@@ -158,9 +160,11 @@ class Signature:
 
     def __init__(self, owner: CompiledPipeline, bound: Bound, facts: dict[str, ArrayFacts],
                  loaded: LoadedProgram, launches: tuple[BoundLaunch, ...], family: str,
-                 device: int | None):
+                 device: int | None, schedule: StreamSchedule | None = None):
         graph = owner.graph
         self.owner = owner
+        self.schedule = schedule
+        self.shapes = {name: fact.shape for name, fact in facts.items()}
         self.loaded = loaded
         self.launches = launches
         self.family = family  # of the outputs: "numpy" (on the GPU: copied back), "cupy", "torch"
@@ -188,8 +192,11 @@ class Signature:
         arrays = self.owner.arrays
         buffers = {name: arrays.empty(shape, dtype, self.family, self.device)
                    for name, shape, dtype in self.intermediates}
-        return Workspace(buffers, {name: arrays.address(b) for name, b in buffers.items()},
-                         bound_launches_copy(self.launches, self.sizes))
+        workspace = Workspace(buffers, {name: arrays.address(b) for name, b in buffers.items()},
+                              bound_launches_copy(self.launches, self.sizes))
+        if self.schedule is not None and self.schedule.side_streams:
+            workspace.side = arrays.side_streams(self.schedule.side_streams, len(self.launches))
+        return workspace
 
     def _release(self, stream: Any, workspace: Workspace) -> None:
         with self.lock:
@@ -227,7 +234,8 @@ class Signature:
             addresses.update(workspace.addresses)
             if not (self.capturable and self._replayed(workspace, buffers, addresses, params,
                                                         stream)):
-                self.loaded.enqueue(workspace.launches, buffers, addresses, params, stream)
+                self.loaded.enqueue(workspace.launches, buffers, addresses, params, stream,
+                                    self.schedule, workspace.side)
         finally:
             self._release(stream, workspace)
         if self.family == "numpy" and self.owner.backend.name == "cuda":
@@ -250,7 +258,8 @@ class Signature:
                 return False
             graph = self.owner.arrays.capture(
                 workspace, lambda capture: self.loaded.enqueue(
-                    workspace.launches, buffers, addresses, params, capture))
+                    workspace.launches, buffers, addresses, params, capture, self.schedule,
+                    workspace.side))
             workspace.graphs[key] = graph
             while len(workspace.graphs) > GRAPHS_PER_WORKSPACE:
                 workspace.graphs.popitem(last=False)
@@ -280,7 +289,7 @@ class CompiledPipeline:
 
     def __init__(self, graph: Graph | Callable[[], Graph], backend: str = "auto",
                  plan: Any = "auto", *, max_signatures: int = DEFAULT_SIGNATURES,
-                 graphs: bool = True):
+                 graphs: bool = True, streams: bool = True):
         from kfuse.runtime import check_plan_argument, get_backend
 
         check_plan_argument(plan)
@@ -291,6 +300,7 @@ class CompiledPipeline:
         self.plan = plan
         self.max_signatures = max_signatures
         self.graphs = bool(graphs)
+        self.streams = bool(streams)
         self.stats = CacheStats()
         self._signatures: OrderedDict[tuple, Signature] = OrderedDict()
         self._lock = threading.RLock()
@@ -379,8 +389,40 @@ class CompiledPipeline:
             program = self._program(graph, bound, alignment)
             loaded = self.backend.executable_class.loaded_class.of(program)
             launches = loaded.bind(bound.sizes)
+            schedule = self._schedule(graph, bound, program, loaded, launches)
         self.stats.compiles += compiler_runs() - runs
-        return Signature(self, bound, facts, loaded, launches, family, device)
+        return Signature(self, bound, facts, loaded, launches, family, device, schedule)
+
+    def _schedule(self, graph: Graph, bound: Bound, program: Any, loaded: Any,
+                  launches: tuple[BoundLaunch, ...]) -> StreamSchedule | None:
+        """The streams of the program's launches on the GPU (the wave model's choice for
+        kernels with no path between them), None on the host."""
+        if self.backend.name != "cuda" or len(launches) < 2:
+            return None
+        from kfuse.model.device import current_profile
+        from kfuse.runtime.streams import kernel_shape, one_stream, schedule
+
+        if not self.streams:
+            return one_stream(program)
+        profile = current_profile()
+
+        def shape_of(index: int, spec: Any) -> Any:
+            function = loaded.functions[spec.symbol]
+            return kernel_shape(graph, spec, bound.sizes, profile, launches[index].grid,
+                                function.num_regs, function.shared_size_bytes)
+        return schedule(program, shape_of, profile)
+
+    def explain(self) -> str:
+        """For each compiled signature: its input shapes and on which streams its kernels
+        run, and why (the wave model, :mod:`kfuse.model.waves`)."""
+        lines = []
+        for signature in list(self._signatures.values()):
+            shapes = ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}"
+                               for name, shape in signature.shapes.items())
+            lines.append(f"{shapes}: {len(signature.launches)} launch(es)")
+            if signature.schedule is not None:
+                lines += ["  " + line for line in signature.schedule.explain().splitlines()]
+        return "\n".join(lines) or "nothing compiled yet"
 
     def _copied(self, facts: Mapping[str, ArrayFacts]) -> set[str]:
         return {name for name, fact in facts.items() if not fact.contiguous
@@ -569,6 +611,10 @@ class DeviceArrays:
             finally:
                 graph = capture.end_capture()
         return graph
+
+    def side_streams(self, count: int, launches: int) -> Any:
+        from kfuse.runtime.cuda_backend import SideStreams
+        return SideStreams(count, launches)
 
     def replay(self, graph: Any, stream: int) -> None:
         found = self.external.get(stream)

@@ -153,6 +153,41 @@ def address_of(buffer: Any) -> int:
     return data.ptr if hasattr(data, "ptr") else buffer.data_ptr()
 
 
+class SideStreams:
+    """The streams besides the caller's that one workspace launches on, and its events
+    (made once, used by every call: :mod:`kfuse.runtime.streams`)."""
+
+    def __init__(self, count: int, launches: int):
+        cupy = _cupy()
+        self.runtime = cupy.cuda.runtime
+        self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(count)]
+        self.streams = [stream.ptr for stream in self._streams]
+        self._events = [cupy.cuda.Event(block=False, disable_timing=True)
+                        for _ in range(launches + 1 + count)]
+        pointers = [event.ptr for event in self._events]
+        self.after = pointers[:launches]  # recorded after launch i, where another waits
+        self.forked = pointers[launches]
+        self.joined = pointers[launches + 1:]
+
+    def fork(self, stream: int) -> None:
+        """Side streams wait for what the caller's stream holds so far."""
+        self.runtime.eventRecord(self.forked, stream)
+        for side in self.streams:
+            self.runtime.streamWaitEvent(side, self.forked, 0)
+
+    def record(self, launch: int, stream: int) -> None:
+        self.runtime.eventRecord(self.after[launch], stream)
+
+    def wait(self, stream: int, launch: int) -> None:
+        self.runtime.streamWaitEvent(stream, self.after[launch], 0)
+
+    def join(self, stream: int) -> None:
+        """The caller's stream waits for everything the side streams hold."""
+        for side, event in zip(self.streams, self.joined, strict=True):
+            self.runtime.eventRecord(event, side)
+            self.runtime.streamWaitEvent(stream, event, 0)
+
+
 class CudaLoadedProgram(LoadedProgram):
     """A program's module on the current device; kernels launched through the driver
     (``cuLaunchKernel``) with their packed arguments, on the caller's stream."""
