@@ -68,6 +68,56 @@ def measure(name: str, size: tuple[int, ...], plan: str, rows: list[dict]) -> No
     print(json.dumps(row), flush=True)
 
 
+def device_us(call, calls: int = 50) -> float:
+    """The device's time per call alone: ``calls`` calls captured into one CUDA graph, its
+    replays timed with events (median of five)."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            for _ in range(calls):
+                call()
+        finally:
+            graph = stream.end_capture()
+        graph.launch(stream)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        runs = []
+        for _ in range(5):
+            start.record(stream)
+            graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            runs.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / calls)
+    return sorted(runs)[2]
+
+
+def profile_calls(name: str, size: tuple[int, ...]) -> str:
+    """Where the host time of a compiled call goes (cProfile, 2000 calls)."""
+    import cProfile
+    import io
+    import pstats
+
+    import cupy
+
+    from kfuse.apps import get_app
+    app = get_app(name)
+    inputs, params = app.make_inputs(size, np.random.default_rng(5), "float32")
+    given = {key: cupy.asarray(value) for key, value in inputs.items()} | params
+    compiled = app.build().compile("cuda")
+    for _ in range(10):
+        compiled(**given)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(2000):
+        compiled(**given)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(14)
+    return text.getvalue()
+
+
 def streams_experiment(size: tuple[int, int]) -> dict:
     """The levels app (independent branches of small kernels) with and without side
     streams: what the wave model predicts, and microseconds per call measured, with CUDA
@@ -97,6 +147,12 @@ def streams_experiment(size: tuple[int, int]) -> dict:
                 result["predicted_multi_us"] = sum(
                     (d.multi_s if d.concurrent else d.single_s)
                     for d in signature.schedule.decisions) * 1e6
+    for streams in (False, True):  # the device's time alone: 50 calls captured in a graph
+        compiled = pipeline.compile("cuda", graphs=False, streams=streams)
+        out = {key: cupy.empty_like(value) for key, value in outputs[(False, False)].items()}
+        compiled(out=out, **given)
+        result[f"streams={streams} device us"] = device_us(
+            lambda compiled=compiled, out=out: compiled(out=out, **given))
     base = outputs[(False, False)]
     result["max_difference"] = max(float(cupy.abs(out[k] - base[k]).max())
                                    for out in outputs.values() for k in base)
@@ -146,6 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--quick", action="store_true", help="small sizes only")
+    parser.add_argument("--only", help="apps to time, by name, comma-separated")
     options = parser.parse_args()
     from kfuse.apps import get_app
 
@@ -153,6 +210,8 @@ def main() -> None:
     cases = [("harris", "auto"), ("harris", "unfused"), ("night", "auto"),
              ("gemver", "auto"), ("sgemv", "auto"), ("waxpby", "auto"), ("sobel", "auto"),
              ("levels", "auto")]
+    if options.only:
+        cases = [case for case in cases if case[0] in options.only.split(",")]
     for name, plan in cases:
         app = get_app(name)
         sizes = [SMALL.get(app.ndim, app.test_size)]
@@ -162,6 +221,8 @@ def main() -> None:
             sizes.insert(1, (1024, 1024))
         for size in sizes:
             measure(name, size, plan, rows)
+    for name in ("gemver", "sgemv"):
+        print(profile_calls(name, (256, 256)), flush=True)
     streams = [streams_experiment(size) for size in ((256, 256), (1024, 1024), (8192, 8192))]
     manners = torch_manners()
     print("torch manners:", manners, flush=True)

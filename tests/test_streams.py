@@ -33,7 +33,7 @@ def test_waves_count_blocks_against_what_the_device_holds():
 
 
 def test_small_independent_kernels_run_concurrently():
-    decision = decide([small("a"), small("b"), small("c")], PROFILE)
+    decision = decide([small("a"), small("b"), small("c")], PROFILE, event_overhead_s=1e-6)
     assert decision.concurrent
     assert decision.multi_s < decision.single_s == pytest.approx(15e-6)
     assert "fit 1 wave(s) together" in decision.reason and "us" in decision.reason
@@ -52,6 +52,8 @@ def test_event_costs_can_outweigh_the_overlap():
                       event_overhead_s=5e-6)
     assert not decision.concurrent and "not less than" in decision.reason
     assert not decide([small("a")], PROFILE).concurrent
+    # the nominal cost of a stream (measured from Python) outweighs 5 us kernels
+    assert not decide([small("a"), small("b"), small("c")], PROFILE).concurrent
 
 
 def test_kernels_that_do_not_fit_together_take_several_waves():
@@ -85,8 +87,10 @@ def test_a_concurrent_level_waits_for_the_other_stream():
     graph = diamond().graph()
     program = generate(graph)
     sizes = {symbol: 40 for symbol in graph.size_symbols}
-    plan = schedule(program, lambda i, spec: kernel_shape(graph, spec, sizes, PROFILE,
-                                                          spec.grid_size(sizes), 32, 0), PROFILE)
+    cheap_events = replace(PROFILE, notes={"event_overhead_s": 1e-7})
+    plan = schedule(program, lambda i, spec: kernel_shape(graph, spec, sizes, cheap_events,
+                                                          spec.grid_size(sizes), 32, 0),
+                    cheap_events)
     assert plan.streams == (0, 0, 1, 0)  # b and c at once; d after both
     assert plan.waits == ((), (), (0,), (2,))
     assert plan.recorded == {0, 2} and plan.side_streams == 1

@@ -26,7 +26,11 @@ from dataclasses import dataclass
 
 from kfuse.model.device import DeviceProfile
 
-EVENT_OVERHEAD_S = 2.0e-6  # one event record and wait between two streams (nominal)
+# One more stream for a call: its fork and join events and the waits, host and device
+# together; measured from Python on an H100 as 7.4-7.6 us per side stream with and without
+# CUDA graphs (docs/benchmarks.md: the levels app at 256^2). A profile may set its own
+# (notes["event_overhead_s"]).
+EVENT_OVERHEAD_S = 7.5e-6
 CONCURRENCY_SLOWDOWN = 1.1  # O_par: kernels sharing the device run this much slower (nominal)
 REGISTER_UNIT = 256
 WARP = 32

@@ -178,6 +178,7 @@ class Signature:
             (name, graph.shape_of(name, bound.sizes), buffer.dtype)
             for name, buffer in graph.buffers.items()
             if name not in graph.inputs and name not in graph.outputs)
+        self.external = (*graph.inputs, *graph.outputs)  # what a call's arrays are
         self.spare: dict[Any, list[Workspace]] = OrderedDict()  # stream -> free workspaces
         self.lock = threading.Lock()
         self.capturable = owner.graphs and owner.backend.name == "cuda" and (
@@ -246,7 +247,7 @@ class Signature:
                   addresses: dict[str, int], params: Mapping[str, Any], stream: Any) -> bool:
         """Whether the call ran as a CUDA graph: replayed where one was captured for these
         arrays and parameters, captured (and launched) where they are seen a second time."""
-        key = (tuple(sorted(addresses.items())), tuple(sorted(params.items())))
+        key = (tuple([addresses[name] for name in self.external]), tuple(params.values()))
         graph = workspace.graphs.get(key)
         stats = self.owner.stats
         if graph is None:
