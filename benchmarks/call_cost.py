@@ -133,7 +133,7 @@ def streams_experiment(size: tuple[int, int]) -> dict:
     given = {key: cupy.asarray(value) for key, value in inputs.items()} | params
     result: dict = {"size": "x".join(map(str, size))}
     outputs = {}
-    for streams in (False, True):
+    for streams in (False, True):  # True: separate streams, whatever the model predicts
         for graphs in (False, True):
             compiled = pipeline.compile("cuda", graphs=graphs, streams=streams)
             outputs[(streams, graphs)] = compiled(**given)
@@ -145,8 +145,10 @@ def streams_experiment(size: tuple[int, int]) -> dict:
                 result["predicted_single_us"] = sum(
                     d.single_s for d in signature.schedule.decisions) * 1e6
                 result["predicted_multi_us"] = sum(
-                    (d.multi_s if d.concurrent else d.single_s)
-                    for d in signature.schedule.decisions) * 1e6
+                    d.multi_s for d in signature.schedule.decisions) * 1e6
+    result["auto"] = pipeline.compile("cuda")  # what the model chooses
+    result["auto"](**given)
+    result["auto"] = result["auto"].explain()
     for streams in (False, True):  # the device's time alone: 50 calls captured in a graph
         compiled = pipeline.compile("cuda", graphs=False, streams=streams)
         out = {key: cupy.empty_like(value) for key, value in outputs[(False, False)].items()}

@@ -435,7 +435,8 @@ class Pipeline:
         return run_graph(self.graph(), arrays_and_params, backend=backend, plan=plan, out=out)
 
     def compile(self, backend: str = "auto", plan: Any = "auto", *,
-                max_signatures: int = 64, graphs: bool = True, streams: bool = True) -> Any:
+                max_signatures: int = 64, graphs: bool = True, streams: bool | str = "auto"
+                ) -> Any:
         """This pipeline compiled for ``backend`` and ``plan``: a callable
         (:class:`~kfuse.runtime.compiled.CompiledPipeline`) taking the inputs and
         parameters by name, and ``out=``, and returning the outputs by name.
@@ -445,7 +446,8 @@ class Pipeline:
         the ``max_signatures`` used last; ``graphs``: on the GPU, replay a program of
         several launches as a CUDA graph when it is called again on the same arrays;
         ``streams``: on the GPU, run kernels with no path between them on separate streams
-        where the wave model predicts it pays (``.explain()`` says where and why).
+        where the wave model predicts it pays (``"auto"``; ``.explain()`` says where and
+        why), always (True) or never (False).
         ``.stats`` counts hits, misses, plans and compiles.
         """
         from kfuse.runtime.compiled import CompiledPipeline

@@ -290,7 +290,7 @@ class CompiledPipeline:
 
     def __init__(self, graph: Graph | Callable[[], Graph], backend: str = "auto",
                  plan: Any = "auto", *, max_signatures: int = DEFAULT_SIGNATURES,
-                 graphs: bool = True, streams: bool = True):
+                 graphs: bool = True, streams: bool | str = "auto"):
         from kfuse.runtime import check_plan_argument, get_backend
 
         check_plan_argument(plan)
@@ -301,7 +301,9 @@ class CompiledPipeline:
         self.plan = plan
         self.max_signatures = max_signatures
         self.graphs = bool(graphs)
-        self.streams = bool(streams)
+        if streams not in (True, False, "auto"):
+            raise BindError(f"streams must be 'auto', True or False, got {streams!r}")
+        self.streams = streams
         self.stats = CacheStats()
         self._signatures: OrderedDict[tuple, Signature] = OrderedDict()
         self._lock = threading.RLock()
@@ -403,7 +405,7 @@ class CompiledPipeline:
         from kfuse.model.device import current_profile
         from kfuse.runtime.streams import kernel_shape, one_stream, schedule
 
-        if not self.streams:
+        if self.streams is False:
             return one_stream(program)
         profile = current_profile()
 
@@ -411,7 +413,7 @@ class CompiledPipeline:
             function = loaded.functions[spec.symbol]
             return kernel_shape(graph, spec, bound.sizes, profile, launches[index].grid,
                                 function.num_regs, function.shared_size_bytes)
-        return schedule(program, shape_of, profile)
+        return schedule(program, shape_of, profile, always=self.streams is True)
 
     def explain(self) -> str:
         """For each compiled signature: its input shapes and on which streams its kernels

@@ -13,7 +13,7 @@ caller's stream as a whole (and a CUDA graph captured from the call holds the br
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from kfuse.codegen.program import LaunchSpec, Program
@@ -70,10 +70,11 @@ def launch_dependencies(launches: Sequence[LaunchSpec]) -> dict[int, set[int]]:
 
 
 def schedule(program: Program, shape_of: Callable[[int, LaunchSpec], KernelShape],
-             profile: DeviceProfile) -> StreamSchedule:
+             profile: DeviceProfile, always: bool = False) -> StreamSchedule:
     """The streams of ``program``'s launches: levels of independent launches go on
-    separate streams where :func:`kfuse.model.waves.decide` predicts it pays
-    (``shape_of(index, spec)``: the launch's blocks, resources and predicted time)."""
+    separate streams where :func:`kfuse.model.waves.decide` predicts it pays, or
+    ``always`` (``shape_of(index, spec)``: the launch's blocks, resources and predicted
+    time)."""
     launches = program.launches
     dependencies = launch_dependencies(launches)
     streams = [0] * len(launches)
@@ -84,6 +85,9 @@ def schedule(program: Program, shape_of: Callable[[int, LaunchSpec], KernelShape
         decision = decide([shape_of(i, launches[i]) for i in level], profile,
                           profile.notes.get("event_overhead_s"),
                           profile.notes.get("concurrency_slowdown"))
+        if always and not decision.concurrent:
+            decision = replace(decision, concurrent=True,
+                               reason=f"asked for (streams=True); the model: {decision.reason}")
         decisions.append(decision)
         if decision.concurrent:
             for stream, index in enumerate(level):
