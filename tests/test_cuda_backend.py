@@ -169,7 +169,7 @@ def test_marching_kernels_on_cuda(boundary, shape, monkeypatch):
     assert "threads march along z" in executable.program.source
     executable.launch_all()
     (launch,) = executable.program.launches
-    resident = executable.resident_blocks(launch)
+    resident = executable.loaded.resident_blocks(launch)
     x, y, z = launch.grid_size(executable.bound.sizes, resident)
     assert x * y * z <= max(resident, x * y)  # one wave (or one chunk where rows need more)
     outputs = executable.results()
