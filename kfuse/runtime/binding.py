@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from kfuse.errors import BindError, DtypeError
-from kfuse.ir.expr import normalize_dtype, representable
+from kfuse.ir.expr import FLOAT32_ROUNDS_TO_INFINITY, normalize_dtype, representable
 from kfuse.ir.graph import Graph
 
 INT32_LIMIT = 2**31 - 1
@@ -58,6 +58,10 @@ class Bound:
 def param_value(name: str, dtype: str, value: Any) -> Any:
     """A runtime parameter's value as the Python number its kernels take (float, int or
     bool), or a :class:`~kfuse.errors.BindError` saying why ``value`` cannot be one."""
+    if type(value) is float and (dtype == "float64" or dtype == "float32"
+                                 and -FLOAT32_ROUNDS_TO_INFINITY < value
+                                 < FLOAT32_ROUNDS_TO_INFINITY):
+        return value  # the common case, checked first (a call takes it every time)
     if getattr(value, "ndim", 0) != 0 or isinstance(value, (str, bytes)):
         raise BindError(f"parameter '{name}' must be a scalar, got {value!r}")
     try:

@@ -174,6 +174,7 @@ class Signature:
                             or (owner.backend.name == "cuda" and fact.family == "numpy"))
         self.outputs = tuple((name, graph.shape_of(name, bound.sizes), graph.buffers[name].dtype)
                              for name in graph.outputs)
+        self.allocate = owner.arrays.allocator(family, device)  # (shape, dtype) -> array
         self.intermediates = tuple(
             (name, graph.shape_of(name, bound.sizes), buffer.dtype)
             for name, buffer in graph.buffers.items()
@@ -220,10 +221,13 @@ class Signature:
             buffers[name] = arrays.contiguous(given[name], self.device)
             addresses[name] = arrays.address(buffers[name])
         results = {}
+        if self.device is not None and arrays.current_device() != self.device:
+            with arrays.on_device(self.device):
+                return self(given, facts, params, out)
         for name, shape, dtype in self.outputs:
             array = out.get(name) if out else None
             if array is None:
-                array = arrays.empty(shape, dtype, self.family, self.device)
+                array = self.allocate(shape, dtype)
             else:
                 self._check_out(name, array, shape, dtype)
             results[name] = buffers[name] = array
@@ -337,22 +341,34 @@ class CompiledPipeline:
                 raise BindError("out= needs a compiled backend (cuda or cpu), not numpy")
             return self.backend.run(graph, given, plan=None)
         if self._names[0] is not graph:
-            self._names = (graph, {*graph.inputs, *graph.params}, tuple(graph.params.items()))
-        _, names, declared = self._names
+            self._names = (graph, {*graph.inputs, *graph.params}, tuple(graph.params.items()),
+                           graph.inputs, graph.fingerprint)
+        _, names, declared, inputs, fingerprint = self._names
         if given.keys() != names:
             bind(graph, given)  # raises the error that names what is missing or unknown
-        out = _out_arrays(graph, out) if out is not None else {}
         facts = {}
-        for name in graph.inputs:
+        keys = [fingerprint]
+        for name in inputs:
+            value = given[name]
+            describe = _DESCRIBERS.get(type(value))
             try:
-                facts[name] = facts_of(given[name])
+                fact = describe(value) if describe is not None else facts_of(value)
             except BindError:
                 bind(graph, given)  # names the input
                 raise
-        params = {name: param_value(name, dtype, given[name]) for name, dtype in declared}
-        key = (graph.fingerprint, tuple([fact.key for fact in facts.values()]),
-               tuple(type(given[name]) for name in graph.params),
-               tuple((name, facts_of(array).alignment) for name, array in out.items()))
+            facts[name] = fact
+            keys.append(fact.key)
+        params = {}
+        for name, dtype in declared:
+            value = given[name]
+            params[name] = param_value(name, dtype, value)
+            keys.append(type(value))
+        if out is None:
+            out = {}
+        else:
+            out = _out_arrays(graph, out)
+            keys.extend((name, facts_of(array).alignment) for name, array in out.items())
+        key = tuple(keys)
         signature = self._signatures.get(key)
         if signature is None:
             with self._lock:
@@ -510,6 +526,12 @@ class HostArrays:
               ) -> np.ndarray:
         return np.full(shape, POISON[dtype], dtype=np.dtype(dtype))
 
+    def allocator(self, family: str, device: None) -> Callable[[tuple, str], np.ndarray]:
+        return lambda shape, dtype: np.full(shape, POISON[dtype], dtype=dtype)
+
+    def current_device(self) -> None:
+        return None
+
     def contiguous(self, array: Any, device: None) -> np.ndarray:
         return np.ascontiguousarray(np.asarray(array))
 
@@ -570,6 +592,21 @@ class DeviceArrays:
             return self.cupy.empty(shape, dtype=dtype)
         with self.cupy.cuda.Device(device):
             return self.cupy.empty(shape, dtype=dtype)
+
+    def allocator(self, family: str, device: int) -> Callable[[tuple, str], Any]:
+        """How a call's outputs are made: the caller's library's ``empty`` (on the device
+        current when the call runs, which is the signature's)."""
+        if family == "torch":
+            torch = self._torch()
+            where = torch.device("cuda", device)
+            types = {name: getattr(torch, name) for name in ("float32", "float64", "int32",
+                                                             "bool")}
+            return lambda shape, dtype: torch.empty(shape, dtype=types[dtype], device=where)
+        empty = self.cupy.empty
+        return lambda shape, dtype: empty(shape, dtype)
+
+    def current_device(self) -> int:
+        return self.cupy.cuda.runtime.getDevice()
 
     def contiguous(self, array: Any, device: int) -> Any:
         with self.cupy.cuda.Device(device):
