@@ -162,6 +162,33 @@ def streams_experiment(size: tuple[int, int]) -> dict:
     return result
 
 
+def readme_example() -> dict:
+    """The README's first example as a new user runs it, in a loop: per call on the GPU
+    with the NumPy image it makes (copied in and out every call) and with the image on the
+    GPU, beside the program's kernels alone."""
+    import cupy
+
+    import kfuse as kf
+    from kfuse.bench.calls import kernels_us, per_call_us
+    from kfuse.runtime import auto_plan, get_backend
+
+    p = kf.Pipeline("sobel")
+    img = p.input("img", ndim=2)
+    dx = kf.convolve(img, [[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]], boundary="mirror")
+    dy = kf.local(img.at(1, 0) - img.at(-1, 0), boundary=kf.constant(0.0))
+    mag = kf.point(kf.sqrt(dx * dx + dy * dy))
+    p.output(mag)
+    image = np.random.rand(480, 640).astype(np.float32)
+    on_gpu = cupy.asarray(image)
+    executable = get_backend("cuda").prepare(p.graph(), {"img": on_gpu},
+                                             plan=auto_plan(p.graph(), {"img": on_gpu}))
+    result = {"kernels_us": kernels_us(executable),
+              "numpy_image_us": per_call_us(lambda: p.run(backend="cuda", img=image)),
+              "gpu_image_us": per_call_us(lambda: p.run(backend="cuda", img=on_gpu))}
+    print("README example:", json.dumps(result), flush=True)
+    return result
+
+
 def torch_manners() -> dict:
     """Torch in, torch out, no copies; a non-default stream orders the work."""
     import torch
@@ -226,6 +253,7 @@ def main() -> None:
     for name in ("gemver", "sgemv"):
         print(profile_calls(name, (256, 256)), flush=True)
     streams = [streams_experiment(size) for size in ((256, 256), (1024, 1024), (8192, 8192))]
+    readme = readme_example()
     manners = torch_manners()
     print("torch manners:", manners, flush=True)
     fresh = {f"{n}x{n}": fresh_process((n, n)) for n in (8192,)}
@@ -241,7 +269,8 @@ def main() -> None:
               f"  replays={row['graph_replays']} graph error={row['graph_error']:.1e}")
     if options.json:
         with open(options.json, "w") as file:
-            json.dump({"rows": rows, "torch": manners, "fresh": fresh, "streams": streams},
+            json.dump({"rows": rows, "torch": manners, "fresh": fresh, "streams": streams,
+                       "readme": readme},
                       file, indent=1)
 
 
