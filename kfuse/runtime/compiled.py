@@ -558,7 +558,6 @@ class DeviceArrays:
         import cupy
         self.cupy = cupy
         self.torch: Any = None
-        self.external: OrderedDict[int, Any] = OrderedDict()  # stream pointer -> CuPy stream
 
     def _torch(self) -> Any:
         if self.torch is None:
@@ -657,13 +656,8 @@ class DeviceArrays:
         return SideStreams(count, launches)
 
     def replay(self, graph: Any, stream: int) -> None:
-        found = self.external.get(stream)
-        if found is None:
-            found = self.cupy.cuda.ExternalStream(stream)
-            self.external[stream] = found
-            while len(self.external) > 16:
-                self.external.popitem(last=False)
-        graph.launch(found)
+        """Launch a captured CUDA graph on ``stream`` (a raw stream pointer)."""
+        self.cupy.cuda.runtime.graphLaunch(graph.graphExec, stream)
 
 
 def _arrays_for(backend: Any) -> HostArrays | DeviceArrays:
