@@ -233,7 +233,13 @@ def _rows() -> list[BenchRow]:
                  KernelRow("harris_hc", ("hc",), 1.25, 2_000_000_000, 1600.0, 0.8)],
         timings={"kfuse": {"median_s": 2e-3, "min_s": 1.9e-3, "p10": 1.95e-3, "p90": 2.1e-3,
                            "runs": 50}},
-        notes=["inputs made on the device"])
+        notes=["inputs made on the device"],
+        calls=[{"size": [64, 64], "launches": 2, "kernels_us": 2000.0, "run_us": 2020.0,
+                "compiled_us": 2010.0, "direct_us": 2015.0, "torch_compile_us": 2600.0,
+                "graph_replays": 40},
+               {"size": [256, 256], "launches": 2, "kernels_us": 4.0, "run_us": 30.0,
+                "compiled_us": 20.0, "direct_us": 24.0, "torch_compile_us": None,
+                "graph_replays": 40}])
     bare = BenchRow(app="sobel", size=(32, 48), device="Fake GPU", kfuse_ms=4.0, floor_ms=0.5,
                     floor_bytes=1_000_000, copy_gbps=2000.0,
                     notes=["PyTorch is not installed: baselines skipped"])
@@ -267,6 +273,9 @@ def test_markdown_report():
     assert "| harris | harris_hc | hc | 1.250 | 2000.0 | 1600 | 80% |" in text
     assert "- sobel: PyTorch is not installed: baselines skipped" in text
     assert "torch.compile(mode='default', dynamic=False)" in text
+    assert ("| harris | 64x64 | 2 | 2000.0 | 2020.0 | 2010.0 | 2015.0 | 2600.0 | 1.00x |"
+            in text)
+    assert "| harris | 256x256 | 2 | 4.0 | 30.0 | 20.0 | 24.0 | — | 5.00x |" in text
 
 
 def test_json_round_trip(tmp_path):
@@ -290,7 +299,7 @@ def test_print_report():
     text = console.export_text()
     assert text.splitlines()[0].startswith("Device: Fake GPU (copy bandwidth 2000 GB/s")
     for expected in ("harris", "sobel", "night", "harris_hc", "0.75x", "2.00x",
-                     "baselines skipped"):
+                     "baselines skipped", "a call from Python", "2010.0", "5.00x"):
         assert expected in text
 
 
