@@ -68,31 +68,6 @@ def measure(name: str, size: tuple[int, ...], plan: str, rows: list[dict]) -> No
     print(json.dumps(row), flush=True)
 
 
-def device_us(call, calls: int = 50) -> float:
-    """The device's time per call alone: ``calls`` calls captured into one CUDA graph, its
-    replays timed with events (median of five)."""
-    import cupy
-
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        stream.begin_capture()
-        try:
-            for _ in range(calls):
-                call()
-        finally:
-            graph = stream.end_capture()
-        graph.launch(stream)
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        runs = []
-        for _ in range(5):
-            start.record(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            runs.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / calls)
-    return sorted(runs)[2]
-
-
 def profile_calls(name: str, size: tuple[int, ...]) -> str:
     """Where the host time of a compiled call goes (cProfile, 2000 calls)."""
     import cProfile
@@ -125,7 +100,7 @@ def streams_experiment(size: tuple[int, int]) -> dict:
     import cupy
 
     from kfuse.apps import get_app
-    from kfuse.bench.calls import per_call_us
+    from kfuse.bench.calls import graph_time_us, per_call_us
 
     app = get_app("levels")
     pipeline = app.build()
@@ -153,7 +128,7 @@ def streams_experiment(size: tuple[int, int]) -> dict:
         compiled = pipeline.compile("cuda", graphs=False, streams=streams)
         out = {key: cupy.empty_like(value) for key, value in outputs[(False, False)].items()}
         compiled(out=out, **given)
-        result[f"streams={streams} device us"] = device_us(
+        result[f"streams={streams} device us"] = graph_time_us(
             lambda compiled=compiled, out=out: compiled(out=out, **given))
     base = outputs[(False, False)]
     result["max_difference"] = max(float(cupy.abs(out[k] - base[k]).max())

@@ -60,18 +60,18 @@ def per_call_us(call: Callable[[], object], seconds: float = 0.3, least: int = 2
     return sorted(runs)[1]
 
 
-def kernels_us(executable: Any, launches: int = 50) -> float:
-    """The prepared program's kernels alone, in microseconds: ``launches`` runs captured
-    into one CUDA graph, its replays timed with CUDA events (median of five)."""
+def graph_time_us(call: Callable[[], object], calls: int = 50) -> float:
+    """The device's time per ``call()`` alone, in microseconds: ``calls`` of them captured
+    into one CUDA graph (what they enqueue on the current stream), its replays timed with
+    CUDA events (median of five)."""
     import cupy
 
-    executable.launch_all()
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
         try:
-            for _ in range(launches):
-                executable.launch_all()
+            for _ in range(calls):
+                call()
         finally:
             graph = stream.end_capture()
         graph.launch(stream)
@@ -82,8 +82,14 @@ def kernels_us(executable: Any, launches: int = 50) -> float:
             graph.launch(stream)
             end.record(stream)
             end.synchronize()
-            runs.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / launches)
+            runs.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / calls)
     return sorted(runs)[2]
+
+
+def kernels_us(executable: Any, launches: int = 50) -> float:
+    """The prepared program's kernels alone, in microseconds (:func:`graph_time_us`)."""
+    executable.launch_all()
+    return graph_time_us(executable.launch_all, launches)
 
 
 def measure_calls(graph: Any, pipeline_run: Callable[..., Any], compile_pipeline: Callable,

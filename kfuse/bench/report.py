@@ -124,24 +124,21 @@ def print_report(rows: Sequence[BenchRow], console: Any = None, *, kernels: bool
     for row in rows:
         table.add_row(*cells(row))
     console.print(table)
-    if kernels and any(row.kernels for row in rows):
-        detail = Table(title="kfuse unfused program, each kernel timed alone", show_header=True,
-                       header_style="bold", box=box.SIMPLE_HEAD)
-        for index, column in enumerate(KERNEL_COLUMNS):
-            detail.add_column(column, justify="left" if index < 3 else "right")
-        for row in rows:
-            for line in kernel_cells(row):
-                detail.add_row(*line)
-        console.print(detail)
-    if any(row.calls for row in rows):
-        calls = Table(title="a call from Python, microseconds per call (calls back to back)",
-                      show_header=True, header_style="bold", box=box.SIMPLE_HEAD)
-        for index, column in enumerate(CALL_COLUMNS):
-            calls.add_column(column, justify="left" if index < 2 else "right")
-        for row in rows:
-            for line in call_cells(row):
-                calls.add_row(*line)
-        console.print(calls)
+    def detail(title: str, columns: Sequence[str], lines: list[list[str]], left: int) -> None:
+        if not lines:
+            return
+        table = Table(title=title, show_header=True, header_style="bold", box=box.SIMPLE_HEAD)
+        for index, column in enumerate(columns):
+            table.add_column(column, justify="left" if index < left else "right")
+        for line in lines:
+            table.add_row(*line)
+        console.print(table)
+
+    if kernels:
+        detail("kfuse unfused program, each kernel timed alone", KERNEL_COLUMNS,
+               [line for row in rows for line in kernel_cells(row)], 3)
+    detail("a call from Python, microseconds per call (calls back to back)", CALL_COLUMNS,
+           [line for row in rows for line in call_cells(row)], 2)
     for row in rows:
         for note in row.notes:
             console.print(f"[dim]{row.app}: {note}[/dim]")
