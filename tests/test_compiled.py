@@ -85,8 +85,7 @@ def test_pipeline_run_goes_through_one_compiled_pipeline(cache, rng):
     x = rng.random((17, 12), dtype=np.float32)
     for scale in (0.25, 4.0):
         assert_matches(p.run(backend="cpu", x=x, s=scale), reference(p, {"x": x, "s": scale}))
-    from kfuse.runtime import compiled_for
-    stats = compiled_for(p.graph(), "cpu", "auto").stats
+    stats = p.compiled_run("cpu", "auto").stats
     assert (stats.calls, stats.hits, stats.misses, stats.plans) == (2, 1, 1, 1)
 
 

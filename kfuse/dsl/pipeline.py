@@ -151,6 +151,9 @@ def _size_symbol(name: str, axis: int, size: object) -> str:
     return size
 
 
+COMPILED_RUNS = 16  # compiled pipelines run() keeps per pipeline (backends x plans)
+
+
 class Pipeline:
     """A named pipeline of operators with named inputs, parameters and outputs."""
 
@@ -170,6 +173,7 @@ class Pipeline:
         self._outputs: list[str] = []
         self._parent: dict[str, str] = {}
         self._built: tuple[tuple, Graph] | None = None  # (version, graph)
+        self._runs: dict[tuple, tuple[Any, Any]] = {}  # (backend, plan) -> (plan, compiled)
 
     # -- declarations ----------------------------------------------------------------------
     def input(self, name: str, ndim: int | None = None, dtype: object = "float32",
@@ -431,8 +435,20 @@ class Pipeline:
         the pipeline's :meth:`compile`\ d form for ``backend`` and ``plan``: a second call
         with arrays like the first plans, generates and compiles nothing.
         """
-        from kfuse.runtime import run_graph
-        return run_graph(self.graph(), arrays_and_params, backend=backend, plan=plan, out=out)
+        return self.compiled_run(backend, plan)(out=out, **arrays_and_params)
+
+    def compiled_run(self, backend: str = "auto", plan: Any = "auto") -> Any:
+        """The compiled pipeline :meth:`run` calls for ``backend`` and ``plan`` (made at the
+        first run, kept with the pipeline: its ``stats`` say what runs built and reused)."""
+        key = (backend, plan if plan is None or isinstance(plan, str) else id(plan))
+        found = self._runs.get(key)
+        if found is None:
+            from kfuse.runtime.compiled import CompiledPipeline
+            found = (plan, CompiledPipeline(self.graph, backend, plan))  # (the plan kept:
+            self._runs[key] = found                                      # its id stays its own)
+            while len(self._runs) > COMPILED_RUNS:
+                self._runs.pop(next(iter(self._runs)))
+        return found[1]
 
     def compile(self, backend: str = "auto", plan: Any = "auto", *,
                 max_signatures: int = 64, graphs: bool = True, streams: bool | str = "auto"

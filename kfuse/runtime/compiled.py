@@ -113,6 +113,13 @@ def _cupy_facts(array: Any) -> ArrayFacts:
                       array.flags.c_contiguous, data.ptr, data.device_id)
 
 
+def _cupy_facts_fast(array: Any) -> ArrayFacts:
+    """:func:`_cupy_facts` reading CuPy's own contiguity flag (no flags object per call)."""
+    data = array.data
+    return ArrayFacts("cupy", _dtype(array.dtype, array), array.shape, array._c_contiguous,
+                      data.ptr, data.device_id)
+
+
 def _numpy_facts(array: Any) -> ArrayFacts:
     return ArrayFacts("numpy", _dtype(array.dtype, array), array.shape,
                       array.flags.c_contiguous, array.__array_interface__["data"][0], None)
@@ -129,7 +136,7 @@ def facts_of(array: Any) -> ArrayFacts:
         if module.startswith("torch") and hasattr(array, "data_ptr"):
             describe = _torch_facts
         elif module.startswith("cupy") and hasattr(array, "data"):
-            describe = _cupy_facts
+            describe = _cupy_facts_fast if hasattr(array, "_c_contiguous") else _cupy_facts
         elif isinstance(array, np.ndarray):
             describe = _numpy_facts
         else:
