@@ -6,6 +6,7 @@ Later models use these figures for occupancy; ``kfuse run --resources`` prints t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import shutil
@@ -14,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kfuse.cache import cache_dir, writable_cache_dir, write_atomically
+from kfuse.cache import cache_dir, mark_used, writable_cache_dir, write_atomically
 from kfuse.errors import BackendUnavailable, CompileError
 
 
@@ -74,13 +75,24 @@ def parse_ptxas(log: str) -> dict[str, KernelResources]:
     }
 
 
+@functools.lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    """``nvcc --version``'s last line (part of every resource report's cache key)."""
+    done = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else "unknown"
+
+
 def kernel_resources(source: str, arch: str = "sm_90") -> dict[str, KernelResources]:
-    """Compile ``source`` with nvcc and return each kernel's resources (cached by hash)."""
+    """Compile ``source`` with nvcc and return each kernel's resources (cached by a key of
+    the source, the architecture and nvcc's version)."""
     if not nvcc_available():
         raise BackendUnavailable("nvcc is not on PATH; resource figures need it")
-    digest = hashlib.sha256(f"{arch}\0{source}".encode()).hexdigest()[:24]
+    key = f"{arch}\0{nvcc_version()}\0{source}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     cache = cache_dir("ptxas") / f"{digest}.log"
     if cache.exists():
+        mark_used(cache)
         return parse_ptxas(cache.read_text())
     cache = writable_cache_dir("ptxas") / f"{digest}.log"  # before a ptxas run, not after
     with tempfile.TemporaryDirectory() as work:
