@@ -323,7 +323,7 @@ def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
                repeat: int = 50, sets: int | None = None, seed: int = 0,
                compile_mode: str | None = None,
                program: Callable[[Any], Any] | None = None,
-               autotune: int = 0) -> list[BenchRow]:
+               autotune: int = 0, calls: bool = True) -> list[BenchRow]:
     """Benchmark apps (names from :mod:`kfuse.apps`, or ``App`` objects); one row each.
 
     ``size`` defaults to each app's ``bench_size``; ``profile`` to a fresh calibration on
@@ -334,7 +334,8 @@ def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
     out, the unfused program. Kernel rows always time the unfused program's kernels.
     ``sets`` overrides how many input sets are rotated. ``autotune=k`` (k > 0) times the
     k best-predicted implementations of :mod:`kfuse.search.variants` and runs the fastest.
-    An app that fails gets a row whose notes say why; the others still run.
+    ``calls``: on the GPU, also time a call from Python at the benchmark size and a small
+    one (:mod:`kfuse.bench.calls`). An app that fails gets a row whose notes say why; the others still run.
     """
     if baselines is True:
         chosen = BASELINES
@@ -364,7 +365,8 @@ def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
             try:
                 _bench_one(app, row, env, profile, baselines=chosen, status=status,
                            warmup=warmup, repeat=repeat, sets=sets, seed=seed,
-                           compile_mode=compile_mode, program=program, autotune=autotune)
+                           compile_mode=compile_mode, program=program, autotune=autotune,
+                           calls=calls)
             except Exception as error:  # one failing app must not lose the others
                 row.notes.append(f"failed: {type(error).__name__}: {error}")
                 frames = traceback.extract_tb(error.__traceback__)

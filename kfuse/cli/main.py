@@ -276,7 +276,8 @@ def command_bench(args: argparse.Namespace) -> int:
         app.check_size(size)
     json_file, plot_file = _output_file(args.json, "--json"), _output_file(args.plot, "--plot")
     _require_gpu()
-    rows = bench_apps(apps, size=size, baselines=not args.no_baselines, autotune=args.autotune)
+    rows = bench_apps(apps, size=size, baselines=not args.no_baselines, autotune=args.autotune,
+                      calls=not args.no_calls)
     print_report(rows)
     if json_file is not None:
         to_json(rows, json_file)
@@ -551,6 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-baselines", action="store_true")
     bench.add_argument("--autotune", type=NON_NEGATIVE_INT, default=0, metavar="K",
                        help="time the K best-predicted implementations, keep the fastest (0: off)")
+    bench.add_argument("--no-calls", action="store_true",
+                       help="leave out the microseconds per call from Python")
     bench.set_defaults(handler=command_bench)
 
     calibrate = commands.add_parser("calibrate", help="measure the GPU (copy bandwidth, ...)")
