@@ -177,8 +177,7 @@ class Signature:
         self.family = family  # of the outputs: "numpy" (on the GPU: copied back), "cupy", "torch"
         self.device = device
         self.sizes = bound.sizes
-        self.copied = tuple(name for name, fact in facts.items() if not fact.contiguous
-                            or (owner.backend.name == "cuda" and fact.family == "numpy"))
+        self.copied = tuple(owner.copied(facts))
         self.outputs = tuple((name, graph.shape_of(name, bound.sizes), graph.buffers[name].dtype)
                              for name in graph.outputs)
         self.allocate = owner.arrays.allocator(family, device)  # (shape, dtype) -> array
@@ -407,7 +406,7 @@ class CompiledPipeline:
         family, device = self.arrays.placement(facts)
         runs = compiler_runs()
         with self.arrays.on_device(device):
-            copied = self._copied(facts)
+            copied = self.copied(facts)
             alignment = min([VECTOR_ALIGNMENT,
                              *(fact.alignment for name, fact in facts.items()
                                if graph.buffers[name].ndim and name not in copied),
@@ -450,9 +449,10 @@ class CompiledPipeline:
                 lines += ["  " + line for line in signature.schedule.explain().splitlines()]
         return "\n".join(lines) or "nothing compiled yet"
 
-    def _copied(self, facts: Mapping[str, ArrayFacts]) -> set[str]:
-        return {name for name, fact in facts.items() if not fact.contiguous
-                or (self.backend.name == "cuda" and fact.family == "numpy")}
+    def copied(self, facts: Mapping[str, ArrayFacts]) -> list[str]:
+        """The inputs a call copies: not contiguous, or in host memory for the GPU."""
+        return [name for name, fact in facts.items() if not fact.contiguous
+                or (self.backend.name == "cuda" and fact.family == "numpy")]
 
     def _program(self, graph: Graph, bound: Bound, alignment: int) -> Any:
         """The program for ``bound``'s sizes and ``alignment``: from the disk cache, or
