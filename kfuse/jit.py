@@ -103,9 +103,8 @@ def _kind(name: str, value: Any) -> tuple:
         return ("array", len(value.shape), dtype_name(value))
     if isinstance(value, np.generic):
         return ("param", None, dtype_name(value))
-    for kind, dtype in _SCALAR_DTYPES.items():
-        if type(value) is kind:
-            return ("param", None, dtype)
+    if type(value) in _SCALAR_DTYPES:
+        return ("param", None, _SCALAR_DTYPES[type(value)])
     raise BindError(f"argument '{name}' must be an array or a number, got "
                     f"{type(value).__name__}")
 

@@ -55,30 +55,6 @@ def check_plan_argument(plan: Any) -> None:
                           f"pipeline.plan() or pipeline.fuse()), got {plan!r}")
 
 
-def compiled_for(graph: Graph, backend: str = "auto", plan: Any = None) -> Any:
-    """The :class:`~kfuse.runtime.compiled.CompiledPipeline` that :func:`run_graph` calls
-    for ``graph`` on ``backend`` with ``plan`` (made once per graph, backend and plan)."""
-    from kfuse.runtime.compiled import CompiledPipeline
-
-    check_plan_argument(plan)
-    plan = "unfused" if plan is None else plan
-    key = ("compiled", backend, plan if isinstance(plan, str) else id(plan))
-    made = graph.remembered(key, lambda: (plan, CompiledPipeline(graph, backend, plan)))
-    return made[1]  # (the plan kept with it: its id stays its own)
-
-
-def run_graph(graph: Graph, given: Mapping[str, Any], *, backend: str = "auto",
-              plan: Any = None, out: Any = None) -> dict[str, Any]:
-    """Run ``graph`` on the given arrays and parameters; return its outputs by name.
-
-    ``plan`` is a FusionPlan, ``"auto"`` (:func:`kfuse.search.default_plan` at the given
-    sizes) or ``None``/``"unfused"``. Calls go through a compiled pipeline kept with the
-    graph (:func:`compiled_for`): a second call with arrays of the same signature plans,
-    generates and compiles nothing.
-    """
-    return compiled_for(graph, backend, plan)(out=out, **given)
-
-
 def auto_plan(graph: Graph, given: Mapping[str, Any]) -> FusionPlan:
     """The plan ``plan="auto"`` runs for the given arrays (their sizes bound)."""
     from kfuse.runtime.binding import bind
@@ -124,5 +100,5 @@ def _rechecked_plan(graph: Graph, sizes: Mapping[str, int] | None, plan: FusionP
     return graph.remembered(key, recheck)[1]
 
 
-__all__ = ["BACKENDS", "Backend", "check_plan_argument", "compiled_for", "compiles_for_sizes",
-           "auto_plan", "get_backend", "planned", "run_graph"]
+__all__ = ["BACKENDS", "Backend", "auto_plan", "check_plan_argument", "compiles_for_sizes",
+           "get_backend", "planned"]

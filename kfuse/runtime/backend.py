@@ -39,6 +39,11 @@ class Backend(ABC):
     def available(cls) -> bool:
         return True
 
+    def call_arrays(self) -> Any:
+        """How calls of a compiled pipeline take, make and launch on this backend's arrays
+        (:mod:`kfuse.runtime.compiled`); None where nothing is compiled (numpy)."""
+        return None
+
     @abstractmethod
     def run(self, graph: Graph, given: Mapping[str, Any], *, program: Program | None = None,
             plan: FusionPlan | None = None) -> dict[str, Any]:
@@ -77,8 +82,11 @@ class LoadedProgram(ABC):
 
     def bind(self, sizes: Mapping[str, int]) -> tuple[BoundLaunch, ...]:
         """Every launch of the program bound at ``sizes``."""
-        return bind_launches(self.program, sizes, lambda spec: self.functions[spec.symbol],
-                             self.resident_blocks)
+        return bind_launches(self.program, sizes, self.handle, self.resident_blocks)
+
+    def handle(self, spec: LaunchSpec) -> Any:
+        """What a bound launch of the kernel calls (its compiled function)."""
+        return self.functions[spec.symbol]
 
     def resident_blocks(self, spec: LaunchSpec) -> int | None:
         """How many blocks of the kernel the device holds at once (None: not known)."""
@@ -92,27 +100,24 @@ class LoadedProgram(ABC):
         With a ``schedule`` of side streams (:mod:`kfuse.runtime.streams`) and ``side``,
         their streams and events, launches go on their streams, forked from ``stream`` and
         joined back to it."""
-        if schedule is None or not schedule.side_streams:
-            for launch in launches:
-                for name, value in launch.fills:
-                    self.fill(buffers[name], value, stream)
-                launch.arguments.write(addresses, params)
-                self.launch(launch, stream)
-            return
-        lanes = [stream, *side.streams]
-        recorded = schedule.recorded
-        side.fork(stream)
+        concurrent = schedule is not None and schedule.side_streams > 0
+        if concurrent:
+            lanes, recorded = [stream, *side.streams], schedule.recorded
+            side.fork(stream)
         for index, launch in enumerate(launches):
-            lane = lanes[schedule.streams[index]]
-            for earlier in schedule.waits[index]:
-                side.wait(lane, earlier)
+            lane = stream
+            if concurrent:
+                lane = lanes[schedule.streams[index]]
+                for earlier in schedule.waits[index]:
+                    side.wait(lane, earlier)
             for name, value in launch.fills:
                 self.fill(buffers[name], value, lane)
             launch.arguments.write(addresses, params)
             self.launch(launch, lane)
-            if index in recorded:
+            if concurrent and index in recorded:
                 side.record(index, lane)
-        side.join(stream)
+        if concurrent:
+            side.join(stream)
 
     @abstractmethod
     def current_stream(self) -> Any:
@@ -201,8 +206,7 @@ class Executable(ABC):
 
     def launch_one(self, spec: LaunchSpec) -> None:
         """Enqueue one kernel of the program (its reduction outputs initialised first)."""
-        self.enqueue([launch for launch in self.launches if launch.spec is spec]
-                     or [launch for launch in self.launches if launch.spec == spec])
+        self.enqueue([launch for launch in self.launches if launch.spec == spec])
 
     def enqueue(self, launches: Sequence[BoundLaunch]) -> None:
         """Launch ``launches`` on this executable's buffers, on the caller's stream."""
@@ -254,6 +258,7 @@ class CompiledBackend(Backend):
     """A backend that runs generated CUDA C (on the GPU or through the CPU shim)."""
 
     executable_class: type[Executable]
+    arrays_class: type  # the call_arrays() of compiled pipelines
     # Whether programs this backend generates are compiled for the bound sizes
     # (kfuse.codegen.specialise): on the GPU, yes; the host compiler builds one library per
     # program, so the cpu backend keeps sizes as arguments (tests run specialised programs
@@ -265,6 +270,9 @@ class CompiledBackend(Backend):
         """Whether generated programs are compiled for the bound sizes here
         (``KFUSE_SPECIALISE_SIZES=0`` turns it off)."""
         return cls.specialises_sizes and os.environ.get("KFUSE_SPECIALISE_SIZES") != "0"
+
+    def call_arrays(self) -> Any:
+        return self.arrays_class()
 
     def fixed_sizes(self, bound: Bound) -> dict[str, int] | None:
         """The sizes this backend's generated programs are compiled for (None: any)."""

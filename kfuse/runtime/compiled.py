@@ -30,7 +30,7 @@ import numpy as np
 from kfuse.errors import BindError, DtypeError, ShapeError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
-from kfuse.runtime.backend import POISON, VECTOR_ALIGNMENT, CompiledBackend, LoadedProgram
+from kfuse.runtime.backend import VECTOR_ALIGNMENT, CompiledBackend, LoadedProgram
 from kfuse.runtime.binding import Bound, bind, dtype_name, param_value
 from kfuse.runtime.launch import BoundLaunch, bound_launches_copy
 from kfuse.runtime.streams import StreamSchedule
@@ -188,7 +188,7 @@ class Signature:
         self.external = (*graph.inputs, *graph.outputs)  # what a call's arrays are
         self.spare: dict[Any, list[Workspace]] = OrderedDict()  # stream -> free workspaces
         self.lock = threading.Lock()
-        self.capturable = owner.graphs and owner.backend.name == "cuda" and (
+        self.capturable = owner.graphs and owner.arrays.captures and (
             len(launches) + sum(len(launch.fills) for launch in launches) > 1)
 
     # -- workspaces ----------------------------------------------------------------------------
@@ -198,8 +198,7 @@ class Signature:
             if free:
                 return free.pop()
         arrays = self.owner.arrays
-        buffers = {name: arrays.empty(shape, dtype, self.family, self.device)
-                   for name, shape, dtype in self.intermediates}
+        buffers = {name: self.allocate(shape, dtype) for name, shape, dtype in self.intermediates}
         workspace = Workspace(buffers, {name: arrays.address(b) for name, b in buffers.items()},
                               bound_launches_copy(self.launches, self.sizes))
         if self.schedule is not None and self.schedule.side_streams:
@@ -216,8 +215,12 @@ class Signature:
 
     # -- a call --------------------------------------------------------------------------------
     def __call__(self, given: Mapping[str, Any], facts: dict[str, ArrayFacts],
-                 params: dict[str, Any], out: Mapping[str, Any] | None) -> dict[str, Any]:
+                 params: dict[str, Any], out: Mapping[str, Any],
+                 out_facts: Mapping[str, ArrayFacts]) -> dict[str, Any]:
         arrays = self.owner.arrays
+        if self.device is not None and arrays.current_device() != self.device:
+            with arrays.on_device(self.device):
+                return self(given, facts, params, out, out_facts)
         buffers: dict[str, Any] = {}
         addresses: dict[str, int] = {}
         for name, fact in facts.items():
@@ -227,15 +230,12 @@ class Signature:
             buffers[name] = arrays.contiguous(given[name], self.device)
             addresses[name] = arrays.address(buffers[name])
         results = {}
-        if self.device is not None and arrays.current_device() != self.device:
-            with arrays.on_device(self.device):
-                return self(given, facts, params, out)
         for name, shape, dtype in self.outputs:
             array = out.get(name) if out else None
             if array is None:
                 array = self.allocate(shape, dtype)
             else:
-                self._check_out(name, array, shape, dtype)
+                self._check_out(name, out_facts[name], shape, dtype)
             results[name] = buffers[name] = array
             addresses[name] = arrays.address(array)
         stream = arrays.stream(self.family, self.device)
@@ -249,7 +249,7 @@ class Signature:
                                     self.schedule, workspace.side)
         finally:
             self._release(stream, workspace)
-        if self.family == "numpy" and self.owner.backend.name == "cuda":
+        if self.family == "numpy":  # computed where the caller's arrays were not: copied back
             return {name: arrays.to_host(array) for name, array in results.items()}
         return results
 
@@ -281,8 +281,8 @@ class Signature:
         stats.graph_replays += 1
         return True
 
-    def _check_out(self, name: str, array: Any, shape: tuple[int, ...], dtype: str) -> None:
-        facts = facts_of(array)
+    def _check_out(self, name: str, facts: ArrayFacts, shape: tuple[int, ...], dtype: str
+                   ) -> None:
         if tuple(facts.shape) != tuple(shape):
             raise ShapeError(f"out= array for '{name}' has shape {tuple(facts.shape)}; the "
                              f"output has shape {tuple(shape)}")
@@ -317,7 +317,7 @@ class CompiledPipeline:
         self.stats = CacheStats()
         self._signatures: OrderedDict[tuple, Signature] = OrderedDict()
         self._lock = threading.RLock()
-        self.arrays = _arrays_for(self.backend)
+        self.arrays = self.backend.call_arrays()
         self._names: tuple = (None, set(), ())  # (graph, call names, parameters): per graph
 
     @property
@@ -370,17 +370,18 @@ class CompiledPipeline:
             params[name] = param_value(name, dtype, value)
             keys.append(type(value))
         if out is None:
-            out = {}
+            out, out_facts = {}, {}
         else:
             out = _out_arrays(graph, out)
-            keys.extend((name, facts_of(array).alignment) for name, array in out.items())
+            out_facts = {name: facts_of(array) for name, array in out.items()}
+            keys.extend((name, fact.alignment) for name, fact in out_facts.items())
         key = tuple(keys)
         signature = self._signatures.get(key)
         if signature is None:
             with self._lock:
                 signature = self._signatures.get(key)
                 if signature is None:
-                    signature = self._compile(graph, given, facts, out)
+                    signature = self._compile(graph, given, facts, out_facts)
                     self._signatures[key] = signature
                     self.stats.misses += 1
                     while len(self._signatures) > self.max_signatures:
@@ -395,11 +396,11 @@ class CompiledPipeline:
                     self._signatures.move_to_end(key)
                 except KeyError:  # let go by another thread meanwhile: it still runs
                     pass
-        return signature(given, facts, params, out)
+        return signature(given, facts, params, out, out_facts)
 
     # -- a new signature -------------------------------------------------------------------------
     def _compile(self, graph: Graph, given: Mapping[str, Any], facts: dict[str, ArrayFacts],
-                 out: Mapping[str, Any]) -> Signature:
+                 out_facts: Mapping[str, ArrayFacts]) -> Signature:
         from kfuse.cache import compiler_runs
 
         bound = bind(graph, given)
@@ -410,7 +411,7 @@ class CompiledPipeline:
             alignment = min([VECTOR_ALIGNMENT,
                              *(fact.alignment for name, fact in facts.items()
                                if graph.buffers[name].ndim and name not in copied),
-                             *(facts_of(array).alignment for array in out.values())])
+                             *(fact.alignment for fact in out_facts.values())])
             program = self._program(graph, bound, alignment)
             loaded = self.backend.executable_class.loaded_class.of(program)
             launches = loaded.bind(bound.sizes)
@@ -422,7 +423,7 @@ class CompiledPipeline:
                   launches: tuple[BoundLaunch, ...]) -> StreamSchedule | None:
         """The streams of the program's launches on the GPU (the wave model's choice for
         kernels with no path between them), None on the host."""
-        if self.backend.name != "cuda" or len(launches) < 2:
+        if not self.arrays.captures or len(launches) < 2:  # the host has no streams
             return None
         from kfuse.model.device import current_profile
         from kfuse.runtime.streams import kernel_shape, one_stream, schedule
@@ -451,8 +452,8 @@ class CompiledPipeline:
 
     def copied(self, facts: Mapping[str, ArrayFacts]) -> list[str]:
         """The inputs a call copies: not contiguous, or in host memory for the GPU."""
-        return [name for name, fact in facts.items() if not fact.contiguous
-                or (self.backend.name == "cuda" and fact.family == "numpy")]
+        return [name for name, fact in facts.items()
+                if not fact.contiguous or self.arrays.copies_in(fact)]
 
     def _program(self, graph: Graph, bound: Bound, alignment: int) -> Any:
         """The program for ``bound``'s sizes and ``alignment``: from the disk cache, or
@@ -509,168 +510,6 @@ def _out_arrays(graph: Graph, out: Any) -> dict[str, Any]:
         raise BindError(f"out= names {', '.join(repr(u) for u in unknown)}, not an output of "
                         f"pipeline '{graph.name}' (outputs: {', '.join(graph.outputs)})")
     return dict(out)
-
-
-# -- the arrays each backend takes ------------------------------------------------------------
-
-class HostArrays:
-    """The cpu backend's arrays: NumPy, in host memory; work runs as it is called. Fresh
-    buffers are filled with a poison value (NaN, a sentinel integer), so that an element no
-    kernel writes shows in the tests rather than passing with stale memory."""
-
-    def placement(self, facts: Mapping[str, ArrayFacts]) -> tuple[str, None]:
-        for name, fact in facts.items():
-            if fact.family == "cupy" or fact.family == "torch" and fact.device is not None:
-                raise BindError(f"input '{name}' is in GPU memory; the cpu backend takes "
-                                "arrays in host memory (NumPy)")
-        return "numpy", None
-
-    def on_device(self, device: None) -> Any:
-        from contextlib import nullcontext
-        return nullcontext()
-
-    def empty(self, shape: tuple[int, ...], dtype: str, family: str, device: None
-              ) -> np.ndarray:
-        return np.full(shape, POISON[dtype], dtype=np.dtype(dtype))
-
-    def allocator(self, family: str, device: None) -> Callable[[tuple, str], np.ndarray]:
-        return lambda shape, dtype: np.full(shape, POISON[dtype], dtype=dtype)
-
-    def current_device(self) -> None:
-        return None
-
-    def contiguous(self, array: Any, device: None) -> np.ndarray:
-        return np.ascontiguousarray(np.asarray(array))
-
-    def address(self, array: np.ndarray) -> int:
-        return array.__array_interface__["data"][0]
-
-    def stream(self, family: str, device: None) -> None:
-        return None
-
-    def check_out(self, name: str, facts: ArrayFacts, device: None) -> None:
-        if facts.family != "numpy":
-            raise BindError(f"out= array for '{name}' must be a NumPy array on the cpu backend")
-        if not facts.contiguous:
-            raise BindError(f"out= array for '{name}' must be C-contiguous")
-
-
-class DeviceArrays:
-    """The cuda backend's arrays: CuPy arrays and PyTorch tensors stay where they are
-    (outputs come from the same library's allocator, on the same device); NumPy arrays
-    are copied in and their outputs copied back. Work goes on the caller's current stream
-    (PyTorch's for tensors, CuPy's otherwise)."""
-
-    def __init__(self) -> None:
-        import cupy
-        self.cupy = cupy
-        self.torch: Any = None
-
-    def _torch(self) -> Any:
-        if self.torch is None:
-            import torch
-            self.torch = torch
-        return self.torch
-
-    def placement(self, facts: Mapping[str, ArrayFacts]) -> tuple[str, int]:
-        families = {fact.family for fact in facts.values()}
-        devices = {fact.device for fact in facts.values() if fact.device is not None}
-        if len(devices) > 1:
-            raise BindError(f"the inputs lie on several GPUs ({sorted(devices)}); give arrays "
-                            "on one device")
-        for name, fact in facts.items():
-            if fact.family == "torch" and fact.device is None:
-                raise BindError(f"input '{name}' is a PyTorch tensor in host memory; the cuda "
-                                "backend takes tensors on the GPU (tensor.cuda())")
-        device = devices.pop() if devices else self.cupy.cuda.runtime.getDevice()
-        family = "numpy" if "numpy" in families or not families else (
-            "torch" if "torch" in families else "cupy")
-        return family, device
-
-    def on_device(self, device: int) -> Any:
-        return self.cupy.cuda.Device(device)
-
-    def empty(self, shape: tuple[int, ...], dtype: str, family: str, device: int) -> Any:
-        if family == "torch":
-            torch = self._torch()
-            return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
-        if self.cupy.cuda.runtime.getDevice() == device:
-            return self.cupy.empty(shape, dtype=dtype)
-        with self.cupy.cuda.Device(device):
-            return self.cupy.empty(shape, dtype=dtype)
-
-    def allocator(self, family: str, device: int) -> Callable[[tuple, str], Any]:
-        """How a call's outputs are made: the caller's library's ``empty`` (on the device
-        current when the call runs, which is the signature's)."""
-        if family == "torch":
-            torch = self._torch()
-            where = torch.device("cuda", device)
-            types = {name: getattr(torch, name) for name in ("float32", "float64", "int32",
-                                                             "bool")}
-            return lambda shape, dtype: torch.empty(shape, dtype=types[dtype], device=where)
-        empty = self.cupy.empty
-        return lambda shape, dtype: empty(shape, dtype)
-
-    def current_device(self) -> int:
-        return self.cupy.cuda.runtime.getDevice()
-
-    def contiguous(self, array: Any, device: int) -> Any:
-        with self.cupy.cuda.Device(device):
-            if type(array).__module__.startswith("torch"):
-                return array.contiguous()
-            return self.cupy.ascontiguousarray(self.cupy.asarray(array))
-
-    def address(self, array: Any) -> int:
-        data = getattr(array, "data", None)
-        return data.ptr if hasattr(data, "ptr") else array.data_ptr()
-
-    def stream(self, family: str, device: int) -> int:
-        if family == "torch":
-            torch = self._torch()
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            return raw(device) if raw else torch.cuda.current_stream(device).cuda_stream
-        return self.cupy.cuda.get_current_stream().ptr
-
-    def to_host(self, array: Any) -> np.ndarray:
-        return self.cupy.asnumpy(array)
-
-    def check_out(self, name: str, facts: ArrayFacts, device: int) -> None:
-        if facts.device != device:
-            where = "host memory" if facts.device is None else f"GPU {facts.device}"
-            raise BindError(f"out= array for '{name}' lies in {where}; the call runs on GPU "
-                            f"{device}")
-        if not facts.contiguous:
-            raise BindError(f"out= array for '{name}' must be C-contiguous")
-
-    def capture(self, workspace: Workspace, enqueue: Callable[[int], None]) -> Any:
-        """A CUDA graph of what ``enqueue(stream)`` launches (captured on a stream of the
-        workspace's own)."""
-        cupy = self.cupy
-        if workspace.capture_stream is None:
-            workspace.capture_stream = cupy.cuda.Stream(non_blocking=True)
-        capture = workspace.capture_stream
-        mode = getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", None)
-        with capture:
-            capture.begin_capture(mode) if mode is not None else capture.begin_capture()
-            try:
-                enqueue(capture.ptr)
-            finally:
-                graph = capture.end_capture()
-        return graph
-
-    def side_streams(self, count: int, launches: int) -> Any:
-        from kfuse.runtime.cuda_backend import SideStreams
-        return SideStreams(count, launches)
-
-    def replay(self, graph: Any, stream: int) -> None:
-        """Launch a captured CUDA graph on ``stream`` (a raw stream pointer)."""
-        self.cupy.cuda.runtime.graphLaunch(graph.graphExec, stream)
-
-
-def _arrays_for(backend: Any) -> HostArrays | DeviceArrays:
-    if backend.name == "cuda":
-        return DeviceArrays()
-    return HostArrays()
 
 
 __all__ = ["ArrayFacts", "CacheStats", "CompiledPipeline", "facts_of"]

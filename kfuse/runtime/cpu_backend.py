@@ -7,15 +7,19 @@ threads. A small ``extern "C"`` launcher per kernel, appended here, lets ctypes 
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kfuse.codegen.program import LaunchSpec, Program
-from kfuse.errors import BackendUnavailable, LaunchError
-from kfuse.runtime.backend import CompiledBackend, Executable, LoadedProgram
+from kfuse.errors import BackendUnavailable, BindError, LaunchError
+from kfuse.runtime.backend import POISON, CompiledBackend, Executable, LoadedProgram
 from kfuse.runtime.host_compiler import compile_and_load, find_compiler
 from kfuse.runtime.launch import BoundLaunch
+
+if TYPE_CHECKING:
+    from kfuse.runtime.compiled import ArrayFacts
 
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
                  "bool": np.bool_}
@@ -83,6 +87,53 @@ class CpuLoadedProgram(LoadedProgram):
         buffer.fill(value)
 
 
+class HostArrays:
+    """The cpu backend's arrays: NumPy, in host memory; work runs as it is called. Fresh
+    buffers are filled with a poison value (NaN, a sentinel integer), so that an element no
+    kernel writes shows in the tests rather than passing with stale memory."""
+
+    captures = False  # no streams, no CUDA graphs: work runs as it is launched
+
+    def copies_in(self, facts: ArrayFacts) -> bool:
+        """Whether a call copies this input in (besides a non-contiguous one): never."""
+        return False
+
+    def placement(self, facts: Mapping[str, ArrayFacts]) -> tuple[str, None]:
+        for name, fact in facts.items():
+            if fact.family == "cupy" or fact.family == "torch" and fact.device is not None:
+                raise BindError(f"input '{name}' is in GPU memory; the cpu backend takes "
+                                "arrays in host memory (NumPy)")
+        return "numpy", None
+
+    def on_device(self, device: None) -> Any:
+        from contextlib import nullcontext
+        return nullcontext()
+
+    def allocator(self, family: str, device: None) -> Callable[[tuple, str], np.ndarray]:
+        return lambda shape, dtype: np.full(shape, POISON[dtype], dtype=dtype)
+
+    def current_device(self) -> None:
+        return None
+
+    def contiguous(self, array: Any, device: None) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(array))
+
+    def address(self, array: np.ndarray) -> int:
+        return array.ctypes.data
+
+    def stream(self, family: str, device: None) -> None:
+        return None
+
+    def to_host(self, array: np.ndarray) -> np.ndarray:
+        return array  # already there
+
+    def check_out(self, name: str, facts: ArrayFacts, device: None) -> None:
+        if facts.family != "numpy":
+            raise BindError(f"out= array for '{name}' must be a NumPy array on the cpu backend")
+        if not facts.contiguous:
+            raise BindError(f"out= array for '{name}' must be C-contiguous")
+
+
 class CpuExecutable(Executable):
     loaded_class = CpuLoadedProgram
 
@@ -104,6 +155,7 @@ class CpuBackend(CompiledBackend):
 
     name = "cpu"
     executable_class = CpuExecutable
+    arrays_class = HostArrays
 
     @classmethod
     def available(cls) -> bool:

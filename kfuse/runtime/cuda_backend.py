@@ -9,21 +9,24 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kfuse.cache import count_compiler_run, mark_used, writable_cache_dir, write_atomically
 from kfuse.codegen.program import LaunchSpec, Program
-from kfuse.errors import BackendUnavailable, CompileError, LaunchError
+from kfuse.errors import BackendUnavailable, BindError, CompileError, LaunchError
 from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import CompiledBackend, Executable, LoadedProgram
 from kfuse.runtime.binding import Bound
-from kfuse.runtime.launch import BoundLaunch, bind_launches
+from kfuse.runtime.launch import BoundLaunch
 from kfuse.runtime.occupancy import blocks_per_multiprocessor
+
+if TYPE_CHECKING:
+    from kfuse.runtime.compiled import ArrayFacts
 
 NVRTC_OPTIONS = ("--std=c++17", "-default-device")
 
@@ -214,9 +217,8 @@ class CudaLoadedProgram(LoadedProgram):
     def device_key(cls) -> int:
         return _cupy().cuda.runtime.getDevice()
 
-    def bind(self, sizes: Mapping[str, int]) -> tuple[BoundLaunch, ...]:
-        return bind_launches(self.program, sizes, lambda spec: self.handles[spec.symbol],
-                             self.resident_blocks)
+    def handle(self, spec: LaunchSpec) -> int:
+        return self.handles[spec.symbol]  # the CUfunction cuLaunchKernel takes
 
     def current_stream(self) -> int:
         return _cupy().cuda.get_current_stream().ptr
@@ -254,6 +256,112 @@ class CudaLoadedProgram(LoadedProgram):
         blocks = max(1, min(1024, -(-count // FILL_THREADS)))
         self.driver.launchKernel(_fill_functions(self.device)[dtype.itemsize], blocks, 1, 1,
                                  FILL_THREADS, 1, 1, 0, stream, ctypes.addressof(pointers), 0)
+
+
+class CudaArrays:
+    """The cuda backend's arrays: CuPy arrays and PyTorch tensors stay where they are
+    (outputs come from the same library's allocator, on the same device); NumPy arrays
+    are copied in and their outputs copied back. Work goes on the caller's current stream
+    (PyTorch's for tensors, CuPy's otherwise)."""
+
+    captures = True  # streams and CUDA graphs
+
+    def __init__(self) -> None:
+        self.cupy = _cupy()
+        self.torch: Any = None
+
+    def copies_in(self, facts: ArrayFacts) -> bool:
+        """Whether a call copies this input in (besides a non-contiguous one): host memory."""
+        return facts.family == "numpy"
+
+    def _torch(self) -> Any:
+        if self.torch is None:
+            import torch
+            self.torch = torch
+        return self.torch
+
+    def placement(self, facts: Mapping[str, ArrayFacts]) -> tuple[str, int]:
+        families = {fact.family for fact in facts.values()}
+        devices = {fact.device for fact in facts.values() if fact.device is not None}
+        if len(devices) > 1:
+            raise BindError(f"the inputs lie on several GPUs ({sorted(devices)}); give arrays "
+                            "on one device")
+        for name, fact in facts.items():
+            if fact.family == "torch" and fact.device is None:
+                raise BindError(f"input '{name}' is a PyTorch tensor in host memory; the cuda "
+                                "backend takes tensors on the GPU (tensor.cuda())")
+        device = devices.pop() if devices else self.cupy.cuda.runtime.getDevice()
+        family = "numpy" if "numpy" in families or not families else (
+            "torch" if "torch" in families else "cupy")
+        return family, device
+
+    def on_device(self, device: int) -> Any:
+        return self.cupy.cuda.Device(device)
+
+    def allocator(self, family: str, device: int) -> Callable[[tuple, str], Any]:
+        """How a call's outputs are made: the caller's library's ``empty`` (on the device
+        current when the call runs, which is the signature's)."""
+        if family == "torch":
+            torch = self._torch()
+            where = torch.device("cuda", device)
+            types = {name: getattr(torch, name) for name in ("float32", "float64", "int32",
+                                                             "bool")}
+            return lambda shape, dtype: torch.empty(shape, dtype=types[dtype], device=where)
+        empty = self.cupy.empty
+        return lambda shape, dtype: empty(shape, dtype)
+
+    def current_device(self) -> int:
+        return self.cupy.cuda.runtime.getDevice()
+
+    def contiguous(self, array: Any, device: int) -> Any:
+        with self.cupy.cuda.Device(device):
+            if type(array).__module__.startswith("torch"):
+                return array.contiguous()
+            return self.cupy.ascontiguousarray(self.cupy.asarray(array))
+
+    def address(self, array: Any) -> int:
+        return address_of(array)
+
+    def stream(self, family: str, device: int) -> int:
+        if family == "torch":
+            torch = self._torch()
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            return raw(device) if raw else torch.cuda.current_stream(device).cuda_stream
+        return self.cupy.cuda.get_current_stream().ptr
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return self.cupy.asnumpy(array)
+
+    def check_out(self, name: str, facts: ArrayFacts, device: int) -> None:
+        if facts.device != device:
+            where = "host memory" if facts.device is None else f"GPU {facts.device}"
+            raise BindError(f"out= array for '{name}' lies in {where}; the call runs on GPU "
+                            f"{device}")
+        if not facts.contiguous:
+            raise BindError(f"out= array for '{name}' must be C-contiguous")
+
+    def capture(self, workspace: Any, enqueue: Callable[[int], None]) -> Any:
+        """A CUDA graph of what ``enqueue(stream)`` launches (captured on a stream of the
+        workspace's own)."""
+        cupy = self.cupy
+        if workspace.capture_stream is None:
+            workspace.capture_stream = cupy.cuda.Stream(non_blocking=True)
+        capture = workspace.capture_stream
+        mode = getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", None)
+        with capture:
+            capture.begin_capture(mode) if mode is not None else capture.begin_capture()
+            try:
+                enqueue(capture.ptr)
+            finally:
+                graph = capture.end_capture()
+        return graph
+
+    def side_streams(self, count: int, launches: int) -> SideStreams:
+        return SideStreams(count, launches)
+
+    def replay(self, graph: Any, stream: int) -> None:
+        """Launch a captured CUDA graph on ``stream`` (a raw stream pointer)."""
+        self.cupy.cuda.runtime.graphLaunch(graph.graphExec, stream)
 
 
 class CudaExecutable(Executable):
@@ -294,6 +402,7 @@ class CudaBackend(CompiledBackend):
 
     name = "cuda"
     executable_class = CudaExecutable
+    arrays_class = CudaArrays
     specialises_sizes = True
 
     @classmethod

@@ -84,9 +84,7 @@ def load_program(key: str) -> Program | None:
     path = cache_dir("programs") / f"{key}.json"
     try:
         text = path.read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError:
+    except OSError:  # never stored (or a folder in its place): generated again
         return None
     try:
         program = program_from_dict(json.loads(text))
