@@ -129,6 +129,14 @@ def _kind(array: Any) -> str:
     return "numpy"
 
 
+def output_family(families: set[str]) -> str:
+    """The kind of array a call returns, given its inputs' kinds: NumPy if any input is
+    NumPy (or none is an array), else PyTorch if any is a tensor, else CuPy."""
+    if "numpy" in families or not families:
+        return "numpy"
+    return "torch" if "torch" in families else "cupy"
+
+
 FILL_SOURCE = r"""
 // Set n elements of 1, 4 or 8 bytes to one bit pattern (reductions' identities).
 #define KF_FILL(bits, type) \
@@ -291,9 +299,7 @@ class CudaArrays:
                 raise BindError(f"input '{name}' is a PyTorch tensor in host memory; the cuda "
                                 "backend takes tensors on the GPU (tensor.cuda())")
         device = devices.pop() if devices else self.cupy.cuda.runtime.getDevice()
-        family = "numpy" if "numpy" in families or not families else (
-            "torch" if "torch" in families else "cupy")
-        return family, device
+        return output_family(families), device
 
     def on_device(self, device: int) -> Any:
         return self.cupy.cuda.Device(device)
@@ -370,9 +376,7 @@ class CudaExecutable(Executable):
     def __init__(self, graph: Graph, bound: Bound):
         super().__init__(graph, bound)
         self.cupy = _cupy()
-        kinds = {_kind(a) for a in bound.arrays.values()}
-        self.output_kind = "numpy" if "numpy" in kinds or not kinds else (
-            "torch" if "torch" in kinds else "cupy")
+        self.output_kind = output_family({_kind(a) for a in bound.arrays.values()})
 
     def address(self, buffer: Any) -> int:
         return address_of(buffer)
