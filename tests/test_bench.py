@@ -626,3 +626,18 @@ def test_alternating_main_reads_apps_rounds_and_runs(monkeypatch):
     monkeypatch.setattr("sys.argv", ["script", "madd", "--rounds", "2", "--runs", "7"])
     alternating_main("doc", compare, ("sgemv",))
     assert calls == [("madd", 2, 7)]
+
+
+def test_interleaved_calls_take_turns_round_after_round():
+    """Per-call times of several calls are measured in rounds (each call's runs taken in
+    turn), so a drift of the host's speed reaches every call alike."""
+    from kfuse.bench.calls import interleaved_us
+
+    order = []
+    calls = {name: (lambda name=name: order.append(name)) for name in ("a", "b")}
+    measured = interleaved_us(calls, seconds=1e-12, least=3, wait=lambda: None, runs=3)
+    assert set(measured) == {"a", "b"} and all(v > 0 for v in measured.values())
+    timed = order[4:]  # after two warm-up calls each
+    runs = [timed[i:i + 3] for i in range(0, len(timed), 3)]
+    assert [run[0] for run in runs] == ["a", "b"] * 3
+    assert all(len(set(run)) == 1 for run in runs)

@@ -38,26 +38,39 @@ def synchronize() -> None:
         pass
 
 
-def per_call_us(call: Callable[[], object], seconds: float = 0.3, least: int = 20,
-                wait: Callable[[], None] = synchronize) -> float:
+def per_call_us(call: Callable[[], object], seconds: float = 0.1, least: int = 20,
+                wait: Callable[[], None] = synchronize, runs: int = 7) -> float:
     """Microseconds per call, calls enqueued back to back and waited on at the end (the
-    median of three runs of as many calls as take about ``seconds``)."""
-    call()
-    wait()
-    start = time.perf_counter()
-    call()
-    wait()
-    once = time.perf_counter() - start
-    count = max(least, min(5000, int(seconds / max(once, 1e-6))))
-    runs = []
-    for _ in range(3):
+    median of ``runs`` runs of as many calls as take about ``seconds``)."""
+    return interleaved_us({"call": call}, seconds, least, wait, runs)["call"]
+
+
+def interleaved_us(calls: Mapping[str, Callable[[], object]], seconds: float = 0.1,
+                   least: int = 20, wait: Callable[[], None] = synchronize, runs: int = 7
+                   ) -> dict[str, float]:
+    """:func:`per_call_us` of each of ``calls`` (by name), their runs taken in turn, round
+    after round: the host's speed drifts by tens of percent over seconds on a shared
+    machine, and rounds expose every call to the same drift."""
+    counts = {}
+    for name, call in calls.items():
+        call()
         wait()
         start = time.perf_counter()
-        for _ in range(count):
-            call()
+        call()
         wait()
-        runs.append((time.perf_counter() - start) / count * 1e6)
-    return sorted(runs)[1]
+        once = time.perf_counter() - start
+        counts[name] = max(least, min(5000, int(seconds / max(once, 1e-6))))
+    measured: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(runs):
+        for name, call in calls.items():
+            count = counts[name]
+            wait()
+            start = time.perf_counter()
+            for _ in range(count):
+                call()
+            wait()
+            measured[name].append((time.perf_counter() - start) / count * 1e6)
+    return {name: sorted(times)[len(times) // 2] for name, times in measured.items()}
 
 
 def graph_time_us(call: Callable[[], object], calls: int = 50) -> float:
@@ -101,18 +114,20 @@ def measure_calls(graph: Any, pipeline_run: Callable[..., Any], compile_pipeline
     and ``torch_compile_us`` (None with a note where it failed)."""
     compiled = compile_pipeline(plan=plan)
     direct = compile_pipeline(plan=plan, graphs=False)
-    row: dict[str, Any] = {
-        "launches": len(executable.program.launches),
-        "kernels_us": kernels_us(executable),
-        "run_us": per_call_us(lambda: pipeline_run(plan=plan, **given)),
-        "compiled_us": per_call_us(lambda: compiled(**given)),
-        "direct_us": per_call_us(lambda: direct(**given)),
-        "graph_replays": 0, "torch_compile_us": None}
-    row["graph_replays"] = compiled.stats.graph_replays
+    calls: dict[str, Callable[[], object]] = {
+        "run_us": lambda: pipeline_run(plan=plan, **given),
+        "compiled_us": lambda: compiled(**given),
+        "direct_us": lambda: direct(**given)}
+    row: dict[str, Any] = {"launches": len(executable.program.launches),
+                           "kernels_us": kernels_us(executable), "torch_compile_us": None}
     if torch_compile:
         try:
             from kfuse.bench.torch_baseline import compiled_on
-            row["torch_compile_us"] = per_call_us(compiled_on(graph, dict(given)))
+            baseline = compiled_on(graph, dict(given))
+            baseline()  # compiles now: a failure here loses the column, not the row
+            calls["torch_compile_us"] = baseline
         except Exception as error:  # a failing baseline must not lose the row
             row["note"] = f"torch.compile failed: {type(error).__name__}: {str(error)[:160]}"
+    row.update(interleaved_us(calls))
+    row["graph_replays"] = compiled.stats.graph_replays
     return row

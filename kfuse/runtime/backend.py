@@ -93,31 +93,31 @@ class LoadedProgram(ABC):
         return None
 
     def enqueue(self, launches: Sequence[BoundLaunch], buffers: Mapping[str, Any],
-                addresses: Mapping[str, int], params: Mapping[str, Any], stream: Any,
-                schedule: StreamSchedule | None = None, side: Any = None) -> None:
-        """Launch ``launches`` in order on ``stream``: each one's reduction outputs set to
-        their identities first, its arguments pointed at ``addresses`` (by buffer name).
-        With a ``schedule`` of side streams (:mod:`kfuse.runtime.streams`) and ``side``,
-        their streams and events, launches go on their streams, forked from ``stream`` and
-        joined back to it."""
-        concurrent = schedule is not None and schedule.side_streams > 0
-        if concurrent:
-            lanes, recorded = [stream, *side.streams], schedule.recorded
-            side.fork(stream)
+                stream: Any, schedule: StreamSchedule | None = None, side: Any = None
+                ) -> None:
+        """Launch ``launches`` (their arguments written) in order on ``stream``, each one's
+        reduction outputs first set to their identities (``buffers``: the buffers by name,
+        for those). With a ``schedule`` of side streams (:mod:`kfuse.runtime.streams`) and
+        ``side``, their streams and events, launches go on their streams, forked from
+        ``stream`` and joined back to it."""
+        if schedule is None or schedule.side_streams == 0:
+            for launch in launches:
+                for name, value in launch.fills:
+                    self.fill(buffers[name], value, stream)
+                self.launch(launch, stream)
+            return
+        lanes, recorded = [stream, *side.streams], schedule.recorded
+        side.fork(stream)
         for index, launch in enumerate(launches):
-            lane = stream
-            if concurrent:
-                lane = lanes[schedule.streams[index]]
-                for earlier in schedule.waits[index]:
-                    side.wait(lane, earlier)
+            lane = lanes[schedule.streams[index]]
+            for earlier in schedule.waits[index]:
+                side.wait(lane, earlier)
             for name, value in launch.fills:
                 self.fill(buffers[name], value, lane)
-            launch.arguments.write(addresses, params)
             self.launch(launch, lane)
-            if concurrent and index in recorded:
+            if index in recorded:
                 side.record(index, lane)
-        if concurrent:
-            side.join(stream)
+        side.join(stream)
 
     @abstractmethod
     def current_stream(self) -> Any:
@@ -211,8 +211,9 @@ class Executable(ABC):
     def enqueue(self, launches: Sequence[BoundLaunch]) -> None:
         """Launch ``launches`` on this executable's buffers, on the caller's stream."""
         addresses = {name: self.address(buffer) for name, buffer in self.buffers.items()}
-        self.loaded.enqueue(launches, self.buffers, addresses, self.bound.params,
-                            self.loaded.current_stream())
+        for launch in launches:
+            launch.arguments.write(addresses, self.bound.params)
+        self.loaded.enqueue(launches, self.buffers, self.loaded.current_stream())
 
     def argument(self, spec: LaunchSpec, param) -> Any:
         """The value passed for one kernel parameter: a buffer, a size or a scalar."""

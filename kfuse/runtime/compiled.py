@@ -32,7 +32,7 @@ from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import VECTOR_ALIGNMENT, CompiledBackend, LoadedProgram
 from kfuse.runtime.binding import Bound, bind, dtype_name, param_value
-from kfuse.runtime.launch import BoundLaunch, bound_launches_copy
+from kfuse.runtime.launch import BoundLaunch, bound_launches_copy, call_slots
 from kfuse.runtime.streams import StreamSchedule
 
 DEFAULT_SIGNATURES = 64  # compiled signatures a pipeline keeps (least recently used go)
@@ -66,22 +66,15 @@ class CacheStats:
 
 class ArrayFacts:
     """What a call's array is: its family (``numpy``, ``cupy``, ``torch``), dtype name,
-    shape, whether it is C-contiguous, its address and device (None: host memory).
-    (A plain class with slots: one is made per array per call.)"""
+    shape, whether it is C-contiguous, its address and device (None: host memory), from
+    its signature ``key`` (what :func:`describe` returns) and its address."""
 
     __slots__ = ("family", "dtype", "shape", "contiguous", "address", "device", "key")
 
-    def __init__(self, family: str, dtype: str, shape: tuple[int, ...], contiguous: bool,
-                 address: int, device: int | None):
-        self.family = family
-        self.dtype = dtype
-        self.shape = shape
-        self.contiguous = contiguous
+    def __init__(self, key: tuple, address: int):
+        self.family, self.dtype, self.shape, self.contiguous, _, self.device = key
         self.address = address
-        self.device = device
-        low = address & (VECTOR_ALIGNMENT - 1) if shape else 0
-        # the part of a call signature this array decides
-        self.key = (family, dtype, tuple(shape), contiguous, low & -low, device)
+        self.key = key
 
     @property
     def alignment(self) -> int:
@@ -90,6 +83,11 @@ class ArrayFacts:
         return VECTOR_ALIGNMENT if low == 0 else low & -low
 
 
+# An array's part of a call signature: (family, dtype name, shape, C-contiguous, the lowest
+# set bit of its address below VECTOR_ALIGNMENT (0: aligned; scalars count as aligned),
+# device). Describers return it with the address; a call makes one per array, so they are
+# plain functions reading the library's cheapest attributes.
+_LOW_BITS = VECTOR_ALIGNMENT - 1
 _DTYPE_NAMES: dict[Any, str] = {}
 
 
@@ -100,62 +98,84 @@ def _dtype(dtype: Any, array: Any) -> str:
     return name
 
 
-def _torch_facts(array: Any) -> ArrayFacts:
+def _torch_key(array: Any) -> tuple[tuple, int]:
     device = array.device
-    return ArrayFacts("torch", _dtype(array.dtype, array), tuple(array.shape),
-                      array.is_contiguous(), array.data_ptr(),
-                      device.index if device.type == "cuda" else None)
+    address = array.data_ptr()
+    shape = tuple(array.shape)
+    low = address & _LOW_BITS if shape else 0
+    return ("torch", _dtype(array.dtype, array), shape, array.is_contiguous(), low & -low,
+            device.index if device.type == "cuda" else None), address
 
 
-def _cupy_facts(array: Any) -> ArrayFacts:
+def _cupy_key(array: Any) -> tuple[tuple, int]:
     data = array.data
-    return ArrayFacts("cupy", _dtype(array.dtype, array), array.shape,
-                      array.flags.c_contiguous, data.ptr, data.device_id)
+    address = data.ptr
+    shape = array.shape
+    low = address & _LOW_BITS if shape else 0
+    return ("cupy", _dtype(array.dtype, array), shape, array.flags.c_contiguous, low & -low,
+            data.device_id), address
 
 
-def _cupy_facts_fast(array: Any) -> ArrayFacts:
-    """:func:`_cupy_facts` reading CuPy's own contiguity flag (no flags object per call)."""
+def _cupy_key_fast(array: Any) -> tuple[tuple, int]:
+    """:func:`_cupy_key` reading CuPy's own contiguity flag (no flags object per call)."""
     data = array.data
-    return ArrayFacts("cupy", _dtype(array.dtype, array), array.shape, array._c_contiguous,
-                      data.ptr, data.device_id)
+    address = data.ptr
+    shape = array.shape
+    low = address & _LOW_BITS if shape else 0
+    return ("cupy", _dtype(array.dtype, array), shape, array._c_contiguous, low & -low,
+            data.device_id), address
 
 
-def _numpy_facts(array: Any) -> ArrayFacts:
-    return ArrayFacts("numpy", _dtype(array.dtype, array), array.shape,
-                      array.flags.c_contiguous, array.__array_interface__["data"][0], None)
+def _numpy_key(array: Any) -> tuple[tuple, int]:
+    address = array.__array_interface__["data"][0]
+    shape = array.shape
+    low = address & _LOW_BITS if shape else 0
+    return ("numpy", _dtype(array.dtype, array), shape, array.flags.c_contiguous, low & -low,
+            None), address
 
 
-_DESCRIBERS: dict[type, Callable[[Any], ArrayFacts]] = {}
+_DESCRIBERS: dict[type, Callable[[Any], tuple[tuple, int]]] = {}
 
 
-def facts_of(array: Any) -> ArrayFacts:
-    """The :class:`ArrayFacts` of a NumPy or CuPy array or a PyTorch tensor."""
+def describer(array: Any) -> Callable[[Any], tuple[tuple, int]]:
+    """The function giving the signature key and address of arrays of ``array``'s type
+    (NumPy and CuPy arrays, PyTorch tensors), or a :class:`BindError`."""
     describe = _DESCRIBERS.get(type(array))
     if describe is None:
         module = type(array).__module__
         if module.startswith("torch") and hasattr(array, "data_ptr"):
-            describe = _torch_facts
+            describe = _torch_key
         elif module.startswith("cupy") and hasattr(array, "data"):
-            describe = _cupy_facts_fast if hasattr(array, "_c_contiguous") else _cupy_facts
+            describe = _cupy_key_fast if hasattr(array, "_c_contiguous") else _cupy_key
         elif isinstance(array, np.ndarray):
-            describe = _numpy_facts
+            describe = _numpy_key
         else:
             raise BindError(f"expected an array (NumPy, CuPy or PyTorch), got "
                             f"{type(array).__name__}")
         _DESCRIBERS[type(array)] = describe
-    return describe(array)
+    return describe
+
+
+def facts_of(array: Any) -> ArrayFacts:
+    """The :class:`ArrayFacts` of a NumPy or CuPy array or a PyTorch tensor."""
+    return ArrayFacts(*describer(array)(array))
 
 
 # -- one compiled signature ------------------------------------------------------------------
 
 class Workspace:
-    """The intermediate buffers and argument blocks of one signature on one stream."""
+    """The intermediate buffers and argument blocks of one signature on one stream: the
+    blocks point at the buffers once; a call writes only its arrays' addresses and its
+    parameter values (:func:`~kfuse.runtime.launch.call_slots`)."""
 
-    def __init__(self, buffers: dict[str, Any], addresses: dict[str, int],
-                 launches: tuple[BoundLaunch, ...]):
-        self.buffers = buffers
-        self.addresses = addresses
-        self.launches = launches
+    def __init__(self, signature: Signature):
+        allocate = signature.allocate
+        made = {name: allocate(shape, dtype) for name, shape, dtype in signature.intermediates}
+        self.buffers = {name: array for name, (array, _) in made.items()}
+        self.launches = bound_launches_copy(signature.launches, signature.sizes)
+        self.array_slots, self.param_slots = call_slots(
+            self.launches, {name: address for name, (_, address) in made.items()},
+            signature.external, signature.params)
         self.graphs: OrderedDict[tuple, Any] = OrderedDict()  # arrays and params -> graph
         self.sightings: OrderedDict[tuple, int] = OrderedDict()
         self.capture_stream: Any = None
@@ -170,6 +190,7 @@ class Signature:
                  device: int | None, schedule: StreamSchedule | None = None):
         graph = owner.graph
         self.owner = owner
+        self.arrays = owner.arrays
         self.schedule = schedule
         self.shapes = {name: fact.shape for name, fact in facts.items()}
         self.loaded = loaded
@@ -177,87 +198,98 @@ class Signature:
         self.family = family  # of the outputs: "numpy" (on the GPU: copied back), "cupy", "torch"
         self.device = device
         self.sizes = bound.sizes
-        self.copied = tuple(owner.copied(facts))
+        copied = owner.copied(facts)
+        self.copied = tuple((name, index) for index, name in enumerate(graph.inputs)
+                            if name in copied)
         self.outputs = tuple((name, graph.shape_of(name, bound.sizes), graph.buffers[name].dtype)
                              for name in graph.outputs)
-        self.allocate = owner.arrays.allocator(family, device)  # (shape, dtype) -> array
+        self.allocate = owner.arrays.allocator(family, device)  # (shape, dtype) -> array, address
         self.intermediates = tuple(
             (name, graph.shape_of(name, bound.sizes), buffer.dtype)
             for name, buffer in graph.buffers.items()
             if name not in graph.inputs and name not in graph.outputs)
-        self.external = (*graph.inputs, *graph.outputs)  # what a call's arrays are
-        self.spare: dict[Any, list[Workspace]] = OrderedDict()  # stream -> free workspaces
+        self.external = (*graph.inputs, *graph.outputs)  # a call's arrays, in this order
+        self.params = tuple(graph.params)
+        self.fills = any(launch.fills for launch in launches)
+        self.spare: dict[Any, list[Workspace]] = {}  # stream -> free workspaces
         self.lock = threading.Lock()
         self.capturable = owner.graphs and owner.arrays.captures and (
             len(launches) + sum(len(launch.fills) for launch in launches) > 1)
 
     # -- workspaces ----------------------------------------------------------------------------
     def _acquire(self, stream: Any) -> Workspace:
-        with self.lock:
-            free = self.spare.get(stream)
-            if free:
-                return free.pop()
-        arrays = self.owner.arrays
-        buffers = {name: self.allocate(shape, dtype) for name, shape, dtype in self.intermediates}
-        workspace = Workspace(buffers, {name: arrays.address(b) for name, b in buffers.items()},
-                              bound_launches_copy(self.launches, self.sizes))
+        free = self.spare.get(stream)
+        if free:
+            try:
+                return free.pop()  # atomic: two threads never take the same one
+            except IndexError:
+                pass
+        workspace = Workspace(self)
         if self.schedule is not None and self.schedule.side_streams:
-            workspace.side = arrays.side_streams(self.schedule.side_streams, len(self.launches))
+            workspace.side = self.arrays.side_streams(self.schedule.side_streams,
+                                                      len(self.launches))
         return workspace
 
     def _release(self, stream: Any, workspace: Workspace) -> None:
-        with self.lock:
-            free = self.spare.setdefault(stream, [])
-            free.append(workspace)
-            self.spare.move_to_end(stream)
-            while len(self.spare) > WORKSPACES_PER_SIGNATURE:
-                self.spare.popitem(last=False)
+        free = self.spare.get(stream)
+        if free is None:
+            with self.lock:
+                free = self.spare.setdefault(stream, [])
+                while len(self.spare) > WORKSPACES_PER_SIGNATURE:  # the oldest streams go
+                    del self.spare[next(iter(self.spare))]
+        free.append(workspace)
 
     # -- a call --------------------------------------------------------------------------------
-    def __call__(self, given: Mapping[str, Any], facts: dict[str, ArrayFacts],
-                 params: dict[str, Any], out: Mapping[str, Any],
-                 out_facts: Mapping[str, ArrayFacts]) -> dict[str, Any]:
-        arrays = self.owner.arrays
+    def __call__(self, given: Mapping[str, Any], addresses: list[int], params: tuple,
+                 out: Mapping[str, Any], out_facts: Mapping[str, ArrayFacts]
+                 ) -> dict[str, Any]:
+        """Run on ``given``'s arrays, whose ``addresses`` (in the order of the pipeline's
+        inputs) the call appends its outputs' to; ``params`` in the pipeline's order."""
+        arrays = self.arrays
         if self.device is not None and arrays.current_device() != self.device:
             with arrays.on_device(self.device):
-                return self(given, facts, params, out, out_facts)
-        buffers: dict[str, Any] = {}
-        addresses: dict[str, int] = {}
-        for name, fact in facts.items():
-            buffers[name] = given[name]
-            addresses[name] = fact.address
-        for name in self.copied:  # not contiguous, or host memory for the GPU: copied in
-            buffers[name] = arrays.contiguous(given[name], self.device)
-            addresses[name] = arrays.address(buffers[name])
+                return self(given, addresses, params, out, out_facts)
+        copies = []
+        for name, index in self.copied:  # not contiguous, or host memory for the GPU
+            copy = arrays.contiguous(given[name], self.device)
+            copies.append(copy)  # kept until the launches are enqueued
+            addresses[index] = arrays.address(copy)
         results = {}
         for name, shape, dtype in self.outputs:
             array = out.get(name) if out else None
             if array is None:
-                array = self.allocate(shape, dtype)
+                array, address = self.allocate(shape, dtype)
             else:
                 self._check_out(name, out_facts[name], shape, dtype)
-            results[name] = buffers[name] = array
-            addresses[name] = arrays.address(array)
+                address = out_facts[name].address
+            results[name] = array
+            addresses.append(address)
         stream = arrays.stream(self.family, self.device)
         workspace = self._acquire(stream)
         try:
-            buffers.update(workspace.buffers)
-            addresses.update(workspace.addresses)
-            if not (self.capturable and self._replayed(workspace, buffers, addresses, params,
+            for slot, index in workspace.array_slots:
+                slot.value = addresses[index]
+            for slot, index in workspace.param_slots:
+                slot.value = params[index]
+            if not (self.capturable and self._replayed(workspace, results, addresses, params,
                                                         stream)):
-                self.loaded.enqueue(workspace.launches, buffers, addresses, params, stream,
-                                    self.schedule, workspace.side)
+                self.loaded.enqueue(workspace.launches, self._fill_buffers(workspace, results),
+                                    stream, self.schedule, workspace.side)
         finally:
             self._release(stream, workspace)
         if self.family == "numpy":  # computed where the caller's arrays were not: copied back
             return {name: arrays.to_host(array) for name, array in results.items()}
         return results
 
-    def _replayed(self, workspace: Workspace, buffers: dict[str, Any],
-                  addresses: dict[str, int], params: Mapping[str, Any], stream: Any) -> bool:
+    def _fill_buffers(self, workspace: Workspace, results: dict[str, Any]) -> Mapping[str, Any]:
+        """The buffers by name that launches set to a value first (none: an empty dict)."""
+        return {**workspace.buffers, **results} if self.fills else {}
+
+    def _replayed(self, workspace: Workspace, results: dict[str, Any], addresses: list[int],
+                  params: tuple, stream: Any) -> bool:
         """Whether the call ran as a CUDA graph: replayed where one was captured for these
         arrays and parameters, captured (and launched) where they are seen a second time."""
-        key = (tuple([addresses[name] for name in self.external]), tuple(params.values()))
+        key = (tuple(addresses), params)
         graph = workspace.graphs.get(key)
         stats = self.owner.stats
         if graph is None:
@@ -267,17 +299,17 @@ class Signature:
                 workspace.sightings.popitem(last=False)
             if seen < 2:
                 return False
-            graph = self.owner.arrays.capture(
+            buffers = self._fill_buffers(workspace, results)
+            graph = self.arrays.capture(
                 workspace, lambda capture: self.loaded.enqueue(
-                    workspace.launches, buffers, addresses, params, capture, self.schedule,
-                    workspace.side))
+                    workspace.launches, buffers, capture, self.schedule, workspace.side))
             workspace.graphs[key] = graph
             while len(workspace.graphs) > GRAPHS_PER_WORKSPACE:
                 workspace.graphs.popitem(last=False)
             stats.graph_captures += 1
         else:
             workspace.graphs.move_to_end(key)
-        self.owner.arrays.replay(graph, stream)
+        self.arrays.replay(graph, stream)
         stats.graph_replays += 1
         return True
 
@@ -288,7 +320,7 @@ class Signature:
                              f"output has shape {tuple(shape)}")
         if facts.dtype != dtype:
             raise DtypeError(f"out= array for '{name}' is {facts.dtype}; the output is {dtype}")
-        self.owner.arrays.check_out(name, facts, self.device)
+        self.arrays.check_out(name, facts, self.device)
 
 
 # -- the compiled pipeline --------------------------------------------------------------------
@@ -352,22 +384,24 @@ class CompiledPipeline:
         _, names, declared, inputs, fingerprint = self._names
         if given.keys() != names:
             bind(graph, given)  # raises the error that names what is missing or unknown
-        facts = {}
-        keys = [fingerprint]
+        keys: list[Any] = [fingerprint]
+        addresses: list[int] = []
         for name in inputs:
             value = given[name]
             describe = _DESCRIBERS.get(type(value))
-            try:
-                fact = describe(value) if describe is not None else facts_of(value)
-            except BindError:
-                bind(graph, given)  # names the input
-                raise
-            facts[name] = fact
-            keys.append(fact.key)
-        params = {}
+            if describe is None:
+                try:
+                    describe = describer(value)
+                except BindError:
+                    bind(graph, given)  # names the input
+                    raise
+            array_key, address = describe(value)
+            keys.append(array_key)
+            addresses.append(address)
+        params = []
         for name, dtype in declared:
             value = given[name]
-            params[name] = param_value(name, dtype, value)
+            params.append(param_value(name, dtype, value))
             keys.append(type(value))
         if out is None:
             out, out_facts = {}, {}
@@ -381,6 +415,9 @@ class CompiledPipeline:
             with self._lock:
                 signature = self._signatures.get(key)
                 if signature is None:
+                    facts = {name: ArrayFacts(array_key, address) for name, array_key, address
+                             in zip(inputs, keys[1:len(inputs) + 1], addresses,
+                                        strict=True)}
                     signature = self._compile(graph, given, facts, out_facts)
                     self._signatures[key] = signature
                     self.stats.misses += 1
@@ -396,7 +433,7 @@ class CompiledPipeline:
                     self._signatures.move_to_end(key)
                 except KeyError:  # let go by another thread meanwhile: it still runs
                     pass
-        return signature(given, facts, params, out, out_facts)
+        return signature(given, addresses, tuple(params), out, out_facts)
 
     # -- a new signature -------------------------------------------------------------------------
     def _compile(self, graph: Graph, given: Mapping[str, Any], facts: dict[str, ArrayFacts],

@@ -109,8 +109,12 @@ class HostArrays:
         from contextlib import nullcontext
         return nullcontext()
 
-    def allocator(self, family: str, device: None) -> Callable[[tuple, str], np.ndarray]:
-        return lambda shape, dtype: np.full(shape, POISON[dtype], dtype=dtype)
+    def allocator(self, family: str, device: None
+                  ) -> Callable[[tuple, str], tuple[np.ndarray, int]]:
+        def allocate(shape: tuple, dtype: str) -> tuple[np.ndarray, int]:
+            array = np.full(shape, POISON[dtype], dtype=dtype)
+            return array, array.ctypes.data
+        return allocate
 
     def current_device(self) -> None:
         return None

@@ -245,25 +245,30 @@ class CudaLoadedProgram(LoadedProgram):
         return self.resident[spec.symbol]
 
     def launch(self, launch: BoundLaunch, stream: int) -> None:
-        grid, block = launch.grid, launch.spec.block
         try:
-            self.driver.launchKernel(launch.function, grid[0], grid[1], grid[2], block[0],
-                                     block[1], block[2], launch.spec.dynamic_shared_bytes,
-                                     stream, launch.arguments.address, 0)
+            self.driver.launchKernel(launch.function, *launch.shape, stream,
+                                     launch.arguments.address, 0)
         except self.driver.CUDADriverError as error:
             raise LaunchError(f"launch of {launch.spec.symbol} failed: {error}",
                               operator=",".join(launch.spec.operators)) from error
 
     def fill(self, buffer: Any, value: float, stream: int) -> None:
         count = buffer.numel() if callable(getattr(buffer, "numel", None)) else buffer.size
-        dtype = np.dtype(str(buffer.dtype).replace("torch.", ""))
-        pattern = int(np.array(value, dtype=dtype).view(f"u{dtype.itemsize}"))
+        itemsize, pattern = _fill_pattern(buffer.dtype, value)
         arguments = (ctypes.c_void_p(address_of(buffer)), ctypes.c_ulonglong(count),
                      ctypes.c_ulonglong(pattern))
         pointers = (ctypes.c_void_p * 3)(*[ctypes.addressof(a) for a in arguments])
         blocks = max(1, min(1024, -(-count // FILL_THREADS)))
-        self.driver.launchKernel(_fill_functions(self.device)[dtype.itemsize], blocks, 1, 1,
+        self.driver.launchKernel(_fill_functions(self.device)[itemsize], blocks, 1, 1,
                                  FILL_THREADS, 1, 1, 0, stream, ctypes.addressof(pointers), 0)
+
+
+@functools.lru_cache(maxsize=64)
+def _fill_pattern(dtype: Any, value: float) -> tuple[int, int]:
+    """The element size of ``dtype`` (NumPy's or PyTorch's) and ``value``'s bits in it."""
+    numpy_dtype = np.dtype(str(dtype).replace("torch.", ""))
+    pattern = int(np.array(value, dtype=numpy_dtype).view(f"u{numpy_dtype.itemsize}"))
+    return numpy_dtype.itemsize, pattern
 
 
 class CudaArrays:
@@ -304,17 +309,26 @@ class CudaArrays:
     def on_device(self, device: int) -> Any:
         return self.cupy.cuda.Device(device)
 
-    def allocator(self, family: str, device: int) -> Callable[[tuple, str], Any]:
+    def allocator(self, family: str, device: int) -> Callable[[tuple, str], tuple[Any, int]]:
         """How a call's outputs are made: the caller's library's ``empty`` (on the device
-        current when the call runs, which is the signature's)."""
+        current when the call runs, which is the signature's); it returns the array and its
+        address."""
         if family == "torch":
             torch = self._torch()
             where = torch.device("cuda", device)
             types = {name: getattr(torch, name) for name in ("float32", "float64", "int32",
                                                              "bool")}
-            return lambda shape, dtype: torch.empty(shape, dtype=types[dtype], device=where)
+
+            def allocate_tensor(shape: tuple, dtype: str) -> tuple[Any, int]:
+                tensor = torch.empty(shape, dtype=types[dtype], device=where)
+                return tensor, tensor.data_ptr()
+            return allocate_tensor
         empty = self.cupy.empty
-        return lambda shape, dtype: empty(shape, dtype)
+
+        def allocate_array(shape: tuple, dtype: str) -> tuple[Any, int]:
+            array = empty(shape, dtype)
+            return array, array.data.ptr
+        return allocate_array
 
     def current_device(self) -> int:
         return self.cupy.cuda.runtime.getDevice()

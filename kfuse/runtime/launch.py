@@ -12,8 +12,8 @@ generated source exports (:mod:`kfuse.runtime.cpu_backend`).
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kfuse.codegen.program import LaunchSpec, Program
@@ -64,6 +64,11 @@ class BoundLaunch:
     grid: tuple[int, int, int]
     arguments: ArgumentBlock
     fills: tuple[tuple[str, float], ...]
+    # grid, block and dynamic shared bytes in cuLaunchKernel's order (made once)
+    shape: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.shape = (*self.grid, *self.spec.block, self.spec.dynamic_shared_bytes)
 
 
 def bind_launches(program: Program, sizes: Mapping[str, int],
@@ -87,3 +92,25 @@ def bound_launches_copy(launches: tuple[BoundLaunch, ...], sizes: Mapping[str, i
     return tuple(BoundLaunch(launch.spec, launch.function, launch.grid,
                              ArgumentBlock(launch.spec, sizes), launch.fills)
                  for launch in launches)
+
+
+def call_slots(launches: Sequence[BoundLaunch], fixed: Mapping[str, int],
+               arrays: Sequence[str], params: Sequence[str]
+               ) -> tuple[tuple[tuple[Any, int], ...], tuple[tuple[Any, int], ...]]:
+    """Point the buffer arguments of ``launches`` named in ``fixed`` at their addresses
+    once (a workspace's own buffers), and return what each call writes: for every argument
+    that is one of ``arrays`` (a call's inputs and outputs, in order) the slot and that
+    array's index, and for every runtime parameter the slot and the index in ``params``."""
+    array_index = {name: index for index, name in enumerate(arrays)}
+    param_index = {name: index for index, name in enumerate(params)}
+    array_slots: list[tuple[Any, int]] = []
+    param_slots: list[tuple[Any, int]] = []
+    for launch in launches:
+        for value, name in launch.arguments.buffer_slots:
+            if name in array_index:
+                array_slots.append((value, array_index[name]))
+            else:
+                value.value = fixed[name]
+        param_slots.extend((value, param_index[name])
+                           for value, name in launch.arguments.param_slots)
+    return tuple(array_slots), tuple(param_slots)

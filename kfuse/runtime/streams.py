@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from math import prod
 
 from kfuse.codegen.program import LaunchSpec, Program
@@ -36,7 +37,7 @@ class StreamSchedule:
         """How many streams besides the caller's the schedule uses."""
         return max(self.streams, default=0)
 
-    @property
+    @cached_property
     def recorded(self) -> frozenset[int]:
         """Launches that another stream waits for (an event is recorded after each)."""
         return frozenset(j for waits in self.waits for j in waits)
