@@ -6,6 +6,7 @@ from kfuse.errors import (
     BoundaryError,
     CacheError,
     CompileError,
+    ConfigError,
     CycleError,
     DslError,
     DtypeError,
@@ -24,6 +25,7 @@ __all__ = [
     "BoundaryError",
     "CacheError",
     "CompileError",
+    "ConfigError",
     "CycleError",
     "DslError",
     "DtypeError",
@@ -39,6 +41,8 @@ from kfuse.dsl import __all__ as _dsl_all  # noqa: E402
 
 __all__ += _dsl_all
 
+import kfuse.config  # noqa: E402,F401 - the switches (kfuse.config.configured)
+import kfuse.driver  # noqa: E402,F401 - what pipelines call to plan, compile and run
 from kfuse.jit import jit  # noqa: E402 - the function front end, on top of the runtime
 
 __all__ += ["jit"]

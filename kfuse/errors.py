@@ -8,13 +8,14 @@ running (none when kfuse runs from its command line).
 
 from __future__ import annotations
 
+from kfuse.user_line import user_where
+
 
 class KfuseError(Exception):
     """Base class of every error kfuse raises on purpose."""
 
     def __init__(self, message: str, *, operator: str | None = None, where: str | None = None):
         if where is None:  # the user's line running kfuse now, where there is one
-            from kfuse.dsl.source import user_where
             where = user_where()
         self.operator = operator
         self.where = where
@@ -73,6 +74,10 @@ class LaunchError(KfuseError):
 
 class CacheError(KfuseError):
     """kfuse's cache folder (``$KFUSE_CACHE_DIR`` or ``~/.cache/kfuse``) cannot be written."""
+
+
+class ConfigError(KfuseError):
+    """A switch of :mod:`kfuse.config` that does not exist, or a value of the wrong kind."""
 
 
 class MetadataError(KfuseError):

@@ -37,3 +37,15 @@ def ubsan(monkeypatch, capfd):
     monkeypatch.setattr(CpuLoadedProgram, "_loaded", {})
     capfd.readouterr()
     return lambda: capfd.readouterr().err
+
+
+@pytest.fixture
+def configure():
+    """``configure(**switches)``: set :mod:`kfuse.config` switches for the rest of the test
+    (the previous configuration comes back after it)."""
+    import contextlib
+
+    from kfuse.config import configured
+
+    with contextlib.ExitStack() as scopes:
+        yield lambda **changes: scopes.enter_context(configured(**changes))

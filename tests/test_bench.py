@@ -111,7 +111,7 @@ def test_profile_round_trip(tmp_path, monkeypatch):
 
 def test_profile_missing_falls_back_to_nominal(tmp_path, monkeypatch):
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(device_module, "_VISIBLE_GPU", [None])  # no GPU
+    monkeypatch.setattr(device_module, "_VISIBLE_GPU_SOURCE", [lambda: None])  # no GPU
     with pytest.raises(FileNotFoundError):
         DeviceProfile.load()
     with pytest.raises(FileNotFoundError):
@@ -133,7 +133,7 @@ def test_a_gpu_nobody_calibrated_is_planned_with_its_own_figures(tmp_path, monke
     """Its properties, and the copy bandwidth estimated from its DRAM peak (the nominal H100
     figures planned SGEMV's rows 0.9% slower on an H200); a calibration, once stored, wins."""
     from kfuse.apps import get_app
-    calibrate = importlib.import_module("kfuse.bench.calibrate")  # (the package's
+    calibrate = importlib.import_module("kfuse.tune.calibrate")  # (the package's
     # ``calibrate`` is the function)
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(calibrate, "device_properties", lambda device_id=None: H200_PROPERTIES)
@@ -144,7 +144,7 @@ def test_a_gpu_nobody_calibrated_is_planned_with_its_own_figures(tmp_path, monke
         calibrate.COPY_FRACTION_OF_PEAK * peak)
     assert 4.2e12 < estimated.copy_bandwidth_bytes_per_s < 4.3e12  # measured: 4248-4276 GB/s
     assert estimated.l2_bytes == 60 * 2**20 and not estimated.measured
-    monkeypatch.setattr(device_module, "_VISIBLE_GPU", [estimated])
+    monkeypatch.setattr(device_module, "_VISIBLE_GPU_SOURCE", [lambda: estimated])
     assert current_profile() == estimated
     app = get_app("sgemv")
     graph = app.build().graph()
@@ -593,7 +593,7 @@ def test_harness_times_a_given_program():
 
 
 def test_alternating_rounds_time_each_callable_in_turn(monkeypatch, capsys):
-    import kfuse.bench.timing as timing
+    import kfuse.tune.timing as timing
 
     order = []
 
@@ -612,7 +612,7 @@ def test_alternating_rounds_time_each_callable_in_turn(monkeypatch, capsys):
 
 
 def test_alternating_main_reads_apps_rounds_and_runs(monkeypatch):
-    from kfuse.bench.timing import alternating_main
+    from kfuse.cli.arguments import alternating_main
 
     calls = []
 

@@ -31,13 +31,13 @@ from kfuse.search.variants import (
     MEASURED_FORM_CREDIT,
     RANK_RESOLUTION,
     ImplementationSpace,
-    autotune,
     covers,
     enumerate_variants,
     fusible_groups,
     group_variants,
     prune_variants,
 )
+from kfuse.tune.autotune import autotune
 
 BLAS = [app.name for app in list_apps("blas")]
 TABLE_1 = ["axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd",
@@ -604,7 +604,7 @@ def test_autotune_compares_implementations_on_the_same_buffers(monkeypatch):
     allocate = CpuExecutable.allocate
     monkeypatch.setattr(CpuExecutable, "allocate",
                         lambda self: (allocations.append(self), allocate(self))[1])
-    import kfuse.bench.timing as timing
+    import kfuse.tune.timing as timing
 
     def clock(function, warmup=0, repeat=1):
         timed.append(function)
@@ -630,7 +630,7 @@ def test_autotune_per_group_keeps_each_groups_fastest_variant(monkeypatch):
     assembled combination (rank 0) wins only if it is timed fastest whole. A fake clock makes
     every later measurement faster, so the last option of each group must win."""
     cpu_or_skip()
-    import kfuse.bench.timing as timing
+    import kfuse.tune.timing as timing
 
     calls = []
 

@@ -12,7 +12,7 @@ import pytest
 import kfuse as kf
 from kfuse.apps import get_app
 from kfuse.apps.check import reference_errors, relative_error
-from kfuse.codegen import block_order, generate, marching
+from kfuse.codegen import block_order, generate
 from kfuse.runtime import get_backend
 from kfuse.runtime.numpy_backend import NumpyBackend
 
@@ -43,14 +43,14 @@ def chain(with_unrelated: bool = False) -> kf.Pipeline:
     return p
 
 
-def test_sgemvt_row_kernel_follows_the_column_sums_last_first(monkeypatch):
+def test_sgemvt_row_kernel_follows_the_column_sums_last_first(configure):
     graph = get_app("sgemvt").build().graph()
     groups = [(("x_prod", "x"), ("x",), "mapreduce:32x32:r4:i1:w:shuffle:wc"),
               (("w",), ("w",), "mapreduce:512x1:r1:i1:w8:stream:u16")]
     program = generate(graph, groups)
     assert last_first(program) == ["sgemvt_w"]
     assert "'sgemvt_x_prod_x' before it streamed 'A'" in program.source
-    monkeypatch.setattr(block_order, "ENABLED", False)
+    configure(serpentine_blocks=False)
     assert last_first(generate(graph, groups)) == []
 
 
@@ -102,7 +102,7 @@ CASES = [  # (app, boundary, plan: "auto" | "unfused" | "all" | a variant for on
 
 @pytest.mark.parametrize(("name", "boundary", "plan"), CASES, ids=str)
 def test_every_kind_of_kernel_computes_the_reference_last_first(
-        name, boundary, plan, every_kernel_last_first, monkeypatch):
+        configure, name, boundary, plan, every_kernel_last_first):
     app = get_app(name)
     pipeline = app.build() if boundary is None else app.build(boundary=boundary)
     graph = pipeline.graph()
@@ -113,8 +113,7 @@ def test_every_kind_of_kernel_computes_the_reference_last_first(
         outputs = pipeline.run(backend="cpu", plan=plan, **arrays, **params)
     else:
         if plan == "marching":
-            monkeypatch.setattr(marching, "ENABLED", True)
-            monkeypatch.setattr(marching, "MARCH_PLANES", 4)
+            configure(march=True, march_planes=4)
         variant = {"all": "auto", "marching": "recompute"}.get(plan, plan)
         program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs,
                                     variant)])

@@ -159,8 +159,8 @@ def test_calibrate_without_cupy_reports_the_backend(capsys, no_gpu):
 
 
 def test_calibrate_from_python_without_cupy_raises_backend_unavailable(no_gpu):
-    from kfuse.bench import calibrate
     from kfuse.errors import BackendUnavailable
+    from kfuse.tune import calibrate
     with pytest.raises(BackendUnavailable, match="CuPy"):
         calibrate(progress=False)
 
@@ -201,7 +201,7 @@ def test_autotune_on_cpu_says_what_it_timed_and_reports_the_timings(capsys, monk
     """On cpu the autotuner times the host shim: a note on stderr says so, and ``--json``
     carries the timings (stdout stays one JSON object)."""
     from kfuse.apps import get_app
-    from kfuse.search import variants
+    from kfuse.tune import autotune
 
     calls = []
 
@@ -217,7 +217,7 @@ def test_autotune_on_cpu_says_what_it_timed_and_reports_the_timings(capsys, monk
         calls.append((k, backend))
         return Timed(graph, sizes)
 
-    monkeypatch.setattr(variants, "autotune", fake_autotune)
+    monkeypatch.setattr(autotune, "autotune", fake_autotune)
     code, out, err = run_cli(capsys, "run", "atax", "--backend", "cpu", "--autotune", "2",
                              "--size", "9x11", "--json")
     assert code == 0 and calls == [(2, "cpu")]
@@ -329,7 +329,7 @@ def test_a_reader_gone_early_is_no_traceback():
 def test_experiment_scripts_refuse_zero_rounds_and_runs(capsys, monkeypatch, option):
     """The experiment scripts' command line (``alternating_main``) took 0 rounds or runs
     (medians of nothing); they share the kfuse command's argument types."""
-    from kfuse.bench.timing import alternating_main
+    from kfuse.cli.arguments import alternating_main
     monkeypatch.setattr(sys, "argv", ["experiment", "sobel", option, "0"])
     with pytest.raises(SystemExit) as exit_info:
         alternating_main("test", lambda *args: pytest.fail("ran"), ["sobel"])

@@ -150,15 +150,15 @@ def test_device_case_puts_an_app_on_the_gpu_as_kfuse_bench_plans_it():
 
 @pytest.mark.parametrize("shape", [(37, 24, 32), (9, 16, 128), (70, 8, 36)], ids=str)
 @pytest.mark.parametrize("boundary", ["clamp", "mirror", kf.constant(0.5)], ids=str)
-def test_marching_kernels_on_cuda(boundary, shape, monkeypatch):
+def test_marching_kernels_on_cuda(configure, boundary, shape):
     """Threads marching along z (forced, whatever the device; the whole chain in one group
     with the default register tile as fallback), one wave of blocks, volumes whose depth
     splits unevenly among them and thin ones; every point against the reference."""
     from kfuse.bench.harness import max_relative_error
-    from kfuse.codegen import generate, marching
+    from kfuse.codegen import generate
     from kfuse.runtime import get_backend
 
-    monkeypatch.setattr(marching, "ENABLED", True)
+    configure(march=True)
     spec = get_app("diffusion3d")
     graph = spec.build(boundary=boundary).graph()
     arrays, params = spec.make_inputs(shape, np.random.default_rng(11), "float32")
@@ -180,14 +180,14 @@ def test_marching_kernels_on_cuda(boundary, shape, monkeypatch):
 
 
 def test_calibration_times_the_elementwise_kernel_in_each_block():
-    from kfuse.bench.calibrate import MAP_BLOCKS, measure_map_blocks
+    from kfuse.tune.calibrate import MAP_BLOCKS, measure_map_blocks
 
     times = measure_map_blocks(1 << 22, rounds=1, repeat=3)  # (its sums are checked inside)
     assert sorted(times) == sorted(MAP_BLOCKS) and all(t > 0 for t in times.values())
 
 
 def test_calibration_times_the_gemv_in_each_block_row_form():
-    from kfuse.bench.calibrate import MAX_ROW_LOADS, ROW_BLOCK_FORMS, measure_row_blocks
+    from kfuse.tune.calibrate import MAX_ROW_LOADS, ROW_BLOCK_FORMS, measure_row_blocks
 
     times = measure_row_blocks(1 << 24, rounds=1, repeat=3)  # (checked inside)
     assert sorted(times) == ["1", "2"]

@@ -49,13 +49,13 @@ def chain_reference(u: np.ndarray, w: np.ndarray, c: float, boundary: object
 
 
 @pytest.fixture(autouse=True)
-def marching_on(monkeypatch):
-    monkeypatch.setattr(marching, "ENABLED", True)
+def marching_on(configure):
+    configure(march=True)
 
 
 @pytest.fixture
-def short_chunks(monkeypatch):
-    monkeypatch.setattr(marching, "MARCH_PLANES", 8)
+def short_chunks(configure):
+    configure(march_planes=8)
 
 
 def run_whole_group(graph, arrays, params, variant: str = "recompute"):
@@ -77,13 +77,13 @@ def test_diffusion_marches_and_equals_the_reference(boundary, shape, short_chunk
 
 
 @pytest.mark.parametrize("resident", [5, 2, 1])
-def test_one_wave_of_blocks_takes_the_planes(resident, monkeypatch):
+def test_one_wave_of_blocks_takes_the_planes(configure, resident, monkeypatch):
     """Where the device's resident blocks are known, the planes split into one chunk per
     block of that wave (23 planes among 5 blocks: chunks of 5, the last of 3)."""
     from kfuse.runtime.cpu_backend import CpuLoadedProgram
 
     monkeypatch.setattr(CpuLoadedProgram, "resident_blocks", lambda self, spec: resident)
-    monkeypatch.setattr(marching, "MARCH_LEAST_PLANES", 3)
+    configure(march_least_planes=3)
     app = get_app("diffusion3d")
     graph = app.build().graph()
     arrays, params = app.make_inputs((23, 8, 12), np.random.default_rng(5), "float32")
@@ -125,18 +125,18 @@ def test_marching_needs_long_chunks_in_a_full_wave():
     assert not marching.fills_device(128, 512, 512, 132)  # chunks of 64 planes
 
 
-def test_programs_march_where_asked_unless_forced(monkeypatch):
+def test_programs_march_where_asked_unless_forced(configure):
     graph = get_app("diffusion3d").build().graph()
     groups = [(tuple(k.name for k in graph.kernels), graph.outputs, "recompute")]
-    monkeypatch.setattr(marching, "ENABLED", None)
+    configure(march=None)
     assert "threads march" in generate(graph, groups, march=True).source
     assert "threads march" not in generate(graph, groups).source
-    monkeypatch.setattr(marching, "ENABLED", False)
+    configure(march=False)
     assert "threads march" not in generate(graph, groups, march=True).source
 
 
 def test_resident_blocks_follow_registers_threads_and_shared_memory():
-    from kfuse.runtime.occupancy import blocks_per_multiprocessor
+    from kfuse.model.occupancy import blocks_per_multiprocessor
 
     # the marching kernel on an H200: 245 registers (7,936 a warp), 128 threads, 43.5 KB
     assert blocks_per_multiprocessor(245, 128, 43520) == 2
@@ -148,21 +148,21 @@ def test_resident_blocks_follow_registers_threads_and_shared_memory():
 
 
 @pytest.mark.parametrize("boundary", MARCHING_BOUNDARIES, ids=str)
-def test_intermediates_recomputed_below_their_newest_plane(boundary, short_chunks, monkeypatch):
+def test_intermediates_recomputed_below_their_newest_plane(configure, boundary, short_chunks):
     """The form without ``NEWEST_PLANES_ONLY`` (an intermediate's lower planes recomputed
     where the step reads them, not carried) is exact too."""
-    monkeypatch.setattr(marching, "NEWEST_PLANES_ONLY", False)
+    configure(march_newest_planes_only=False)
     test_diffusion_marches_and_equals_the_reference(boundary, (21, 12, 24), None)
 
 
 @pytest.mark.parametrize("shape", [(19, 12, 24), (6, 16, 8), (11, 10, 13)], ids=str)
 @pytest.mark.parametrize("boundary", MARCHING_BOUNDARIES, ids=str)
-def test_a_chain_of_two_inputs_and_two_outputs(boundary, shape, short_chunks, monkeypatch):
+def test_a_chain_of_two_inputs_and_two_outputs(configure, boundary, shape, short_chunks):
     """Asymmetric reaches, a second staged input, an intermediate written out; the last
     volume (13 columns, 10 rows) takes the register tiles inside the same kernel. Its
     steps read 5 planes of each input (130 KiB staged with those copied ahead): above the
     default limit, which keeps two blocks per SM."""
-    monkeypatch.setattr(marching, "SHARED_LIMIT", 227 * 1024)
+    configure(march_shared_bytes=227 * 1024)
     graph = chain(boundary).graph()
     rng = np.random.default_rng(3)
     arrays = {name: rng.uniform(0.5, 1.5, shape).astype(np.float32) for name in ("u", "w")}
@@ -219,8 +219,8 @@ def marching_chains(draw):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(case=marching_chains())
-def test_random_chains_march_and_equal_the_reference(case, short_chunks, monkeypatch):
-    monkeypatch.setattr(marching, "SHARED_LIMIT", 227 * 1024)
+def test_random_chains_march_and_equal_the_reference(configure, case, short_chunks):
+    configure(march_shared_bytes=227 * 1024)
     pipeline, inputs = case
     graph = pipeline.graph()
     program, outputs = run_whole_group(graph, inputs, {})

@@ -11,8 +11,8 @@ import pytest
 from kfuse.errors import BackendUnavailable, FusionError, KfuseError
 from kfuse.model import qiao, wahib
 from kfuse.model.device import default_profile
-from kfuse.model.measured import spearman
 from kfuse.model.wahib import Architecture, KernelMetadata, project_group
+from kfuse.tune.measured import spearman
 
 
 def cuda_usable() -> bool:
@@ -235,7 +235,7 @@ def test_spearman():
 @pytest.mark.skipif(cuda_usable(), reason="checks the message on a machine without a GPU")
 def test_measured_model_needs_the_cuda_backend():
     from kfuse.apps import get_app
-    from kfuse.model import measured
+    from kfuse.tune import measured
 
     graph = get_app("sobel").build().graph()
     with pytest.raises(BackendUnavailable, match="measuring needs the cuda backend"):
@@ -246,7 +246,7 @@ def test_measured_model_needs_the_cuda_backend():
 @pytest.mark.skipif(not cuda_usable(), reason="needs a GPU")
 def test_measured_model_times_groups_on_the_gpu():  # pragma: no cover - GPU only
     from kfuse.apps import get_app
-    from kfuse.model.measured import GroupTimer
+    from kfuse.tune.measured import GroupTimer
 
     graph = get_app("sobel").build().graph()
     sizes = graph.bind_shapes({name: (512, 512) for name in graph.inputs})
@@ -261,9 +261,9 @@ def test_group_timer_machinery_on_the_cpu_backend():
     import numpy as np
 
     from kfuse.apps import get_app
-    from kfuse.model.measured import GroupTimer, random_inputs
     from kfuse.runtime import get_backend
     from kfuse.runtime.binding import to_numpy
+    from kfuse.tune.measured import GroupTimer, random_inputs
 
     graph = get_app("sobel").build().graph()
     sizes = graph.bind_shapes({name: (19, 23) for name in graph.inputs})

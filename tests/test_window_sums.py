@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import kfuse as kf
-import kfuse.codegen.cexpr as cexpr
 from kfuse.apps.check import relative_error
 from kfuse.codegen import generate, generate_unfused
 from kfuse.codegen.kernels import REGISTER_TILES
@@ -52,24 +51,24 @@ def additions(source: str) -> int:
     return len(re.findall(r"= \w+ \+ \w+;", source[source.index("KF_KERNEL"):]))
 
 
-def test_a_window_along_the_rows_shares_a_pair_per_two_points(monkeypatch):
+def test_a_window_along_the_rows_shares_a_pair_per_two_points(configure):
     """Each column of a thread's register tile adds one pair per two rows it would
     otherwise add (once in the vector path, once in the scalar path of the tile)."""
     graph = box_pipeline(2, 0, "clamp").graph()
     sharing = additions(generate_unfused(graph).source)
-    monkeypatch.setattr(cexpr, "WINDOW_SUMS", False)
+    configure(window_sums=False)
     written = additions(generate_unfused(graph).source)
     rows, columns = REGISTER_TILES[("single", 2)]
     assert written - sharing == 2 * columns * (rows // 2)
 
 
-def test_a_window_of_products_is_summed_as_written(monkeypatch):
+def test_a_window_of_products_is_summed_as_written(configure):
     p = kf.Pipeline("weighted")
     x = p.input("x", ndim=2)
     y = p.input("y", ndim=2)
     p.output(kf.local(x.at(-1, 0) * y.at(-1, 0) + x * y + x.at(1, 0) * y.at(1, 0), name="z"))
     source = generate_unfused(p.graph()).source
-    monkeypatch.setattr(cexpr, "WINDOW_SUMS", False)
+    configure(window_sums=False)
     assert generate_unfused(p.graph()).source == source
 
 
@@ -87,7 +86,7 @@ def test_window_sums_equal_the_reference(boundary, ndim, axis, shape):
 
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
 @pytest.mark.parametrize("shape", [(21, 19), (13, 34)])
-def test_fused_box_chains_equal_the_reference(boundary, shape, monkeypatch):
+def test_fused_box_chains_equal_the_reference(configure, boundary, shape):
     """Prewitt derivatives and a box blur of their product, fused: windows of differences
     along the rows and of reads along the columns share pairs in the register tiles."""
     p = kf.Pipeline("box_chain")
@@ -103,7 +102,7 @@ def test_fused_box_chains_equal_the_reference(boundary, shape, monkeypatch):
     exact = p.run(backend="numpy", plan="unfused", img=image)["box"]
     assert relative_error(ours, exact) <= 1e-6
     sharing = additions(generate(graph, plan.kernel_groups).source)
-    monkeypatch.setattr(cexpr, "WINDOW_SUMS", False)
+    configure(window_sums=False)
     assert additions(generate(graph, plan.kernel_groups).source) > sharing
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, check_size
 
 ORIGIN = "seed 004 (Filipovič et al.) Table 1; sequences from BTO BLAS"
@@ -102,7 +102,7 @@ def size_form(ndim: int) -> str:
         "a vector sequence takes a size n"
 
 
-def _inputs_maker(build: Callable[..., kfuse.Pipeline], ndim: int,
+def _inputs_maker(build: Callable[..., kf.Pipeline], ndim: int,
                   params: Mapping[str, float]) -> Callable[..., tuple[dict, dict]]:
     """``make_inputs`` of a sequence: every input uniform in [LOW, HIGH), its shape bound
     from ``size`` (``(n,)`` or ``(M, N)``), and the pipeline's scalars from ``params``."""
@@ -122,15 +122,15 @@ def _inputs_maker(build: Callable[..., kfuse.Pipeline], ndim: int,
 # The sequences
 # ---------------------------------------------------------------------------------------------
 
-def build_axpydot(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_axpydot(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """z = w - alpha v; r = zᵀ u."""
-    p = kfuse.Pipeline("axpydot")
+    p = kf.Pipeline("axpydot")
     w = p.input("w", ndim=1, dtype=dtype)
     v = p.input("v", shape=w.shape, dtype=dtype)
     u = p.input("u", shape=w.shape, dtype=dtype)
     alpha = p.param("alpha", dtype)
-    z = kfuse.axpy(-alpha, v, w, name="z")
-    r = kfuse.dot(z, u, name="r")
+    z = kf.axpy(-alpha, v, w, name="z")
+    r = kf.dot(z, u, name="r")
     p.output(z, r)
     return p
 
@@ -142,14 +142,14 @@ def ref_axpydot(arrays, params, boundary=None):
 
 
 
-def build_atax(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_atax(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """y = Aᵀ (A x): ``Aᵀ`` needs each row's completed ``A x`` (rule F2 keeps them apart);
     a block holding each whole row (held rows) has it, and reads A once."""
-    p = kfuse.Pipeline("atax")
+    p = kf.Pipeline("atax")
     a = p.input("A", ndim=2, dtype=dtype)
     x = p.input("x", shape=(a.shape[1],), dtype=dtype)
-    t = kfuse.matvec(a, x, name="t")
-    y = kfuse.matvec_t(a, t, name="y")
+    t = kf.matvec(a, x, name="t")
+    y = kf.matvec_t(a, t, name="y")
     p.output(y)
     return p
 
@@ -160,14 +160,14 @@ def ref_atax(arrays, params, boundary=None):
 
 
 
-def build_bicgk(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_bicgk(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """q = A p; s = Aᵀ r: two reductions sharing A, fused they read A once."""
-    p = kfuse.Pipeline("bicgk")
+    p = kf.Pipeline("bicgk")
     a = p.input("A", ndim=2, dtype=dtype)
     pv = p.input("p", shape=(a.shape[1],), dtype=dtype)
     r = p.input("r", shape=(a.shape[0],), dtype=dtype)
-    q = kfuse.matvec(a, pv, name="q")
-    s = kfuse.matvec_t(a, r, name="s")
+    q = kf.matvec(a, pv, name="q")
+    s = kf.matvec_t(a, r, name="s")
     p.output(q, s)
     return p
 
@@ -178,14 +178,14 @@ def ref_bicgk(arrays, params, boundary=None):
 
 
 
-def build_sgemv(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_sgemv(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """z = alpha A x + beta y."""
-    p = kfuse.Pipeline("sgemv")
+    p = kf.Pipeline("sgemv")
     a = p.input("A", ndim=2, dtype=dtype)
     x = p.input("x", shape=(a.shape[1],), dtype=dtype)
     y = p.input("y", shape=(a.shape[0],), dtype=dtype)
     alpha, beta = p.param("alpha", dtype), p.param("beta", dtype)
-    z = kfuse.gemv(a, x, alpha, beta, y, name="z")
+    z = kf.gemv(a, x, alpha, beta, y, name="z")
     p.output(z)
     return p
 
@@ -196,15 +196,15 @@ def ref_sgemv(arrays, params, boundary=None):
 
 
 
-def build_sgemvt(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_sgemvt(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """x = beta Aᵀ y + z; w = alpha A x (needs the completed x: two passes over A)."""
-    p = kfuse.Pipeline("sgemvt")
+    p = kf.Pipeline("sgemvt")
     a = p.input("A", ndim=2, dtype=dtype)
     y = p.input("y", shape=(a.shape[0],), dtype=dtype)
     z = p.input("z", shape=(a.shape[1],), dtype=dtype)
     alpha, beta = p.param("alpha", dtype), p.param("beta", dtype)
-    x = kfuse.gemv(a, y, beta, None, z, trans=True, name="x")
-    w = kfuse.gemv(a, x, alpha, name="w")
+    x = kf.gemv(a, y, beta, None, z, trans=True, name="x")
+    w = kf.gemv(a, x, alpha, name="w")
     p.output(x, w)
     return p
 
@@ -216,12 +216,12 @@ def ref_sgemvt(arrays, params, boundary=None):
 
 
 
-def build_sscal(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_sscal(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """sx = alpha x."""
-    p = kfuse.Pipeline("sscal")
+    p = kf.Pipeline("sscal")
     x = p.input("x", ndim=1, dtype=dtype)
     alpha = p.param("alpha", dtype)
-    p.output(kfuse.scal(alpha, x, name="sx"))
+    p.output(kf.scal(alpha, x, name="sx"))
     return p
 
 
@@ -230,9 +230,9 @@ def ref_sscal(arrays, params, boundary=None):
 
 
 
-def build_gemver(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_gemver(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """B = A + u1 v1ᵀ + u2 v2ᵀ; x = beta Bᵀ y + z; w = alpha B x."""
-    p = kfuse.Pipeline("gemver")
+    p = kf.Pipeline("gemver")
     a = p.input("A", ndim=2, dtype=dtype)
     rows, cols = (a.shape[0],), (a.shape[1],)
     u1, u2 = p.input("u1", shape=rows, dtype=dtype), p.input("u2", shape=rows, dtype=dtype)
@@ -240,9 +240,9 @@ def build_gemver(dtype: str = "float32", boundary: object = None) -> kfuse.Pipel
     y = p.input("y", shape=rows, dtype=dtype)
     z = p.input("z", shape=cols, dtype=dtype)
     alpha, beta = p.param("alpha", dtype), p.param("beta", dtype)
-    b = kfuse.point(a + kfuse.outer(u1, v1) + kfuse.outer(u2, v2), name="B")
-    x = kfuse.gemv(b, y, beta, None, z, trans=True, name="x")
-    w = kfuse.gemv(b, x, alpha, name="w")
+    b = kf.point(a + kf.outer(u1, v1) + kf.outer(u2, v2), name="B")
+    x = kf.gemv(b, y, beta, None, z, trans=True, name="x")
+    w = kf.gemv(b, x, alpha, name="w")
     p.output(b, x, w)
     return p
 
@@ -255,16 +255,16 @@ def ref_gemver(arrays, params, boundary=None):
 
 
 
-def build_gesummv(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_gesummv(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """y = alpha A x + beta B x: two reductions sharing x, then their sum."""
-    p = kfuse.Pipeline("gesummv")
+    p = kf.Pipeline("gesummv")
     a = p.input("A", ndim=2, dtype=dtype)
     b = p.input("B", shape=a.shape, dtype=dtype)
     x = p.input("x", shape=(a.shape[1],), dtype=dtype)
     alpha, beta = p.param("alpha", dtype), p.param("beta", dtype)
-    ax = kfuse.gemv(a, x, alpha, name="Ax")
-    bx = kfuse.gemv(b, x, beta, name="Bx")
-    y = kfuse.point(ax + bx, name="y")
+    ax = kf.gemv(a, x, alpha, name="Ax")
+    bx = kf.gemv(b, x, beta, name="Bx")
+    y = kf.point(ax + bx, name="y")
     p.output(y)
     return p
 
@@ -275,12 +275,12 @@ def ref_gesummv(arrays, params, boundary=None):
 
 
 
-def build_madd(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_madd(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """C = A + B."""
-    p = kfuse.Pipeline("madd")
+    p = kf.Pipeline("madd")
     a = p.input("A", ndim=2, dtype=dtype)
     b = p.input("B", shape=a.shape, dtype=dtype)
-    p.output(kfuse.geam(1.0, a, 1.0, b, name="C"))
+    p.output(kf.geam(1.0, a, 1.0, b, name="C"))
     return p
 
 
@@ -290,14 +290,14 @@ def ref_madd(arrays, params, boundary=None):
 
 
 
-def build_vadd(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_vadd(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """x = w + y + z (BLAS: a copy and two axpys)."""
-    p = kfuse.Pipeline("vadd")
+    p = kf.Pipeline("vadd")
     w = p.input("w", ndim=1, dtype=dtype)
     y = p.input("y", shape=w.shape, dtype=dtype)
     z = p.input("z", shape=w.shape, dtype=dtype)
-    wy = kfuse.axpy(1.0, y, w, name="wy")
-    x = kfuse.axpy(1.0, z, wy, name="x")
+    wy = kf.axpy(1.0, y, w, name="wy")
+    x = kf.axpy(1.0, z, wy, name="x")
     p.output(x)
     return p
 
@@ -308,14 +308,14 @@ def ref_vadd(arrays, params, boundary=None):
 
 
 
-def build_waxpby(dtype: str = "float32", boundary: object = None) -> kfuse.Pipeline:
+def build_waxpby(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """w = alpha x + beta y (BLAS: a copy, a scal and an axpy)."""
-    p = kfuse.Pipeline("waxpby")
+    p = kf.Pipeline("waxpby")
     x = p.input("x", ndim=1, dtype=dtype)
     y = p.input("y", shape=x.shape, dtype=dtype)
     alpha, beta = p.param("alpha", dtype), p.param("beta", dtype)
-    by = kfuse.scal(beta, y, name="by")
-    w = kfuse.axpy(alpha, x, by, name="w")
+    by = kf.scal(beta, y, name="by")
+    w = kf.axpy(alpha, x, by, name="w")
     p.output(w)
     return p
 

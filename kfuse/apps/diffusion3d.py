@@ -18,22 +18,22 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, positive_image, taps
 
 NEIGHBOURS = ((-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1))
 
 
-def _step(u: kfuse.Array, c: object, boundary: object, name: str) -> kfuse.Array:
+def _step(u: kf.Array, c: object, boundary: object, name: str) -> kf.Array:
     total = None
     for offset in NEIGHBOURS:
         total = u.at(*offset) if total is None else total + u.at(*offset)
-    return kfuse.local(u + c * (total - 6.0 * u), boundary=boundary, name=name)
+    return kf.local(u + c * (total - 6.0 * u), boundary=boundary, name=name)
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
+def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
     """The diffusion pipeline: input ``u0`` (3-D), parameter ``c``, output ``u2``."""
-    p = kfuse.Pipeline("diffusion3d")
+    p = kf.Pipeline("diffusion3d")
     u0 = p.input("u0", ndim=3, dtype=dtype)
     c = p.param("c", dtype=dtype)
     u1 = _step(u0, c, boundary, "u1")

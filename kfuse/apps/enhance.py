@@ -21,15 +21,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, positive_image, taps
 
 WINDOW = 3
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
+def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
     """The enhance pipeline: input ``img`` (2-D), parameters ``gain``, ``gamma``."""
-    p = kfuse.Pipeline("enhance")
+    p = kf.Pipeline("enhance")
     img = p.input("img", ndim=2, dtype=dtype)
     gain = p.param("gain", dtype=dtype)
     gamma = p.param("gamma", dtype=dtype)
@@ -37,12 +37,12 @@ def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
     log_sum = None
     for oy in range(-r, r + 1):
         for ox in range(-r, r + 1):
-            term = kfuse.log(img.at(oy, ox))
+            term = kf.log(img.at(oy, ox))
             log_sum = term if log_sum is None else log_sum + term
-    geomean = kfuse.local(kfuse.exp(log_sum * (1.0 / WINDOW**2)), boundary=boundary,
+    geomean = kf.local(kf.exp(log_sum * (1.0 / WINDOW**2)), boundary=boundary,
                           name="geomean")
-    amplify = kfuse.point(gain * geomean, name="amplify")
-    gamma_correct = kfuse.point(kfuse.pow(amplify, gamma), name="gamma_correct")
+    amplify = kf.point(gain * geomean, name="amplify")
+    gamma_correct = kf.point(kf.pow(amplify, gamma), name="gamma_correct")
     p.output(gamma_correct)
     return p
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, correlate, positive_image
 
 DERIV_X = np.array([[-1.0, 0.0, 1.0]] * 3)
@@ -35,17 +35,17 @@ GAUSS = np.array([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]])
 GAUSS_SCALE = 1.0 / 16.0
 
 
-def structure_tensor(pipeline: kfuse.Pipeline, img: kfuse.Array, boundary: object
-                     ) -> tuple[kfuse.Array, kfuse.Array, kfuse.Array]:
+def structure_tensor(pipeline: kf.Pipeline, img: kf.Array, boundary: object
+                     ) -> tuple[kf.Array, kf.Array, kf.Array]:
     """The first 8 kernels shared by Harris and Shi-Tomasi: smoothed gradient products."""
-    dx = kfuse.convolve(img, DERIV_X, boundary=boundary, name="dx", scale=DERIV_SCALE)
-    dy = kfuse.convolve(img, DERIV_Y, boundary=boundary, name="dy", scale=DERIV_SCALE)
-    sx = kfuse.point(dx * dx, name="sx")
-    sy = kfuse.point(dy * dy, name="sy")
-    sxy = kfuse.point(dx * dy, name="sxy")
-    gx = kfuse.convolve(sx, GAUSS, boundary=boundary, name="gx", scale=GAUSS_SCALE)
-    gy = kfuse.convolve(sy, GAUSS, boundary=boundary, name="gy", scale=GAUSS_SCALE)
-    gxy = kfuse.convolve(sxy, GAUSS, boundary=boundary, name="gxy", scale=GAUSS_SCALE)
+    dx = kf.convolve(img, DERIV_X, boundary=boundary, name="dx", scale=DERIV_SCALE)
+    dy = kf.convolve(img, DERIV_Y, boundary=boundary, name="dy", scale=DERIV_SCALE)
+    sx = kf.point(dx * dx, name="sx")
+    sy = kf.point(dy * dy, name="sy")
+    sxy = kf.point(dx * dy, name="sxy")
+    gx = kf.convolve(sx, GAUSS, boundary=boundary, name="gx", scale=GAUSS_SCALE)
+    gy = kf.convolve(sy, GAUSS, boundary=boundary, name="gy", scale=GAUSS_SCALE)
+    gxy = kf.convolve(sxy, GAUSS, boundary=boundary, name="gxy", scale=GAUSS_SCALE)
     return gx, gy, gxy
 
 
@@ -60,14 +60,14 @@ def structure_tensor_reference(img: np.ndarray, boundary: object
     return gx, gy, gxy
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
+def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
     """The Harris pipeline: input ``img`` (2-D), parameter ``k``, output ``hc``."""
-    p = kfuse.Pipeline("harris")
+    p = kf.Pipeline("harris")
     img = p.input("img", ndim=2, dtype=dtype)
     k = p.param("k", dtype=dtype)
     gx, gy, gxy = structure_tensor(p, img, boundary)
     trace = gx + gy
-    hc = kfuse.point((gx * gy - gxy * gxy) - k * trace * trace, name="hc")
+    hc = kf.point((gx * gy - gxy * gxy) - k * trace * trace, name="hc")
     p.output(hc)
     return p
 

@@ -11,7 +11,7 @@ small to fill the GPU, which is what the thesis's multi-stream model (§4.3) exp
 the levels are given (a pyramid built beforehand) and F is an unsharp-mask detail boost, so
 the pipeline is four branches with no path between them: each fuses into one kernel, and
 the four kernels may run at once on separate streams where the wave model predicts a gain
-(``kfuse.model.waves``).
+(``kf.model.waves``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, check_size, correlate, positive_image
 
 LEVELS = 4
@@ -33,16 +33,16 @@ def level_shape(size: tuple[int, ...], level: int) -> tuple[int, ...]:
     return tuple(-(-n // 2**level) for n in size)
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
+def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
     """Inputs ``l0`` .. ``l3`` (2-D, each its own size), parameter ``amount``; outputs
     ``detail0`` .. ``detail3``."""
-    p = kfuse.Pipeline("levels")
+    p = kf.Pipeline("levels")
     amount = p.param("amount", dtype)
     for level in range(LEVELS):
         image = p.input(f"l{level}", ndim=2, dtype=dtype)
-        blur = kfuse.convolve(image, BINOMIAL, boundary=boundary, name=f"blur{level}",
+        blur = kf.convolve(image, BINOMIAL, boundary=boundary, name=f"blur{level}",
                               scale=BINOMIAL_SCALE)
-        p.output(kfuse.point(image + amount * (image - blur), name=f"detail{level}"))
+        p.output(kf.point(image + amount * (image - blur), name=f"detail{level}"))
     return p
 
 

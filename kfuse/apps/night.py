@@ -38,7 +38,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, positive_image, taps
 
 MASK = np.array([[0.057118, 0.124758, 0.057118],
@@ -54,16 +54,16 @@ def _taps(dilation: int) -> list[tuple[int, int, float]]:
             for i in range(3) for j in range(3)]
 
 
-def _atrous(x: kfuse.Array, dilation: int, boundary: object, name: str) -> kfuse.Array:
+def _atrous(x: kf.Array, dilation: int, boundary: object, name: str) -> kf.Array:
     centre = x.expr()
     weight_sum = value_sum = None
     for dy, dx, m in _taps(dilation):
         pixel = x.at(dy, dx)
         diff = pixel - centre
-        weight = m * kfuse.exp(-(diff * diff))
+        weight = m * kf.exp(-(diff * diff))
         weight_sum = weight if weight_sum is None else weight_sum + weight
         value_sum = weight * pixel if value_sum is None else value_sum + weight * pixel
-    return kfuse.local(value_sum / weight_sum, boundary=boundary, name=name)
+    return kf.local(value_sum / weight_sum, boundary=boundary, name=name)
 
 
 def _scoto(v: object, s: object) -> object:
@@ -85,16 +85,16 @@ def _scoto(v: object, s: object) -> object:
     return r, g, b
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
+def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
     """The night pipeline: input ``img`` (2-D), parameter ``s``, output ``scoto``."""
-    p = kfuse.Pipeline("night")
+    p = kf.Pipeline("night")
     img = p.input("img", ndim=2, dtype=dtype)
     s = p.param("s", dtype=dtype)
     atrous0 = _atrous(img, DILATION[0], boundary, "atrous0")
     atrous1 = _atrous(atrous0, DILATION[1], boundary, "atrous1")
     r, g, b = _scoto(atrous1.expr(), s)
-    r, g, b = (kfuse.minimum(kfuse.maximum(c, 0.0), 1.0) for c in (r, g, b))
-    scoto = kfuse.point(LUMA[0] * r + LUMA[1] * g + LUMA[2] * b, name="scoto")
+    r, g, b = (kf.minimum(kf.maximum(c, 0.0), 1.0) for c in (r, g, b))
+    scoto = kf.point(LUMA[0] * r + LUMA[1] * g + LUMA[2] * b, name="scoto")
     p.output(scoto)
     return p
 

@@ -18,18 +18,18 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, positive_image
 from kfuse.apps.harris import structure_tensor, structure_tensor_reference
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
+def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
     """The Shi-Tomasi pipeline: input ``img`` (2-D), output ``st``."""
-    p = kfuse.Pipeline("shi_tomasi")
+    p = kf.Pipeline("shi_tomasi")
     img = p.input("img", ndim=2, dtype=dtype)
     gx, gy, gxy = structure_tensor(p, img, boundary)
     diff = gx - gy
-    st = kfuse.point(0.5 * (gx + gy - kfuse.sqrt(diff * diff + 4.0 * gxy * gxy)), name="st")
+    st = kf.point(0.5 * (gx + gy - kf.sqrt(diff * diff + 4.0 * gxy * gxy)), name="st")
     p.output(st)
     return p
 

@@ -19,20 +19,20 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, correlate, positive_image
 
 SOBEL_X = np.array([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
 SOBEL_Y = SOBEL_X.T.copy()
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
+def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
     """The Sobel pipeline: input ``img`` (2-D), output ``mag``."""
-    p = kfuse.Pipeline("sobel")
+    p = kf.Pipeline("sobel")
     img = p.input("img", ndim=2, dtype=dtype)
-    dx = kfuse.convolve(img, SOBEL_X, boundary=boundary, name="dx")
-    dy = kfuse.convolve(img, SOBEL_Y, boundary=boundary, name="dy")
-    mag = kfuse.point(kfuse.sqrt(dx * dx + dy * dy), name="mag")
+    dx = kf.convolve(img, SOBEL_X, boundary=boundary, name="dx")
+    dy = kf.convolve(img, SOBEL_Y, boundary=boundary, name="dy")
+    mag = kf.point(kf.sqrt(dx * dx + dy * dy), name="mag")
     p.output(mag)
     return p
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import kfuse
+import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, correlate, positive_image
 
 _BINOMIAL = np.array([1.0, 4.0, 6.0, 4.0, 1.0])
@@ -31,14 +31,14 @@ GAUSS5 = np.outer(_BINOMIAL, _BINOMIAL)
 GAUSS5_SCALE = 1.0 / 256.0
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kfuse.Pipeline:
+def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
     """The unsharp pipeline: input ``img`` (2-D), output ``unsharp``."""
-    p = kfuse.Pipeline("unsharp")
+    p = kf.Pipeline("unsharp")
     img = p.input("img", ndim=2, dtype=dtype)
-    blur = kfuse.convolve(img, GAUSS5, boundary=boundary, name="blur", scale=GAUSS5_SCALE)
-    sharp = kfuse.point(2.0 * img - blur, name="sharp")
-    ratio = kfuse.point(sharp / img, name="ratio")
-    unsharp = kfuse.point(ratio * img, name="unsharp")
+    blur = kf.convolve(img, GAUSS5, boundary=boundary, name="blur", scale=GAUSS5_SCALE)
+    sharp = kf.point(2.0 * img - blur, name="sharp")
+    ratio = kf.point(sharp / img, name="ratio")
+    unsharp = kf.point(ratio * img, name="unsharp")
     p.output(unsharp)
     return p
 

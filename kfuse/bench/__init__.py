@@ -3,7 +3,6 @@
 Nothing here imports CuPy or PyTorch until a function needs it.
 """
 
-from kfuse.bench.calibrate import calibrate, device_properties, measure_copy, measure_launch
 from kfuse.bench.floor import (
     buffer_bytes,
     dram_floor_bytes,
@@ -27,7 +26,6 @@ from kfuse.bench.report import (
     to_json,
     to_markdown,
 )
-from kfuse.bench.timing import Timing, format_seconds, input_sets_needed, time_gpu, time_host
 from kfuse.bench.torch_baseline import (
     COMPILE_MODE,
     TorchFunction,
@@ -37,6 +35,8 @@ from kfuse.bench.torch_baseline import (
     torch_function,
     translate,
 )
+from kfuse.tune.calibrate import calibrate, device_properties, measure_copy, measure_launch
+from kfuse.tune.timing import Timing, format_seconds, input_sets_needed, time_gpu, time_host
 
 __all__ = [
     "COMPILE_MODE", "ERROR_TOLERANCE", "BenchRow", "KernelRow", "Timing", "TorchFunction",

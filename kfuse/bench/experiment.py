@@ -1,6 +1,6 @@
 """What the GPU experiment scripts share: an app on the device, named variants of one of its
-groups, and programs run and checked against the planned one (``scripts/*_experiment.py``,
-``scripts/*_bench.py``)."""
+groups, and programs run and checked against the planned one (``experiments/``,
+``benchmarks/``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from kfuse.bench.harness import app_plan
+from kfuse.codegen.mapreduce import is_variant_text
 from kfuse.errors import KfuseError
 from kfuse.ir.graph import Graph
 
@@ -116,9 +117,9 @@ def time_sources(case: DeviceCase, programs: Mapping[str, Any], rounds: int,
     """Each of ``programs`` (labelled; ``case``'s program patched or regenerated) run once
     and checked against the planned program's outputs, then the agreeing ones timed in
     alternating rounds beside torch.compile (timing experiments on source patches)."""
-    from kfuse.bench.timing import print_rounds, time_alternating
     from kfuse.bench.torch_baseline import compiled_on
     from kfuse.runtime import get_backend
+    from kfuse.tune.timing import print_rounds, time_alternating
 
     name = case.app.name
     backend = get_backend("cuda")
@@ -132,5 +133,14 @@ def time_sources(case: DeviceCase, programs: Mapping[str, Any], rounds: int,
     print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
 
 
+def studied_group(groups: list[tuple]) -> int:
+    """Index of the group (members, outputs, variant) that runs a stream variant (else the
+    first map-reduce one, else the first)."""
+    indices = [i for i, group in enumerate(groups) if is_variant_text(group[2])]
+    streams = [i for i in indices if ":stream" in groups[i][2]]
+    return (streams or indices or [0])[0]
+
+
 __all__ = ["DeviceCase", "device_case", "largest_error", "masked_only", "normalized_variants",
-           "planned_program", "planned_run", "run_checked", "time_sources"]
+           "planned_program", "planned_run", "run_checked", "studied_group", "time_sources"]
+

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from kfuse.bench.floor import dram_floor_bytes, floor_seconds, launch_bytes
-from kfuse.bench.timing import Timing, input_sets_needed, time_gpu, time_host
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile, current_profile
 from kfuse.runtime.binding import to_numpy
+from kfuse.tune.timing import Timing, input_sets_needed, time_gpu, time_host
 
 ERROR_TOLERANCE = 1e-4
 BASELINES = ("torch eager", "torch.compile", "cublas")
@@ -391,7 +391,7 @@ def _resolve(entry: Any) -> Any:
 def _profile_now(env: _Env, progress: bool) -> DeviceProfile:
     if env.backend != "cuda":
         return current_profile()
-    from kfuse.bench.calibrate import calibrate
+    from kfuse.tune.calibrate import calibrate
     profile = calibrate(progress=progress)
     try:
         profile.save()
@@ -575,7 +575,7 @@ def _choose_plan(app: Any, graph, given: dict[str, Any], sizes: dict[str, int],
                  profile: DeviceProfile, env: _Env, row: BenchRow, autotune: int) -> Any:
     """The plan kfuse runs: autotuned, the app's own planner, or the default search."""
     if autotune:
-        from kfuse.search.variants import autotune as tune
+        from kfuse.tune.autotune import autotune as tune
         result = tune(graph, given, autotune, backend=env.backend, sizes=sizes,
                       profile=profile)
         row.autotune = result.table()

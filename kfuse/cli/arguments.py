@@ -1,10 +1,11 @@
-"""argparse ``type``s shared by the ``kfuse`` command and the experiment scripts: numbers
-with a lower bound, refused as usage errors (exit code 2) before any work."""
+"""Command-line pieces shared by the ``kfuse`` command and the experiment scripts: argparse
+``type``s for numbers with a lower bound, refused as usage errors (exit code 2) before any
+work, and the experiments' ``[app ...] [--rounds R] [--runs N]`` command line."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -29,4 +30,18 @@ NON_NEGATIVE_INT = number_at_least(int, 0, "a non-negative integer")
 POSITIVE_INT = number_at_least(int, 1, "a positive integer")
 NON_NEGATIVE_NUMBER = number_at_least(float, 0.0, "a non-negative number")
 
-__all__ = ["NON_NEGATIVE_INT", "NON_NEGATIVE_NUMBER", "POSITIVE_INT", "number_at_least"]
+def alternating_main(description: str, compare: Callable[[str, int, int], None],
+                     apps: Sequence[str], rounds: int = 3, runs: int = 30) -> None:
+    """Command line of the alternating-rounds experiment scripts: ``[app ...] [--rounds R]
+    [--runs N]``, then ``compare(app, rounds, runs)`` for each app."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("apps", nargs="*", default=list(apps))
+    parser.add_argument("--rounds", type=POSITIVE_INT, default=rounds)
+    parser.add_argument("--runs", type=POSITIVE_INT, default=runs)
+    args = parser.parse_args()
+    for name in args.apps:
+        compare(name, args.rounds, args.runs)
+
+
+__all__ = ["NON_NEGATIVE_INT", "NON_NEGATIVE_NUMBER", "POSITIVE_INT", "alternating_main",
+           "number_at_least"]

@@ -206,7 +206,7 @@ def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backe
     planner, or the search; with the autotuner's timings (None when it did not run)."""
     sizes = app.sizes(graph, size)
     if getattr(args, "autotune", 0):
-        from kfuse.search.variants import autotune
+        from kfuse.tune.autotune import autotune
         if backend == "cpu":
             print("kfuse: note: --autotune on the cpu backend times the host shim with the "
                   "wall clock, which says nothing about a GPU", file=sys.stderr)
@@ -293,7 +293,7 @@ def _require_gpu() -> None:
 
 
 def command_calibrate(args: argparse.Namespace) -> int:
-    from kfuse.bench import calibrate
+    from kfuse.tune import calibrate
     _require_gpu()
     profile = calibrate()
     path = profile.save()
@@ -410,8 +410,8 @@ def command_model_check(args: argparse.Namespace) -> int:
     from kfuse.apps import get_app
     from kfuse.fusion.legality import group_violations
     from kfuse.model.device import current_profile
-    from kfuse.model.measured import GroupTimer, check_groups, cuda_backend, summarize
     from kfuse.search import search
+    from kfuse.tune.measured import GroupTimer, check_groups, cuda_backend, summarize
 
     apps = [get_app(name) for name in args.apps]  # names and sizes before the GPU
     app_sizes = [_app_size(app, args.size, app.bench_size) for app in apps]
@@ -450,7 +450,7 @@ def command_model_check(args: argparse.Namespace) -> int:
 def _print_model_check(report, summary, profile, measured: bool) -> None:
     from rich.table import Table
 
-    from kfuse.bench.timing import format_seconds
+    from kfuse.tune.timing import format_seconds
     table = Table(title=f"model check on {profile.name}: predicted vs "
                         f"{'measured' if measured else '(not measured)'} per fused group")
     columns = ["app", "group", "roofline", "wahib", "qiao"]

@@ -24,11 +24,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kfuse import config
 from kfuse.codegen.kernels import KernelGroup
 from kfuse.ir.graph import Graph
-
-# False: every kernel visits its blocks first-to-last (timing experiments)
-ENABLED = True
 
 REVERSED_BLOCKS = "kf_block"  # the renumbered block index a reversed kernel's body reads
 
@@ -61,7 +59,7 @@ class Serpentine:
         reason = None
         for earlier, arrays, last_first in reversed(self.placed):
             if arrays & main:
-                if ENABLED and rank and not blocks_walk and not last_first:
+                if config.current().serpentine_blocks and rank and not blocks_walk and not last_first:
                     shared = "', '".join(sorted(arrays & main))
                     reason = (f"'{earlier}' before it streamed '{shared}' first-to-last, so "
                               "the end of it is in L2")

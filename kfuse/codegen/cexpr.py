@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kfuse import config
 from kfuse.ir.expr import (
     C_TYPES,
     FLOAT_DTYPES,
@@ -68,14 +69,11 @@ _HEADER_NAME = re.compile(r"^(_\w*|\w*__\w*|[A-Z0-9_]{2,}|"
 
 Coordinate = tuple[str, int]  # (C variable, constant shift)
 
-# Sum 3-tap windows so that neighbouring points share a pair (ExprEmitter._emit_window_sum);
-# scripts/recompute_experiment.py turns it off to time the difference.
-WINDOW_SUMS = True
-# A constant-mode read that may fall outside loads from its clamped index unconditionally and
-# selects the constant after: a load inside the conditional is a branch per tap, which keeps
-# the compiler from issuing a tile's loads together (False: that form, for
-# scripts/constant_mode_experiment.py; diffusion3d's tiles 2.3x slower on an H200)
-UNCONDITIONAL_BORDER_LOADS = True
+# 3-tap windows are summed so that neighbouring points share a pair
+# (ExprEmitter._emit_window_sum) and constant-mode reads that may fall outside load from
+# their clamped index unconditionally (a load inside the conditional is a branch per tap,
+# which keeps the compiler from issuing a tile's loads together) unless kfuse.config's
+# ``window_sums`` and ``unconditional_border_loads`` say otherwise.
 
 # 8- and 16-byte vector types by (element dtype, elements): one load for a thread's columns
 VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("float64", 2): "double2",
@@ -161,7 +159,7 @@ def logs_in_exp(body: Expr) -> Expr:
 
 def _three_term_sum(node: Expr) -> bool:
     """``(x[i-s] + x[i]) + x[i+s]`` in floating point: a 3-tap window of one expression."""
-    if not (WINDOW_SUMS and isinstance(node, Binary) and node.op == "add"
+    if not (config.current().window_sums and isinstance(node, Binary) and node.op == "add"
             and node.dtype in FLOAT_DTYPES):
         return False
     inner = node.a
@@ -391,7 +389,7 @@ class ExprEmitter:
         else:
             read = f"{pointer}[{self.address(load.buffer, indices)}]"
         if inside:
-            if not vector and UNCONDITIONAL_BORDER_LOADS:  # the index is clamped inside
+            if not vector and config.current().unconditional_border_loads:  # the index is clamped inside
                 read = self.define(load.dtype, read, prefix=f"ld_{load.buffer}_")
             value = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
             return f"({' && '.join(inside)}) ? {read} : {value}"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kfuse.codegen import block_order, mapreduce, marching
+from kfuse import config
+from kfuse.codegen import block_order, mapreduce
 from kfuse.codegen.kernels import KernelGroup, group_kernel
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.program import Program
@@ -23,15 +24,16 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
     ``fixed_sizes`` (size symbol -> size) the kernels are compiled for those sizes
     (:mod:`kfuse.codegen.specialise`) and the program must only run at them. ``march``:
     3-D recompute groups have their threads march along z (for devices where that pays,
-    :func:`kfuse.codegen.marching.pays_on`; ``marching.ENABLED`` overrides it).
+    :func:`kfuse.codegen.marching.pays_on`; the ``march`` switch of :mod:`kfuse.config`
+    overrides it).
     ``array_alignment``: bytes (a power of two) every array's address is known to be a
     multiple of, so that kernels need not test their pointers before vector accesses; the
     program must only run on such arrays (1: any).
     """
     if array_alignment < 1 or array_alignment & (array_alignment - 1):
         raise CompileError(f"array_alignment must be a power of two, not {array_alignment}")
-    if marching.ENABLED is not None:
-        march = marching.ENABLED
+    if config.current().march is not None:
+        march = config.current().march
     if groups is None:
         groups = [((k.name,), (k.output,)) for k in graph.topological_kernels()]
     fused = sum(1 for group in groups if len(group[0]) > 1)
@@ -67,18 +69,9 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
 
 
 def generation_switches() -> tuple[tuple[str, object], ...]:
-    """The module switches that change generated code (experiments set them): part of the
-    key a generated program is stored under."""
-    from kfuse.codegen import cexpr
-
-    return (("marching.ENABLED", marching.ENABLED),
-            ("marching.NEWEST_PLANES_ONLY", marching.NEWEST_PLANES_ONLY),
-            ("marching.MARCH_PLANES", marching.MARCH_PLANES),
-            ("marching.MARCH_LEAST_PLANES", marching.MARCH_LEAST_PLANES),
-            ("marching.SHARED_LIMIT", marching.SHARED_LIMIT),
-            ("block_order.ENABLED", block_order.ENABLED),
-            ("cexpr.WINDOW_SUMS", cexpr.WINDOW_SUMS),
-            ("cexpr.UNCONDITIONAL_BORDER_LOADS", cexpr.UNCONDITIONAL_BORDER_LOADS))
+    """The switches that change generated code (:mod:`kfuse.config`): part of the key a
+    generated program is stored under."""
+    return config.current().key()
 
 
 def generate_unfused(graph: Graph, *, wide_index: bool = False) -> Program:

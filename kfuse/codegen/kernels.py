@@ -43,7 +43,7 @@ from kfuse.ir.graph import Graph, Kernel
 MAP_BLOCK_1D = 256
 TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/benchmarks.md)
 # Threads per block (x, y) of register-tiled kernels by kind (as REGISTER_TILES) and
-# dimensionality; 3-D tiles run best in blocks of 128 threads (H200, scripts/tile_sweep.py:
+# dimensionality; 3-D tiles run best in blocks of 128 threads (H200, benchmarks/tile_sweep.py:
 # 7-point stencils 95% of copy vs 88% in blocks of 64 x 4); 2-D groups that recompute
 # chained stencils in their 10 x 4 tiles run best in blocks of 64 threads (Harris 0.164 ms
 # in blocks of 32 x 4, 0.157 in 32 x 2, 0.159 in 64 x 1, 0.180 in 32 x 1; Shi-Tomasi 0.170,
@@ -245,7 +245,7 @@ ITEMS_PER_THREAD_SPECIAL = 16
 # image, planes of a volume), the middle axis (3-D) and the innermost axis (columns), for
 # one operator alone ("single") and for groups recomputing producers at taps. The points
 # of one thread share stencil taps and the intermediates of fused producers; columns make
-# aligned vector loads. Chosen by scripts/tile_sweep.py on an H200 (docs/benchmarks.md;
+# aligned vector loads. Chosen by benchmarks/tile_sweep.py on an H200 (docs/benchmarks.md;
 # recompute groups in 2-D: 10 x 4 ahead of 8, 9, 11 and 12 rows in every block shape tried,
 # e.g. Harris 0.157 ms against 0.165-0.168 in blocks of 32 x 2).
 REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
@@ -694,7 +694,7 @@ def tile_choices(variant: str, ndim: int) -> list[tuple[int, ...] | None]:
 def staged_tile() -> tuple[int, int]:
     """Outputs (rows, columns) of one block of a staged (shared-memory) kernel: blocks of
     ``TILE_X`` x ``TILE_Y`` threads, ``STAGED_ROWS`` rows per thread (read at call time:
-    scripts/tile_sweep.py changes the block)."""
+    benchmarks/tile_sweep.py changes the block)."""
     return (TILE_Y * STAGED_ROWS, TILE_X)
 
 

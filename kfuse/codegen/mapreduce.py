@@ -72,10 +72,11 @@ from kfuse.codegen.cexpr import (
     size_var,
     sizes_of,
 )
-from kfuse.codegen.kernels import GroupNames, identity_text, identity_value
+from kfuse.codegen.kernels import REDUCE_OP_CODE, GroupNames, identity_text, identity_value
 from kfuse.codegen.mapreduce_held import HeldBody
 from kfuse.codegen.mapreduce_stream import StreamBody
 from kfuse.codegen.program import GRID_LIMITS, WARP, GridAxis, KernelParam, LaunchSpec
+from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import (
     epilogue_kind,
@@ -92,8 +93,6 @@ VARIANT_PREFIX = "mapreduce"
 ROWSUM_MODES = ("shuffle", "smem", "stream")
 VECTOR_BYTES = (8, 16)       # one vector access: two or four 32-bit words
 SMEM_TILE_ROWS = 32          # rowsum="smem": lane tx sums row tx of the tile
-STATIC_SHARED_LIMIT = 48 * 1024
-OP_CODE = {"sum": 0, "min": 1, "max": 2}
 
 HELPERS = r"""#ifndef KF_MAPREDUCE_HELPERS
 #define KF_MAPREDUCE_HELPERS
@@ -344,7 +343,7 @@ class Reduce:
 
     @property
     def code(self) -> int:
-        return OP_CODE[self.op]
+        return REDUCE_OP_CODE[self.op]
 
     @property
     def identity(self) -> str:

@@ -13,7 +13,7 @@ along z as fill one wave of the device, beside the blocks of rows and columns):
   (found on the emitted statements: a value whose z indices, shifted up by one plane,
   spell another value's statement is that value's next-step copy); each intermediate is
   computed on its newest plane only, over every row and column the step reads it at
-  (``NEWEST_PLANES_ONLY``), and carried below;
+  (``march_newest_planes_only`` of :mod:`kfuse.config`), and carried below;
 - the input planes the step still reads come from shared memory, where the block copies
   each plane (its rows and columns grown by the chain's reach) ``MARCH_PREFETCH`` planes
   ahead with asynchronous copies (cp.async), so that the loads of many planes are in
@@ -24,7 +24,7 @@ along z as fill one wave of the device, beside the blocks of rows and columns):
 
 Measured (docs/benchmarks.md, session 14): on an H200 0.342-0.345 ms for diffusion3d at
 512^3 against 0.37-0.39 for the register tiles (a hand-written kernel of the same plan,
-scripts/march3d_probe.py, 0.333-0.342); on an H100 SXM slower than the tiles (0.484
+experiments/march3d_probe.py, 0.333-0.342); on an H100 SXM slower than the tiles (0.484
 against 0.425), so the cuda backend marches only on devices like the first
 (:func:`pays_on`) and on volumes that one wave of blocks covers in long chunks
 (:func:`fills_device`; at 256^3 and 384^3 the tiles are 7% faster on an H200). The kernel keeps the register-tiled code for sizes and pointers the
@@ -37,14 +37,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kfuse import config
 from kfuse.codegen.cexpr import STAGED_ADDRESS, c_name, indent, row_major_address, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, LaunchSpec
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 
-# Whether 3-D recompute groups march: None decides per device (the cuda backend asks
-# :func:`pays_on`; programs generated without a device keep the register tiles); True or
-# False forces it everywhere (tests, experiments).
-ENABLED: bool | None = None
+# Whether 3-D recompute groups march: kfuse.config's ``march`` (None: per device, the cuda
+# backend asks :func:`pays_on`).
 # Marching trades instructions for DRAM efficiency: it issues fewer instructions per point
 # than the register tiles but reaches a smaller share of the copy bandwidth (73% against
 # 84% in diffusion3d), so it wins where the tiles are limited by instruction issue, i.e. on
@@ -61,16 +60,12 @@ MIN_WAVE_FILL = 0.9
 RESIDENT_BLOCKS_PER_SM = 2  # the marching kernel's registers (about 245 a thread) allow two
 MARCH_ROWS = 4  # rows per thread (the thread's 4 columns in each)
 MARCH_BLOCK = (32, 4)  # threads per block (x, y)
-# planes per block (a chunk) where the device's resident blocks are not known (the cpu
-# backend); on the GPU one wave of blocks takes the planes, chunks of at least
-# MARCH_LEAST_PLANES (H200, 512^3: one wave of 256-plane chunks 0.341-0.345 ms against 0.350
-# for 128 and 0.379 for 64 planes, docs/benchmarks.md session 14)
-MARCH_PLANES = 256
-MARCH_LEAST_PLANES = 16
+# Planes per block (a chunk) where the device's resident blocks are not known, and the
+# fewest on the GPU: kfuse.config's ``march_planes`` and ``march_least_planes``.
 MARCH_PREFETCH = 2  # planes copied ahead of the plane a step computes
 MARCH_COLUMNS = 4  # columns per thread: one aligned 16-byte vector per row
-NEWEST_PLANES_ONLY = True  # intermediates computed on their newest plane only, then carried
-SHARED_LIMIT = 96 * 1024  # bytes of staged planes per block (two blocks per SM fit)
+# Intermediates computed on their newest plane only, then carried: kfuse.config's
+# ``march_newest_planes_only``; bytes of staged planes per block: ``march_shared_bytes``.
 
 _DECLARATION = re.compile(r"^const (\w+) (\w+) = (.*);$")
 _TOKEN = re.compile(r"\b[A-Za-z_]\w*\b")
@@ -324,7 +319,8 @@ def _render_addresses(text: str, graph, plane_slot: dict[str, str] | None,
 def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] | None:
     """The group's kernel marching along z; ``fallback`` (the register-tiled kernel's body
     statements) runs where the marching path does not apply. ``None`` where the planes a
-    step reads would take more than ``SHARED_LIMIT`` bytes of shared memory."""
+    step reads would take more than ``march_shared_bytes`` (:mod:`kfuse.config`) of shared
+    memory."""
     from kfuse.codegen.kernels import _items_code, _vector_condition, items_emitted, reach
 
     graph = group.graph
@@ -339,7 +335,7 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
     emitter, stores = items_emitted(
         group, points, sizes, {"iz": (-below, above), "iy": (0, rows - 1),
                                "ix": (0, columns - 1)}, columns, frozenset(staged.buffers))
-    if NEWEST_PLANES_ONLY:
+    if config.current().march_newest_planes_only:
         _newest_planes_only(group, emitter)
     step = _split_step(emitter.lines, set(emitter.state.indices.values()), stores)
     carried = step.carried
@@ -356,7 +352,7 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
     planes = highest - lowest + 1 + MARCH_PREFETCH
     plane_bytes = [staged.plane_elements * ITEM_SIZE[graph.buffers[name].dtype]
                    for name in staged.buffers]
-    if planes * sum(plane_bytes) > SHARED_LIMIT:
+    if planes * sum(plane_bytes) > config.current().march_shared_bytes:
         return None
     threads = block_x * block_y
     elements, pitch = staged.plane_elements, staged.pitch
@@ -506,8 +502,8 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
     header, params = group.signature(threads)
     grid = (GridAxis((group.domain[2],), block_x * columns),
             GridAxis((group.domain[1],), block_y * rows, GRID_LIMITS[1]),
-            GridAxis((group.domain[0],), MARCH_PLANES, GRID_LIMITS[2],
-                     least_per_block=MARCH_LEAST_PLANES))
+            GridAxis((group.domain[0],), config.current().march_planes, GRID_LIMITS[2],
+                     least_per_block=config.current().march_least_planes))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid, dynamic_shared_bytes=offset,
                         blocks_walk=True)

@@ -62,7 +62,7 @@ KF_DEVICE float kf_sqrtf(float x) { return sqrtf(x); }
 // float32 pow: |x|^y = exp2(y * lg2|x|) with the hardware's base-2 logarithm
 // (lg2.approx, about 20 instructions fewer than log2f: Enhance 0.334 -> 0.267 ms on an
 // H200), a relative error of at most (2 + |y log2 x| + |y|) float32 ulp at 1 (the |y| term:
-// lg2.approx's absolute error, which dominates for x near 1; scripts/fp32_math_check.py
+// lg2.approx's absolute error, which dominates for x near 1; benchmarks/fp32_math_check.py
 // measures it on the GPU). Branch-free: the special cases of C99 pow (signs of negative
 // bases, NaN for a negative base and a non-integer exponent, pow(x, 0) = pow(1, y) =
 // pow(-1, +-inf) = 1) are selects. The host compiler uses log2f.

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 from kfuse.codegen.cexpr import ExprEmitter, c_name, coordinate_text, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, LaunchSpec
+from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.ir.expr import C_TYPES, Load
 from kfuse.ir.graph import Graph
-
-STATIC_SHARED_LIMIT = 48 * 1024
 
 
 @dataclass(frozen=True)

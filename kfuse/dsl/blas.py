@@ -20,9 +20,9 @@ Sizes of any value (no padding) are fine; the generated code handles the edges.
 from __future__ import annotations
 
 from kfuse.dsl.pipeline import Array, Pipeline, forward_arithmetic
-from kfuse.dsl.source import UserLine, user_line, where_of
 from kfuse.errors import DslError, ShapeError
 from kfuse.ir.expr import Expr, Load, as_expr, loads, transform, unary
+from kfuse.user_line import UserLine, user_line, where_of
 
 
 def _pipeline(values: tuple[object, ...], operator: str, line: UserLine | None) -> Pipeline:

@@ -8,7 +8,6 @@ import numpy as np
 
 from kfuse.dsl.functions import boundary_of
 from kfuse.dsl.pipeline import Array, Pipeline
-from kfuse.dsl.source import UserLine, user_line, where_of
 from kfuse.errors import DslError
 from kfuse.ir.expr import (
     Boundary,
@@ -20,6 +19,7 @@ from kfuse.ir.expr import (
     loads,
 )
 from kfuse.ir.graph import REDUCE_OPS
+from kfuse.user_line import UserLine, user_line, where_of
 
 
 def _pipeline_of(value: object, operator: str) -> Pipeline:

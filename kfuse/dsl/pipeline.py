@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from kfuse.dsl.functions import boundary_of
-from kfuse.dsl.source import UserLine, where_of
 from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
     Boundary,
@@ -31,6 +30,7 @@ from kfuse.ir.expr import (
     transform,
 )
 from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction, fixed_size
+from kfuse.user_line import UserLine, where_of
 
 
 class Array:
@@ -152,6 +152,21 @@ def _size_symbol(name: str, axis: int, size: object) -> str:
 
 
 COMPILED_RUNS = 16  # compiled pipelines run() keeps per pipeline (backends x plans)
+
+# The stages after the DSL (fusing, planning, compiling, running) as a Pipeline calls them:
+# kfuse.driver installs itself here when kfuse is imported, so that the DSL imports none of
+# them (it builds graphs; dependencies run one way).
+_DRIVERS: list[Any] = []
+
+
+def install_driver(driver: Any) -> None:
+    """Make ``driver`` (a module with ``fuse``, ``plan`` and ``compile``) what pipelines
+    call to fuse, plan, compile and run (:mod:`kfuse.driver`)."""
+    _DRIVERS[:] = [driver]
+
+
+def _driver() -> Any:
+    return _DRIVERS[0]
 
 
 class Pipeline:
@@ -443,8 +458,7 @@ class Pipeline:
         key = (backend, plan if plan is None or isinstance(plan, str) else id(plan))
         found = self._runs.get(key)
         if found is None:
-            from kfuse.runtime.compiled import CompiledPipeline
-            found = (plan, CompiledPipeline(self.graph, backend, plan))  # (the plan kept:
+            found = (plan, _driver().compile(self.graph, backend, plan))  # (the plan kept:
             self._runs[key] = found                                      # its id stays its own)
             while len(self._runs) > COMPILED_RUNS:
                 self._runs.pop(next(iter(self._runs)))
@@ -466,16 +480,14 @@ class Pipeline:
         why), always (True) or never (False).
         ``.stats`` counts hits, misses, plans and compiles.
         """
-        from kfuse.runtime.compiled import CompiledPipeline
-        return CompiledPipeline(self.graph, backend, plan, max_signatures=max_signatures,
-                                graphs=graphs, streams=streams)
+        return _driver().compile(self.graph, backend, plan, max_signatures=max_signatures,
+                                 graphs=graphs, streams=streams)
 
     def fuse(self, groups: Sequence[Sequence[str]]) -> Any:
         """A fusion plan with the given groups of operator names (others stay alone).
 
         Raises :class:`~kfuse.errors.FusionError` naming the rule an illegal group breaks.
         """
-        from kfuse.fusion.plan import make_plan
         usage = ("fuse() takes a list of groups, each a list of operator names, e.g. "
                  f"[{[k.name for k in self._kernels[:2]]}]")
         if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
@@ -485,7 +497,7 @@ class Pipeline:
                 raise DslError(usage)
             if not isinstance(group, Sequence) or not all(isinstance(n, str) for n in group):
                 raise FusionError(f"{usage}; got the group {group!r}")
-        return make_plan(self.graph(), [list(g) for g in groups])
+        return _driver().fuse(self.graph(), groups)
 
     def plan(self, strategy: str = "auto", model: str = "roofline",
              sizes: Mapping[str, int] | None = None) -> Any:
@@ -494,14 +506,13 @@ class Pipeline:
         ``"auto"`` is what ``run`` uses (:func:`kfuse.search.default_plan`): seed 004's
         implementation space for map/reduce pipelines, the greedy search otherwise.
         """
-        from kfuse.search import plan_for
         graph = self.graph()
         if sizes is not None:
             if not isinstance(sizes, Mapping):
                 raise ShapeError("sizes must map size symbols to integers, e.g. "
                                  f"{dict.fromkeys(graph.size_symbols, 1024)}")
             sizes = graph.check_sizes(self._sizes_by_root(sizes))
-        return plan_for(graph, strategy, model, sizes)
+        return _driver().plan(graph, strategy, model, sizes)
 
     def __repr__(self) -> str:
         return (f"Pipeline({self.name!r}, inputs={list(self._inputs)}, "

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.ir.graph import Graph
 
 # Hopper limits (an H100/H200 block): used when no device profile says otherwise.
 MAX_SHARED_BYTES_PER_BLOCK = 227 * 1024
-MAX_REGISTERS_PER_THREAD = 255
 
 
 @dataclass(frozen=True)
@@ -98,15 +98,6 @@ def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> s
     return None
 
 
-def rule_one_reduction(graph: Graph, members: Sequence[str]) -> str | None:
-    """At most one reduction per fused kernel (what the code generator supports for now)."""
-    reductions = [n for n in members if graph.kernel_by_name[n].reduction is not None]
-    if len(reductions) > 1:
-        return (f"reductions {reductions} in one kernel: the generator fuses one reduction per "
-                "kernel (sibling reductions arrive with the BLAS issue)")
-    return None
-
-
 def rule_same_iteration_space(graph: Graph, members: Sequence[str]) -> str | None:
     """All members iterate over the same space (seed 002 header compatibility, Eq. 3.3)."""
     domains = {graph.kernel_by_name[n].domain for n in members}
@@ -180,9 +171,9 @@ def mapreduce_shape_reason(graph: Graph, members: Sequence[str]) -> str | None:
 def rule_reductions_fusible(graph: Graph, members: Sequence[str]) -> str | None:
     """Sibling reductions share a kernel only in a map/reduce group (seed 004 §3.1).
 
-    Replaces :func:`rule_one_reduction` in :data:`GROUP_RULES`: reductions sharing inputs
-    (BiCGK's ``A p`` and ``Aᵀ r``) fuse when every member is a map or a reduction read at
-    its own point; each block combines its partial results into the outputs with atomics.
+    Reductions sharing inputs (BiCGK's ``A p`` and ``Aᵀ r``) fuse when every member is a
+    map or a reduction read at its own point; each block combines its partial results into
+    the outputs with atomics.
     """
     reductions = [n for n in members if graph.kernel_by_name[n].reduction is not None]
     if len(reductions) < 2:

@@ -1,6 +1,6 @@
 """Device profiles: what a GPU offers and what it measurably delivers.
 
-A profile is measured once per GPU by ``kfuse calibrate`` (:func:`kfuse.bench.calibrate`)
+A profile is measured once per GPU by ``kfuse calibrate`` (:func:`kfuse.tune.calibrate`)
 and stored as JSON in ``$KFUSE_CACHE_DIR/devices/`` (default ``~/.cache/kfuse/devices/``),
 one file per device name plus ``latest.json``. Cost models read it; on a GPU nobody
 calibrated they use its profile estimated from its properties (multiprocessors, L2, copy
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,7 @@ def h200_like_profile() -> DeviceProfile:
 def current_profile(name: str | None = None) -> DeviceProfile:
     """The profile to plan with: the stored one for ``name``; without a name, the visible
     GPU's stored profile, or where it was never calibrated its profile estimated from its
-    properties (:func:`kfuse.bench.calibrate.estimated_profile`); with no GPU, the latest
+    properties (:func:`kfuse.tune.calibrate.visible_gpu_profile`); with no GPU, the latest
     stored profile; else :func:`default_profile`."""
     estimated = _visible_gpu_profile() if name is None else None
     if estimated is not None:
@@ -181,19 +182,16 @@ def current_profile(name: str | None = None) -> DeviceProfile:
         return default_profile()
 
 
-_VISIBLE_GPU: list[DeviceProfile | None] = []  # asked once per process
+# Where the visible GPU's profile comes from: set by kfuse.tune, which measures the device
+# (planning reads profiles; it never asks a GPU itself). None: no GPU is consulted.
+_VISIBLE_GPU_SOURCE: list[Callable[[], DeviceProfile | None]] = []
+
+
+def use_visible_gpu(source: Callable[[], DeviceProfile | None]) -> None:
+    """Plan for the GPU that ``source()`` describes (its estimated profile, or None where no
+    GPU is visible) when no profile is named: :func:`current_profile`."""
+    _VISIBLE_GPU_SOURCE[:] = [source]
 
 
 def _visible_gpu_profile() -> DeviceProfile | None:
-    """The current GPU's estimated profile (None where CuPy sees no GPU)."""
-    if not _VISIBLE_GPU:
-        from kfuse.runtime.cuda_backend import CudaBackend
-        profile = None
-        if CudaBackend.available():
-            from kfuse.bench.calibrate import estimated_profile
-            try:
-                profile = estimated_profile()
-            except Exception:  # pragma: no cover - a driver that will not say: plan nominally
-                profile = None
-        _VISIBLE_GPU.append(profile)
-    return _VISIBLE_GPU[0]
+    return _VISIBLE_GPU_SOURCE[0]() if _VISIBLE_GPU_SOURCE else None

@@ -302,10 +302,6 @@ class AppProblem:
         except nx.NetworkXNoPath:
             return 0
 
-    def reduced_order_dag(self) -> nx.DiGraph:
-        """The transitive reduction of the order DAG (the same precedences, fewer edges)."""
-        return nx.transitive_reduction(self.order_dag)
-
     # -- per-kernel metadata for the models ------------------------------------------------------
     @cached_property
     def metadata(self) -> dict[str, KernelMetadata]:

@@ -18,12 +18,13 @@ import numpy as np
 
 from kfuse.cache import count_compiler_run, mark_used, writable_cache_dir, write_atomically
 from kfuse.codegen.program import LaunchSpec, Program
+from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.errors import BackendUnavailable, BindError, CompileError, LaunchError
 from kfuse.ir.graph import Graph
+from kfuse.model.occupancy import blocks_per_multiprocessor
 from kfuse.runtime.backend import CompiledBackend, Executable, LoadedProgram
 from kfuse.runtime.binding import Bound
 from kfuse.runtime.launch import BoundLaunch
-from kfuse.runtime.occupancy import blocks_per_multiprocessor
 
 if TYPE_CHECKING:
     from kfuse.runtime.compiled import ArrayFacts
@@ -117,7 +118,6 @@ def load_module(source: str, kernel: str | None = None):
     return module
 
 
-DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a launch may use without opting in
 
 
 def _kind(array: Any) -> str:
@@ -214,7 +214,7 @@ class CudaLoadedProgram(LoadedProgram):
             (spec.symbol for spec in program.launches), None))
         for spec in program.launches:
             function = module.get_function(spec.symbol)
-            if spec.dynamic_shared_bytes > DEFAULT_SHARED_LIMIT:  # beyond 48 KiB: opt in
+            if spec.dynamic_shared_bytes > STATIC_SHARED_LIMIT:  # beyond 48 KiB: opt in
                 function.max_dynamic_shared_size_bytes = spec.dynamic_shared_bytes
             self.functions[spec.symbol] = function
         self.handles = {symbol: function.kernel.ptr for symbol, function in

@@ -36,7 +36,7 @@ share data (the paper draws any group and retries, which almost never succeeds o
 instances); a child changed by crossover or mutation gets, with probability
 ``child_search``, a short move-based local search around the genes that changed (a
 memetic step: without it runs stall in poor local optima; with it the 50-kernel random
-instances of ``scripts/gga_scaling.py`` went from 6/10 to 10/10 optimal); each run's best
+instances of ``benchmarks/gga_scaling.py`` went from 6/10 to 10/10 optimal); each run's best
 is polished by the full local search when ``polish`` is set; the first population holds
 the greedy plan and the unfused plan when ``seed_greedy`` is set. A run stops after
 ``stall_generations`` generations without improvement; the search after ``stall_runs``

@@ -29,6 +29,7 @@ from typing import Any
 import networkx as nx
 
 from kfuse.errors import FusionError, KfuseError
+from kfuse.model import qiao, roofline, wahib
 
 GroupRule = Callable[[tuple[str, ...]], "str | None"]
 MEMO_LIMIT = 200_000  # masks whose descendants/ancestors are remembered
@@ -286,10 +287,6 @@ class Bits:
     def convex(self, mask: int) -> bool:
         """No order-DAG path leaves the group and comes back (seed 000 constraint 1.3)."""
         return not (self.down(mask) & self.up(mask) & ~mask)
-
-    def hull(self, mask: int) -> int:
-        """The smallest convex set holding ``mask``."""
-        return mask | (self.down(mask) & self.up(mask))
 
     def connected(self, mask: int) -> bool:
         """Members linked through shared arrays (degree of kinship > 0, constraint 1.5)."""
@@ -618,21 +615,26 @@ GraphModel = Callable[[Any, Sequence[str], Sequence[str], Mapping[str, int], Any
 
 def _roofline(graph: Any, members: Sequence[str], outputs: Sequence[str],
               sizes: Mapping[str, int], profile: Any) -> float:
-    from kfuse.model.roofline import predict_group
-    return predict_group(graph, members, outputs, sizes, profile).time_s
+    return roofline.predict_group(graph, members, outputs, sizes, profile).time_s
 
 
 # Models a pipeline can be planned with: name -> f(graph, members, outputs, sizes, profile)
 # giving seconds. A model may return math.inf, or raise FusionError with the reason, for a
-# group it cannot run; the group is then illegal.
-GRAPH_MODELS: dict[str, GraphModel] = {"roofline": _roofline}
+# group it cannot run; the group is then illegal. (``measured``, which times groups on the
+# GPU, joins from kfuse.tune.)
+GRAPH_MODELS: dict[str, GraphModel] = {
+    "roofline": _roofline,
+    "wahib": wahib.graph_group_time,
+    "wahib-norm": wahib.graph_group_time_normalized,
+    "qiao": qiao.graph_group_time,
+}
 
 
 # Rules of kfuse.fusion.legality that a superset of a failing group fails too (the failing
 # members, or their pair, are still there); only those of GROUP_RULES are used for pruning.
 HEREDITARY_GRAPH_RULES = frozenset({
     "rule_no_opaque", "rule_same_iteration_space", "rule_no_reduction_consumed_inside",
-    "rule_one_reduction", "rule_reductions_fusible", "rule_internal_reads_aligned",
+    "rule_reductions_fusible", "rule_internal_reads_aligned",
     "rule_same_nesting_depth"})
 
 

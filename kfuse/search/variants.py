@@ -72,9 +72,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from kfuse.codegen.mapreduce import (
     WARP,
@@ -84,6 +83,7 @@ from kfuse.codegen.mapreduce import (
     is_variant_text,
     mapreduce_group_reason,
 )
+from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.errors import FusionError, KfuseError
 from kfuse.fusion.legality import (
     epilogue_violations,
@@ -196,7 +196,6 @@ REGISTERS_PER_MATRIX_WORD = 1.5        # 32-bit words of a matrix a thread keeps
 REGISTERS_PER_VECTOR_WORD = 0.85       # words of column vectors kept per step chunk
 BLOCK_ROW_BASE_REGISTERS = 28          # block rows (fitted to ptxas -v, CUDA 13, sm_90,
 BLOCK_ROW_REGISTERS_PER_WORD = 0.04    # 8-byte accesses): per word a thread loads per step
-MAX_REGISTERS = 255
 KNEE = 4.0                             # soft knee of the drawn bandwidth vs bytes in flight
 ROW_STREAM_COST = 1.7e-6               # DRAM time per matrix row read concurrently (H200 fit)
 
@@ -289,7 +288,7 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
         unroll = max(1, -(-columns // per_access))
         variant = replace(probe, unroll=unroll)
         registers = HELD_BASE_REGISTERS + held_words(group, variant)
-        if registers > min(MAX_REGISTERS, profile.registers_per_sm // threads):
+        if registers > min(MAX_REGISTERS_PER_THREAD, profile.registers_per_sm // threads):
             continue  # the row does not fit in the registers of such a block
         resident = max(1, _register_blocks(registers, threads, profile))
         result.append(replace(variant, blocks=resident * profile.sm_count))
@@ -577,23 +576,23 @@ def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     matrices = max(1, len(group.tile_inputs)) + len(group.stores)
     chunks = variant.unroll
     if variant.held_rows:  # the row, column vectors and accumulators, all kept
-        return min(MAX_REGISTERS, HELD_BASE_REGISTERS + held_words(group, variant))
+        return min(MAX_REGISTERS_PER_THREAD, HELD_BASE_REGISTERS + held_words(group, variant))
     if variant.block_rows:
         loaded = chunks * v * words * (variant.rows * matrices + len(group.col_inputs))
-        return min(MAX_REGISTERS, int(math.ceil(BLOCK_ROW_BASE_REGISTERS
+        return min(MAX_REGISTERS_PER_THREAD, int(math.ceil(BLOCK_ROW_BASE_REGISTERS
                                                 + BLOCK_ROW_REGISTERS_PER_WORD * loaded)))
     estimate = (STREAM_BASE_REGISTERS
                 + REGISTERS_PER_MATRIX_WORD * chunks * v * variant.rows * matrices * words
                 + REGISTERS_PER_VECTOR_WORD * chunks * v * len(group.col_inputs) * words
                 + 0.4 * chunks * variant.rows * len(group.row_reductions())
                 + variant.rows * matrices)
-    return min(MAX_REGISTERS, int(math.ceil(estimate)))
+    return min(MAX_REGISTERS_PER_THREAD, int(math.ceil(estimate)))
 
 
 def _register_blocks(registers: float, threads: int, profile: DeviceProfile) -> int:
     """Blocks per SM that the device holds by its register file and threads (the occupancy
-    calculation, :mod:`kfuse.runtime.occupancy`)."""
-    from kfuse.runtime.occupancy import blocks_per_multiprocessor
+    calculation, :mod:`kfuse.model.occupancy`)."""
+    from kfuse.model.occupancy import blocks_per_multiprocessor
 
     return blocks_per_multiprocessor(registers, threads, limits={
         "MaxRegistersPerMultiprocessor": profile.registers_per_sm,
@@ -873,145 +872,6 @@ def best_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
     return space.best().plan(graph, unfused_predicted_time_s=space.unfused_time())
 
 
-# ---------------------------------------------------------------------------------------------
-# Empirical search
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Measured:
-    """One timed implementation: its predicted rank, prediction and measured time.
-
-    Rank 0 is the combination assembled from the fastest variant of each group, each group
-    timed on its own (see :func:`autotune`).
-    """
-
-    rank: int
-    implementation: Implementation
-    measured_s: float
-
-
-@dataclass(frozen=True)
-class AutotuneResult:
-    """The top-k implementations timed on the device; ``plan`` is the fastest."""
-
-    plan: FusionPlan
-    measured: tuple[Measured, ...]
-    count: int  # implementations in the whole space
-
-    @property
-    def best(self) -> Measured:
-        return min(self.measured, key=lambda m: m.measured_s)
-
-    def table(self) -> list[dict[str, Any]]:
-        return [{"rank": m.rank, "predicted_ms": m.implementation.predicted_s * 1e3,
-                 "measured_ms": m.measured_s * 1e3, "implementation": m.implementation.describe()}
-                for m in self.measured]
-
-
-def autotune(graph: Graph, given: Mapping[str, Any], k: int, *, backend: str = "cuda",
-             sizes: Mapping[str, int] | None = None, profile: DeviceProfile | None = None,
-             warmup: int = 3, repeat: int = 10, rounds: int = 3,
-             space: ImplementationSpace | None = None, per_group: bool = True
-             ) -> AutotuneResult:
-    """Compile and time the ``k`` best-predicted implementations; keep the fastest.
-
-    With ``per_group`` the fastest one's groups are then tuned one at a time: the ``k``
-    best-predicted variants of each group are timed on their own (the other groups as
-    chosen so far) and the fastest kept. The groups of a plan are separate kernels, so this
-    finds the best variant of every group with ``k`` trials per group, where the k best
-    whole combinations mostly vary the cheap groups. The assembled combination (rank 0) is
-    timed whole beside the fastest and kept only if it is faster.
-
-    Candidates are compared as they would be run: on the very same buffers (where a
-    streaming kernel's output lies moves its time by up to 0.6% on an H200), in ``rounds``
-    alternating rounds of ``repeat`` runs each (the median of the rounds' medians), so that
-    neither placement nor drift decides between near-equal ones.
-
-    ``given`` holds the inputs and parameters (device arrays for ``cuda``). On ``cuda`` the
-    time is measured with CUDA events, on ``cpu`` with the wall clock (which says nothing
-    about the GPU: use it to exercise the code path).
-    """
-    from kfuse.bench.timing import time_gpu, time_host, time_in_turn
-    from kfuse.runtime import get_backend
-    from kfuse.runtime.backend import CompiledBackend
-    from kfuse.runtime.binding import bind
-
-    if k < 1:
-        raise KfuseError(f"--autotune takes a positive number of implementations, got {k}")
-    chosen = get_backend(backend)
-    if not isinstance(chosen, CompiledBackend):
-        raise KfuseError(f"autotuning times compiled kernels, which the {chosen.name} backend "
-                         "does not run; use cuda (or cpu, to exercise the code path)")
-    if space is None:
-        if sizes is None:
-            sizes = bind(graph, given).sizes
-        space = ImplementationSpace(graph, sizes, profile)
-    timer = time_gpu if chosen.name == "cuda" else time_host
-    shared: list[Any] = []  # the first executable: every other one runs on its buffers
-
-    def prepared(implementation: Implementation) -> Any:
-        executable = chosen.prepare(graph, given, plan=implementation.plan(graph),
-                                    buffers_of=shared[0] if shared else None)
-        if not shared:
-            shared.append(executable)
-        return executable
-
-    def in_turn(launches: Sequence[Callable[[], object]]) -> list[float]:
-        return time_in_turn(launches, rounds=rounds, warmup=warmup, repeat=repeat, timer=timer)
-
-    ranked = space.ranked(k)
-    times = in_turn([prepared(implementation).launch_all for implementation in ranked])
-    measured = [Measured(rank, implementation, time_s) for rank, (implementation, time_s)
-                in enumerate(zip(ranked, times, strict=True), start=1)]
-    fastest = min(measured, key=lambda m: m.measured_s)
-    if per_group:
-        def group_launch(implementation: Implementation, members: tuple[str, ...]
-                         ) -> Callable[[], None]:
-            executable = prepared(implementation)
-            specs = [spec for spec in executable.program.launches
-                     if set(spec.operators) <= set(members)]
-            executable.launch_all()  # the outputs of earlier groups in place
-
-            def launch() -> None:
-                for spec in specs:
-                    executable.launch_one(spec)
-            return launch
-
-        assembled = _tune_groups(fastest.implementation, space, k, group_launch, in_turn)
-        if assembled.choices != fastest.implementation.choices:
-            again, whole = in_turn([prepared(fastest.implementation).launch_all,
-                                    prepared(assembled).launch_all])
-            measured[measured.index(fastest)] = fastest = Measured(
-                fastest.rank, fastest.implementation, again)
-            measured.append(Measured(0, assembled, whole))
-            fastest = min(measured, key=lambda m: m.measured_s)
-    plan = fastest.implementation.plan(graph, unfused_predicted_time_s=space.unfused_time())
-    return AutotuneResult(plan, tuple(measured), space.count())
-
-
-def _tune_groups(start: Implementation, space: ImplementationSpace, k: int,
-                 group_launch: Callable[[Implementation, tuple[str, ...]], Callable[[], None]],
-                 in_turn: Callable[[Sequence[Callable[[], object]]], list[float]]
-                 ) -> Implementation:
-    """``start`` with each group's variant replaced by the fastest of its ``k`` best-predicted
-    ones, each group timed on its own (the options of one group in turn)."""
-    choices = list(start.choices)
-    for position, current in enumerate(start.choices):
-        options = space.choices(current.members)[:k]
-        if current not in options:
-            options.append(current)
-        if len(options) < 2:
-            continue
-        trials = [Implementation(tuple([*choices[:position], option,
-                                        *choices[position + 1:]]), start.predicted_s)
-                  for option in options]
-        times = in_turn([group_launch(trial, option.members)
-                         for trial, option in zip(trials, options, strict=True)])
-        choices[position] = options[times.index(min(times))]
-    return Implementation(tuple(choices), sum(c.prediction.time_s for c in choices))
-
-
-__all__ = ["AutotuneResult", "GroupChoice", "Implementation", "ImplementationSpace",
-           "Measured", "VariantPrediction", "autotune", "best_plan", "covers",
-           "enumerate_variants", "fusible_groups", "group_variants", "predict_variant",
-           "prune_variants"]
+__all__ = ["GroupChoice", "Implementation", "ImplementationSpace", "VariantPrediction",
+           "best_plan", "covers", "enumerate_variants", "fusible_groups", "group_variants",
+           "predict_variant", "prune_variants"]

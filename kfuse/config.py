@@ -1,0 +1,97 @@
+"""kfuse's switches: one scoped configuration object instead of module flags.
+
+The defaults are what measurements chose (``docs/benchmarks.md``); tests and experiments
+change a switch for a scope::
+
+    with kfuse.config.configured(window_sums=False):
+        program = generate(graph)
+
+:func:`current` is what code generation reads. A configuration is frozen; ``configured``
+sets a changed copy for the ``with`` block of the current thread (or asyncio task) and puts
+the previous one back after it. Every switch is part of the key under which generated
+programs are stored on disk, so changing one never reads a program made under another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, fields, replace
+
+from kfuse.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Config:
+    """How code generation writes kernels."""
+
+    # Whether 3-D recompute groups have their threads march along z: None decides per
+    # device (the cuda backend asks kfuse.codegen.marching.pays_on; programs generated
+    # without a device keep the register tiles); True or False forces it everywhere.
+    march: bool | None = None
+    # A marching kernel computes an intermediate on its newest plane only and carries the
+    # planes below (False: recomputes them, the form measured against it).
+    march_newest_planes_only: bool = True
+    # Planes per marching block where the device's resident blocks are not known (the cpu
+    # backend), and the fewest a block takes on the GPU (H200, 512^3: one wave of 256-plane
+    # chunks 0.341-0.345 ms against 0.350 for 128 and 0.379 for 64 planes; session 14).
+    march_planes: int = 256
+    march_least_planes: int = 16
+    # Bytes of staged planes a marching block may hold in shared memory (two blocks per SM).
+    march_shared_bytes: int = 96 * 1024
+    # A kernel that reads a large array the kernel before it streamed visits its blocks
+    # last-first (kfuse.codegen.block_order; False: every kernel first-to-last).
+    serpentine_blocks: bool = True
+    # 3-tap windows are summed so that neighbouring points share a pair.
+    window_sums: bool = True
+    # A constant-mode read that may fall outside loads from its clamped index
+    # unconditionally and selects the constant after (False: the load inside the
+    # conditional; diffusion3d's register tiles 2.3x slower on an H200).
+    unconditional_border_loads: bool = True
+
+    def key(self) -> tuple[tuple[str, object], ...]:
+        """Every switch and its value: part of a stored program's key."""
+        return tuple(sorted(asdict(self).items()))
+
+
+_CURRENT: ContextVar[Config] = ContextVar("kfuse_config", default=Config())  # noqa: B039 - frozen
+
+
+def current() -> Config:
+    """The configuration in force here (the defaults unless :func:`configured` changed it)."""
+    return _CURRENT.get()
+
+
+def checked(config: Config, **changes: object) -> Config:
+    """``config`` with ``changes``; a :class:`~kfuse.errors.ConfigError` naming a switch
+    that does not exist or a value of the wrong kind."""
+    kinds = {field.name: field.type for field in fields(Config)}
+    for name, value in changes.items():
+        if name not in kinds:
+            raise ConfigError(f"kfuse.config has no switch {name!r}; the switches are "
+                              f"{', '.join(kinds)}")
+        if kinds[name] == "bool":
+            ok = isinstance(value, bool)
+        elif kinds[name] == "bool | None":
+            ok = value is None or isinstance(value, bool)
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        if not ok:
+            raise ConfigError(f"kfuse.config switch {name!r} takes {kinds[name]} "
+                              f"{'(positive)' if kinds[name] == 'int' else ''}, got "
+                              f"{value!r}".replace("  ", " "))
+    return replace(config, **changes)
+
+
+@contextmanager
+def configured(**changes: object) -> Iterator[Config]:
+    """Run the ``with`` block under the current configuration with ``changes``."""
+    token = _CURRENT.set(checked(current(), **changes))
+    try:
+        yield _CURRENT.get()
+    finally:
+        _CURRENT.reset(token)
+
+
+__all__ = ["Config", "checked", "configured", "current"]

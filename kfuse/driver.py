@@ -1,0 +1,41 @@
+"""The stages after the DSL, as a :class:`~kfuse.dsl.pipeline.Pipeline` calls them: fuse its
+operators by hand, search a plan, compile it for a backend (and so run it).
+
+The DSL only builds graphs and imports none of the later stages; this module, above them
+all, is installed as its driver when kfuse is imported. It also loads :mod:`kfuse.tune`,
+so that planning reads the visible GPU's profile and the ``measured`` model is plannable.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import kfuse.tune  # noqa: F401 - the visible GPU's profile for planning; the measured model
+from kfuse.dsl.pipeline import install_driver
+from kfuse.fusion.plan import FusionPlan, make_plan
+from kfuse.ir.graph import Graph
+from kfuse.runtime.compiled import CompiledPipeline
+from kfuse.search import plan_for
+
+
+def fuse(graph: Graph, groups: Sequence[Sequence[str]]) -> FusionPlan:
+    """A plan with the given groups of operator names (the others alone), checked."""
+    return make_plan(graph, [list(group) for group in groups])
+
+
+def plan(graph: Graph, strategy: str, model: str, sizes: Mapping[str, int] | None
+         ) -> FusionPlan:
+    """The plan the search ``strategy`` finds under ``model`` (:func:`kfuse.search.plan_for`)."""
+    return plan_for(graph, strategy, model, sizes)
+
+
+def compile(graph: Graph | Callable[[], Graph], backend: str, plan: Any,
+            **options: Any) -> CompiledPipeline:
+    """The pipeline compiled for ``backend`` and ``plan``
+    (:class:`~kfuse.runtime.compiled.CompiledPipeline`)."""
+    return CompiledPipeline(graph, backend, plan, **options)
+
+
+install_driver(sys.modules[__name__])

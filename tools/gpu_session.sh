@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Everything the GPU must check for the end-to-end skeleton, in one device call.
+# Usage (device machine, repo root): bash tools/gpu_session.sh [part]
+#   part = check  : calibrate, demo, cuda tests, every app verified at its benchmark size
+#   part = bench  : kfuse bench of every app with baselines (JSON + PNG)
+#   part = blas   : BLAS variants per group (experiments/blas_experiments.py), then the BLAS
+#                   benchmark with cuBLAS / torch.compile baselines, autotuned per group
+set -uo pipefail
+part="${1:-check}"
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 KFUSE_CACHE_DIR="${KFUSE_CACHE_DIR:-/tmp/kfuse-cache}"
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+APPS="harris shi_tomasi sobel unsharp enhance night diffusion3d"
+# The device's copy of the working tree can carry stale git metadata: name the sources by a
+# digest of their contents too (the same command in a checkout gives the commit's digest).
+digest=$(find kfuse scripts -type f \( -name '*.py' -o -name '*.sh' \) | LC_ALL=C sort \
+         | xargs cat | sha256sum | cut -c1-12)
+echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
+     "sources $digest part $part"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv
+if [ "$part" = check ]; then
+  python3 -m kfuse calibrate 2>&1 | tee "$OUT/calibrate.txt"
+  python3 -m kfuse demo --backend cuda 2>&1 | tee "$OUT/demo.txt"
+  python3 -m pytest -q tests/test_cuda_backend.py 2>&1 | tail -5 | tee "$OUT/pytest_cuda.txt"
+  python3 benchmarks/verify_apps.py --backend cuda $APPS 2>&1 | tee "$OUT/run_verify.jsonl"
+  python3 benchmarks/fp32_math_check.py 2>&1 | tee "$OUT/fp32_math.txt"
+  python3 -m kfuse run harris --resources 2>&1 | tee "$OUT/resources.txt"
+fi
+if [ "$part" = blas ]; then
+  python3 -m kfuse calibrate > "$OUT/calibrate.txt" 2>&1
+  python3 experiments/blas_experiments.py --no-calibrate --budget 150 \
+    --json "$OUT/blas_experiments.json" 2>&1 | tee "$OUT/blas_experiments.txt" | grep -E "whole|^=="
+  python3 benchmarks/blas_bench.py --rank 4 --autotune 4 --json "$OUT/blas_bench.json" 2>&1 \
+    | tee "$OUT/blas_bench.txt"
+fi
+if [ "$part" = bench ]; then
+  python3 -m kfuse bench $APPS --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 \
+    | tee "$OUT/bench.txt"
+fi
