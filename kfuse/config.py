@@ -1,6 +1,6 @@
 """kfuse's switches: one scoped configuration object instead of module flags.
 
-The defaults are what measurements chose (``docs/benchmarks.md``); tests and experiments
+The defaults are what measurements chose (``docs/journal/benchmarks.md``); tests and experiments
 change a switch for a scope::
 
     with kfuse.config.configured(window_sums=False):

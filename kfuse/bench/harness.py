@@ -415,7 +415,7 @@ def _timing_dict(timing: Timing) -> dict[str, float]:
 # kfuse, its unfused program and the baselines are timed in turn, in this many rounds of
 # repeat / BENCH_ROUNDS runs each: one block of runs per program seconds apart let drift
 # (clocks, temperature) and a passing disturbance decide between programs within 0.5% of
-# each other (docs/benchmarks.md, sessions 7 and 17).
+# each other (docs/journal/benchmarks.md, sessions 7 and 17).
 BENCH_ROUNDS = 5
 # the row's field of each timed program's median, in ms
 _TIMED_FIELDS = {"kfuse": "kfuse_ms", "kfuse unfused": "unfused_ms", "torch eager": "eager_ms",

@@ -180,7 +180,7 @@ def _unjson(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_markdown(rows: Sequence[BenchRow]) -> str:
-    """A Markdown report (for docs/benchmarks.md): device, main table, kernels, notes."""
+    """A Markdown report (for docs/journal/benchmarks.md): device, main table, kernels, notes."""
     lines = [f"**{device_line(rows)}**", ""]
     mode = _compile_mode(rows)
     if mode:

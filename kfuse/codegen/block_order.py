@@ -7,7 +7,7 @@ index, so a next kernel that reads the same array in the same order starts where
 cached. One that visits its blocks last-first starts on what the kernel before it read or
 wrote last, and its first blocks read that much from L2 instead of DRAM: SGEMVT's
 ``w = alpha A x`` after the column sums ``x = beta Aᵀ y + z``, GEMVER's ``w = alpha B x``
-after the kernel that wrote ``B`` (docs/benchmarks.md, session 19).
+after the kernel that wrote ``B`` (docs/journal/benchmarks.md, session 19).
 
 Reversing is renumbering: block ``b`` takes the work of block ``gridDim - 1 - b`` along every
 axis, a permutation of the blocks, so a kernel computes the same result in either order (no

@@ -41,13 +41,13 @@ from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Expr, Load, count_operation
 from kfuse.ir.graph import Graph, Kernel
 
 MAP_BLOCK_1D = 256
-TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/benchmarks.md)
+TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/journal/benchmarks.md)
 # Threads per block (x, y) of register-tiled kernels by kind (as REGISTER_TILES) and
 # dimensionality; 3-D tiles run best in blocks of 128 threads (H200, benchmarks/tile_sweep.py:
 # 7-point stencils 95% of copy vs 88% in blocks of 64 x 4); 2-D groups that recompute
 # chained stencils in their 10 x 4 tiles run best in blocks of 64 threads (Harris 0.164 ms
 # in blocks of 32 x 4, 0.157 in 32 x 2, 0.159 in 64 x 1, 0.180 in 32 x 1; Shi-Tomasi 0.170,
-# 0.166, 0.168, 0.191; docs/benchmarks.md, session 8).
+# 0.166, 0.168, 0.191; docs/journal/benchmarks.md, session 8).
 TILED_BLOCKS: dict[tuple[str, int], tuple[int, int]] = {
     ("single", 2): (TILE_X, TILE_Y), ("recompute", 2): (32, 2), ("arithmetic", 2): (TILE_X, TILE_Y),
     ("single", 3): (32, 4), ("recompute", 3): (32, 4), ("arithmetic", 3): (32, 4),
@@ -245,7 +245,7 @@ ITEMS_PER_THREAD_SPECIAL = 16
 # image, planes of a volume), the middle axis (3-D) and the innermost axis (columns), for
 # one operator alone ("single") and for groups recomputing producers at taps. The points
 # of one thread share stencil taps and the intermediates of fused producers; columns make
-# aligned vector loads. Chosen by benchmarks/tile_sweep.py on an H200 (docs/benchmarks.md;
+# aligned vector loads. Chosen by benchmarks/tile_sweep.py on an H200 (docs/journal/benchmarks.md;
 # recompute groups in 2-D: 10 x 4 ahead of 8, 9, 11 and 12 rows in every block shape tried,
 # e.g. Harris 0.157 ms against 0.165-0.168 in blocks of 32 x 2).
 REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
@@ -434,7 +434,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         # in 2-D, warps away from the left and right edges read their halo columns as whole
         # aligned vectors too, with no boundary mode to apply along the rows (in 3-D rows
         # are short: two of the four warps of a 512-wide row would take the other path;
-        # measured 4% slower for diffusion3d, docs/benchmarks.md, session 12)
+        # measured 4% slower for diffusion3d, docs/journal/benchmarks.md, session 12)
         left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
         edge_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])

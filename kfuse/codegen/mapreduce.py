@@ -726,7 +726,7 @@ class _Builder(StreamBody, HeldBody):
         ``known``: the test compiles away in programs for aligned arrays (``kf_aligned``).
         Only the 1-D chunks take it: on an H200 it made MADD and WAXPBY 0.2% faster, but
         BiCGK's held rows 0.75% and GESUMMV's streamed rows 0.3% slower (ptxas schedules the
-        straight pass differently; docs/benchmarks.md, session 16)."""
+        straight pass differently; docs/journal/benchmarks.md, session 16)."""
         if self.v == 1 or not buffers:
             return "false"
         size = self.variant.vector_bytes

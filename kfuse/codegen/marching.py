@@ -22,7 +22,7 @@ along z as fill one wave of the device, beside the blocks of rows and columns):
   indices computed once per thread; planes within the chain's reach of the volume's first
   and last plane are computed one point at a time, as the register tile's edge path does.
 
-Measured (docs/benchmarks.md, session 14): on an H200 0.342-0.345 ms for diffusion3d at
+Measured (docs/journal/benchmarks.md, session 14): on an H200 0.342-0.345 ms for diffusion3d at
 512^3 against 0.37-0.39 for the register tiles (a hand-written kernel of the same plan,
 experiments/march3d_probe.py, 0.333-0.342); on an H100 SXM slower than the tiles (0.484
 against 0.425), so the cuda backend marches only on devices like the first
@@ -47,7 +47,7 @@ from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 # Marching trades instructions for DRAM efficiency: it issues fewer instructions per point
 # than the register tiles but reaches a smaller share of the copy bandwidth (73% against
 # 84% in diffusion3d), so it wins where the tiles are limited by instruction issue, i.e. on
-# devices with much DRAM bandwidth per multiprocessor cycle. Measured (docs/benchmarks.md,
+# devices with much DRAM bandwidth per multiprocessor cycle. Measured (docs/journal/benchmarks.md,
 # session 14): H200 (18 bytes per SM cycle) 0.342-0.345 ms against 0.37-0.39 for the tiles;
 # H100 SXM (13) 0.484 against 0.425.
 MIN_BYTES_PER_SM_CYCLE = 15.0

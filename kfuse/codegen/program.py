@@ -32,7 +32,7 @@ class GridAxis:
     """Blocks along one grid axis: ceil(product of ``symbols`` / ``per_block``), at most ``cap``.
 
     ``covering``: the kernel takes the unit of its block index without a grid-stride loop
-    (measured faster: docs/benchmarks.md, session 10), so every block must be launched; a
+    (measured faster: docs/journal/benchmarks.md, session 10), so every block must be launched; a
     size that would need more than ``cap`` blocks is refused rather than computed in part.
     """
 

@@ -7,7 +7,7 @@ the unscaled ones times the product of the scales, a weighted sum of values with
 is the unscaled sum times that scale, and so on: this module rewrites the members' bodies to
 compute the intermediates without their constant factors and gives the factor each
 member's value carries, which the kernel multiplies in where it stores an output. Harris then
-evaluates one multiplication per output where it evaluated 6.75 (docs/benchmarks.md).
+evaluates one multiplication per output where it evaluated 6.75 (docs/journal/benchmarks.md).
 
 The rewrite changes rounding only, as any reassociation does: a fused result may differ from
 the unfused one by a few ulp of the terms involved (more, relative to the result, where they

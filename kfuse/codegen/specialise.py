@@ -5,7 +5,7 @@ Given the sizes (the CUDA backend knows them when it compiles a program for boun
 each size argument is renamed and the size defined as a constant at the top of the body;
 the compiler then folds row pitches into address offsets and bounds into comparisons with
 constants, as torch.compile does when it compiles for one shape. Measured on an H200
-(docs/benchmarks.md, session 7): Unsharp 10%, Enhance 4%, Harris 3%, BiCGK 3%, Shi-Tomasi
+(docs/journal/benchmarks.md, session 7): Unsharp 10%, Enhance 4%, Harris 3%, BiCGK 3%, Shi-Tomasi
 and Sobel 1% faster, the GEMV kernels unchanged. The outermost axis of a 3-D iteration
 space stays an argument: the 3-D diffusion's 255-register kernel ran 6% slower with every
 size constant and 5% faster with all but that one (ptxas schedules it differently).

@@ -513,7 +513,7 @@ def group_violations(graph: Graph, members: Sequence[str],
 # memory) stay in L1 and cost little; more means the group does not fit. Measured on an H100:
 # the 3-D diffusion fused with 8 bytes spilled ran as fast as without; with constant borders
 # its 8 x 2 x 4 register tile spilling 24 bytes (44 bytes of spill loads) ran 1.38x faster
-# than the 4 x 2 x 4 tile, which spills nothing (docs/benchmarks.md, session 15).
+# than the 4 x 2 x 4 tile, which spills nothing (docs/journal/benchmarks.md, session 15).
 SPILL_TOLERANCE_BYTES = 32
 
 

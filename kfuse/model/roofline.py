@@ -20,7 +20,7 @@ from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
 
 FP32_LANES_PER_SM = 128
-# Fitted on the H200 (2026-11-22, docs/benchmarks.md): median |predicted - measured| /
+# Fitted on the H200 (2026-11-22, docs/journal/benchmarks.md): median |predicted - measured| /
 # measured 4.8% over the 33 unfused kernels and 6 fused kernels of the image apps.
 CLOCK_HZ = 1.98e9
 ARITHMETIC_EFFICIENCY = 0.8   # generated code: index math, selects, no perfect FMA pairing

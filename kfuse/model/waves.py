@@ -29,7 +29,7 @@ from kfuse.model.device import DeviceProfile
 # O_event: what joining one more stream by events costs the device (nominal; a profile may
 # set its own, notes["event_overhead_s"]). The model is the thesis's, of device time: the
 # host's own cost of a side stream (about 1.6 us a call with CUDA graphs, 5 us without, on
-# an H100's host: docs/benchmarks.md) shows only where calls wait on the host.
+# an H100's host: docs/journal/benchmarks.md) shows only where calls wait on the host.
 EVENT_OVERHEAD_S = 1.0e-6
 CONCURRENCY_SLOWDOWN = 1.1  # O_par: kernels sharing the device run this much slower (nominal)
 REGISTER_UNIT = 256

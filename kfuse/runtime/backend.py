@@ -19,7 +19,7 @@ from kfuse.runtime.streams import StreamSchedule
 
 # The largest vector access of generated kernels, in bytes: a program for arrays whose
 # addresses are multiples of it compiles the 1-D map-reduce kernels' pointer tests away
-# (measured on an H200: MADD, WAXPBY and AXPYDOT 0.2-0.4% faster; docs/benchmarks.md,
+# (measured on an H200: MADD, WAXPBY and AXPYDOT 0.2-0.4% faster; docs/journal/benchmarks.md,
 # sessions 15 and 16).
 VECTOR_ALIGNMENT = 16
 

@@ -22,7 +22,7 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
    block walking every row). Other block rows, whole columns and 8-byte accesses run and
    are predicted when a plan names them but are not enumerated: which of them is fast
    depends on the registers ptxas gives them, which the model does not follow
-   (docs/benchmarks.md, sessions 9 and 10);
+   (docs/journal/benchmarks.md, sessions 9 and 10);
 3. **combinations**: exact covers of the operators by fusions with an acyclic quotient
    graph, each fusion with one implementation, enumerated best-first by the predicted sum
    (k-best; nothing is thrown away: low-ranked implementations appear in later ones).
@@ -104,7 +104,7 @@ ITERATIONS = (1, 2, 4, 8, 16)
 PERSISTENT_ITERATIONS = (1, 4)         # chunks per loop step of a persistent vector grid
 # Plain maps (no reduction): beside the general templates (``auto``), one vector of 16 or 8
 # bytes per thread and input, one chunk per block (torch.compile's pointwise shape). Measured
-# on an H200 (2^27-2^28 elements, docs/benchmarks.md session 9): these are the fastest of
+# on an H200 (2^27-2^28 elements, docs/journal/benchmarks.md session 9): these are the fastest of
 # this module's vector kernels (VADD 128 x 8 bytes 0.4802 ms, SSCAL 128 x 16 bytes 0.2546,
 # the templates 0.4822 / 0.2559); persistent grids and more chunks per block, which the
 # model ranks first for their fewer blocks, were 2-8% slower.
@@ -115,7 +115,7 @@ MAP_VARIANTS = ((128, 16), (128, 8), (256, 16), (256, 8), (512, 16),
 # and among equal predictions the narrowest access whose bytes over all inputs reach
 # MAP_THREAD_BYTES per thread ranks first, then the block the device streamed fastest with
 # (its profile's map_block_threads, which ``kfuse calibrate`` measures), then the fewest
-# threads. Measured on H200s (sessions 7, 11 and 17, alternating rounds, docs/benchmarks.md):
+# threads. Measured on H200s (sessions 7, 11 and 17, alternating rounds, docs/journal/benchmarks.md):
 # 8 bytes for VADD (three inputs: 0.4835 ms against 0.4852 for 16 bytes; torch.compile
 # 0.4834), MADD (two: 0.7324 against 0.7364; 0.7308) and WAXPBY (two: 0.3692 against 0.3708;
 # 0.3677), and 16 bytes for SSCAL (one: 0.2537 against 0.3224 for 8 bytes; 0.2536); on the
@@ -130,7 +130,7 @@ STREAM_MAX_LOADS = 16                  # rows x unroll x matrices per thread (re
 # Block rows (T x 1 stream blocks, the whole block along one row: torch.compile's GEMV shape)
 # enumerated with 512 or 1024 threads, 8-byte accesses, whole rows, and like warp rows at
 # most STREAM_MAX_LOADS matrix loads per thread and step. Measured on H200s at 16384^2
-# (docs/benchmarks.md, sessions 9 and 10): GESUMMV 512 x 8 bytes x 16 0.4708 / 0.4612 ms on
+# (docs/journal/benchmarks.md, sessions 9 and 10): GESUMMV 512 x 8 bytes x 16 0.4708 / 0.4612 ms on
 # two machines against 0.4740 / 0.4650 for the best warp rows (torch.compile 0.4705 /
 # 0.4611), and 1024 x 8 bytes x 8 (16 loads of its two matrices) 0.4698 against 0.4706 for
 # 512 x 8 bytes x 16 (32 loads; torch.compile 0.4706); SGEMV 512 x 16 0.2369, 1024 x 8 0.2439;
@@ -144,7 +144,7 @@ BLOCK_ROW_VECTOR_BYTES = (8, 16)
 # plainly, with no fill or atomics, and a column epilogue in the same kernel; torch.compile's
 # column sums) as (warps per block, rows per thread, vector bytes), enumerated only for a
 # column reduction feeding an epilogue, which only they can fuse. Measured on an H200 at
-# 16384^2 (docs/benchmarks.md, session 10): SGEMVT 32 x 4 x 16 bytes 0.4870 ms, 32 x 2 x 8
+# 16384^2 (docs/journal/benchmarks.md, session 10): SGEMVT 32 x 4 x 16 bytes 0.4870 ms, 32 x 2 x 8
 # 0.4880, against 0.4884 for atomics plus an epilogue kernel; 16 warps or 4-byte accesses
 # 0.4926-0.5564. Where no epilogue needs them atomics were as fast or faster (ATAX's y 0.6%,
 # BiCGK, whose row reductions then take fewer, longer blocks, 27%).
@@ -155,7 +155,7 @@ WHOLE_COLUMN_FORMS = ((32, 4, 16), (32, 2, 8))
 # the row's length, and a form is enumerated while the words a thread holds (its share of
 # the row, of column vectors and of column accumulators) fit in the registers a block of
 # that many threads may take, less HELD_BASE_REGISTERS. Measured on an H200 at 16384^2
-# (generated, one block per SM, docs/benchmarks.md session 11), ATAX / BiCGK: 1024 threads
+# (generated, one block per SM, docs/journal/benchmarks.md session 11), ATAX / BiCGK: 1024 threads
 # x 8 x 8 bytes 0.2470 / 0.2493 ms, 1024 x 4 x 16 bytes 0.2519 / 0.2531, 512 x 8 x 16 bytes
 # 0.2591; two blocks per SM (two waves) 7-10% slower, 256 threads 12-16% slower; ATAX as two
 # kernels 0.4843, BiCGK's shared-memory tile 0.2648, torch.compile 0.476.
@@ -167,7 +167,7 @@ RANK_RESOLUTION = 0.002                # predictions closer than this rank as eq
 # A block-row form that ``kfuse calibrate`` measured fastest on the device ranks as if
 # predicted this much faster: the model's knee of bytes in flight is not that fine (an H100
 # ran SGEMV in 1024 x 16 bytes x 2 0.5% faster than x 4, which it predicts 0.5% slower;
-# docs/benchmarks.md, session 19).
+# docs/journal/benchmarks.md, session 19).
 MEASURED_FORM_CREDIT = 0.01
 # Rows of a matrix tile that also writes the matrix (a rank-1 update beside a column
 # reduction, GEMVER's B + x_prod). Measured on an H200 at 16384^2, which the model does not

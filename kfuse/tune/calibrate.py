@@ -122,7 +122,7 @@ def measure_launch(*, batch: int = 200, repeat: int = 30) -> dict[str, Timing]:
 
 # Threads per block an elementwise kernel is timed with: kfuse's plain maps (MAP_VARIANTS) with
 # 8-byte accesses, which the model predicts equal. Measured on the same buffers (session 17,
-# docs/benchmarks.md): an H100 ran MADD, WAXPBY, VADD and SSCAL 0.2-1.0% faster in blocks of
+# docs/journal/benchmarks.md): an H100 ran MADD, WAXPBY, VADD and SSCAL 0.2-1.0% faster in blocks of
 # 512 threads than of 128; an H200 ran MADD and WAXPBY 3.7% slower in them, 0.8% in 256.
 MAP_BLOCKS = (128, 256, 512)
 
@@ -179,7 +179,7 @@ def _time_variants(graph: Any, given: dict[str, Any], variants: list[str],
 
 # Block-row GEMV forms (threads, access bytes, accesses per row, thread and step) timed for
 # one and two matrices per row (SGEMV's z = alpha A x + beta y, GESUMMV's two), which the
-# model predicts equal. Measured on the same buffers at 16384^2 (docs/benchmarks.md): an H200
+# model predicts equal. Measured on the same buffers at 16384^2 (docs/journal/benchmarks.md): an H200
 # ran SGEMV fastest in (512, 8, 16), 1024 threads 1.5-3% slower (sessions 17-18); an H100 in
 # (1024, 16, 2) and (1024, 8, 2-4), (512, 8, 16) 1% slower, and GESUMMV in (1024, 16, 2), the
 # others 0.5-2.8% slower (session 19).
