@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kfuse"
 LAYERS = (
     ("user_line", "errors", "cache", "cuda_limits", "config"),  # what every layer uses
     ("ir",),
+    ("analysis",),  # facts derived from the structure: reachability, convexity
     ("dsl",),  # builds graphs; planning and running reach it through kfuse.driver
     ("fusion",),
     ("model",),  # device profiles and cost models: read a stored profile, run nothing

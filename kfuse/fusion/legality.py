@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from kfuse.analysis.order import Reachability
 from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.ir.graph import Graph
 
@@ -33,24 +34,19 @@ class Violation:
         return f"{self.rule}: {self.reason}"
 
 
-def _ancestors_and_descendants(dag: nx.DiGraph, members: set[str]) -> tuple[set[str], set[str]]:
-    up: set[str] = set()
-    down: set[str] = set()
-    for member in members:
-        up |= nx.ancestors(dag, member)
-        down |= nx.descendants(dag, member)
-    return up, down
+def reachability(graph: Graph) -> Reachability:
+    """Who is above and below whom among ``graph``'s kernels (bit ``i``: kernel ``i``),
+    worked out once per graph."""
+    return graph.remembered(("reachability",), lambda: Reachability(
+        graph.order_dag(), [kernel.name for kernel in graph.kernels]))
 
 
 def rule_convex(graph: Graph, members: Sequence[str]) -> str | None:
     """No path leaves the group and comes back (seed 000 constraint 1.3)."""
-    dag = graph.order_dag()
-    group = set(members)
-    up, down = _ancestors_and_descendants(dag, group)
-    between = sorted((up & down) - group, key=[k.name for k in graph.kernels].index)
-    if between:
-        return (f"not convex: '{between[0]}' depends on the group and the group depends on it; "
-                f"fusing would need '{between[0]}' inside the kernel too")
+    between = reachability(graph).first_between(members)
+    if between is not None:
+        return (f"not convex: '{between}' depends on the group and the group depends on it; "
+                f"fusing would need '{between}' inside the kernel too")
     return None
 
 

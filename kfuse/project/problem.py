@@ -30,6 +30,7 @@ from typing import Any
 
 import networkx as nx
 
+from kfuse.analysis.order import Reachability
 from kfuse.errors import KfuseError
 from kfuse.fusion.legality import Violation
 from kfuse.model import qiao
@@ -252,18 +253,9 @@ class AppProblem:
         if not nx.is_directed_acyclic_graph(self.order_dag):
             raise KfuseError(f"{app.source}: the kernels' order has a cycle")
         n = len(self.kernels)
-        self._desc = [0] * n
-        self._anc = [0] * n
-        for name in reversed(list(nx.topological_sort(self.order_dag))):
-            i = self.index[name]
-            for child in self.order_dag.successors(name):
-                j = self.index[child]
-                self._desc[i] |= (1 << j) | self._desc[j]
-        for name in nx.topological_sort(self.order_dag):
-            i = self.index[name]
-            for parent in self.order_dag.predecessors(name):
-                j = self.index[parent]
-                self._anc[i] |= (1 << j) | self._anc[j]
+        reach = Reachability(self.order_dag, self.kernels)  # convexity (kfuse.analysis)
+        self._reach = reach
+        self._desc, self._anc = reach.descendants, reach.ancestors
         self._neighbours = [0] * n
         for a, b in self.sharing.edges:
             self._neighbours[self.index[a]] |= 1 << self.index[b]
@@ -419,11 +411,7 @@ class AppProblem:
         if reason and add("header", reason):
             return found
         mask = self._mask(key)
-        down = up = 0
-        for name in key:
-            down |= self._desc[self.index[name]]
-            up |= self._anc[self.index[name]]
-        between = down & up & ~mask
+        between = self._reach.between(mask)
         if between:
             inside = [self.kernels[i] for i in range(len(self.kernels)) if between >> i & 1]
             first = inside[0]

@@ -56,8 +56,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from itertools import accumulate
 
+from kfuse.analysis.order import iter_bits
 from kfuse.errors import KfuseError
-from kfuse.search.problem import FusionProblem, enumerate_groups, iter_bits, popcount
+from kfuse.search.problem import FusionProblem, enumerate_groups, popcount
 
 SQRT3_TERM = (6 * math.sqrt(3) - 2) / (6 * math.sqrt(3))
 

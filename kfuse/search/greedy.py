@@ -13,10 +13,11 @@ import heapq
 from collections.abc import Mapping
 from typing import Any
 
+from kfuse.analysis.order import iter_bits
 from kfuse.fusion.plan import FusionPlan, make_plan
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
-from kfuse.search.problem import FusionProblem, iter_bits, problem_from_graph, solve
+from kfuse.search.problem import FusionProblem, problem_from_graph, solve
 
 # A merge predicted within this fraction of the unmerged time still happens: the model is
 # not that precise, and fewer kernels also mean fewer launches and less memory traffic.

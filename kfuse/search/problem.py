@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import networkx as nx
 
+from kfuse.analysis.order import Reachability, iter_bits
 from kfuse.errors import FusionError, KfuseError
 from kfuse.model import qiao, roofline, wahib
 
@@ -159,14 +160,6 @@ class SearchResult:
 # bitmask machinery shared by the strategies
 # ------------------------------------------------------------------------------------------
 
-def iter_bits(mask: int) -> Iterator[int]:
-    """Indices of the set bits of ``mask``, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-
-
 def popcount(mask: int) -> int:
     return mask.bit_count()
 
@@ -186,39 +179,18 @@ class Bits:
         self.index = {name: i for i, name in enumerate(self.names)}
         self.full = (1 << self.n) - 1
         n = self.n
-        self.succ = [0] * n
-        self.pred = [0] * n
-        self.edges: list[tuple[int, int]] = []
-        for source, target in problem.order_dag.edges:
-            i, j = self.index[source], self.index[target]
-            self.succ[i] |= 1 << j
-            self.pred[j] |= 1 << i
-            self.edges.append((i, j))
+        reach = Reachability(problem.order_dag, self.names)  # convexity (kfuse.analysis)
+        self.succ, self.pred = reach.successors, reach.predecessors
+        self.edges = [(self.index[source], self.index[target])
+                      for source, target in problem.order_dag.edges]
         self.nbr = [0] * n
         for a, b in problem.sharing.edges:
             if a != b:
                 i, j = self.index[a], self.index[b]
                 self.nbr[i] |= 1 << j
                 self.nbr[j] |= 1 << i
-        dag = nx.DiGraph()
-        dag.add_nodes_from(range(n))
-        dag.add_edges_from(self.edges)
-        self.topo = list(nx.lexicographical_topological_sort(dag))
-        self.topo_rank = [0] * n
-        for rank, i in enumerate(self.topo):
-            self.topo_rank[i] = rank
-        self.desc = [0] * n
-        for i in reversed(self.topo):
-            acc = 0
-            for j in iter_bits(self.succ[i]):
-                acc |= (1 << j) | self.desc[j]
-            self.desc[i] = acc
-        self.anc = [0] * n
-        for i in self.topo:
-            acc = 0
-            for j in iter_bits(self.pred[i]):
-                acc |= (1 << j) | self.anc[j]
-            self.anc[i] = acc
+        self.topo, self.topo_rank = reach.topological, reach.rank
+        self.desc, self.anc = reach.descendants, reach.ancestors
         self.nbr_list = [tuple(iter_bits(m)) for m in self.nbr]  # sharing neighbours
         self.succ_list = [tuple(iter_bits(m)) for m in self.succ]
         self._out: dict[int, int] = {}
@@ -904,5 +876,5 @@ def random_problem(n: int, seed: int = 0, window: int = 6, max_reads: int = 3,
 
 
 __all__ = ["GRAPH_MODELS", "STRATEGY_NAMES", "Bits", "FusionProblem", "SearchResult",
-           "check_strategy", "edge_reasons", "enumerate_groups", "iter_bits", "problem_from_graph",
+           "check_strategy", "edge_reasons", "enumerate_groups", "problem_from_graph",
            "random_problem", "solve"]
