@@ -68,25 +68,6 @@ def test_periodic_reads_of_an_intermediate_are_recomputed_not_staged():
     assert check_app("harris", "repeat", "all", (21, 23)) == "recompute"
 
 
-@pytest.mark.parametrize("boundary", ["clamp", "mirror", kf.constant(0.5)], ids=str)
-@pytest.mark.parametrize("size", [(70, 130), (5, 7)])
-def test_staged_inputs_variant(size, boundary):
-    """Inputs copied to shared memory first: single stencils and a whole app."""
-    from kfuse.codegen import generate
-    from kfuse.runtime import get_backend
-
-    graph, arrays, params, reference = harris_case(size, boundary, 5)
-    stencils = {"dx", "dy", "gx", "gy", "gxy"}
-    singles = [((k.name,), (k.output,), "staged-inputs" if k.name in stencils else "auto")
-               for k in graph.topological_kernels()]
-    whole = [(tuple(k.name for k in graph.kernels), graph.outputs, "staged-inputs")]
-    for groups in (singles, whole):
-        program = generate(graph, groups)
-        assert "stage 0: input" in program.source
-        out = get_backend("cpu").run(graph, {**arrays, **params}, program=program)
-        assert relative_error(out["hc"], reference["hc"]) <= 1e-5
-
-
 @pytest.mark.parametrize("width", [71, 72])
 @pytest.mark.parametrize("tile", [(3, 4), (1, 2)], ids=lambda t: f"{t[0]}x{t[1]}")
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)

@@ -670,14 +670,13 @@ def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...
         raise NotImplementedError("opaque user kernels arrive with the BLAS issue")
     if group.reduction is not None:
         return reduce_kernel(group)
-    if variant in ("staged", "staged-inputs"):
+    if variant == "staged":
         from kfuse.codegen.staged import staged_kernel
         from kfuse.fusion.legality import staged_variant_reason
         reason = staged_variant_reason(group.graph, [k.name for k in group.members], variant)
         if reason:
             raise FusionError(f"group {[k.name for k in group.members]}: {reason}")
-        return staged_kernel(group, STAGED_ROWS, TILE_X, TILE_Y,
-                             stage_inputs=variant == "staged-inputs")
+        return staged_kernel(group, STAGED_ROWS, TILE_X, TILE_Y)
     if len(group.members) > 1:
         group = group.without_constant_factors()
     return map_kernel(group, tile or register_tile(variant, group.ndim), variant, march)

@@ -30,18 +30,15 @@ class Stage:
 
 
 def _extents(graph: Graph, members: tuple[str, ...]
-             ) -> tuple[dict[str, tuple[int, int]], set[str], dict[str, tuple[int, int]]]:
-    """(extent of each member, members read at an offset, halo of each external input).
+             ) -> tuple[dict[str, tuple[int, int]], set[str]]:
+    """(extent of each member, members read at an offset).
 
     A member is evaluated over the extent its consumers need: the output tile for the
-    outputs, grown by each consumer's reach for the producers it reads; an external 2-D
-    input read at an offset must be staged over the reach of its readers.
+    outputs, grown by each consumer's reach for the producers it reads.
     """
     group = set(members)
     extent = {name: (0, 0) for name in members}
     staged = set()
-    inputs: dict[str, tuple[int, int]] = {}
-    read_at_offset: set[str] = set()
     for name in reversed(members):  # consumers before their producers
         own = extent[name]
         for access in graph.kernel_by_name[name].accesses:
@@ -55,27 +52,16 @@ def _extents(graph: Graph, members: tuple[str, ...]
                                     max(extent[producer][1], need[1]))
                 if not access.is_point:
                     staged.add(producer)
-            else:
-                old = inputs.get(access.buffer, (0, 0))
-                inputs[access.buffer] = (max(old[0], need[0]), max(old[1], need[1]))
-                if not access.is_point:
-                    read_at_offset.add(access.buffer)
-    return extent, staged, {b: h for b, h in inputs.items() if b in read_at_offset}
+    return extent, staged
 
 
 def staged_members(graph: Graph, members: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     """Members some other member reads at an offset, with the halo (y, x) each must cover."""
-    extent, staged, _ = _extents(graph, members)
+    extent, staged = _extents(graph, members)
     return {name: extent[name] for name in members if name in staged}
 
 
-def staged_inputs(graph: Graph, members: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """External inputs read at an offset, with the halo (y, x) their tile must cover."""
-    return _extents(graph, members)[2]
-
-
-def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int],
-              stage_inputs: bool = False) -> str | None:
+def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int]) -> str | None:
     """Why the staged variant cannot compute this group, or ``None`` if it can."""
     kernels = [graph.kernel_by_name[m] for m in members]
     if kernels[0].ndim != 2:
@@ -83,32 +69,26 @@ def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int],
     if any(k.reduction is not None for k in kernels):
         return "the group holds a reduction"
     halos = staged_members(graph, members)
-    inputs = staged_inputs(graph, members) if stage_inputs else {}
-    if not halos and not inputs:
+    if not halos:
         return "nothing is read at an offset"
     group = set(members)
     for kernel in kernels:
         for access in kernel.accesses:
-            staged = graph.producer.get(access.buffer) in group or access.buffer in inputs
+            staged = graph.producer.get(access.buffer) in group
             if staged and not access.is_point and any(
                     b is not None and b.mode == "repeat" for b in access.boundaries):
                 return f"'{kernel.name}' reads '{access.buffer}' with periodic boundaries"
             if access.dims != (0, 1) and graph.buffers[access.buffer].ndim != 0:
                 return f"'{kernel.name}' reads '{access.buffer}' through a broadcast index"
     shared = sum((tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]) * 4
-                 for h in [*halos.values(), *inputs.values()])
+                 for h in halos.values())
     if shared > STATIC_SHARED_LIMIT:
         return f"needs {shared} bytes of shared memory per block"
     return None
 
 
-def staged_kernel(group, rows: int, tile_x: int, tile_y: int, stage_inputs: bool = False
-                  ) -> tuple[list[str], LaunchSpec]:
-    """The kernel of ``group`` (a :class:`~kfuse.codegen.kernels.KernelGroup`) with stages.
-
-    With ``stage_inputs`` the external inputs read at offsets are first copied into shared
-    memory too (one coalesced sweep), and every tap reads them from there.
-    """
+def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[list[str], LaunchSpec]:
+    """The kernel of ``group`` (a :class:`~kfuse.codegen.kernels.KernelGroup`) with stages."""
     from kfuse.codegen.kernels import _flat_address
 
     graph = group.graph
@@ -128,9 +108,8 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int, stage_inputs: bool
             stages.append(Stage((name,), halos[name]))
     sizes = tuple(size_var(s) for s in group.domain)
     rows_n, cols_n = sizes
-    inputs = staged_inputs(graph, members) if stage_inputs else {}
-    # shared tiles by buffer name: intermediates (by their producer) and staged inputs
-    tile_halo = {graph.kernel_by_name[name].output: halos[name] for name in order} | inputs
+    # shared tiles by buffer name: intermediates (by their producer)
+    tile_halo = {graph.kernel_by_name[name].output: halos[name] for name in order}
     regions = {buffer: (tile[0] + 2 * h[0], tile[1] + 2 * h[1]) for buffer, h in tile_halo.items()}
 
     def smem(name: str) -> str:
@@ -139,7 +118,7 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int, stage_inputs: bool
 
     def staged_read(load: Load, emitter: ExprEmitter, ready: set[str]) -> str | None:
         producer = group.produced.get(load.buffer)
-        if load.buffer not in inputs and (producer is None or producer.name not in ready):
+        if producer is None or producer.name not in ready:
             return group.answer_read(load, emitter)
         coords, inside = group.mapped_point(load, emitter)
         indices = [coordinate_text(coord) for coord in coords]
@@ -155,21 +134,6 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int, stage_inputs: bool
             "const int tid = threadIdx.y * blockDim.x + threadIdx.x;",
             "const int threads = blockDim.x * blockDim.y;"]
     declarations = []
-    for buffer, (halo_y, halo_x) in inputs.items():
-        height, width = regions[buffer]
-        ctype = C_TYPES[graph.buffers[buffer].dtype]
-        declarations.append(f"__shared__ {ctype} {smem(buffer)}[{height * width}];")
-        body += [
-            f"// stage 0: input '{buffer}' over the tile and a halo of {halo_y} x {halo_x}",
-            f"for (int e = tid; e < {height * width}; e += threads) {{",
-            f"  const int gy = y0 - {halo_y} + e / {width};",
-            f"  const int gx = x0 - {halo_x} + e % {width};",
-            f"  if (gy >= 0 && gy < {rows_n} && gx >= 0 && gx < {cols_n})",
-            f"    {smem(buffer)}[e] = {c_name(buffer)}[(kf_index_t)gy * {cols_n} + gx];",
-            "}",
-        ]
-    if inputs:
-        body.append("__syncthreads();")
     ready: set[str] = set()
     for number, stage in enumerate(stages, start=1):
         halo_y, halo_x = stage.halo
@@ -233,8 +197,7 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int, stage_inputs: bool
                         (GridAxis((group.domain[1],), tile[1]),
                          GridAxis((group.domain[0],), tile[0], GRID_LIMITS[1]), GridAxis()))
     lines = [*group.describe(),
-             f"//   variant: staged in shared memory ({len(stages)} stages"
-             + (f", inputs {', '.join(inputs)} staged too)" if inputs else ")"),
+             f"//   variant: staged in shared memory ({len(stages)} stages)",
              header, "{", *indent(declarations + body, 1), "}"]
     return lines, launch
 

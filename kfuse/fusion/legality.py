@@ -466,15 +466,11 @@ GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (
 )
 
 
-STAGED_VARIANTS = ("staged", "staged-inputs")
-
-
 def staged_variant_reason(graph: Graph, members: Sequence[str], variant: str) -> str | None:
     """Why the shared-memory (``staged``) implementation cannot compute the group, or None."""
     from kfuse.codegen.kernels import staged_tile
     from kfuse.codegen.staged import can_stage
-    reason = can_stage(graph, tuple(members), staged_tile(),
-                       stage_inputs=variant == "staged-inputs")
+    reason = can_stage(graph, tuple(members), staged_tile())
     return f"the {variant} implementation cannot compute it: {reason}" if reason else None
 
 
@@ -489,7 +485,7 @@ def group_violations(graph: Graph, members: Sequence[str],
     unknown = [n for n in members if n not in graph.kernel_by_name]
     if unknown:
         return [Violation("known_kernels", f"no operator named {unknown[0]!r}")]
-    if variant in STAGED_VARIANTS:  # (a plan made for another pipeline may name it)
+    if variant == "staged":  # (a plan made for another pipeline may name it)
         reason = staged_variant_reason(graph, members, str(variant))
         if reason:
             return [Violation("variant", reason)]
