@@ -9,9 +9,11 @@ entry used (:func:`mark_used`); an entry that cannot be read is deleted and buil
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from kfuse.errors import CacheError
@@ -94,6 +96,19 @@ def evict(limit: int | None = None) -> int:
         total -= size
         removed += 1
     return removed
+
+
+def compile_key(source: str | bytes, compiler: Sequence[str], version: str,
+                options: Sequence[str], *depends_on: str | bytes) -> str:
+    """The one key of everything kfuse compiles and keeps (NVRTC's cubins, ptxas's resource
+    reports, the host compiler's libraries and precompiled header): a digest of the source,
+    the compiler's command and version, its options and whatever else the output depends
+    on (a header it includes), so that a change of any of them compiles again."""
+    digest = hashlib.sha256()
+    for part in (source, "\0".join(compiler), version, "\0".join(options), *depends_on):
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0\1\0")
+    return digest.hexdigest()[:40]
 
 
 def writable_cache_dir(kind: str) -> Path:

@@ -280,3 +280,19 @@ def test_a_staged_plan_reused_where_it_cannot_stage_is_refused(rng):
         generate(graph, [(tuple(members), ("d",), "staged")])
     out = periodic.run(backend="cpu", x=data)["d"]  # its own plan recomputes instead
     assert relative_error(out, periodic.run(backend="numpy", x=data)["d"]) < 1e-5
+
+
+def test_one_compile_key_holds_every_input_of_a_compile():
+    """kfuse.cache.compile_key: the source, the compiler, its version, its options and what
+    else the output depends on each change the key."""
+    from kfuse.cache import compile_key
+
+    base = ("kernel", ("nvcc",), "12.8", ("-arch=sm_90",), b"header")
+    key = compile_key(*base)
+    assert key == compile_key(*base) and len(key) == 40
+    for index, other in enumerate(("kernel2", ("clang++",), "12.9", ("-arch=sm_100",),
+                                   b"header2")):
+        changed = list(base)
+        changed[index] = other
+        assert compile_key(*changed) != key, index
+    assert compile_key("a", ("c",), "1", ("x", "y")) != compile_key("a", ("c",), "1", ("xy",))

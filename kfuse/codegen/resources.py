@@ -7,7 +7,6 @@ Later models use these figures for occupancy; ``kfuse run --resources`` prints t
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kfuse.cache import cache_dir, mark_used, writable_cache_dir, write_atomically
+from kfuse.cache import cache_dir, compile_key, mark_used, writable_cache_dir, write_atomically
 from kfuse.errors import BackendUnavailable, CompileError
 
 
@@ -88,8 +87,8 @@ def kernel_resources(source: str, arch: str = "sm_90") -> dict[str, KernelResour
     the source, the architecture and nvcc's version)."""
     if not nvcc_available():
         raise BackendUnavailable("nvcc is not on PATH; resource figures need it")
-    key = f"{arch}\0{nvcc_version()}\0{source}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    options = (f"-arch={arch}", "-cubin", "-Xptxas", "-v")
+    digest = compile_key(source, ("nvcc",), nvcc_version(), options)
     cache = cache_dir("ptxas") / f"{digest}.log"
     if cache.exists():
         mark_used(cache)
@@ -98,8 +97,7 @@ def kernel_resources(source: str, arch: str = "sm_90") -> dict[str, KernelResour
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "kernels.cu"
         path.write_text(source)
-        command = ["nvcc", f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-o",
-                   str(Path(work) / "kernels.cubin"), str(path)]
+        command = ["nvcc", *options, "-o", str(Path(work) / "kernels.cubin"), str(path)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise CompileError("nvcc failed on the generated source:\n"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 from collections.abc import Callable, Mapping
 from math import prod
 from pathlib import Path
@@ -16,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kfuse.cache import count_compiler_run, mark_used, writable_cache_dir, write_atomically
+from kfuse.cache import (
+    compile_key,
+    count_compiler_run,
+    mark_used,
+    writable_cache_dir,
+    write_atomically,
+)
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.errors import BackendUnavailable, BindError, CompileError, LaunchError
@@ -77,8 +82,7 @@ def compile_cubin(source: str, arch: str) -> Path:
     """Compile with NVRTC into a cubin under the cache directory (reused by a key of the
     source, the options, the architecture and NVRTC's version)."""
     options = (*NVRTC_OPTIONS, f"--gpu-architecture={arch}")
-    key = "\0".join((source, " ".join(options), f"nvrtc {nvrtc_version()}"))
-    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    digest = compile_key(source, ("nvrtc",), nvrtc_version(), options)
     path = cache_dir() / f"{digest}.cubin"
     if path.exists():
         mark_used(path)

@@ -12,7 +12,6 @@ keyed by the SHA-256 of the source, the flags, the shim header and the compiler'
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import re
 import shlex
@@ -25,7 +24,13 @@ from functools import cache
 from pathlib import Path
 
 from kfuse.cache import cache_dir as kfuse_cache_dir
-from kfuse.cache import count_compiler_run, mark_used, writable_cache_dir, write_atomically
+from kfuse.cache import (
+    compile_key,
+    count_compiler_run,
+    mark_used,
+    writable_cache_dir,
+    write_atomically,
+)
 from kfuse.errors import BackendUnavailable, CompileError
 
 __all__ = [
@@ -122,12 +127,7 @@ def compile_host_library(
     include = shim_include_dir()
     flags = [*BASE_FLAGS, *extra_flags, *(_define_flag(d) for d in defines)]
 
-    key = hashlib.sha256()
-    for part in (source, "\0".join(compiler), "\0".join(flags), version):
-        key.update(part.encode())
-        key.update(b"\0\1\0")
-    key.update((include / SHIM_HEADER).read_bytes())
-    digest = key.hexdigest()
+    digest = compile_key(source, compiler, version, flags, (include / SHIM_HEADER).read_bytes())
 
     out_dir = writable_cache_dir("cpu")
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name_hint)[:48] or 'kfuse'}-{digest[:40]}"
@@ -169,9 +169,7 @@ def _precompiled_shim(compiler: list[str], flags: list[str], version: str) -> Pa
     each compile by about a second. Any failure here just means compiling without it.
     """
     header = shim_include_dir() / SHIM_HEADER
-    key = hashlib.sha256("\0".join([*compiler, *flags, version]).encode())
-    key.update(header.read_bytes())
-    folder = cache_dir() / f"pch-{key.hexdigest()[:24]}"
+    folder = cache_dir() / f"pch-{compile_key(header.read_bytes(), compiler, version, flags)}"
     if (folder / f"{SHIM_HEADER}.gch").exists():
         return folder
     try:
