@@ -1,8 +1,56 @@
-"""Fixtures shared by several test files."""
+"""Fixtures shared by several test files, and the kinds of test.
+
+Every test is of one kind, which ``-m`` selects:
+
+- ``gpu``: needs a CUDA GPU (marked by hand; skipped where there is none);
+- ``integration``: runs generated CUDA C through the ``cpu`` backend (found here: the test
+  names the ``cpu`` backend in its code or its parameters, or uses the ``ubsan`` fixture);
+- unit: everything else (``-m "not gpu and not integration"``, a few seconds a file).
+"""
 
 from __future__ import annotations
 
+import types
+
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+    config.addinivalue_line("markers",
+                            "integration: runs generated CUDA C through the cpu backend")
+
+
+def _names_cpu(code: types.CodeType, scope: dict, seen: set) -> bool:
+    """Whether ``code`` holds the constant "cpu", in itself, a function or class defined in
+    it, or a function of the test module it calls (``scope``: the module's globals)."""
+    if code in seen:
+        return False
+    seen.add(code)
+    for const in code.co_consts:
+        if const == "cpu" or isinstance(const, types.CodeType) and _names_cpu(const, scope,
+                                                                              seen):
+            return True
+    return any(isinstance(scope.get(name), types.FunctionType)
+               and scope[name].__module__ == scope.get("__name__")
+               and _names_cpu(scope[name].__code__, scope, seen) for name in code.co_names)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_usable: list[bool] = []
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            if not gpu_usable:
+                from kfuse.runtime.cuda_backend import CudaBackend
+                gpu_usable.append(CudaBackend.available())
+            if not gpu_usable[0]:
+                item.add_marker(pytest.mark.skip(reason="no usable CUDA GPU"))
+            continue
+        function = getattr(item, "function", None)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (function is not None and _names_cpu(function.__code__, function.__globals__, set())
+                or "cpu" in params.values() or "ubsan" in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 # The undefined behaviour the generated C must not have, found by the host compiler's
 # sanitizer: a vector load at an address its type cannot be at (x86 forgives it, the GPU

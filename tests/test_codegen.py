@@ -113,9 +113,7 @@ def test_every_app_compiles_with_nvcc(app):
 
 
 def _backends_with_cuda() -> list:
-    from kfuse.runtime.cuda_backend import CudaBackend
-    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-        not CudaBackend.available(), reason="no usable CUDA GPU"))]
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 @pytest.mark.parametrize("backend", _backends_with_cuda())

@@ -12,7 +12,7 @@ from kfuse.runtime.binding import bind
 from kfuse.runtime.cuda_backend import CudaBackend
 from kfuse.search import default_plan
 
-pytestmark = pytest.mark.skipif(not CudaBackend.available(), reason="no usable CUDA GPU")
+pytestmark = pytest.mark.gpu  # (skipped where no GPU is usable: tests/conftest.py)
 
 BOUNDARIES = ["clamp", "mirror", "repeat", kf.constant(0.5)]
 

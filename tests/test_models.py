@@ -243,7 +243,7 @@ def test_measured_model_needs_the_cuda_backend():
                                   default_profile())
 
 
-@pytest.mark.skipif(not cuda_usable(), reason="needs a GPU")
+@pytest.mark.gpu
 def test_measured_model_times_groups_on_the_gpu():  # pragma: no cover - GPU only
     from kfuse.apps import get_app
     from kfuse.tune.measured import GroupTimer

@@ -10,13 +10,11 @@ import pytest
 import kfuse as kf
 from kfuse.bench.harness import max_relative_error
 from kfuse.ir.expr import Binary, Const, as_expr
-from kfuse.runtime.cuda_backend import CudaBackend
 
 SHAPE = (7, 9)
 # the generated code on the host compiler, and on the GPU where there is one
 compiled = pytest.mark.parametrize("backend", [
-    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CudaBackend.available(),
-                                                         reason="no usable CUDA GPU"))])
+    "cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 
 
 def run_both(backend: str, pipeline: kf.Pipeline, **arrays) -> tuple[np.ndarray, np.ndarray]:
