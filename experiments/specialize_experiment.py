@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import itertools
 import os
+import re
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from kfuse.apps import get_app
 from kfuse.apps.check import relative_error
 from kfuse.cli.arguments import POSITIVE_INT
 from kfuse.codegen.cexpr import size_var
-from kfuse.codegen.specialise import specialise_kernel
+from kfuse.codegen.specialise import RUNTIME_SUFFIX
 from kfuse.runtime import auto_plan, get_backend
 from kfuse.tune.timing import print_rounds, time_alternating
 
@@ -50,8 +51,14 @@ def specialise(program, sizes: dict[str, int], unroll: bool,
     index = 0
     while index < len(source):
         line = source[index]
-        if line.startswith("KF_KERNEL"):
-            lines += specialise_kernel([line, source[index + 1]], next(launches), (), chosen)
+        if line.startswith("KF_KERNEL"):  # the header and its "{": sizes made constants
+            launch = next(launches)
+            fixed = [p for p in launch.params if p.role == "size" and p.ref in chosen]
+            for param in fixed:
+                line = re.sub(rf"\bconst int {param.name}\b",
+                              f"const int {param.name}{RUNTIME_SUFFIX}", line)
+            lines += [line, source[index + 1],
+                      *(f"  const int {p.name} = {int(chosen[p.ref])};" for p in fixed)]
             index += 2
             continue
         if unroll and line.lstrip().startswith(STEP_LOOP):

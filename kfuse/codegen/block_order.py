@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kfuse import config
 from kfuse.codegen.kernels import KernelGroup
+from kfuse.codegen.program import KernelSource
 from kfuse.ir.graph import Graph
 
 REVERSED_BLOCKS = "kf_block"  # the renumbered block index a reversed kernel's body reads
@@ -70,14 +71,10 @@ class Serpentine:
         return reason
 
 
-def reverse_blocks(lines: list[str], reason: str) -> list[str]:
-    """One generated kernel's lines with its blocks renumbered last-first (``reason``: why,
-    for the comment)."""
-    header = next(i for i, line in enumerate(lines) if line.startswith("KF_KERNEL"))
-    if lines[header + 1] != "{":
-        raise ValueError(f"expected '{{' after the kernel header: {lines[header]}")
-    body = [re.sub(r"\bblockIdx\.", f"{REVERSED_BLOCKS}.", line)
-            for line in lines[header + 2:]]
+def reverse_blocks(kernel: KernelSource, reason: str) -> KernelSource:
+    """``kernel`` with its blocks renumbered last-first (``reason``: why, for the comment):
+    its body reads the renumbered index wherever it read ``blockIdx``."""
+    body = [re.sub(r"\bblockIdx\.", f"{REVERSED_BLOCKS}.", line) for line in kernel.body]
     note = f"  // blocks last-first (kfuse.codegen.block_order): {reason}"
-    return [*lines[:header + 2], note,
-            f"  const uint3 {REVERSED_BLOCKS} = kf_reversed_block();", *body]
+    return replace(kernel, body=(note, f"  const uint3 {REVERSED_BLOCKS} = kf_reversed_block();",
+                                 *body))

@@ -50,18 +50,18 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
         variant = how[0] if how else "auto"
         tile = how[1] if len(how) > 1 else None  # register tile (None: the default)
         if mapreduce.claims(graph, members, variant):
-            lines, launch = mapreduce.group_kernel(graph, members, outputs, variant)
+            kernel, launch = mapreduce.group_kernel(graph, members, outputs, variant)
         else:
-            lines, launch = group_kernel(KernelGroup(graph, members, outputs), variant, tile,
+            kernel, launch = group_kernel(KernelGroup(graph, members, outputs), variant, tile,
                                          march)
         if fixed_sizes is not None:
             domain = graph.kernel_by_name[members[-1]].domain
-            lines = specialise_kernel(lines, launch, domain, fixed_sizes)
+            kernel = specialise_kernel(kernel, launch, domain, fixed_sizes)
         reason = serpentine.place(launch.symbol, members, outputs, launch.blocks_walk)
         if reason:
-            lines = block_order.reverse_blocks(lines, reason)
+            kernel = block_order.reverse_blocks(kernel, reason)
         last_first.append(reason or "")
-        parts.extend([*lines, ""])
+        parts.extend([*kernel.lines(), ""])
         launches.append(launch)
     return Program(graph.name, "\n".join(parts), tuple(launches), wide_index,
                    tuple(sorted(fixed_sizes.items())) if fixed_sizes is not None else None,

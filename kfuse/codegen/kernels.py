@@ -34,7 +34,14 @@ from kfuse.codegen.cexpr import (
     size_var,
     sizes_of,
 )
-from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelParam, LaunchSpec
+from kfuse.codegen.program import (
+    GRID_LIMITS,
+    GridAxis,
+    KernelParam,
+    KernelSource,
+    LaunchSpec,
+    launch_bounds,
+)
 from kfuse.codegen.scales import Scaled, factor_out_constants, materialise
 from kfuse.errors import FusionError
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Expr, Load, count_operations, format_value
@@ -174,14 +181,17 @@ class KernelGroup(GroupNames):
         lines.append(f"//   writes {', '.join(repr(o) for o in self.outputs)}")
         return lines
 
-    def signature(self, block_threads: int, min_blocks: int = 0
-                  ) -> tuple[str, tuple[KernelParam, ...]]:
+    def parameters(self) -> tuple[KernelParam, ...]:
+        """The kernel's arguments: buffers, sizes and runtime parameters."""
         symbols = sizes_of(self.graph, self.reads + list(self.outputs), self.domain)
         params = param_list(self.graph, self.reads, list(self.outputs), symbols, self.params)
-        text = ", ".join(f"{ctype} {name}" for name, ctype, *_ in params)
-        bounds = f"{block_threads}, {min_blocks}" if min_blocks else str(block_threads)
-        header = f"KF_KERNEL void __launch_bounds__({bounds}) {self.symbol}({text})"
-        return header, tuple(KernelParam(*p) for p in params)
+        return tuple(KernelParam(*p) for p in params)
+
+    def source(self, bounds: str, params: tuple[KernelParam, ...], body: list[str],
+               preamble: list[str] | None = None) -> KernelSource:
+        """The group's kernel: ``body`` (unindented) under its description (or ``preamble``)."""
+        return KernelSource(tuple(self.describe() if preamble is None else preamble),
+                            self.symbol, bounds, params, tuple(indent(body, 1)))
 
     # -- evaluation -------------------------------------------------------------------------
     def emitter(self, coords: tuple[Coordinate, ...], flat_index: str | None) -> ExprEmitter:
@@ -325,7 +335,7 @@ def items_emitted(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...],
 
 
 def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant: str = "auto",
-               march: bool = False) -> tuple[list[str], LaunchSpec]:
+               march: bool = False) -> tuple[KernelSource, LaunchSpec]:
     """Point and stencil operators (fused or not): several points per thread; with
     ``march``, 3-D recompute groups have their threads march along z where they can."""
     if group.is_flat() or group.ndim <= 1:
@@ -334,13 +344,12 @@ def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant:
     if tile is None or kind == "arithmetic":
         tile = register_tile(kind, group.ndim)
     block = TILED_BLOCKS[(kind, group.ndim)]
-    lines, launch = _tiled_kernel(group, tile, block)
+    kernel, launch = _tiled_kernel(group, tile, block)
     if march and marches(group, variant, tile):
         # 3-D chains march along z; the register tiles serve the sizes marching does not
-        header = next(i for i, line in enumerate(lines) if line.startswith("KF_KERNEL"))
-        fallback = [line[2:] for line in lines[header + 2:-1]]
-        return marching.marching_kernel(group, fallback) or (lines, launch)
-    return lines, launch
+        fallback = [line[2:] for line in kernel.body]
+        return marching.marching_kernel(group, fallback) or (kernel, launch)
+    return kernel, launch
 
 
 def marches(group: KernelGroup, variant: str, tile: tuple[int, ...] | None = None) -> bool:
@@ -374,7 +383,7 @@ def operations_per_point(kernel: Kernel) -> float:
     return counts["alu"] + SFU_WEIGHT * counts["sfu"]
 
 
-def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
+def _linear_kernel(group: KernelGroup) -> tuple[KernelSource, LaunchSpec]:
     """A flat grid-stride loop; each thread takes points ``blockDim.x`` apart (coalesced)."""
     flat = group.is_flat()
     special = any(count_operations(k.body)["sfu"] for k in group.members if k.body is not None)
@@ -384,7 +393,7 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     fast = [f"const kf_index_t i{k} = base + {k} * (kf_index_t)blockDim.x;" for k in range(items)]
     fast += _items_code(group, fast_points, sizes, {})
     single = _items_code(group, [((("i", 0),), "i" if flat else None)], sizes, {})
-    header, params = group.signature(MAP_BLOCK_1D)
+    params = group.parameters()
     body = [
         f"const kf_index_t count = {_domain_count(group.domain)};",
         f"const kf_index_t step = (kf_index_t)gridDim.x * blockDim.x * {items};",
@@ -403,11 +412,11 @@ def _linear_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (MAP_BLOCK_1D, 1, 1),
                         (GridAxis(group.domain, MAP_BLOCK_1D * items), GridAxis(), GridAxis()))
-    return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+    return group.source(launch_bounds(MAP_BLOCK_1D), params, body), launch
 
 
 def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, int]
-                  ) -> tuple[list[str], LaunchSpec]:
+                  ) -> tuple[KernelSource, LaunchSpec]:
     """2-D/3-D blocks of ``block`` (x, y) threads over the two innermost axes.
 
     Each thread computes a register tile of points: ``tile[0]`` consecutive points along
@@ -475,7 +484,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         "  }",
         "}",
     ]
-    header, params = group.signature(block_x * block_y, TILE_MIN_BLOCKS)
+    params = group.parameters()
     first_column = f"(blockIdx.x * blockDim.x + threadIdx.x) * {columns}" if columns > 1 \
         else "blockIdx.x * blockDim.x + threadIdx.x"
     body = [f"const int ix = {first_column};", f"if (ix >= {width}) return;", *edge_lines]
@@ -494,7 +503,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
                 GridAxis((group.domain[0],), rows, GRID_LIMITS[2]))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid)
-    return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+    return group.source(launch_bounds(block_x * block_y, TILE_MIN_BLOCKS), params, body), launch
 
 
 def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: str
@@ -589,7 +598,7 @@ def _product(domain: tuple[str, ...], axes: list[int]) -> str:
                       + [size_var(domain[a]) for a in axes[1:]])
 
 
-def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
+def reduce_kernel(group: KernelGroup) -> tuple[KernelSource, LaunchSpec]:
     """A reduction, with the map operators it reads fused into its loop."""
     kernel = group.reduction
     assert kernel is not None and kernel.reduction is not None
@@ -604,7 +613,7 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
     coords = tuple((name, 0) for name in names)
     sizes = tuple(size_var(s) for s in domain)
     kept = [axis for axis in range(group.ndim) if axis not in axes]
-    header, params = group.signature(REDUCE_BLOCK)
+    params = group.parameters()
     initial = ((kernel.output, identity_value(op, dtype_name)),)
     trailing = list(axes) == list(range(group.ndim - len(axes), group.ndim))
     if trailing:
@@ -659,11 +668,11 @@ def reduce_kernel(group: KernelGroup) -> tuple[list[str], LaunchSpec]:
                 GridAxis((domain[axis],), 64, 1024), GridAxis())
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (REDUCE_BLOCK, 1, 1), grid, initial, blocks_walk=True)
-    return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+    return group.source(launch_bounds(REDUCE_BLOCK), params, body), launch
 
 
 def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...] | None = None,
-                 march: bool = False) -> tuple[list[str], LaunchSpec]:
+                 march: bool = False) -> tuple[KernelSource, LaunchSpec]:
     """The kernel of one group: reduction, staged (shared memory) or map template
     (``march``: 3-D recompute groups march along z where they can)."""
     if any(k.kind == "opaque" for k in group.members):

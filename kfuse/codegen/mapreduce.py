@@ -75,7 +75,15 @@ from kfuse.codegen.cexpr import (
 from kfuse.codegen.kernels import REDUCE_OP_CODE, GroupNames, identity_text, identity_value
 from kfuse.codegen.mapreduce_held import HeldBody
 from kfuse.codegen.mapreduce_stream import StreamBody
-from kfuse.codegen.program import GRID_LIMITS, WARP, GridAxis, KernelParam, LaunchSpec
+from kfuse.codegen.program import (
+    GRID_LIMITS,
+    WARP,
+    GridAxis,
+    KernelParam,
+    KernelSource,
+    LaunchSpec,
+    launch_bounds,
+)
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import (
@@ -643,8 +651,8 @@ def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bo
 
 
 def group_kernel(graph: Graph, members: Sequence[str], outputs: Sequence[str],
-                 variant: object = "auto") -> tuple[list[str], LaunchSpec]:
-    """The CUDA C lines (helpers, comments, kernel) and the launch of one map/reduce group."""
+                 variant: object = "auto") -> tuple[KernelSource, LaunchSpec]:
+    """The kernel (helpers and comments before it) and the launch of one map/reduce group."""
     group = MapReduceGroup(graph, members, outputs)
     chosen = MapReduceVariant.parse(variant) if is_variant_text(variant) \
         else group.default_variant()
@@ -710,15 +718,13 @@ class _Builder(StreamBody, HeldBody):
         lines.append(f"//   variant {variant}; writes {', '.join(repr(o) for o in group.outputs)}")
         return lines
 
-    def signature(self) -> tuple[str, tuple[KernelParam, ...]]:
+    def parameters(self) -> tuple[KernelParam, ...]:
+        """The kernel's arguments: buffers, sizes and runtime parameters."""
         group = self.group
         symbols = sizes_of(group.graph, group.reads + list(group.outputs), group.domain)
         params = param_list(group.graph, group.reads, list(group.outputs), symbols,
                             group.params)
-        text = ", ".join(f"{ctype} {name}" for name, ctype, *_ in params)
-        threads = self.variant.threads[0] * self.variant.threads[1]
-        header = f"KF_KERNEL void __launch_bounds__({threads}) {group.symbol}({text})"
-        return header, tuple(KernelParam(*p) for p in params)
+        return tuple(KernelParam(*p) for p in params)
 
     def aligned_flag(self, buffers: Sequence[str], stride: str | None,
                      known: bool = False) -> str:
@@ -818,8 +824,8 @@ class _Builder(StreamBody, HeldBody):
                           size_limits=self.size_limits,
                           blocks_walk=bool(self.variant.blocks) or self.variant.whole_columns)
 
-    def build(self) -> tuple[list[str], LaunchSpec]:
-        header, params = self.signature()
+    def build(self) -> tuple[KernelSource, LaunchSpec]:
+        params = self.parameters()
         if self.group.flat:
             body, grid = self.vector_body()
         elif self.variant.held_rows:
@@ -828,8 +834,10 @@ class _Builder(StreamBody, HeldBody):
             body, grid = self.stream_body()
         else:
             body, grid = self.matrix_body()
-        lines = [HELPERS, "", *self.describe(), header, "{", *indent(body, 1), "}"]
-        return lines, self.launch(params, grid)
+        threads = self.variant.threads[0] * self.variant.threads[1]
+        kernel = KernelSource((HELPERS, "", *self.describe()), self.group.symbol,
+                              launch_bounds(threads), params, tuple(indent(body, 1)))
+        return kernel, self.launch(params, grid)
 
     # -- vectors (and matrices read elementwise) --------------------------------------------------
     def vector_body(self) -> tuple[list[str], tuple[GridAxis, GridAxis, GridAxis]]:

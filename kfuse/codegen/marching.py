@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from kfuse import config
 from kfuse.codegen.cexpr import STAGED_ADDRESS, c_name, indent, row_major_address, size_var
-from kfuse.codegen.program import GRID_LIMITS, GridAxis, LaunchSpec
+from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 
 # Whether 3-D recompute groups march: kfuse.config's ``march`` (None: per device, the cuda
@@ -316,7 +316,7 @@ def _render_addresses(text: str, graph, plane_slot: dict[str, str] | None,
     return STAGED_ADDRESS.sub(render, text)
 
 
-def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] | None:
+def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpec] | None:
     """The group's kernel marching along z; ``fallback`` (the register-tiled kernel's body
     statements) runs where the marching path does not apply. ``None`` where the planes a
     step reads would take more than ``march_shared_bytes`` (:mod:`kfuse.config`) of shared
@@ -499,7 +499,7 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
         "  __syncthreads();  // the next chunk reuses the slots",
         "}",
     ]
-    header, params = group.signature(threads)
+    params = group.parameters()
     grid = (GridAxis((group.domain[2],), block_x * columns),
             GridAxis((group.domain[1],), block_y * rows, GRID_LIMITS[1]),
             GridAxis((group.domain[0],), config.current().march_planes, GRID_LIMITS[2],
@@ -507,5 +507,5 @@ def marching_kernel(group, fallback: list[str]) -> tuple[list[str], LaunchSpec] 
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid, dynamic_shared_bytes=offset,
                         blocks_walk=True)
-    return [*group.describe(), header, "{", *indent(body, 1), "}"], launch
+    return group.source(launch_bounds(threads), params, body), launch
 

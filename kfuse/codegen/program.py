@@ -28,6 +28,34 @@ class KernelParam:
 
 
 @dataclass(frozen=True)
+class KernelSource:
+    """One generated kernel in parts: the lines written before it (helpers, the comment
+    that describes it), its launch bounds, symbol and parameters, and its body's lines
+    (indented one level). Compiling sizes in and reversing the block order change these
+    parts (:mod:`kfuse.codegen.specialise`, :mod:`kfuse.codegen.block_order`);
+    :meth:`lines` writes the kernel."""
+
+    preamble: tuple[str, ...]
+    symbol: str
+    bounds: str  # __launch_bounds__: threads per block[, least resident blocks]
+    params: tuple[KernelParam, ...]
+    body: tuple[str, ...]
+
+    def header(self) -> str:
+        parameters = ", ".join(f"{param.ctype} {param.name}" for param in self.params)
+        return f"KF_KERNEL void __launch_bounds__({self.bounds}) {self.symbol}({parameters})"
+
+    def lines(self) -> list[str]:
+        return [*self.preamble, self.header(), "{", *self.body, "}"]
+
+
+def launch_bounds(threads: int, least_blocks: int = 0) -> str:
+    """The ``__launch_bounds__`` arguments: threads per block, and the fewest blocks each
+    multiprocessor must hold (0: none asked)."""
+    return f"{threads}, {least_blocks}" if least_blocks else str(threads)
+
+
+@dataclass(frozen=True)
 class GridAxis:
     """Blocks along one grid axis: ceil(product of ``symbols`` / ``per_block``), at most ``cap``.
 

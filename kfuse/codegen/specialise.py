@@ -17,31 +17,28 @@ only run at those sizes: the runtime binds a program to its arrays' sizes for th
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from kfuse.codegen.program import LaunchSpec
+from kfuse.codegen.program import KernelSource, LaunchSpec
 
 RUNTIME_SUFFIX = "_argument"  # what a size argument compiled in as a constant is renamed to
 
 
-def specialise_kernel(lines: list[str], launch: LaunchSpec, domain: Sequence[str],
-                      sizes: Mapping[str, int]) -> list[str]:
-    """One generated kernel's lines with its size arguments that ``sizes`` gives made
-    constants of its body (all but the outermost axis of a 3-D ``domain``)."""
+def specialise_kernel(kernel: KernelSource, launch: LaunchSpec, domain: Sequence[str],
+                      sizes: Mapping[str, int]) -> KernelSource:
+    """``kernel`` with its size arguments that ``sizes`` gives made constants of its body
+    (all but the outermost axis of a 3-D ``domain``): each such argument renamed, and the
+    size defined under its name at the top of the body."""
     runtime = domain[0] if len(domain) >= 3 else None
-    fixed = [param for param in launch.params
-             if param.role == "size" and param.ref != runtime and param.ref in sizes]
+    fixed = {param.name for param in launch.params
+             if param.role == "size" and param.ref != runtime and param.ref in sizes}
     if not fixed:
-        return lines
-    header = next(i for i, line in enumerate(lines) if line.startswith("KF_KERNEL"))
-    if lines[header + 1] != "{":
-        raise ValueError(f"kernel {launch.symbol}: expected '{{' after its header")
-    text = lines[header]
-    for param in fixed:
-        text = re.sub(rf"\bconst int {param.name}\b", f"const int {param.name}{RUNTIME_SUFFIX}",
-                      text)
-    constants = [f"  const int {param.name} = {int(sizes[param.ref])};" for param in fixed]
+        return kernel
+    params = tuple(replace(param, name=param.name + RUNTIME_SUFFIX) if param.name in fixed
+                   else param for param in kernel.params)
+    constants = [f"  const int {param.name} = {int(sizes[param.ref])};"
+                 for param in launch.params if param.name in fixed]
     note = (f"  // compiled for these sizes: runs at them only (the *{RUNTIME_SUFFIX} "
             "parameters are not read)")
-    return [*lines[:header], text, "{", note, *constants, *lines[header + 2:]]
+    return replace(kernel, params=params, body=(note, *constants, *kernel.body))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kfuse.codegen.cexpr import ExprEmitter, c_name, coordinate_text, indent, size_var
-from kfuse.codegen.program import GRID_LIMITS, GridAxis, LaunchSpec
+from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.ir.expr import C_TYPES, Load
 from kfuse.ir.graph import Graph
@@ -87,7 +87,7 @@ def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int]) -> 
     return None
 
 
-def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[list[str], LaunchSpec]:
+def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[KernelSource, LaunchSpec]:
     """The kernel of ``group`` (a :class:`~kfuse.codegen.kernels.KernelGroup`) with stages."""
     from kfuse.codegen.kernels import _flat_address
 
@@ -192,14 +192,13 @@ def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[list[str]
     tiles = f"({rows_n} + {tile[0] - 1}) / {tile[0]}"
     body = [f"for (int tile_row = blockIdx.y; tile_row < {tiles}; tile_row += gridDim.y) {{",
             *indent(body, 1), "}"]
-    header, params = group.signature(tile_x * tile_y)
+    params = group.parameters()
     launch = LaunchSpec(group.symbol, members, params, (tile_x, tile_y, 1),
                         (GridAxis((group.domain[1],), tile[1]),
                          GridAxis((group.domain[0],), tile[0], GRID_LIMITS[1]), GridAxis()))
-    lines = [*group.describe(),
-             f"//   variant: staged in shared memory ({len(stages)} stages)",
-             header, "{", *indent(declarations + body, 1), "}"]
-    return lines, launch
+    preamble = [*group.describe(), f"//   variant: staged in shared memory ({len(stages)} stages)"]
+    return group.source(launch_bounds(tile_x * tile_y), params, declarations + body,
+                        preamble), launch
 
 
 def _reads_any(graph: Graph, name: str, others: tuple[str, ...]) -> bool:
