@@ -78,9 +78,8 @@ def checked(config: Config, **changes: object) -> Config:
         else:
             ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
         if not ok:
-            raise ConfigError(f"kfuse.config switch {name!r} takes {kinds[name]} "
-                              f"{'(positive)' if kinds[name] == 'int' else ''}, got "
-                              f"{value!r}".replace("  ", " "))
+            kind = "a positive int" if kinds[name] == "int" else kinds[name]
+            raise ConfigError(f"kfuse.config switch {name!r} takes {kind}, got {value!r}")
     return replace(config, **changes)
 
 

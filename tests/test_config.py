@@ -35,10 +35,10 @@ def test_a_scope_reaches_only_its_own_thread():
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"window_sum": False}, "no switch 'window_sum'"),
-    ({"window_sums": 0}, "'window_sums' takes bool"),
+    ({"window_sums": 0}, "'window_sums' takes bool, got 0"),
     ({"march": "yes"}, "'march' takes bool | None"),
-    ({"march_planes": 0}, "'march_planes' takes int (positive)"),
-    ({"march_planes": True}, "'march_planes' takes int"),
+    ({"march_planes": 0}, "'march_planes' takes a positive int, got 0"),
+    ({"march_planes": True}, "'march_planes' takes a positive int, got True"),
 ])
 def test_bad_switches_are_named(changes, message):
     with pytest.raises(kfuse.ConfigError, match=message.replace("|", r"\|").replace(
