@@ -264,7 +264,7 @@ def main() -> None:
 
     from kfuse.bench.experiment import device_case, planned_program, planned_run, run_checked
     from kfuse.bench.torch_baseline import compiled_on
-    from kfuse.codegen import generate, marching
+    from kfuse.codegen import generate
     from kfuse.codegen.kernels import REGISTER_TILES
     from kfuse.config import configured
     from kfuse.runtime import get_backend
@@ -302,8 +302,7 @@ def main() -> None:
     for shape in args.generated:  # the generated kernel with other chunks and copies ahead
         spec, _, fallback = shape.partition(":")
         planes, ahead, *newest = (int(v) for v in spec.split("x"))
-        marching.MARCH_PREFETCH = ahead
-        switches = {"march": True,
+        switches = {"march": True, "march_prefetch": ahead,
                     "march_newest_planes_only": bool(newest[0]) if newest else True}
         if planes:  # chunks of this many planes, not one wave of blocks
             switches.update(march_planes=planes, march_least_planes=1)

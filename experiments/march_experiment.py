@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from kfuse.bench.experiment import device_case, time_sources
 from kfuse.cli.arguments import POSITIVE_INT
-from kfuse.codegen import generate, marching
+from kfuse.codegen import generate
 from kfuse.config import configured, current
 
 VECTOR_STORE = re.compile(r"\*reinterpret_cast<float4\*>\(&(\w+)\[(.*?)\]\) = (float4\{.*?\});")
@@ -64,16 +64,13 @@ def main() -> None:
     members = (("u1", "u2"), ("u2",), "recompute")
     planes, least = current().march_planes, current().march_least_planes
 
-    block = marching.MARCH_BLOCK
-
     def program(on: bool, tile=(8, 2, 4), chunk: int | None = None, rows_of_threads: int = 0):
-        if rows_of_threads:  # taller blocks: less halo per block (the fallback tiles assume
-            marching.MARCH_BLOCK = (block[0], rows_of_threads)  # the usual block: timing only)
+        # rows_of_threads: taller blocks, less halo per block (the fallback tiles assume the
+        # usual block: timing only)
         with configured(march=on, march_planes=chunk or planes,
-                        march_least_planes=1 if chunk else least):
-            made = generate(case.graph, [(*members, tile)], fixed_sizes=case.sizes)
-        marching.MARCH_BLOCK = block
-        return made
+                        march_least_planes=1 if chunk else least,
+                        march_block_rows=rows_of_threads or current().march_block_rows):
+            return generate(case.graph, [(*members, tile)], fixed_sizes=case.sizes)
 
     wave, chunks = program(True), program(True, chunk=64)
     programs = {"tiles 8x2x4": program(False), "march, one wave": wave,

@@ -40,6 +40,10 @@ class Config:
     march_least_planes: int = 16
     # Bytes of staged planes a marching block may hold in shared memory (two blocks per SM).
     march_shared_bytes: int = 96 * 1024
+    # Rows of threads in a marching block (32 threads each), and the input planes a marching
+    # block copies ahead of the plane it computes.
+    march_block_rows: int = 4
+    march_prefetch: int = 2
     # A kernel that reads a large array the kernel before it streamed visits its blocks
     # last-first (kfuse.codegen.block_order; False: every kernel first-to-last).
     serpentine_blocks: bool = True

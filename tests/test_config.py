@@ -52,7 +52,8 @@ def test_every_switch_is_part_of_the_stored_program_key():
     default = generation_switches()
     for name, value in (("march", True), ("march_newest_planes_only", False),
                         ("march_planes", 8), ("march_least_planes", 2),
-                        ("march_shared_bytes", 1024), ("serpentine_blocks", False),
+                        ("march_shared_bytes", 1024), ("march_block_rows", 2),
+                        ("march_prefetch", 3), ("serpentine_blocks", False),
                         ("window_sums", False), ("unconditional_border_loads", False)):
         with configured(**{name: value}):
             assert generation_switches() != default, name

@@ -116,14 +116,12 @@ def test_the_listed_upward_imports_still_exist():
 
 SCRIPT_FOLDERS = ("benchmarks", "experiments", "tools")
 
-# (script, kfuse module attribute) that scripts still assign: the tuning constants of kernel
-# forms (register tiles, block shapes, marching blocks), which become fields of the typed
+# (script, kfuse module attribute) that scripts still assign: the tuning constants of the
+# register-tiled kernel forms (tiles, block shapes), which become fields of the typed
 # schedule (issue 27, item 2); everything else a script changes goes through kfuse.config.
 REASSIGNED_DEBT = {
     ("experiments/grid_loop_experiment.py", "kfuse.codegen.kernels.REGISTER_TILES"),
     ("experiments/grid_loop_experiment.py", "kfuse.codegen.kernels.TILED_BLOCKS"),
-    ("experiments/march3d_probe.py", "kfuse.codegen.marching.MARCH_PREFETCH"),
-    ("experiments/march_experiment.py", "kfuse.codegen.marching.MARCH_BLOCK"),
     ("experiments/recompute_experiment.py", "kfuse.codegen.kernels.REGISTER_TILES"),
     ("experiments/recompute_experiment.py", "kfuse.codegen.kernels.TILED_BLOCKS"),
     ("benchmarks/tile_sweep.py", "kfuse.codegen.kernels.ITEMS_PER_THREAD_SPECIAL"),

@@ -359,7 +359,7 @@ def marches(group: KernelGroup, variant: str, tile: tuple[int, ...] | None = Non
         return False
     kind = "arithmetic" if is_arithmetic_heavy(group.members) else tile_kind(variant)
     tile = tile or register_tile(kind, group.ndim)
-    return kind == "recompute" and TILED_BLOCKS[(kind, 3)][0] == marching.MARCH_BLOCK[0] \
+    return kind == "recompute" and TILED_BLOCKS[(kind, 3)][0] == marching.MARCH_THREADS_X \
         and tile[-1] == marching.MARCH_COLUMNS and marching.march_reasons(group) is None
 
 

@@ -15,7 +15,7 @@ along z as fill one wave of the device, beside the blocks of rows and columns):
   computed on its newest plane only, over every row and column the step reads it at
   (``march_newest_planes_only`` of :mod:`kfuse.config`), and carried below;
 - the input planes the step still reads come from shared memory, where the block copies
-  each plane (its rows and columns grown by the chain's reach) ``MARCH_PREFETCH`` planes
+  each plane (its rows and columns grown by the chain's reach) ``march_prefetch`` planes
   ahead with asynchronous copies (cp.async), so that the loads of many planes are in
   flight while the threads compute;
 - rows and columns outside the volume keep the boundary modes (index exchange), through
@@ -59,10 +59,10 @@ MIN_CHUNK_PLANES = 128
 MIN_WAVE_FILL = 0.9
 RESIDENT_BLOCKS_PER_SM = 2  # the marching kernel's registers (about 245 a thread) allow two
 MARCH_ROWS = 4  # rows per thread (the thread's 4 columns in each)
-MARCH_BLOCK = (32, 4)  # threads per block (x, y)
+MARCH_THREADS_X = 32  # threads per block along x (along y: kfuse.config's march_block_rows)
 # Planes per block (a chunk) where the device's resident blocks are not known, and the
-# fewest on the GPU: kfuse.config's ``march_planes`` and ``march_least_planes``.
-MARCH_PREFETCH = 2  # planes copied ahead of the plane a step computes
+# fewest on the GPU: kfuse.config's ``march_planes`` and ``march_least_planes``; planes
+# copied ahead of the plane a step computes: ``march_prefetch``.
 MARCH_COLUMNS = 4  # columns per thread: one aligned 16-byte vector per row
 # Intermediates computed on their newest plane only, then carried: kfuse.config's
 # ``march_newest_planes_only``; bytes of staged planes per block: ``march_shared_bytes``.
@@ -83,11 +83,11 @@ class Staging:
 
     @property
     def pitch(self) -> int:
-        return MARCH_COLUMNS * MARCH_BLOCK[0] + 2 * self.columns
+        return MARCH_COLUMNS * MARCH_THREADS_X + 2 * self.columns
 
     @property
     def halo_rows(self) -> int:
-        return MARCH_ROWS * MARCH_BLOCK[1] + 2 * self.rows
+        return MARCH_ROWS * config.current().march_block_rows + 2 * self.rows
 
     @property
     def plane_elements(self) -> int:
@@ -110,7 +110,8 @@ def fills_device(depth: int, height: int, width: int, multiprocessors: int) -> b
     the planes at the volume's ends and on each chunk's first plane; a wave partly filled
     leaves multiprocessors idle."""
     resident = RESIDENT_BLOCKS_PER_SM * multiprocessors
-    block_rows, block_columns = MARCH_ROWS * MARCH_BLOCK[1], MARCH_COLUMNS * MARCH_BLOCK[0]
+    block_rows = MARCH_ROWS * config.current().march_block_rows
+    block_columns = MARCH_COLUMNS * MARCH_THREADS_X
     row_column_blocks = -(-height // block_rows) * -(-width // block_columns)
     if row_column_blocks >= resident:
         return True
@@ -324,7 +325,8 @@ def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpe
     from kfuse.codegen.kernels import _items_code, _vector_condition, items_emitted, reach
 
     graph = group.graph
-    block_x, block_y = MARCH_BLOCK
+    block_x, block_y = MARCH_THREADS_X, config.current().march_block_rows
+    prefetch = config.current().march_prefetch
     rows, columns = MARCH_ROWS, MARCH_COLUMNS
     sizes = tuple(size_var(s) for s in group.domain)
     depth_size, height, width = sizes
@@ -349,7 +351,7 @@ def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpe
         raise ValueError("marching: a staged read at a plane the step does not index")
     plane_offsets = sorted(offsets)  # type: ignore[type-var]
     lowest, highest = (plane_offsets[0], plane_offsets[-1]) if plane_offsets else (0, 0)
-    planes = highest - lowest + 1 + MARCH_PREFETCH
+    planes = highest - lowest + 1 + prefetch
     plane_bytes = [staged.plane_elements * ITEM_SIZE[graph.buffers[name].dtype]
                    for name in staged.buffers]
     if planes * sum(plane_bytes) > config.current().march_shared_bytes:
@@ -427,7 +429,7 @@ def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpe
     condition = " && ".join([aligned or "false", f"{height} % {rows} == 0",
                              f"(long long)gridDim.y * {rows * block_y} >= {height}"])
     body = [
-        f"// threads march along z: planes in registers, input planes staged {MARCH_PREFETCH}"
+        f"// threads march along z: planes in registers, input planes staged {prefetch}"
         " ahead in shared memory",
         f"if (!({condition})) {{",
         "  // sizes or pointers the marching path does not take: register tiles",
@@ -465,11 +467,11 @@ def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpe
         "    }",
         "  }",
         "  if (kf_march_first >= kf_march_end) continue;",
-        f"  // the planes the second step reads, then {MARCH_PREFETCH - 1} more ahead",
+        f"  // the planes the second step reads, then {prefetch - 1} more ahead",
         f"  for (int kf_plane = kf_march_first + 1 + {lowest}; "
         f"kf_plane <= kf_march_first + 1 + {highest}; ++kf_plane)",
         "    kf_stage(kf_plane, kf_march_first + 1 < kf_march_end);",
-        f"  for (int kf_ahead = 1; kf_ahead < {MARCH_PREFETCH}; ++kf_ahead)",
+        f"  for (int kf_ahead = 1; kf_ahead < {prefetch}; ++kf_ahead)",
         f"    kf_stage(kf_march_first + 1 + {highest} + kf_ahead, "
         f"kf_march_first + 1 + kf_ahead < kf_march_end);",
         "  {",
@@ -483,10 +485,10 @@ def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpe
         "    }",
         "  }",
         "  for (int iz = kf_march_first + 1; iz < kf_march_end; ++iz) {",
-        f"    kf_copy_async_wait<{MARCH_PREFETCH - 1}>();",
+        f"    kf_copy_async_wait<{prefetch - 1}>();",
         f"    __syncthreads();  // planes iz{lowest:+d} .. iz{highest:+d} staged; the slot "
         "the next copy fills read by every thread",
-        f"    kf_stage(iz + {highest} + {MARCH_PREFETCH}, iz + {MARCH_PREFETCH} < kf_march_end);",
+        f"    kf_stage(iz + {highest} + {prefetch}, iz + {prefetch} < kf_march_end);",
         "    if (kf_active) {",
         *indent(slot_lines, 3),
         *indent(step.z_indices, 3),

@@ -83,9 +83,8 @@ class ArrayFacts:
         return VECTOR_ALIGNMENT if low == 0 else low & -low
 
 
-# An array's part of a call signature: (family, dtype name, shape, C-contiguous, the lowest
-# set bit of its address below VECTOR_ALIGNMENT (0: aligned; scalars count as aligned),
-# device). Describers return it with the address; a call makes one per array, so they are
+# An array's part of a call signature: (family, dtype name, shape, C-contiguous,
+# _alignment_bit of its address, device). Describers return it with the address; a call makes one per array, so they are
 # plain functions reading the library's cheapest attributes.
 _LOW_BITS = VECTOR_ALIGNMENT - 1
 _DTYPE_NAMES: dict[Any, str] = {}
@@ -98,40 +97,36 @@ def _dtype(dtype: Any, array: Any) -> str:
     return name
 
 
+def _alignment_bit(address: int, shape: tuple) -> int:
+    """The lowest set bit of ``address`` below VECTOR_ALIGNMENT (0: aligned; scalars, read
+    one element at a time, count as aligned)."""
+    low = address & _LOW_BITS if shape else 0
+    return low & -low
+
+
 def _torch_key(array: Any) -> tuple[tuple, int]:
     device = array.device
     address = array.data_ptr()
     shape = tuple(array.shape)
-    low = address & _LOW_BITS if shape else 0
-    return ("torch", _dtype(array.dtype, array), shape, array.is_contiguous(), low & -low,
-            device.index if device.type == "cuda" else None), address
+    return ("torch", _dtype(array.dtype, array), shape, array.is_contiguous(),
+            _alignment_bit(address, shape), device.index if device.type == "cuda" else None
+            ), address
 
 
 def _cupy_key(array: Any) -> tuple[tuple, int]:
+    """(CuPy's own contiguity flag: reading ``flags`` makes an object per call.)"""
     data = array.data
     address = data.ptr
     shape = array.shape
-    low = address & _LOW_BITS if shape else 0
-    return ("cupy", _dtype(array.dtype, array), shape, array.flags.c_contiguous, low & -low,
-            data.device_id), address
-
-
-def _cupy_key_fast(array: Any) -> tuple[tuple, int]:
-    """:func:`_cupy_key` reading CuPy's own contiguity flag (no flags object per call)."""
-    data = array.data
-    address = data.ptr
-    shape = array.shape
-    low = address & _LOW_BITS if shape else 0
-    return ("cupy", _dtype(array.dtype, array), shape, array._c_contiguous, low & -low,
-            data.device_id), address
+    return ("cupy", _dtype(array.dtype, array), shape, array._c_contiguous,
+            _alignment_bit(address, shape), data.device_id), address
 
 
 def _numpy_key(array: Any) -> tuple[tuple, int]:
     address = array.__array_interface__["data"][0]
     shape = array.shape
-    low = address & _LOW_BITS if shape else 0
-    return ("numpy", _dtype(array.dtype, array), shape, array.flags.c_contiguous, low & -low,
-            None), address
+    return ("numpy", _dtype(array.dtype, array), shape, array.flags.c_contiguous,
+            _alignment_bit(address, shape), None), address
 
 
 _DESCRIBERS: dict[type, Callable[[Any], tuple[tuple, int]]] = {}
@@ -146,7 +141,7 @@ def describer(array: Any) -> Callable[[Any], tuple[tuple, int]]:
         if module.startswith("torch") and hasattr(array, "data_ptr"):
             describe = _torch_key
         elif module.startswith("cupy") and hasattr(array, "data"):
-            describe = _cupy_key_fast if hasattr(array, "_c_contiguous") else _cupy_key
+            describe = _cupy_key
         elif isinstance(array, np.ndarray):
             describe = _numpy_key
         else:
