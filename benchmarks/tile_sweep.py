@@ -2,7 +2,7 @@
 
 For each tile: the unfused program (each kernel timed alone too, as % of copy bandwidth),
 the greedy plan, and everything in one kernel (recompute and staged variants where legal).
-Exploration for the defaults in ``kfuse.codegen.kernels``; results in docs/journal/benchmarks.md.
+Exploration for the defaults in ``kfuse.schedule.tiles``; results in docs/journal/benchmarks.md.
 
 Usage on the device machine: TILES=8x1,8x4,8x2x4 (a 3-part tile applies to 3-D apps; none:
 the defaults)
@@ -20,7 +20,7 @@ import sys
 import cupy
 import numpy as np
 
-import kfuse.codegen.kernels as kernels
+import kfuse.schedule.tiles as kernels
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import relative_error
 from kfuse.bench.floor import dram_floor_bytes, launch_bytes

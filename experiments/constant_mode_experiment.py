@@ -39,7 +39,7 @@ def forms(case, march: bool = False, tile: tuple[int, ...] | None = None) -> tup
     """(new, old) programs of ``case``'s plan (its groups with register tile ``tile`` where
     given): constant-mode loads unconditional, and inside their conditionals
     (``unconditional_border_loads`` of ``kfuse.config``)."""
-    groups = [(*group[:3], tile or group[3]) for group in case.plan.kernel_groups]
+    groups = [group.with_tile(tile) if tile else group for group in case.plan.kernel_groups]
     made = []
     for unconditional in (True, False):
         with configured(unconditional_border_loads=unconditional):

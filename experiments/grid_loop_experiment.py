@@ -21,14 +21,15 @@ Usage on the device machine (repo root)::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import replace
 
-import kfuse.codegen.kernels as kernels
 from kfuse.bench.experiment import device_case, time_sources
 from kfuse.cli.arguments import alternating_main
 from kfuse.codegen import generate
+from kfuse.schedule import Recompute
 
 LOOP = re.compile(r"(for \((?:int|kf_index_t) (\w+) = [^;]+;\s*\2 < (\w+);\s*)"
                   r"\2 \+= (?:[^)]*gridDim[^)]*|step)\)")
@@ -49,19 +50,15 @@ def compare(name: str, rounds: int, runs: int) -> None:
     programs = {}
     configs = [c for c in os.environ.get("TILES", "").split(",") if c] or [""]
     for config in configs:
-        saved = dict(kernels.REGISTER_TILES), dict(kernels.TILED_BLOCKS)
-        if config:
+        groups = case.plan.kernel_groups
+        if config:  # the recompute groups of 2-D chains with this tile and block
             tile, threads = config.split(":")
-            kernels.REGISTER_TILES[("recompute", 2)] = tuple(int(t) for t in tile.split("x"))
-            kernels.TILED_BLOCKS[("recompute", 2)] = tuple(int(t) for t in threads.split("x"))
-        try:
-            groups = [(*g[:3], kernels.REGISTER_TILES[("recompute", 2)])
-                      if config and g[2] == "recompute" and len(g[3] or ()) == 2 else g
-                      for g in case.plan.kernel_groups]  # (the plan fixed its tile)
-            program = generate(case.graph, groups, fixed_sizes=case.sizes)
-        finally:
-            kernels.REGISTER_TILES.update(saved[0])
-            kernels.TILED_BLOCKS.update(saved[1])
+            form = Recompute(tuple(int(t) for t in tile.split("x")),
+                             tuple(int(t) for t in threads.split("x")))  # type: ignore[arg-type]
+            groups = [dataclasses.replace(g, form=form)
+                      if isinstance(g.form, Recompute) and len(g.tile or ()) == 2 else g
+                      for g in groups]
+        program = generate(case.graph, groups, fixed_sizes=case.sizes)
         patched, count = once(program.source)
         print(f"{name} {config or 'defaults'}: {count} grid-stride loop(s) patched", flush=True)
         sources = {f"plan {config}": program.source}

@@ -265,7 +265,7 @@ def main() -> None:
     from kfuse.bench.experiment import device_case, planned_program, planned_run, run_checked
     from kfuse.bench.torch_baseline import compiled_on
     from kfuse.codegen import generate
-    from kfuse.codegen.kernels import REGISTER_TILES
+    from kfuse.schedule.tiles import REGISTER_TILES
     from kfuse.config import configured
     from kfuse.runtime import get_backend
     from kfuse.tune.timing import print_rounds, time_alternating
@@ -293,7 +293,7 @@ def main() -> None:
     out = cupy.empty_like(expected["u2"])
     labels = {"compile": compiled_on(case.graph, case.given), "planned": executable.launch_all}
     tile = REGISTER_TILES[("recompute", 3)]
-    groups = [(*group[:3], tile) for group in case.plan.kernel_groups]
+    groups = [group.with_tile(tile) for group in case.plan.kernel_groups]
     with configured(march=False):  # the register tiles alone
         tiles, error, registers = run_checked(backend, case, generate(
             case.graph, groups, fixed_sizes=case.sizes), expected)
@@ -310,7 +310,7 @@ def main() -> None:
             program = planned_program(case)
             if fallback:  # another register tile for the sizes the marching path does not take
                 tile = tuple(int(v) for v in fallback.split("x"))
-                groups = [(*group[:3], tile) for group in case.plan.kernel_groups]
+                groups = [group.with_tile(tile) for group in case.plan.kernel_groups]
                 program = generate(case.graph, groups, fixed_sizes=case.sizes)
         other, error, registers = run_checked(backend, case, program, expected)
         print(f"generated {shape}: error {error:.1e}, registers {registers}", flush=True)

@@ -24,11 +24,11 @@ import itertools
 
 import numpy as np
 
-import kfuse.codegen.kernels as kernels
 from kfuse.apps import get_app
 from kfuse.apps.check import relative_error
 from kfuse.codegen import generate
 from kfuse.config import configured
+from kfuse.schedule import Recompute
 from kfuse.search import search
 from kfuse.tune.sass import opcode_counts, sass_of
 from kfuse.tune.timing import print_rounds, time_alternating
@@ -50,20 +50,18 @@ def compare(name: str, rounds: int, tiles: list[tuple[int, ...]],
     reference = app.reference(arrays, params, "clamp")
     backend = get_backend("cuda")
     executables = {}
-    default_tile = kernels.REGISTER_TILES[("recompute", 2)]
-    default_block = kernels.TILED_BLOCKS[("recompute", 2)]
+    default_tile = tiles.REGISTER_TILES[("recompute", 2)]
+    default_block = tiles.TILED_BLOCKS[("recompute", 2)]
     for tile, block, (sharing, window_sums), ftz in itertools.product(
             tiles or [default_tile], blocks or [default_block],
             (("pairs shared", True), ("as written", False)), (False, True) if sqrt_ftz else (False,)):
         label = " ".join([sharing, "x".join(map(str, tile)), "in", "x".join(map(str, block))]
                          + ["ftz"] * ftz)
-        kernels.REGISTER_TILES[("recompute", 2)] = tile
-        kernels.TILED_BLOCKS[("recompute", 2)] = block
         with configured(window_sums=window_sums):
             plan = search(graph, sizes=sizes)
-            program = generate(graph, plan.kernel_groups, fixed_sizes=sizes)
-        kernels.REGISTER_TILES[("recompute", 2)] = default_tile
-        kernels.TILED_BLOCKS[("recompute", 2)] = default_block
+            groups = [dataclasses.replace(g, form=Recompute(tuple(tile), tuple(block)))
+                      if isinstance(g.form, Recompute) else g for g in plan.kernel_groups]
+            program = generate(graph, groups, fixed_sizes=sizes)
         if ftz:
             source = program.source.replace("sqrt.approx.f32", "sqrt.approx.ftz.f32")
             if source == program.source:

@@ -27,7 +27,7 @@ class Config:
     """How code generation writes kernels."""
 
     # Whether 3-D recompute groups have their threads march along z: None decides per
-    # device (the cuda backend asks kfuse.codegen.marching.pays_on; programs generated
+    # device (the cuda backend asks kfuse.schedule.marching.pays_on; programs generated
     # without a device keep the register tiles); True or False forces it everywhere.
     march: bool | None = None
     # A marching kernel computes an intermediate on its newest plane only and carries the

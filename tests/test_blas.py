@@ -21,11 +21,12 @@ from kfuse.codegen.barriers import (
     barrier_reason,
     place_barriers,
 )
-from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant, claims
+from kfuse.codegen.mapreduce import MapReduceGroup, claims
 from kfuse.errors import FusionError, ShapeError
 from kfuse.fusion.legality import group_violations, rule_same_nesting_depth
 from kfuse.fusion.plan import check_groups
 from kfuse.runtime import get_backend
+from kfuse.schedule.forms import MapReduceVariant
 from kfuse.search.variants import (
     MAP_VARIANTS,
     MEASURED_FORM_CREDIT,

@@ -247,8 +247,7 @@ def test_a_geometric_mean_is_within_the_stated_bound(backend):
 def test_the_model_counts_a_log_inside_an_exp_as_the_cheap_form():
     """The roofline model's operation count follows the generated code: a log feeding only
     an exp is one simple operation, any other log a special function."""
-    from kfuse.codegen.kernels import operations_per_point
-    from kfuse.model.roofline import SFU_WEIGHT
+    from kfuse.analysis.operations import SFU_WEIGHT, operations_per_point
 
     p = kf.Pipeline("counts")
     a = p.input("a", ndim=1)

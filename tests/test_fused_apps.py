@@ -83,13 +83,14 @@ def test_register_tiles_of_rows_and_columns(tile, boundary, width, monkeypatch):
     """
     from kfuse.codegen import generate, kernels
     from kfuse.runtime import get_backend
+    from kfuse.schedule import tiles
 
     if width % tile[1] == 0 and tile[1] in (2, 4):
         monkeypatch.setattr(kernels, "_vector_condition", lambda group, columns: "true")
 
     for variant in ("single", "recompute"):
-        monkeypatch.setitem(kernels.REGISTER_TILES, (variant, 2), tile)
-        monkeypatch.setitem(kernels.TILED_BLOCKS, (variant, 2), (8, 2))
+        monkeypatch.setitem(tiles.REGISTER_TILES, (variant, 2), tile)
+        monkeypatch.setitem(tiles.TILED_BLOCKS, (variant, 2), (8, 2))
     app = get_app("harris")
     graph = app.build(boundary=boundary).graph()
     arrays, params = app.make_inputs((38, width), np.random.default_rng(7), "float32")
@@ -137,9 +138,10 @@ def test_register_tiles_in_three_dimensions(tile, boundary, shape, monkeypatch):
     steps in one kernel; the 12-wide volume takes the vector path."""
     from kfuse.codegen import generate, kernels
     from kfuse.runtime import get_backend
+    from kfuse.schedule import tiles
 
     for variant in ("single", "recompute"):
-        monkeypatch.setitem(kernels.REGISTER_TILES, (variant, 3), tile)
+        monkeypatch.setitem(tiles.REGISTER_TILES, (variant, 3), tile)
     if shape[-1] % tile[-1] == 0 and tile[-1] in (2, 4):
         monkeypatch.setattr(kernels, "_vector_condition", lambda group, columns: "true")
     app = get_app("diffusion3d")

@@ -208,8 +208,8 @@ def test_register_tiles_are_checked_compiled_for_the_sizes_they_run_at(monkeypat
     so the plan for sizes keeps the largest tile and the other takes a smaller one."""
     from kfuse.apps import get_app
     from kfuse.codegen import resources
-    from kfuse.codegen.kernels import tile_choices
     from kfuse.fusion.plan import make_plan
+    from kfuse.schedule.tiles import tile_choices
 
     if not resources.nvcc_available():
         pytest.skip("nvcc is not on PATH")
@@ -260,8 +260,8 @@ def _stencil_chain(length: int) -> kf.Pipeline:
 def test_large_kernels_try_the_smallest_tile_first(monkeypatch):
     """Past LARGE_KERNEL_LINES a group whose smallest register tile spills is refused after
     that one compile (registers grow with the tile), not after one per tile."""
-    from kfuse.codegen.kernels import tile_choices
     from kfuse.fusion import resources
+    from kfuse.schedule.tiles import tile_choices
 
     compiled = _counting_spills(monkeypatch, lambda source: True)
     graph = _stencil_chain(3).graph()

@@ -19,6 +19,7 @@ LAYERS = (
     ("ir",),
     ("analysis",),  # facts derived from the structure: reachability, convexity
     ("dsl",),  # builds graphs; planning and running reach it through kfuse.driver
+    ("schedule",),  # how a group is implemented: typed forms, register tiles, marching
     ("fusion",),
     ("model",),  # device profiles and cost models: read a stored profile, run nothing
     ("search",),
@@ -37,23 +38,12 @@ LAYERS = (
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 # (importing module, imported module): imports that still run upward, with what removes
-# them. Each goes with the typed schedule (issue 27, item 2), where the forms of a group,
-# their legality and their predictions move below fusion, search and the models.
+# them. The implementation space of map/reduce groups (kfuse.search.variants) reads each
+# group's shape, its default and normalised variants and its tiles from
+# kfuse.codegen.mapreduce's MapReduceGroup, which also lays out the kernel's shared memory:
+# its planning half moves to kfuse.schedule with the one map-reduce skeleton (issue 27,
+# item 3).
 UPWARD_DEBT = {
-    ("kfuse.fusion.resources", "kfuse.codegen.program"),
-    ("kfuse.fusion.resources", "kfuse.codegen.kernels"),
-    ("kfuse.fusion.resources", "kfuse.codegen.resources"),
-    ("kfuse.fusion.resources", "kfuse.codegen.generate"),
-    ("kfuse.fusion.plan", "kfuse.codegen.kernels"),
-    ("kfuse.fusion.plan", "kfuse.codegen.staged"),
-    ("kfuse.fusion.plan", "kfuse.codegen.generate"),
-    ("kfuse.fusion.plan", "kfuse.model.roofline"),
-    ("kfuse.fusion.plan", "kfuse.model.waves"),
-    ("kfuse.fusion.legality", "kfuse.codegen.mapreduce"),
-    ("kfuse.fusion.legality", "kfuse.codegen.kernels"),
-    ("kfuse.fusion.legality", "kfuse.codegen.staged"),
-    ("kfuse.model.roofline", "kfuse.codegen.kernels"),
-    ("kfuse.model.roofline", "kfuse.codegen.staged"),
     ("kfuse.search.variants", "kfuse.codegen.mapreduce"),
 }
 
@@ -116,20 +106,18 @@ def test_the_listed_upward_imports_still_exist():
 
 SCRIPT_FOLDERS = ("benchmarks", "experiments", "tools")
 
-# (script, kfuse module attribute) that scripts still assign: the tuning constants of the
-# register-tiled kernel forms (tiles, block shapes), which become fields of the typed
-# schedule (issue 27, item 2); everything else a script changes goes through kfuse.config.
+# (script, kfuse module attribute) that scripts still assign: the tile sweep changes the
+# default tiles and blocks of every kernel at once (the unfused program's too), and the
+# points per thread of flat kernels and the blocks asked per SM, which no form names yet;
+# a script that studies one group passes a form with its own tile and block
+# (kfuse.schedule.forms), and everything else goes through kfuse.config.
 REASSIGNED_DEBT = {
-    ("experiments/grid_loop_experiment.py", "kfuse.codegen.kernels.REGISTER_TILES"),
-    ("experiments/grid_loop_experiment.py", "kfuse.codegen.kernels.TILED_BLOCKS"),
-    ("experiments/recompute_experiment.py", "kfuse.codegen.kernels.REGISTER_TILES"),
-    ("experiments/recompute_experiment.py", "kfuse.codegen.kernels.TILED_BLOCKS"),
-    ("benchmarks/tile_sweep.py", "kfuse.codegen.kernels.ITEMS_PER_THREAD_SPECIAL"),
-    ("benchmarks/tile_sweep.py", "kfuse.codegen.kernels.TILE_X"),
-    ("benchmarks/tile_sweep.py", "kfuse.codegen.kernels.TILE_Y"),
-    ("benchmarks/tile_sweep.py", "kfuse.codegen.kernels.TILE_MIN_BLOCKS"),
-    ("benchmarks/tile_sweep.py", "kfuse.codegen.kernels.TILED_BLOCKS"),
-    ("benchmarks/tile_sweep.py", "kfuse.codegen.kernels.REGISTER_TILES"),
+    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.ITEMS_PER_THREAD_SPECIAL"),
+    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.TILE_X"),
+    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.TILE_Y"),
+    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.TILE_MIN_BLOCKS"),
+    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.TILED_BLOCKS"),
+    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.REGISTER_TILES"),
 }
 
 

@@ -21,6 +21,7 @@ from kfuse.bench.harness import max_relative_error
 from kfuse.codegen import generate, marching
 from kfuse.runtime import get_backend
 from kfuse.runtime.numpy_backend import NumpyBackend
+from kfuse.schedule import marching as schedule_marching
 
 MARCHING_BOUNDARIES = ["clamp", "mirror", kf.constant(0.5)]
 
@@ -111,18 +112,18 @@ def test_a_wave_fills_the_device_beside_the_other_axes():
 
 
 def test_marching_pays_where_dram_bandwidth_per_cycle_is_high():
-    assert marching.pays_on(4.8e12, 132, 1.98e9)  # H200: 18 bytes per SM cycle
-    assert not marching.pays_on(3.35e12, 132, 1.98e9)  # H100 SXM: 13
-    assert not marching.pays_on(4.8e12, 0, 1.98e9)
+    assert schedule_marching.pays_on(4.8e12, 132, 1.98e9)  # H200: 18 bytes per SM cycle
+    assert not schedule_marching.pays_on(3.35e12, 132, 1.98e9)  # H100 SXM: 13
+    assert not schedule_marching.pays_on(4.8e12, 0, 1.98e9)
 
 
 def test_marching_needs_long_chunks_in_a_full_wave():
     """The H200 measurements (132 multiprocessors, two marching blocks each)."""
-    assert marching.fills_device(512, 512, 512, 132)  # 2 chunks of 256 planes, 256 of 264
-    assert marching.fills_device(512, 1024, 1024, 132)  # 512 blocks of rows and columns
-    assert not marching.fills_device(256, 256, 256, 132)  # chunks of 32 planes
-    assert not marching.fills_device(384, 384, 384, 132)  # 216 blocks for 264 places
-    assert not marching.fills_device(128, 512, 512, 132)  # chunks of 64 planes
+    assert schedule_marching.fills_device(512, 512, 512, 132)  # 2 chunks of 256 planes, 256 of 264
+    assert schedule_marching.fills_device(512, 1024, 1024, 132)  # 512 blocks of rows and columns
+    assert not schedule_marching.fills_device(256, 256, 256, 132)  # chunks of 32 planes
+    assert not schedule_marching.fills_device(384, 384, 384, 132)  # 216 blocks for 264 places
+    assert not schedule_marching.fills_device(128, 512, 512, 132)  # chunks of 64 planes
 
 
 def test_programs_march_where_asked_unless_forced(configure):
@@ -243,10 +244,8 @@ def test_too_many_staged_planes_take_the_register_tiles():
 def test_periodic_rows_take_the_register_tiles():
     app = get_app("diffusion3d")
     graph = app.build(boundary="repeat").graph()
-    from kfuse.codegen.kernels import KernelGroup
-
-    group = KernelGroup(graph, [k.name for k in graph.kernels], graph.outputs)
-    assert "periodic" in marching.march_reasons(group)
+    members = [k.name for k in graph.kernels]
+    assert "periodic" in schedule_marching.march_reasons(graph, members, graph.outputs)
     program = generate(graph, [(tuple(k.name for k in graph.kernels), graph.outputs,
                                 "recompute")])
     assert "threads march" not in program.source

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import kfuse as kf
+from kfuse.analysis.order import independent_sets
 from kfuse.apps import get_app
 from kfuse.codegen import generate
 from kfuse.model.device import default_profile
-from kfuse.model.waves import KernelShape, decide, independent_sets, waves
+from kfuse.model.waves import KernelShape, decide, waves
 from kfuse.runtime.streams import kernel_shape, launch_dependencies, one_stream, schedule
 
 PROFILE = default_profile()

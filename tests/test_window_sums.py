@@ -12,8 +12,8 @@ import pytest
 import kfuse as kf
 from kfuse.apps.check import relative_error
 from kfuse.codegen import generate, generate_unfused
-from kfuse.codegen.kernels import REGISTER_TILES
 from kfuse.ir.expr import Coord, Load, as_boundary, shift_between
+from kfuse.schedule.tiles import REGISTER_TILES
 
 BOUNDARIES = ["clamp", "mirror", "repeat", kf.constant(0.3)]
 

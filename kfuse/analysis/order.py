@@ -10,7 +10,7 @@ the codeless projection (:mod:`kfuse.project`): node ``i`` of the caller's numbe
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 
 import networkx as nx
 
@@ -96,4 +96,15 @@ class Reachability:
         return self.nodes[(between & -between).bit_length() - 1] if between else None
 
 
-__all__ = ["Reachability", "iter_bits"]
+
+def independent_sets(dependencies: Mapping[int, set[int]], count: int) -> list[list[int]]:
+    """Kernels ``0..count-1`` (``dependencies[i]``: the kernels ``i`` reads from) grouped by
+    level, the longest path that reaches them: kernels of one level have no path between
+    them."""
+    level: dict[int, int] = {}
+    for index in range(count):  # program order is a topological order
+        level[index] = 1 + max((level[j] for j in dependencies.get(index, ())), default=-1)
+    grouped: dict[int, list[int]] = {}
+    for index, depth in level.items():
+        grouped.setdefault(depth, []).append(index)
+    return [grouped[depth] for depth in sorted(grouped)]

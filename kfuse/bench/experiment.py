@@ -4,16 +4,16 @@ groups, and programs run and checked against the planned one (``experiments/``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kfuse.bench.harness import app_plan
-from kfuse.codegen.mapreduce import is_variant_text
 from kfuse.errors import KfuseError
 from kfuse.ir.graph import Graph
+from kfuse.schedule.forms import MapReduceVariant, group_schedule
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,6 @@ def planned_run(case: DeviceCase, backend: Any) -> tuple[Any, dict[str, Any]]:
 def normalized_variants(group: Any, texts: Iterable[str], name: str) -> list[str]:
     """The variant strings ``texts`` as ``group`` (a map-reduce group) runs them, in order and
     without repeats; those that do not apply to it are skipped with a printed reason."""
-    from kfuse.codegen.mapreduce import MapReduceVariant
-
     result: list[str] = []
     for text in texts:
         try:
@@ -133,11 +131,13 @@ def time_sources(case: DeviceCase, programs: Mapping[str, Any], rounds: int,
     print_rounds(name, time_alternating(labels, rounds, repeat=runs), "compile")
 
 
-def studied_group(groups: list[tuple]) -> int:
-    """Index of the group (members, outputs, variant) that runs a stream variant (else the
-    first map-reduce one, else the first)."""
-    indices = [i for i, group in enumerate(groups) if is_variant_text(group[2])]
-    streams = [i for i in indices if ":stream" in groups[i][2]]
+def studied_group(groups: Sequence[Any]) -> int:
+    """Index of the group (a :class:`~kfuse.schedule.GroupSchedule` or a tuple of members,
+    outputs and form) that runs a stream variant (else the first map-reduce one, else the
+    first)."""
+    forms = [group_schedule(group).form for group in groups]
+    indices = [i for i, form in enumerate(forms) if isinstance(form, MapReduceVariant)]
+    streams = [i for i in indices if forms[i].rowsum == "stream"]  # type: ignore[union-attr]
     return (streams or indices or [0])[0]
 
 

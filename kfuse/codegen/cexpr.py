@@ -7,12 +7,12 @@ window sums are associated so that neighbouring points share a pair.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kfuse import config
+from kfuse.analysis.operations import LOG_IN_EXP, logs_in_exp
 from kfuse.ir.expr import (
     C_TYPES,
     FLOAT_DTYPES,
@@ -27,8 +27,6 @@ from kfuse.ir.expr import (
     Unary,
     format_value,
     shift_between,
-    transform,
-    with_children,
 )
 from kfuse.ir.graph import Graph
 
@@ -101,7 +99,6 @@ def param_var(name: str) -> str:
     return "p_" + name
 
 
-LOG_IN_EXP = "log_in_exp"  # codegen's own unary op: a log emitted as kf_logf_in_exp
 
 
 def function_name(op: str, dtype: str) -> str:
@@ -116,45 +113,6 @@ def function_name(op: str, dtype: str) -> str:
         return "kf_logf_in_exp"  # float32 only (see logs_in_exp)
     base = _FLOAT_FUNCTIONS[op]
     return base + "f" if dtype == "float32" else base
-
-
-@functools.lru_cache(maxsize=4096)  # bodies hash by identity: one rewrite per body
-def logs_in_exp(body: Expr) -> Expr:
-    """``body`` with every float32 ``log`` whose value only feeds an ``exp`` through sums,
-    differences, negations and constant factors turned into :data:`LOG_IN_EXP`.
-
-    exp(sum c_i log x_i) turns an absolute error e_i of each log into a relative error of
-    at most sum |c_i| e_i of the result, so the hardware logarithm serves there (prelude:
-    kf_logf_in_exp). A log also used elsewhere stays a plain log at that other use (the op
-    differs, so the two are not merged as common subexpressions).
-    """
-    memo: dict[int, Expr] = {}
-
-    def linear(node: Expr) -> Expr:
-        if id(node) in memo:
-            return memo[id(node)]
-        result = node
-        if isinstance(node, Unary) and node.dtype == "float32":
-            if node.op == "log":
-                result = Unary(LOG_IN_EXP, node.x, node.dtype)
-            elif node.op == "neg":
-                result = with_children(node, (linear(node.x),))
-        elif isinstance(node, Binary) and node.dtype == "float32":
-            if node.op in ("add", "sub"):
-                result = with_children(node, (linear(node.a), linear(node.b)))
-            elif node.op == "mul" and isinstance(node.a, Const):
-                result = with_children(node, (node.a, linear(node.b)))
-            elif node.op in ("mul", "div") and isinstance(node.b, Const):
-                result = with_children(node, (linear(node.a), node.b))
-        memo[id(node)] = result
-        return result
-
-    def rewrite(node: Expr) -> Expr | None:
-        if isinstance(node, Unary) and node.op == "exp" and node.dtype == "float32":
-            return with_children(node, (linear(node.x),))
-        return None
-
-    return transform(body, rewrite)
 
 
 def _three_term_sum(node: Expr) -> bool:

@@ -12,19 +12,26 @@ from kfuse.codegen.program import Program
 from kfuse.codegen.specialise import specialise_kernel
 from kfuse.errors import CompileError
 from kfuse.ir.graph import Graph
+from kfuse.schedule.forms import GroupSchedule, group_schedule
 
 
-def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
+def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = None,
              *, wide_index: bool = False, fixed_sizes: Mapping[str, int] | None = None,
              march: bool = False, array_alignment: int = 1) -> Program:
-    """CUDA C for ``graph``; ``groups`` lists (members, written buffers[, variant[, register
-    tile]]) in order.
+    """CUDA C for ``graph``; ``groups`` lists its kernels in order, each a
+    :class:`~kfuse.schedule.forms.GroupSchedule` (members, written buffers, form) or a tuple
+    (members, written buffers[, form or its name[, register tile]]).
+
+    Each group is lowered by its form: map-reduce variants (and, by default, the reductions
+    the general templates do not cover well) by :mod:`kfuse.codegen.mapreduce`, the staged
+    form by :mod:`kfuse.codegen.staged`, the tiled forms by :mod:`kfuse.codegen.kernels`
+    (and :mod:`kfuse.codegen.marching`).
 
     Without groups every operator gets its own kernel (the unfused program). With
     ``fixed_sizes`` (size symbol -> size) the kernels are compiled for those sizes
     (:mod:`kfuse.codegen.specialise`) and the program must only run at them. ``march``:
     3-D recompute groups have their threads march along z (for devices where that pays,
-    :func:`kfuse.codegen.marching.pays_on`; the ``march`` switch of :mod:`kfuse.config`
+    :func:`kfuse.schedule.marching.pays_on`; the ``march`` switch of :mod:`kfuse.config`
     overrides it).
     ``array_alignment``: bytes (a power of two) every array's address is known to be a
     multiple of, so that kernels need not test their pointers before vector accesses; the
@@ -36,7 +43,8 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
         march = config.current().march
     if groups is None:
         groups = [((k.name,), (k.output,)) for k in graph.topological_kernels()]
-    fused = sum(1 for group in groups if len(group[0]) > 1)
+    groups = [group_schedule(group) for group in groups]
+    fused = sum(1 for group in groups if len(group.members) > 1)
     known = [] if array_alignment == 1 else [
         f"#define KF_ARRAYS_ALIGNED {array_alignment}  // compiled for arrays aligned to "
         f"{array_alignment} bytes (runs on no others)"]
@@ -46,14 +54,12 @@ def generate(graph: Graph, groups: Sequence[Sequence] | None = None,
              f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
     launches, last_first = [], []
     serpentine = block_order.Serpentine(graph)
-    for members, outputs, *how in groups:
-        variant = how[0] if how else "auto"
-        tile = how[1] if len(how) > 1 else None  # register tile (None: the default)
-        if mapreduce.claims(graph, members, variant):
-            kernel, launch = mapreduce.group_kernel(graph, members, outputs, variant)
+    for group in groups:
+        members, outputs, form = group.members, group.outputs, group.form
+        if mapreduce.claims(graph, members, form):
+            kernel, launch = mapreduce.group_kernel(graph, members, outputs, form)
         else:
-            kernel, launch = group_kernel(KernelGroup(graph, members, outputs), variant, tile,
-                                         march)
+            kernel, launch = group_kernel(KernelGroup(graph, members, outputs), form, march)
         if fixed_sizes is not None:
             domain = graph.kernel_by_name[members[-1]].domain
             kernel = specialise_kernel(kernel, launch, domain, fixed_sizes)

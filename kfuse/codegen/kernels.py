@@ -29,7 +29,6 @@ from kfuse.codegen.cexpr import (
     c_name,
     coordinate_text,
     indent,
-    logs_in_exp,
     param_list,
     size_var,
     sizes_of,
@@ -44,24 +43,13 @@ from kfuse.codegen.program import (
 )
 from kfuse.codegen.scales import Scaled, factor_out_constants, materialise
 from kfuse.errors import FusionError
-from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Expr, Load, count_operations, format_value
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Expr, Load, count_operations, format_value
 from kfuse.ir.graph import Graph, Kernel
+from kfuse.schedule import tiles
+from kfuse.schedule.forms import Form, Single, Staged, Tiled, reads_only_at_points
+from kfuse.schedule.marching import marches
 
 MAP_BLOCK_1D = 256
-TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/journal/benchmarks.md)
-# Threads per block (x, y) of register-tiled kernels by kind (as REGISTER_TILES) and
-# dimensionality; 3-D tiles run best in blocks of 128 threads (H200, benchmarks/tile_sweep.py:
-# 7-point stencils 95% of copy vs 88% in blocks of 64 x 4); 2-D groups that recompute
-# chained stencils in their 10 x 4 tiles run best in blocks of 64 threads (Harris 0.164 ms
-# in blocks of 32 x 4, 0.157 in 32 x 2, 0.159 in 64 x 1, 0.180 in 32 x 1; Shi-Tomasi 0.170,
-# 0.166, 0.168, 0.191; docs/journal/benchmarks.md, session 8).
-TILED_BLOCKS: dict[tuple[str, int], tuple[int, int]] = {
-    ("single", 2): (TILE_X, TILE_Y), ("recompute", 2): (32, 2), ("arithmetic", 2): (TILE_X, TILE_Y),
-    ("single", 3): (32, 4), ("recompute", 3): (32, 4), ("arithmetic", 3): (32, 4),
-}
-# Blocks per SM that tiled kernels ask the compiler to fit (__launch_bounds__; 0: no
-# request, the compiler may use up to 255 registers per thread)
-TILE_MIN_BLOCKS = 0
 REDUCE_BLOCK = 256
 REDUCE_OP_CODE = {"sum": 0, "min": 1, "max": 2}
 MAX_SYMBOL_LENGTH = 64
@@ -149,15 +137,7 @@ class KernelGroup(GroupNames):
 
     def is_flat(self) -> bool:
         """True if every read is at the current point of a domain-shaped or 0-d buffer."""
-        identity = tuple(range(self.ndim))
-        for kernel in self.members:
-            for node in kernel.body.walk():  # type: ignore[union-attr]
-                if isinstance(node, Coord):
-                    return False
-                if isinstance(node, Load) and node.dims and not (
-                        node.dims == identity and node.is_centered):
-                    return False
-        return True
+        return reads_only_at_points(self.graph, [kernel.name for kernel in self.members])
 
     def describe(self) -> list[str]:
         """Comment lines saying what the kernel computes and where the user wrote it."""
@@ -247,32 +227,6 @@ class KernelGroup(GroupNames):
                 f"{value};" for name, value in self.store_values(emitter)]
 
 
-ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
-# Flat kernels with special functions (pow, exp, division...) keep a thread busy longer
-# after its loads return; more points per thread keep more loads in flight.
-ITEMS_PER_THREAD_SPECIAL = 16
-# Register tiles of tiled kernels: points per thread along the outermost axis (rows of an
-# image, planes of a volume), the middle axis (3-D) and the innermost axis (columns), for
-# one operator alone ("single") and for groups recomputing producers at taps. The points
-# of one thread share stencil taps and the intermediates of fused producers; columns make
-# aligned vector loads. Chosen by benchmarks/tile_sweep.py on an H200 (docs/journal/benchmarks.md;
-# recompute groups in 2-D: 10 x 4 ahead of 8, 9, 11 and 12 rows in every block shape tried,
-# e.g. Harris 0.157 ms against 0.165-0.168 in blocks of 32 x 2).
-REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
-    ("single", 2): (8, 4), ("recompute", 2): (10, 4), ("arithmetic", 2): (8, 1),
-    ("single", 3): (8, 2, 4), ("recompute", 3): (8, 2, 4), ("arithmetic", 3): (8, 1, 1),
-}
-# Operators above this many operations per point (special functions weighted as in the
-# roofline model) are arithmetic-bound on an H100/H200: they get the "arithmetic" tiles.
-ARITHMETIC_HEAVY_OPERATIONS = 100
-# Smaller register tiles for fused groups whose kernel would not fit the registers
-# (ptxas decides, see kfuse.fusion.resources), in order of preference.
-FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
-    2: ((8, 4), (4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
-}
-STAGED_ROWS = 8  # points per thread along the outermost axis of staged kernels
-
-
 def _domain_count(domain: tuple[str, ...]) -> str:
     if not domain:
         return "1"
@@ -334,60 +288,32 @@ def items_emitted(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...],
     return emitter, stores
 
 
-def map_kernel(group: KernelGroup, tile: tuple[int, ...] | None = None, variant: str = "auto",
-               march: bool = False) -> tuple[KernelSource, LaunchSpec]:
-    """Point and stencil operators (fused or not): several points per thread; with
-    ``march``, 3-D recompute groups have their threads march along z where they can."""
+def map_kernel(group: KernelGroup, form: Tiled, march: bool = False
+               ) -> tuple[KernelSource, LaunchSpec]:
+    """Point and stencil operators (fused or not): several points per thread (``form``'s
+    register tile and block, the defaults of :mod:`kfuse.schedule.tiles` where it names
+    none); with ``march``, 3-D recompute groups have their threads march along z where they
+    can (:func:`kfuse.schedule.marching.marches`)."""
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group)
-    kind = "arithmetic" if is_arithmetic_heavy(group.members) else tile_kind(variant)
+    kind = "arithmetic" if tiles.is_arithmetic_heavy(group.members) else form.kind
+    tile = form.tile
     if tile is None or kind == "arithmetic":
-        tile = register_tile(kind, group.ndim)
-    block = TILED_BLOCKS[(kind, group.ndim)]
+        tile = tiles.register_tile(kind, group.ndim)
+    block = form.block or tiles.TILED_BLOCKS[(kind, group.ndim)]
     kernel, launch = _tiled_kernel(group, tile, block)
-    if march and marches(group, variant, tile):
+    if march and marches(group.graph, [k.name for k in group.members], group.outputs, form):
         # 3-D chains march along z; the register tiles serve the sizes marching does not
         fallback = [line[2:] for line in kernel.body]
         return marching.marching_kernel(group, fallback) or (kernel, launch)
     return kernel, launch
 
 
-def marches(group: KernelGroup, variant: str, tile: tuple[int, ...] | None = None) -> bool:
-    """Whether the group's kernel can have its threads march along z (kfuse.codegen.marching)
-    where asked to, the register tiles ``tile`` serving only sizes marching does not take."""
-    if group.is_flat() or group.ndim != 3:
-        return False
-    kind = "arithmetic" if is_arithmetic_heavy(group.members) else tile_kind(variant)
-    tile = tile or register_tile(kind, group.ndim)
-    return kind == "recompute" and TILED_BLOCKS[(kind, 3)][0] == marching.MARCH_THREADS_X \
-        and tile[-1] == marching.MARCH_COLUMNS and marching.march_reasons(group) is None
-
-
-def is_arithmetic_heavy(members: Sequence[Kernel]) -> bool:
-    """True if a member does so much arithmetic per point that it, not memory, is the limit.
-
-    Register tiles save loads, not arithmetic: such kernels get narrow tiles and keep
-    their registers for the arithmetic (measured on the Night filter's bilateral passes).
-    """
-    return any(operations_per_point(kernel) > ARITHMETIC_HEAVY_OPERATIONS
-               for kernel in members)
-
-
-def operations_per_point(kernel: Kernel) -> float:
-    """Arithmetic of one evaluation of ``kernel`` as generated, special functions weighted
-    (a log that only feeds an exp is the hardware logarithm: one simple operation)."""
-    from kfuse.model.roofline import SFU_WEIGHT
-
-    counts = count_operations(logs_in_exp(kernel.body)) if kernel.body is not None \
-        else {"alu": 0, "sfu": 0}
-    return counts["alu"] + SFU_WEIGHT * counts["sfu"]
-
-
 def _linear_kernel(group: KernelGroup) -> tuple[KernelSource, LaunchSpec]:
     """A flat grid-stride loop; each thread takes points ``blockDim.x`` apart (coalesced)."""
     flat = group.is_flat()
     special = any(count_operations(k.body)["sfu"] for k in group.members if k.body is not None)
-    items = ITEMS_PER_THREAD_SPECIAL if special else ITEMS_PER_THREAD
+    items = tiles.ITEMS_PER_THREAD_SPECIAL if special else tiles.ITEMS_PER_THREAD
     sizes = tuple(size_var(s) for s in group.domain)
     fast_points = [(((f"i{k}", 0),), f"i{k}" if flat else None) for k in range(items)]
     fast = [f"const kf_index_t i{k} = base + {k} * (kf_index_t)blockDim.x;" for k in range(items)]
@@ -503,7 +429,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
                 GridAxis((group.domain[0],), rows, GRID_LIMITS[2]))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid)
-    return group.source(launch_bounds(block_x * block_y, TILE_MIN_BLOCKS), params, body), launch
+    return group.source(launch_bounds(block_x * block_y, tiles.TILE_MIN_BLOCKS), params, body), launch
 
 
 def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: str
@@ -543,7 +469,7 @@ def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
 def reach(group: KernelGroup, tile: tuple[int, ...]) -> list[tuple[int, int]]:
     """Per axis, how many points before a thread's first and after its last point (of a
     register tile ``tile``) the thread evaluates a member at or loads an input from."""
-    from kfuse.model.roofline import evaluation_points
+    from kfuse.analysis.operations import evaluation_points
 
     members = tuple(k.name for k in group.members)
     points = evaluation_points(group.graph, members, group.outputs, tile)
@@ -671,51 +597,25 @@ def reduce_kernel(group: KernelGroup) -> tuple[KernelSource, LaunchSpec]:
     return group.source(launch_bounds(REDUCE_BLOCK), params, body), launch
 
 
-def group_kernel(group: KernelGroup, variant: str = "auto", tile: tuple[int, ...] | None = None,
-                 march: bool = False) -> tuple[KernelSource, LaunchSpec]:
-    """The kernel of one group: reduction, staged (shared memory) or map template
-    (``march``: 3-D recompute groups march along z where they can)."""
+def group_kernel(group: KernelGroup, form: Form | None = None, march: bool = False
+                 ) -> tuple[KernelSource, LaunchSpec]:
+    """The kernel of one group under ``form`` (None: the default, :class:`Single`'s
+    tiles): reduction, staged (shared memory) or map template (``march``: 3-D recompute
+    groups march along z where they can)."""
     if any(k.kind == "opaque" for k in group.members):
         raise NotImplementedError("opaque user kernels arrive with the BLAS issue")
     if group.reduction is not None:
         return reduce_kernel(group)
-    if variant == "staged":
+    if isinstance(form, Staged):
         from kfuse.codegen.staged import staged_kernel
-        from kfuse.fusion.legality import staged_variant_reason
-        reason = staged_variant_reason(group.graph, [k.name for k in group.members], variant)
+        reason = form.why_not(group.graph, [k.name for k in group.members])
         if reason:
             raise FusionError(f"group {[k.name for k in group.members]}: {reason}")
-        return staged_kernel(group, STAGED_ROWS, TILE_X, TILE_Y)
+        rows, block_x, block_y = form.shape
+        return staged_kernel(group, rows, block_x, block_y)
+    if form is not None and not isinstance(form, Tiled):
+        raise FusionError(f"group {[k.name for k in group.members]}: the {form.text()} form "
+                          "is not a map or stencil kernel's")
     if len(group.members) > 1:
         group = group.without_constant_factors()
-    return map_kernel(group, tile or register_tile(variant, group.ndim), variant, march)
-
-
-def tile_choices(variant: str, ndim: int) -> list[tuple[int, ...] | None]:
-    """Register tiles to try for a group, best first (None: the variant has no tile)."""
-    if variant != "recompute" or ndim < 2:
-        return [None]
-    first = register_tile(variant, ndim)
-    return [first, *(tile for tile in FALLBACK_TILES[ndim] if tile != first)]
-
-
-def staged_tile() -> tuple[int, int]:
-    """Outputs (rows, columns) of one block of a staged (shared-memory) kernel: blocks of
-    ``TILE_X`` x ``TILE_Y`` threads, ``STAGED_ROWS`` rows per thread (read at call time:
-    benchmarks/tile_sweep.py changes the block)."""
-    return (TILE_Y * STAGED_ROWS, TILE_X)
-
-
-def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
-    """Points one thread computes per axis in a tiled kernel of this variant.
-
-    (rows, columns) in 2-D, (rows, middle, columns) in 3-D; 1-D kernels are flat: (1,).
-    """
-    if ndim < 2:
-        return (1,) * ndim
-    return REGISTER_TILES[(tile_kind(variant), ndim)]
-
-
-def tile_kind(variant: str) -> str:
-    """The REGISTER_TILES / TILED_BLOCKS kind of a group's variant."""
-    return variant if variant in ("recompute", "arithmetic") else "single"
+    return map_kernel(group, form or Single(), march)

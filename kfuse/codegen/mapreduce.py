@@ -58,7 +58,6 @@ storage that overlaps an element accessed since the last barrier) ask for it (§
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -77,14 +76,13 @@ from kfuse.codegen.mapreduce_held import HeldBody
 from kfuse.codegen.mapreduce_stream import StreamBody
 from kfuse.codegen.program import (
     GRID_LIMITS,
-    WARP,
     GridAxis,
     KernelParam,
     KernelSource,
     LaunchSpec,
     launch_bounds,
 )
-from kfuse.cuda_limits import STATIC_SHARED_LIMIT
+from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import (
     epilogue_kind,
@@ -96,10 +94,8 @@ from kfuse.fusion.legality import (
 )
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph, Kernel
+from kfuse.schedule.forms import MapReduceVariant, is_variant_text
 
-VARIANT_PREFIX = "mapreduce"
-ROWSUM_MODES = ("shuffle", "smem", "stream")
-VECTOR_BYTES = (8, 16)       # one vector access: two or four 32-bit words
 SMEM_TILE_ROWS = 32          # rowsum="smem": lane tx sums row tx of the tile
 
 HELPERS = r"""#ifndef KF_MAPREDUCE_HELPERS
@@ -156,168 +152,6 @@ KF_DEVICE T kf_mr_warp_reduce(T v) {
 # ---------------------------------------------------------------------------------------------
 # Variants
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MapReduceVariant:
-    """One implementation of a map/reduce group (seed 004 §4, the implementation space).
-
-    ``threads``: (x, y) threads per block (matrices: x is 32, one warp per row);
-    ``rows``: rows per thread per tile (tile height ``threads[1] * rows``; matrices only);
-    ``iters``: serial iterations, tiles (matrices) or chunks (vectors) per block;
-    ``wide``: 16-byte loads and stores where aligned; ``rowsum``: how row reductions
-    combine the values of a row (``shuffle`` or ``smem``, the padded tile);
-    ``order``: calling order of the row reductions' sums (``smem`` only); ``blocks``: at
-    most this many blocks, each looping over the chunks (a persistent grid sized to the
-    device: no last-wave tail, fewer partial results; vector kernels and the stream mapping;
-    0: one block per ``iters`` chunks).
-
-    ``rowsum="stream"`` is another thread-to-data mapping for matrix groups without column
-    reductions (``A x``, maps, dots): warp ``ty`` owns ``rows`` consecutive rows and walks
-    along them, ``unroll`` coalesced vector loads per row and thread in flight per step
-    (``32 * V * unroll`` columns), partial row results kept in registers across the whole
-    walk and combined over the warp once at the end; ``span``: columns per block (0: whole
-    rows, one plain store per row and no fill of the output; else a multiple of the step, one
-    atomic per row and span); ``iters``: groups of ``threads[1] * rows`` rows per block;
-    ``blocks``: a persistent grid of at most this many blocks looping over the row groups.
-    With ``threads = (T, 1)``, ``T`` a power of two above 32, the whole block walks its rows
-    together (*block rows*: ``T * V * unroll`` columns per step, each row combined over the
-    block's warps at the end; torch.compile's GEMV shape).
-
-    ``vector_bytes``: the size of one vector access when ``wide`` (16, or 8: two floats).
-
-    ``whole_columns`` (the tile mapping only): one block walks every row of its column tile
-    (a grid of column tiles only), so its column reductions are complete in the block:
-    stored plainly (no fill, no atomics), and an elementwise epilogue over the reduced vector
-    can follow in the same kernel (SGEMVT's ``x = beta Aᵀ y + z``; torch.compile's shape for
-    column sums). ``iters`` is then 1.
-
-    ``held_rows`` (block rows only): the block's ``T`` threads hold each of its rows whole in
-    registers, ``unroll`` accesses of ``V`` elements per thread (rows of at most
-    ``T x V x unroll`` columns: larger ones are refused at launch), so a row's reductions
-    are complete while the row is still on chip and members that read them at that row go
-    on over the same values (ATAX's ``Aᵀ (A x)`` in one pass over ``A``); column reductions
-    accumulate in registers over all the block's rows (each thread keeps its own columns),
-    one atomic per column and block at the end. Blocks take contiguous row ranges of a grid
-    of at most ``blocks`` blocks.
-    """
-
-    threads: tuple[int, int] = (256, 1)
-    rows: int = 1
-    iters: int = 1
-    wide: bool = True
-    rowsum: str = "shuffle"
-    order: tuple[str, ...] = ()
-    blocks: int = 0
-    unroll: int = 1
-    span: int = 0
-    vector_bytes: int = 16
-    whole_columns: bool = False
-    held_rows: bool = False
-
-    def __post_init__(self) -> None:
-        bx, by = self.threads
-        if bx < 1 or by < 1 or bx * by > 1024 or (bx * by) % WARP:
-            raise FusionError(f"variant: {bx}x{by} threads is not a whole number of warps "
-                              "up to 1024")
-        if self.rows < 1 or self.iters < 1:
-            raise FusionError("variant: rows and iters must be positive")
-        if self.rowsum not in ROWSUM_MODES:
-            raise FusionError(f"variant: rowsum must be one of {ROWSUM_MODES}")
-        if self.blocks < 0:
-            raise FusionError("variant: blocks must be 0 (as many as needed) or positive")
-        if self.unroll < 1 or self.span < 0:
-            raise FusionError("variant: unroll must be positive and span 0 (whole rows) or "
-                              "positive")
-        if self.rowsum != "stream" and (self.unroll != 1 or self.span):
-            raise FusionError("variant: unroll and span belong to the stream mapping")
-        if self.vector_bytes not in VECTOR_BYTES:
-            raise FusionError(f"variant: vector accesses are of {VECTOR_BYTES} bytes")
-        if self.whole_columns and self.rowsum == "stream":
-            raise FusionError("variant: whole columns belong to the tile mapping (the stream "
-                              "mapping walks along rows)")
-        if self.rowsum == "stream" and bx != WARP and (by != 1 or bx & (bx - 1)):
-            raise FusionError(f"variant: a stream block of {bx}x{by} threads: warps walk rows "
-                              "in 32 x N blocks, whole blocks in T x 1 (T a power of two)")
-        if self.held_rows and (not self.block_rows or self.span):
-            raise FusionError("variant: held rows are block rows (stream, T x 1 threads, T a "
-                              "power of two above 32) without column spans")
-
-    def text(self) -> str:
-        """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
-        access = ("w" if self.vector_bytes == 16 else f"w{self.vector_bytes}") if self.wide \
-            else "s"
-        parts = [VARIANT_PREFIX, f"{self.threads[0]}x{self.threads[1]}", f"r{self.rows}",
-                 f"i{self.iters}", access, self.rowsum]
-        if self.blocks:
-            parts.append(f"g{self.blocks}")
-        if self.unroll != 1:
-            parts.append(f"u{self.unroll}")
-        if self.span:
-            parts.append(f"c{self.span}")
-        if self.whole_columns:
-            parts.append("wc")
-        if self.held_rows:
-            parts.append("hr")
-        if self.order:
-            parts.append("o=" + ",".join(self.order))
-        return ":".join(parts)
-
-    __str__ = text
-
-    @property
-    def whole_rows(self) -> bool:
-        """One warp (or block) owns whole rows (the stream mapping without column spans): a
-        row's reduction is complete inside it."""
-        return self.rowsum == "stream" and not self.span
-
-    @property
-    def block_rows(self) -> bool:
-        """The stream mapping with the whole block along its rows (``T x 1`` threads)."""
-        return self.rowsum == "stream" and self.threads[0] != WARP
-
-    @classmethod
-    def parse(cls, text: str) -> MapReduceVariant:
-        """Read :meth:`text` back; a :class:`FusionError` names what is malformed."""
-        parts = text.split(":")
-        if parts[0] != VARIANT_PREFIX or len(parts) < 6:
-            raise FusionError(f"not a map-reduce variant: {text!r}")
-        match = re.fullmatch(r"(\d+)x(\d+)", parts[1])
-        rows = re.fullmatch(r"r(\d+)", parts[2])
-        iters = re.fullmatch(r"i(\d+)", parts[3])
-        access = re.fullmatch(r"w(8|16)?|s", parts[4])
-        if not (match and rows and iters and access):
-            raise FusionError(f"malformed map-reduce variant {text!r}")
-        order: tuple[str, ...] = ()
-        blocks, unroll, span, whole_columns, held_rows = 0, 1, 0, False, False
-        for extra in parts[6:]:
-            if extra == "wc":
-                whole_columns = True
-            elif extra == "hr":
-                held_rows = True
-            elif extra.startswith("o="):
-                order = tuple(n for n in extra[2:].split(",") if n)
-            elif re.fullmatch(r"g\d+", extra):
-                blocks = int(extra[1:])
-            elif re.fullmatch(r"u\d+", extra):
-                unroll = int(extra[1:])
-            elif re.fullmatch(r"c\d+", extra):
-                span = int(extra[1:])
-            else:
-                raise FusionError(f"malformed map-reduce variant {text!r}")
-        return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
-                   int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
-                   span, int(access.group(1) or 16), whole_columns, held_rows)
-
-    def width(self, item_size: int | None) -> int:
-        """Elements per thread and access: ``vector_bytes``' worth when wide, else 1."""
-        if not self.wide or item_size not in (4, 8):
-            return 1
-        return max(1, self.vector_bytes // item_size)
-
-
-def is_variant_text(variant: object) -> bool:
-    return isinstance(variant, str) and variant.startswith(VARIANT_PREFIX + ":")
-
 
 def mapreduce_group_reason(graph: Graph, members: Sequence[str]) -> str | None:
     """Why this module cannot generate ``members`` as one kernel under some variant; ``None``
@@ -625,11 +459,11 @@ def _align(offset: int) -> int:
 # Code generation
 # ---------------------------------------------------------------------------------------------
 
-def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bool:
+def claims(graph: Graph, members: Sequence[str], variant: object = None) -> bool:
     """True when this module generates the group's kernel.
 
-    Always under a map-reduce variant string (plain maps too: a plan that names a variant
-    runs it); by default (``auto``) never for plain maps, and for groups with a reduction
+    Always under a map-reduce variant (plain maps too: a plan that names a variant runs
+    it); under any other form or none (the default) never for plain maps, and for groups with a reduction
     when the general templates do not cover them well: a vector reduction, a matrix reduced
     along one axis, or several reductions.
     """
@@ -637,7 +471,7 @@ def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bo
     reductions = [k for k in kernels if k.reduction is not None]
     if reductions and is_epilogue_group(graph, members):
         return True  # a reduction and its epilogue: only this module fuses them
-    if is_variant_text(variant):
+    if isinstance(variant, MapReduceVariant) or is_variant_text(variant):
         return mapreduce_group_reason(graph, members) is None  # a named variant is honoured
     if not reductions:
         # plain maps: the general templates by default; the implementation space offers this
@@ -651,11 +485,15 @@ def claims(graph: Graph, members: Sequence[str], variant: object = "auto") -> bo
 
 
 def group_kernel(graph: Graph, members: Sequence[str], outputs: Sequence[str],
-                 variant: object = "auto") -> tuple[KernelSource, LaunchSpec]:
+                 variant: object = None) -> tuple[KernelSource, LaunchSpec]:
     """The kernel (helpers and comments before it) and the launch of one map/reduce group."""
     group = MapReduceGroup(graph, members, outputs)
-    chosen = MapReduceVariant.parse(variant) if is_variant_text(variant) \
-        else group.default_variant()
+    if isinstance(variant, MapReduceVariant):
+        chosen = variant
+    elif is_variant_text(variant):
+        chosen = MapReduceVariant.parse(variant)
+    else:
+        chosen = group.default_variant()
     chosen = group.normalize(chosen)
     builder = _Builder(group, chosen)
     return builder.build()
@@ -1228,5 +1066,4 @@ class _Builder(StreamBody, HeldBody):
         return routines
 
 
-__all__ = ["HELPERS", "MapReduceGroup", "MapReduceVariant", "claims", "group_kernel",
-           "identity_value", "is_variant_text"]
+__all__ = ["HELPERS", "MapReduceGroup", "claims", "group_kernel", "identity_value"]

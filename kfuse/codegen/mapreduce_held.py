@@ -15,7 +15,8 @@ mixes this class in.
 from __future__ import annotations
 
 from kfuse.codegen.cexpr import c_name, indent, size_var
-from kfuse.codegen.program import WARP, GridAxis
+from kfuse.codegen.program import GridAxis
+from kfuse.cuda_limits import WARP
 from kfuse.ir.expr import C_TYPES
 
 

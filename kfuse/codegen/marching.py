@@ -41,31 +41,7 @@ from kfuse import config
 from kfuse.codegen.cexpr import STAGED_ADDRESS, c_name, indent, row_major_address, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE
-
-# Whether 3-D recompute groups march: kfuse.config's ``march`` (None: per device, the cuda
-# backend asks :func:`pays_on`).
-# Marching trades instructions for DRAM efficiency: it issues fewer instructions per point
-# than the register tiles but reaches a smaller share of the copy bandwidth (73% against
-# 84% in diffusion3d), so it wins where the tiles are limited by instruction issue, i.e. on
-# devices with much DRAM bandwidth per multiprocessor cycle. Measured (docs/journal/benchmarks.md,
-# session 14): H200 (18 bytes per SM cycle) 0.342-0.345 ms against 0.37-0.39 for the tiles;
-# H100 SXM (13) 0.484 against 0.425.
-MIN_BYTES_PER_SM_CYCLE = 15.0
-# ... and only on volumes that one wave of blocks covers in long chunks (fills_device):
-# measured on an H200 (session 14), marching 7% slower than the tiles at 256^3 (chunks of
-# 32 planes) and 384^3 (216 blocks for 264 places), 1% faster at 128 x 512^2 (64 planes),
-# 12% at 512^3 and 20% at 512 x 1024^2
-MIN_CHUNK_PLANES = 128
-MIN_WAVE_FILL = 0.9
-RESIDENT_BLOCKS_PER_SM = 2  # the marching kernel's registers (about 245 a thread) allow two
-MARCH_ROWS = 4  # rows per thread (the thread's 4 columns in each)
-MARCH_THREADS_X = 32  # threads per block along x (along y: kfuse.config's march_block_rows)
-# Planes per block (a chunk) where the device's resident blocks are not known, and the
-# fewest on the GPU: kfuse.config's ``march_planes`` and ``march_least_planes``; planes
-# copied ahead of the plane a step computes: ``march_prefetch``.
-MARCH_COLUMNS = 4  # columns per thread: one aligned 16-byte vector per row
-# Intermediates computed on their newest plane only, then carried: kfuse.config's
-# ``march_newest_planes_only``; bytes of staged planes per block: ``march_shared_bytes``.
+from kfuse.schedule.marching import MARCH_COLUMNS, MARCH_ROWS, MARCH_THREADS_X, staged_inputs
 
 _DECLARATION = re.compile(r"^const (\w+) (\w+) = (.*);$")
 _TOKEN = re.compile(r"\b[A-Za-z_]\w*\b")
@@ -94,78 +70,14 @@ class Staging:
         return self.halo_rows * self.pitch
 
 
-def pays_on(peak_bandwidth_bytes_per_s: float, multiprocessors: int, clock_hz: float) -> bool:
-    """Whether marching beats the register tiles on a device with this peak DRAM bandwidth,
-    multiprocessor count and SM clock (see ``MIN_BYTES_PER_SM_CYCLE``)."""
-    if multiprocessors <= 0 or clock_hz <= 0:
-        return False
-    return peak_bandwidth_bytes_per_s / (multiprocessors * clock_hz) >= MIN_BYTES_PER_SM_CYCLE
-
-
-def fills_device(depth: int, height: int, width: int, multiprocessors: int) -> bool:
-    """Whether one wave of marching blocks covers a volume of these sizes in long chunks on
-    a device with this many multiprocessors (two blocks each): chunks of at least
-    ``MIN_CHUNK_PLANES`` planes and at least ``MIN_WAVE_FILL`` of the wave's places taken,
-    or more blocks of rows and columns than one wave holds. Short chunks spend their time on
-    the planes at the volume's ends and on each chunk's first plane; a wave partly filled
-    leaves multiprocessors idle."""
-    resident = RESIDENT_BLOCKS_PER_SM * multiprocessors
-    block_rows = MARCH_ROWS * config.current().march_block_rows
-    block_columns = MARCH_COLUMNS * MARCH_THREADS_X
-    row_column_blocks = -(-height // block_rows) * -(-width // block_columns)
-    if row_column_blocks >= resident:
-        return True
-    chunks = resident // row_column_blocks
-    return -(-depth // chunks) >= MIN_CHUNK_PLANES and \
-        row_column_blocks * chunks >= MIN_WAVE_FILL * resident
-
-
-def staged_inputs(group) -> list[str]:
-    """External inputs shaped like the iteration space and read point for point along its
-    axes (the ones worth staging plane by plane)."""
-    identity = tuple(range(group.ndim))
-    names = []
-    for kernel in group.members:
-        for access in kernel.accesses:
-            buffer = group.graph.buffers[access.buffer]
-            if access.buffer not in group.produced and access.dims == identity and \
-                    buffer.shape == group.domain and access.buffer not in names:
-                names.append(access.buffer)
-    return names
-
-
-def march_reasons(group) -> str | None:
-    """Why the group's threads cannot march along z, or ``None`` if they can."""
-    from kfuse.codegen.kernels import is_arithmetic_heavy
-
-    if group.ndim != 3 or group.reduction is not None:
-        return "only 3-D map and stencil groups march along z"
-    if is_arithmetic_heavy(group.members):
-        return "arithmetic-heavy operators keep narrow register tiles"
-    names = staged_inputs(group)
-    if not names:
-        return "no input is read plane by plane"
-    buffers = [*names, *group.outputs]
-    if any(group.graph.buffers[name].dtype not in ("float32", "int32") for name in buffers):
-        return "staged rows are vectors of four 4-byte elements"
-    for kernel in group.members:
-        for access in kernel.accesses:
-            for offset, boundary in zip(access.offsets, access.boundaries, strict=True):
-                periodic = boundary is not None and boundary.mode == "repeat"
-                if periodic and any(o for o, axis in zip(offset, access.dims, strict=True)
-                                    if axis > 0):
-                    return ("a periodic (repeat) read along rows or columns reaches the far "
-                            "side, outside the staged planes")
-    return None
-
-
 def staging(group) -> Staging:
     """How the group's staged inputs' planes are held (from the chain's reach)."""
     from kfuse.codegen.kernels import reach
 
     reached = reach(group, (1, MARCH_ROWS, MARCH_COLUMNS))
     columns = -(-max(reached[2]) // MARCH_COLUMNS) * MARCH_COLUMNS
-    return Staging(tuple(staged_inputs(group)), max(reached[1]), columns)
+    return Staging(tuple(staged_inputs(group.graph, [k.name for k in group.members])),
+                   max(reached[1]), columns)
 
 
 @dataclass

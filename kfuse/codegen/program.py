@@ -9,7 +9,6 @@ from math import prod
 from kfuse.errors import LaunchError
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
-WARP = 32  # threads of a warp
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from kfuse.codegen.cexpr import ExprEmitter, c_name, coordinate_text, indent, size_var
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
-from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.ir.expr import C_TYPES, Load
 from kfuse.ir.graph import Graph
+from kfuse.schedule.forms import staged_members
 
 
 @dataclass(frozen=True)
@@ -27,64 +27,6 @@ class Stage:
 
     members: tuple[str, ...]
     halo: tuple[int, int]
-
-
-def _extents(graph: Graph, members: tuple[str, ...]
-             ) -> tuple[dict[str, tuple[int, int]], set[str]]:
-    """(extent of each member, members read at an offset).
-
-    A member is evaluated over the extent its consumers need: the output tile for the
-    outputs, grown by each consumer's reach for the producers it reads.
-    """
-    group = set(members)
-    extent = {name: (0, 0) for name in members}
-    staged = set()
-    for name in reversed(members):  # consumers before their producers
-        own = extent[name]
-        for access in graph.kernel_by_name[name].accesses:
-            if len(access.dims) != 2:
-                continue
-            reach = tuple(max(abs(o[axis]) for o in access.offsets) for axis in range(2))
-            need = (own[0] + reach[0], own[1] + reach[1])
-            producer = graph.producer.get(access.buffer)
-            if producer in group:
-                extent[producer] = (max(extent[producer][0], need[0]),
-                                    max(extent[producer][1], need[1]))
-                if not access.is_point:
-                    staged.add(producer)
-    return extent, staged
-
-
-def staged_members(graph: Graph, members: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """Members some other member reads at an offset, with the halo (y, x) each must cover."""
-    extent, staged = _extents(graph, members)
-    return {name: extent[name] for name in members if name in staged}
-
-
-def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int]) -> str | None:
-    """Why the staged variant cannot compute this group, or ``None`` if it can."""
-    kernels = [graph.kernel_by_name[m] for m in members]
-    if kernels[0].ndim != 2:
-        return "the staged variant is written for 2-D groups"
-    if any(k.reduction is not None for k in kernels):
-        return "the group holds a reduction"
-    halos = staged_members(graph, members)
-    if not halos:
-        return "nothing is read at an offset"
-    group = set(members)
-    for kernel in kernels:
-        for access in kernel.accesses:
-            staged = graph.producer.get(access.buffer) in group
-            if staged and not access.is_point and any(
-                    b is not None and b.mode == "repeat" for b in access.boundaries):
-                return f"'{kernel.name}' reads '{access.buffer}' with periodic boundaries"
-            if access.dims != (0, 1) and graph.buffers[access.buffer].ndim != 0:
-                return f"'{kernel.name}' reads '{access.buffer}' through a broadcast index"
-    shared = sum((tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]) * 4
-                 for h in halos.values())
-    if shared > STATIC_SHARED_LIMIT:
-        return f"needs {shared} bytes of shared memory per block"
-    return None
 
 
 def staged_kernel(group, rows: int, tile_x: int, tile_y: int) -> tuple[KernelSource, LaunchSpec]:

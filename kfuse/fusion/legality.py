@@ -17,7 +17,9 @@ import networkx as nx
 
 from kfuse.analysis.order import Reachability
 from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
+from kfuse.errors import FusionError
 from kfuse.ir.graph import Graph
+from kfuse.schedule.forms import Form, MapReduceVariant, as_form, is_variant_text
 
 # Hopper limits (an H100/H200 block): used when no device profile says otherwise.
 MAX_SHARED_BYTES_PER_BLOCK = 227 * 1024
@@ -270,14 +272,13 @@ def epilogue_variant_reason(variant: object, kind: str = "row") -> str | None:
     and its epilogue in one kernel (``None``: it can: a stream variant without a column span
     has whole rows in one warp or block, a whole-column variant whole columns in one block,
     a held-row variant whole rows still in registers)."""
-    from kfuse.codegen.mapreduce import MapReduceVariant, is_variant_text
-    from kfuse.errors import FusionError
     need = EPILOGUE_OWNERS[kind]
     wanted = {"row": "stream", "col": "whole-column", "held": "held-row"}[kind]
     if isinstance(variant, MapReduceVariant):
         parsed = variant
-    elif not is_variant_text(variant):
-        return f"the implementation {variant!r} is not a map-reduce {wanted} variant; {need}"
+    elif isinstance(variant, Form) or not is_variant_text(variant):
+        name = variant.text() if isinstance(variant, Form) else variant
+        return f"the implementation {name!r} is not a map-reduce {wanted} variant; {need}"
     else:
         try:
             parsed = MapReduceVariant.parse(str(variant))
@@ -466,27 +467,21 @@ GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (
 )
 
 
-def staged_variant_reason(graph: Graph, members: Sequence[str], variant: str) -> str | None:
-    """Why the shared-memory (``staged``) implementation cannot compute the group, or None."""
-    from kfuse.codegen.kernels import staged_tile
-    from kfuse.codegen.staged import can_stage
-    reason = can_stage(graph, tuple(members), staged_tile())
-    return f"the {variant} implementation cannot compute it: {reason}" if reason else None
-
-
 def group_violations(graph: Graph, members: Sequence[str],
                      variant: object = None) -> list[Violation]:
     """Every structural rule the group breaks (resources are checked on generated code).
 
-    ``variant`` (the group's implementation, when known): a group in which a reduction
+    ``variant`` (the group's form or its name, when known; :mod:`kfuse.schedule.forms`)
+    must be able to implement it, and a group in which a reduction
     feeds an elementwise epilogue is judged by :func:`epilogue_violations` under it;
     without one (every search but the BLAS implementation space) such a group is refused.
     """
     unknown = [n for n in members if n not in graph.kernel_by_name]
     if unknown:
         return [Violation("known_kernels", f"no operator named {unknown[0]!r}")]
-    if variant == "staged":  # (a plan made for another pipeline may name it)
-        reason = staged_variant_reason(graph, members, str(variant))
+    variant = as_form(variant)
+    if isinstance(variant, Form):  # (a plan made for another pipeline may name it)
+        reason = variant.why_not(graph, members)
         if reason:
             return [Violation("variant", reason)]
     if len(members) < 2:

@@ -8,40 +8,57 @@ A plan records, for every data edge of the pipeline, whether it was fused and wh
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from math import prod
 
 import networkx as nx
 
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import Violation, group_violations, plan_violations, quotient_graph
 from kfuse.ir.graph import Graph
-
-# Variants whose registers or shared memory can exceed the largest member's.
-GROWING_VARIANTS = ("recompute", "staged")
+from kfuse.schedule.forms import (
+    Form,
+    GroupSchedule,
+    Tiled,
+    as_form,
+    default_form,
+    group_outputs,
+)
 
 
 @dataclass(frozen=True)
 class Group:
-    """Kernels fused into one, in execution order, and the buffers written to memory.
-
-    ``variant`` says how intermediates are kept: ``single`` (no fusion), ``registers``
-    (every internal read at the point itself), ``recompute`` (stencil reads of an
-    intermediate evaluate its producer at each tap, in registers), ``staged`` (such
-    intermediates are computed once per block into shared memory, halo included).
-    """
+    """Kernels fused into one, in execution order, the buffers written to memory, and how
+    the kernel is written: its form (:mod:`kfuse.schedule.forms`: ``single``, no fusion;
+    ``registers``, every internal read at the point itself; ``recompute``, stencil reads of
+    an intermediate evaluate its producer at each tap, in registers; ``staged``, such
+    intermediates are computed once per block into shared memory, halo included; a
+    map-reduce variant)."""
 
     members: tuple[str, ...]
     outputs: tuple[str, ...]
-    variant: str
+    form: Form
     reason: str = ""
-    tile: tuple[int, ...] | None = None  # register tile of a recompute kernel (None: default)
 
     @property
     def name(self) -> str:
         return "+".join(self.members)
+
+    @property
+    def variant(self) -> str:
+        """The form's name as plans show it (``recompute``, ``mapreduce:...``)."""
+        return self.form.text()
+
+    @property
+    def tile(self) -> tuple[int, ...] | None:
+        """The register tile of a tiled form (None: the default, or no tile)."""
+        return getattr(self.form, "tile", None)
+
+    @property
+    def schedule(self) -> GroupSchedule:
+        """What code generation takes for this group."""
+        return GroupSchedule(self.members, self.outputs, self.form)
 
 
 @dataclass(frozen=True)
@@ -74,9 +91,9 @@ class FusionPlan:
         raise KeyError(kernel)
 
     @property
-    def kernel_groups(self) -> list[tuple]:
-        """(members, outputs, variant, register tile) per group, as code generation takes."""
-        return [(g.members, g.outputs, g.variant, g.tile) for g in self.groups]
+    def kernel_groups(self) -> list[GroupSchedule]:
+        """The groups as code generation takes them (members, outputs, form)."""
+        return [group.schedule for group in self.groups]
 
     def explain(self) -> str:
         """Every group and every edge's decision, in words."""
@@ -113,7 +130,7 @@ class FusionPlan:
     def independent_groups(self) -> list[list[int]]:
         """Sets of groups (indices, at least two) with no path between any two of them: the
         levels of the groups' dependence graph (seed 002, §4: what may run concurrently)."""
-        from kfuse.model.waves import independent_sets
+        from kfuse.analysis.order import independent_sets
 
         writer = {name: index for index, group in enumerate(self.groups)
                   for name in group.members}
@@ -130,20 +147,17 @@ class FusionPlan:
     @cached_property
     def block_orders(self) -> tuple[str, ...]:
         """Per group: why its kernel visits its blocks last-first ("": first-to-last), as
-        code generation decides (:mod:`kfuse.codegen.block_order`; generated once)."""
-        from kfuse.codegen import generate
+        code generation decides (:mod:`kfuse.codegen.block_order`; asked once)."""
+        from kfuse.schedule.lowering import lowering
 
-        return generate(self.graph, self.kernel_groups).last_first
+        return lowering().last_first(self.graph, self.kernel_groups)
 
-    def _marches(self, group) -> bool:
+    def _marches(self, group: Group) -> bool:
         """Whether the group's threads march along z on devices where that pays (3-D
-        stencil chains, :mod:`kfuse.codegen.marching`)."""
-        from kfuse.codegen.kernels import KernelGroup, marches
+        stencil chains, :mod:`kfuse.schedule.marching`)."""
+        from kfuse.schedule.marching import marches
 
-        if group.variant != "recompute":
-            return False
-        return marches(KernelGroup(self.graph, group.members, group.outputs), group.variant,
-                       group.tile)
+        return marches(self.graph, group.members, group.outputs, group.form)
 
     def to_dict(self) -> dict:
         return {
@@ -181,45 +195,6 @@ class FusionPlan:
         return "\n".join(lines)
 
 
-def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
-    """Buffers of the group that must reach memory: read outside it or returned to the user."""
-    group = set(members)
-    written = []
-    for name in members:
-        buffer = graph.kernel_by_name[name].output
-        outside = [c for c in graph.consumers.get(buffer, ()) if c not in group]
-        if outside or buffer in graph.outputs:
-            written.append(buffer)
-    return tuple(written)
-
-
-def group_variant(graph: Graph, members: Sequence[str]) -> str:
-    """How the group keeps its intermediates (a cost estimate picks staged or recompute).
-
-    Recomputing a producer at every tap costs its evaluations per output point (shared
-    between the consecutive rows a thread computes); staging costs one evaluation per
-    point plus the halo, and shared-memory traffic. Stage when recomputation would
-    evaluate producers more than twice per output point on average.
-    """
-    if len(members) == 1:
-        return "single"
-    group = set(members)
-    stencil_inside = any(graph.producer.get(access.buffer) in group and not access.is_point
-                         for name in members for access in graph.kernel_by_name[name].accesses)
-    if not stencil_inside:
-        return "registers"
-    from kfuse.codegen.kernels import register_tile, staged_tile
-    from kfuse.codegen.staged import can_stage
-    from kfuse.model.roofline import evaluation_points
-    if can_stage(graph, tuple(members), staged_tile()) is not None:
-        return "recompute"
-    outputs = group_outputs(graph, members)
-    tile = register_tile("recompute", graph.kernel_by_name[members[0]].ndim)
-    points = evaluation_points(graph, members, outputs, tile)
-    per_output = sum(len(p) for p in points.values()) / (prod(tile) * len(members))
-    return "staged" if per_output > 2.0 else "recompute"
-
-
 def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
     """Groups in an executable order, members in program order."""
     position = {k.name: i for i, k in enumerate(graph.kernels)}
@@ -230,7 +205,8 @@ def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[st
 
 
 def check_groups(graph: Graph, groups: Sequence[Sequence[str]],
-                 variants: Mapping[frozenset[str], str] | None = None) -> list[Violation]:
+                 variants: Mapping[frozenset[str], Form | str] | None = None
+                 ) -> list[Violation]:
     """All violations of a proposed partition (structural rules per group, then plan rules).
 
     ``variants`` (members -> implementation) where known: a row (column) reduction's
@@ -250,7 +226,7 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
               predicted_time_s: float | None = None,
               unfused_predicted_time_s: float | None = None,
               where: str | None = None, check_resources: bool = True,
-              variants: Mapping[frozenset[str], str] | None = None,
+              variants: Mapping[frozenset[str], Form | str] | None = None,
               sizes: Mapping[str, int] | None = None) -> FusionPlan:
     """Build a plan from groups (kernels left out get their own group); refuse illegal ones.
 
@@ -258,7 +234,7 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
     ``where`` is the user's line that asked for the plan (for the error message);
     ``check_resources`` compiles fused groups with nvcc (when present) to check registers,
     spills and shared memory against the device limits; the register tile of a recompute
-    group is always the largest that fits; ``variants`` (members -> implementation) are set
+    group is always the largest that fits; ``variants`` (members -> form, or its name) are set
     on the groups they name and judge their legality (a row reduction's epilogue needs a
     whole-row stream variant, a column reduction's a whole-column one). ``sizes``: the
     sizes the plan is for (register tiles are checked compiled for them), None for any.
@@ -272,22 +248,23 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
         raise FusionError(f"illegal fusion ({first.rule}): {first.reason}", where=where)
     ordered = order_groups(graph, groups)
     reasons = reasons or {}
-    chosen = dict(variants or {})
+    chosen = {members: as_form(form) for members, form in (variants or {}).items()}
     built = [Group(members, group_outputs(graph, members),
-                   chosen.get(frozenset(members)) or group_variant(graph, members))
+                   chosen.get(frozenset(members)) or default_form(graph, members))
              for members in ordered]
     from kfuse.fusion.resources import fitting_tile
     for index, group in enumerate(built):
-        if group.variant not in GROWING_VARIANTS:
+        if not group.form.grows:
             continue
         # the largest register tile that fits (ptxas figures, cached; searches that checked
         # the groups already pass check_resources=False and only get the tile)
-        tile, violation = fitting_tile(graph, group.members, group.outputs, group.variant,
+        tile, violation = fitting_tile(graph, group.members, group.outputs, group.form,
                                        sizes)
         if violation and check_resources:
             raise FusionError(f"illegal fusion ({violation.rule}): group "
                               f"{list(group.members)}: {violation.reason}", where=where)
-        built[index] = replace(group, tile=tile)
+        if isinstance(group.form, Tiled):
+            built[index] = replace(group, form=replace(group.form, tile=tile))
     decisions = []
     membership = {name: g for g in built for name in g.members}
     for source, target, data in graph.order_dag().edges(data=True):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from kfuse.cuda_limits import WARP
+
 REGISTER_UNIT = 256  # registers are allocated to a warp in units of this many
-WARP = 32
 # limits of an H100/H200 multiprocessor, where the device does not report one
 DEFAULT_LIMITS = {
     "MaxRegistersPerMultiprocessor": 65536,

@@ -154,8 +154,8 @@ def _widest_window(kernel) -> tuple[int, ...]:
 def graph_edge_benefit(graph, producer: str, consumer: str, buffer: str,
                        sizes: Mapping[str, int], params: QiaoParameters) -> tuple[str, float]:
     """(scenario, raw benefit) of fusing ``producer -> consumer`` along ``buffer``."""
+    from kfuse.analysis.operations import SFU_WEIGHT
     from kfuse.ir.expr import count_operations
-    from kfuse.model.roofline import SFU_WEIGHT
 
     source = graph.kernel_by_name[producer]
     target = graph.kernel_by_name[consumer]

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import product
 from math import prod
 
+from kfuse.analysis.operations import evaluation_points, operations_per_point
 from kfuse.ir.expr import Load, loads
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
+from kfuse.schedule.forms import Form, Single, Staged, default_form, staged_members
+from kfuse.schedule.tiles import is_arithmetic_heavy, register_tile
 
 FP32_LANES_PER_SM = 128
 # Fitted on the H200 (2026-11-22, docs/journal/benchmarks.md): median |predicted - measured| /
 # measured 4.8% over the 33 unfused kernels and 6 fused kernels of the image apps.
 CLOCK_HZ = 1.98e9
 ARITHMETIC_EFFICIENCY = 0.8   # generated code: index math, selects, no perfect FMA pairing
-SFU_WEIGHT = 8                # an accurate special function costs about 8 simple operations
 L1_BYTES_PER_CLOCK_PER_SM = 16  # sustained cached-load bandwidth per SM (an eighth of peak)
 SHARED_BYTES_PER_CLOCK_PER_SM = 128  # shared memory: 32 banks of 4 bytes per clock
 
@@ -45,48 +46,22 @@ class Prediction:
                 "cached_loads": self.cached_loads}
 
 
-def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str],
-                      tile: tuple[int, ...] | None = None) -> dict[str, set[tuple[int, ...]]]:
-    """The points (offsets from a thread's first point) at which each member is evaluated.
-
-    A thread computes a register tile of ``tile[d]`` consecutive points along each axis d
-    (one point when left out); a member written to memory is evaluated at each of them,
-    and a producer read by a consumer in the group at offsets is evaluated at every
-    composed offset (each distinct point once).
-    """
-    group = set(members)
-    ndim = graph.kernel_by_name[members[0]].ndim
-    rows = list(product(*(range(n) for n in (tile or (1,) * ndim))))
-    offsets: dict[str, set[tuple[int, ...]]] = {name: set() for name in members}
-    for name in members:
-        if graph.kernel_by_name[name].output in outputs:
-            offsets[name].update(rows)
-    for name in reversed(list(members)):
-        for access in graph.kernel_by_name[name].accesses:
-            producer = graph.producer.get(access.buffer)
-            if producer not in group:
-                continue
-            for base in offsets[name]:
-                for offset in access.offsets:
-                    offsets[producer].add(tuple(b + o for b, o in zip(base, offset, strict=True)))
-    return offsets
-
-
 def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
-                  sizes: Mapping[str, int], profile: DeviceProfile) -> Prediction:
-    """Roofline time of the kernel that computes ``members`` and writes ``outputs``."""
-    from kfuse.codegen.kernels import is_arithmetic_heavy, operations_per_point, register_tile
-
+                  sizes: Mapping[str, int], profile: DeviceProfile, form: Form | None = None
+                  ) -> Prediction:
+    """Roofline time of the kernel that computes ``members`` and writes ``outputs`` under
+    ``form`` (None: the form a plan gives the group, :func:`~kfuse.schedule.default_form`)."""
     group = set(members)
     kernels = [graph.kernel_by_name[name] for name in members]
     points = prod(sizes[s] for s in kernels[-1].domain) if kernels[-1].domain else 1
     external = {b for k in kernels for b in k.reads if graph.producer.get(b) not in group}
     dram = sum(graph.nbytes(b, sizes) for b in (*external, *outputs))
-    variant = _variant(graph, members) if len(members) > 1 else "single"
-    if variant == "staged":
-        return _predict_staged(graph, members, points, dram, profile)
+    if form is None:
+        form = default_form(graph, members) if len(members) > 1 else Single()
+    if isinstance(form, Staged):
+        return _predict_staged(graph, members, points, dram, profile, form)
     # the tile the generator uses: arithmetic-heavy operators keep narrow ones
-    tile = register_tile("arithmetic" if is_arithmetic_heavy(kernels) else variant,
+    tile = register_tile("arithmetic" if is_arithmetic_heavy(kernels) else form.name,
                          len(kernels[-1].domain))
     rows = prod(tile)  # points per thread
     evaluated = evaluation_points(graph, members, outputs, tile)
@@ -110,11 +85,6 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                       bound)
 
 
-def _variant(graph: Graph, members: Sequence[str]) -> str:
-    from kfuse.fusion.plan import group_variant
-    return group_variant(graph, members)
-
-
 def _rates(profile: DeviceProfile) -> tuple[float, float]:
     """(arithmetic operations per second, cached-load bytes per second) of the device."""
     arithmetic = profile.sm_count * FP32_LANES_PER_SM * CLOCK_HZ * ARITHMETIC_EFFICIENCY
@@ -122,16 +92,14 @@ def _rates(profile: DeviceProfile) -> tuple[float, float]:
 
 
 def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int,
-                    profile: DeviceProfile) -> Prediction:
+                    profile: DeviceProfile, form: Staged) -> Prediction:
     """Staged variant: each member once per point of its tile and halo, taps from shared memory.
 
     Staged intermediates are read by their consumers' taps from shared memory, a thread's
     consecutive rows sharing the rows of the window.
     """
-    from kfuse.codegen.kernels import STAGED_ROWS, operations_per_point, staged_tile
-    from kfuse.codegen.staged import staged_members
-
-    tile = staged_tile()
+    staged_rows = form.shape[0]
+    tile = form.outputs_per_block
     halos = staged_members(graph, tuple(members))
     widest = max(halos.values(), key=lambda h: (tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]))
     overhead = (tile[0] + 2 * widest[0]) * (tile[1] + 2 * widest[1]) / (tile[0] * tile[1])
@@ -147,7 +115,7 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
             if graph.producer.get(access.buffer) in group and not access.is_point:
                 rows = {o[0] for o in access.offsets}
                 columns = {o[1] for o in access.offsets}
-                taps = (STAGED_ROWS + len(rows) - 1) * len(columns) / STAGED_ROWS
+                taps = (staged_rows + len(rows) - 1) * len(columns) / staged_rows
                 shared += taps * 4 * points
             elif graph.producer.get(access.buffer) not in group:
                 cached += len(access.offsets) * 4 * points * factor

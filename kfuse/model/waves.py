@@ -21,9 +21,10 @@ profile (:data:`EVENT_OVERHEAD_S` and :data:`CONCURRENCY_SLOWDOWN` where it has 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kfuse.cuda_limits import WARP
 from kfuse.model.device import DeviceProfile
 
 # O_event: what joining one more stream by events costs the device (nominal; a profile may
@@ -33,7 +34,6 @@ from kfuse.model.device import DeviceProfile
 EVENT_OVERHEAD_S = 1.0e-6
 CONCURRENCY_SLOWDOWN = 1.1  # O_par: kernels sharing the device run this much slower (nominal)
 REGISTER_UNIT = 256
-WARP = 32
 MAX_BLOCKS_PER_SM = 32
 RESERVED_SHARED_PER_BLOCK = 1024
 
@@ -125,16 +125,3 @@ def decide(kernels: Sequence[KernelShape], profile: DeviceProfile,
     return Concurrency(names, False, single, multi,
                        f"{shape}: predicted {multi * 1e6:.1f} us on separate streams, not "
                        f"less than {single * 1e6:.1f} us on one")
-
-
-def independent_sets(dependencies: Mapping[int, set[int]], count: int) -> list[list[int]]:
-    """Kernels ``0..count-1`` (``dependencies[i]``: the kernels ``i`` reads from) grouped by
-    level, the longest path that reaches them: kernels of one level have no path between
-    them."""
-    level: dict[int, int] = {}
-    for index in range(count):  # program order is a topological order
-        level[index] = 1 + max((level[j] for j in dependencies.get(index, ())), default=-1)
-    grouped: dict[int, list[int]] = {}
-    for index, depth in level.items():
-        grouped.setdefault(depth, []).append(index)
-    return [grouped[depth] for depth in sorted(grouped)]

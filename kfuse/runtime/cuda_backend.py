@@ -439,7 +439,7 @@ class CudaBackend(CompiledBackend):
         """Whether marching kernels pay on the current device (its peak DRAM bandwidth per
         multiprocessor cycle, from the device's attributes) for the 3-D volumes of ``graph``
         at ``sizes`` (each must fill the device in long chunks)."""
-        from kfuse.codegen.marching import fills_device, pays_on
+        from kfuse.schedule.marching import fills_device, pays_on
 
         attributes = device_attributes()
         try:

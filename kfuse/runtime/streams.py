@@ -17,10 +17,11 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from math import prod
 
+from kfuse.analysis.order import independent_sets
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
-from kfuse.model.waves import Concurrency, KernelShape, decide, independent_sets
+from kfuse.model.waves import Concurrency, KernelShape, decide
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import networkx as nx
 from kfuse.analysis.order import Reachability, iter_bits
 from kfuse.errors import FusionError, KfuseError
 from kfuse.model import qiao, roofline, wahib
+from kfuse.schedule.forms import Form
 
 GroupRule = Callable[[tuple[str, ...]], "str | None"]
 MEMO_LIMIT = 200_000  # masks whose descendants/ancestors are remembered
@@ -620,9 +621,10 @@ def problem_from_graph(graph: Any, model: str = "roofline",
     (``check_resources``; needs nvcc): that one is the expensive rule, checked lazily.
     """
     from kfuse.fusion.legality import group_violations
-    from kfuse.fusion.plan import GROWING_VARIANTS, group_outputs, group_variant
+    from kfuse.fusion.plan import group_outputs
     from kfuse.model.device import current_profile
     from kfuse.model.roofline import nominal_sizes
+    from kfuse.schedule.forms import default_form
 
     if model not in GRAPH_MODELS:
         raise KfuseError(f"unknown model {model!r}; available: {', '.join(GRAPH_MODELS)}")
@@ -669,25 +671,25 @@ def problem_from_graph(graph: Any, model: str = "roofline",
                 return reason
         return None
 
-    # groups whose kernel fits no register tile, by variant: a group of the same variant
+    # groups whose kernel fits no register tile, by form: a group of the same form
     # holding one of them computes all it computes, at more points, so it does not fit
     # either (not compiled: a long chain's kernel takes minutes)
-    too_large: dict[str, list[tuple[frozenset[str], str]]] = {}
+    too_large: dict[Form, list[tuple[frozenset[str], str]]] = {}
 
     def resource_reason(members: tuple[str, ...]) -> str | None:
-        variant = group_variant(graph, members)
-        if variant not in GROWING_VARIANTS:
+        form = default_form(graph, members)
+        if not form.grows:
             return None
         held = frozenset(members)
-        for part, reason in too_large.get(variant, ()):
+        for part, reason in too_large.get(form, ()):
             if part <= held:
                 return f"{reason} (as its part {sorted(part)})"
         from kfuse.fusion.resources import group_resource_violation
         violation = group_resource_violation(graph, members, group_outputs(graph, members),
-                                             variant, given_sizes)
+                                             form, given_sizes)
         if violation is None:
             return None
-        too_large.setdefault(variant, []).append((held, str(violation)))
+        too_large.setdefault(form, []).append((held, str(violation)))
         return str(violation)
 
     def group_reason(members: tuple[str, ...]) -> str | None:

@@ -75,15 +75,8 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from kfuse.codegen.mapreduce import (
-    WARP,
-    MapReduceGroup,
-    MapReduceVariant,
-    claims,
-    is_variant_text,
-    mapreduce_group_reason,
-)
-from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
+from kfuse.codegen.mapreduce import MapReduceGroup, claims, mapreduce_group_reason
+from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD, WARP
 from kfuse.errors import FusionError, KfuseError
 from kfuse.fusion.legality import (
     epilogue_violations,
@@ -95,6 +88,7 @@ from kfuse.fusion.plan import FusionPlan, group_outputs, make_plan
 from kfuse.ir.expr import count_operations
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile, current_profile
+from kfuse.schedule.forms import MapReduceVariant, is_variant_text
 
 # The searched ranges (seed 004 §7.5 adopts iterations {1, 2, 4, 8, 16}).
 VECTOR_THREADS = (128, 256, 512)

@@ -71,7 +71,7 @@ class GroupTimer:
     def time(self, members: Sequence[str]) -> float:
         """Median seconds of the kernel that computes ``members`` (plan order) alone."""
         from kfuse.codegen import generate
-        from kfuse.fusion.plan import group_outputs, group_variant
+        from kfuse.schedule.forms import default_form, group_outputs
         from kfuse.tune.timing import time_gpu, time_host
 
         key = tuple(members)
@@ -79,8 +79,7 @@ class GroupTimer:
             graph = self.graph
             outputs = group_outputs(graph, key) if len(key) > 1 else \
                 (graph.kernel_by_name[key[0]].output,)
-            variant = group_variant(graph, key)
-            program = generate(graph, [(key, outputs, variant)],
+            program = generate(graph, [(key, outputs, default_form(graph, key))],
                                wide_index=self.base.bound.wide_index(graph),
                                fixed_sizes=self.backend.fixed_sizes(self.base.bound),
                                array_alignment=self.base.array_alignment())

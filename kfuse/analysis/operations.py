@@ -1,0 +1,93 @@
+"""How much arithmetic an operator does, and where a fused group evaluates its members.
+
+Facts of the IR that the cost models, the choice of a group's form and code generation all
+read: operations per point with special functions weighted (:data:`SFU_WEIGHT`), the
+logarithms that may be the hardware's (:func:`logs_in_exp`), and the points at which a
+register tile evaluates each member of a group (:func:`evaluation_points`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from itertools import product
+
+from kfuse.ir.expr import Binary, Const, Expr, Unary, count_operations, transform, with_children
+from kfuse.ir.graph import Graph, Kernel
+
+SFU_WEIGHT = 8  # an accurate special function costs about 8 simple operations
+LOG_IN_EXP = "log_in_exp"  # codegen's own unary op: a log emitted as kf_logf_in_exp
+
+
+@functools.lru_cache(maxsize=4096)  # bodies hash by identity: one rewrite per body
+def logs_in_exp(body: Expr) -> Expr:
+    """``body`` with every float32 ``log`` whose value only feeds an ``exp`` through sums,
+    differences, negations and constant factors turned into :data:`LOG_IN_EXP`.
+
+    exp(sum c_i log x_i) turns an absolute error e_i of each log into a relative error of
+    at most sum |c_i| e_i of the result, so the hardware logarithm serves there (prelude:
+    kf_logf_in_exp). A log also used elsewhere stays a plain log at that other use (the op
+    differs, so the two are not merged as common subexpressions).
+    """
+    memo: dict[int, Expr] = {}
+
+    def linear(node: Expr) -> Expr:
+        if id(node) in memo:
+            return memo[id(node)]
+        result = node
+        if isinstance(node, Unary) and node.dtype == "float32":
+            if node.op == "log":
+                result = Unary(LOG_IN_EXP, node.x, node.dtype)
+            elif node.op == "neg":
+                result = with_children(node, (linear(node.x),))
+        elif isinstance(node, Binary) and node.dtype == "float32":
+            if node.op in ("add", "sub"):
+                result = with_children(node, (linear(node.a), linear(node.b)))
+            elif node.op == "mul" and isinstance(node.a, Const):
+                result = with_children(node, (node.a, linear(node.b)))
+            elif node.op in ("mul", "div") and isinstance(node.b, Const):
+                result = with_children(node, (linear(node.a), node.b))
+        memo[id(node)] = result
+        return result
+
+    def rewrite(node: Expr) -> Expr | None:
+        if isinstance(node, Unary) and node.op == "exp" and node.dtype == "float32":
+            return with_children(node, (linear(node.x),))
+        return None
+
+    return transform(body, rewrite)
+
+
+def operations_per_point(kernel: Kernel) -> float:
+    """Arithmetic of one evaluation of ``kernel`` as generated, special functions weighted
+    (a log that only feeds an exp is the hardware logarithm: one simple operation)."""
+    counts = count_operations(logs_in_exp(kernel.body)) if kernel.body is not None \
+        else {"alu": 0, "sfu": 0}
+    return counts["alu"] + SFU_WEIGHT * counts["sfu"]
+
+
+def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+                      tile: tuple[int, ...] | None = None) -> dict[str, set[tuple[int, ...]]]:
+    """The points (offsets from a thread's first point) at which each member is evaluated.
+
+    A thread computes a register tile of ``tile[d]`` consecutive points along each axis d
+    (one point when left out); a member written to memory is evaluated at each of them,
+    and a producer read by a consumer in the group at offsets is evaluated at every
+    composed offset (each distinct point once).
+    """
+    group = set(members)
+    ndim = graph.kernel_by_name[members[0]].ndim
+    rows = list(product(*(range(n) for n in (tile or (1,) * ndim))))
+    offsets: dict[str, set[tuple[int, ...]]] = {name: set() for name in members}
+    for name in members:
+        if graph.kernel_by_name[name].output in outputs:
+            offsets[name].update(rows)
+    for name in reversed(list(members)):
+        for access in graph.kernel_by_name[name].accesses:
+            producer = graph.producer.get(access.buffer)
+            if producer not in group:
+                continue
+            for base in offsets[name]:
+                for offset in access.offsets:
+                    offsets[producer].add(tuple(b + o for b, o in zip(base, offset, strict=True)))
+    return offsets

@@ -1,0 +1,482 @@
+"""How a group of a fusion plan is implemented: one frozen, typed form per kernel shape.
+
+A :class:`~kfuse.fusion.plan.FusionPlan` says which operators share a kernel; a *form*
+says how that kernel is written (as Halide separates an algorithm from its schedule):
+
+- :class:`Single` — one operator alone: flat (point operators) or register-tiled;
+- :class:`Registers` — a fused group whose internal reads are all at the point itself;
+- :class:`Recompute` — a fused stencil chain whose producers are evaluated again at each
+  tap of their consumers, in registers (register tiles; marching planes along z in 3-D
+  on devices where that pays);
+- :class:`Staged` — a fused 2-D stencil chain whose read-at-an-offset intermediates are
+  computed once per block into shared memory, halo included;
+- :class:`MapReduceVariant` — a map/reduce group (Filipovic et al. 2015): one point of
+  the implementation space of block shape, serial iterations and thread-to-data mapping.
+
+Each form says why it cannot implement a group (:meth:`Form.why_not`, ``None`` where it
+can). Its prediction lives with the cost models (:func:`kfuse.model.roofline.predict_group`)
+and its lowering with code generation (:func:`kfuse.codegen.generate.generate`), both
+dispatching on the form's type. A plan's groups carry their forms
+(:class:`GroupSchedule`); :func:`default_form` chooses one where the plan names none, and
+:func:`parse_form` reads a form's :meth:`~Form.text` back (plans stored as JSON, ``variants``
+given by name).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from math import prod
+from typing import Any, ClassVar
+
+from kfuse.analysis.operations import evaluation_points
+from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
+from kfuse.errors import FusionError
+from kfuse.ir.expr import Coord, Load
+from kfuse.ir.graph import Graph
+from kfuse.schedule import tiles
+
+VARIANT_PREFIX = "mapreduce"
+ROWSUM_MODES = ("shuffle", "smem", "stream")
+VECTOR_BYTES = (8, 16)       # one vector access: two or four 32-bit words
+# Stage a stencil chain in shared memory where recomputing it would evaluate its producers
+# more than this many times per output point on average (:func:`default_form`).
+STAGE_ABOVE_EVALUATIONS = 2.0
+
+
+@dataclass(frozen=True)
+class Form:
+    """How one group's kernel is written. ``name``: the form's name in plans;
+    ``grows``: its registers or shared memory can exceed those of its largest member
+    (the plan checks such kernels compiled, and fits their register tile)."""
+
+    name: ClassVar[str] = "auto"
+    grows: ClassVar[bool] = False
+
+    def text(self) -> str:
+        """The form as a plan names it (:func:`parse_form` reads it back)."""
+        return self.name
+
+    def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
+        """Why this form cannot implement the group ``members`` of ``graph`` (None: it can)."""
+        return None
+
+
+@dataclass(frozen=True)
+class Tiled(Form):
+    """A kernel whose thread computes a register tile of points (flat where the group
+    reads only at the point). ``tile``: points per thread per axis, ``block``: threads per
+    block (x, y); None takes the defaults of :mod:`kfuse.schedule.tiles` for the form's
+    kind and the group's dimensionality (arithmetic-bound operators always keep the narrow
+    ``arithmetic`` tiles)."""
+
+    tile: tuple[int, ...] | None = None
+    block: tuple[int, int] | None = None
+
+    @property
+    def kind(self) -> str:
+        """The kind under which :mod:`kfuse.schedule.tiles` lists its defaults."""
+        return tiles.tile_kind(self.name)
+
+
+@dataclass(frozen=True)
+class Single(Tiled):
+    """One operator alone."""
+
+    name: ClassVar[str] = "single"
+
+
+@dataclass(frozen=True)
+class Registers(Tiled):
+    """Fused operators whose internal reads are all at the point: every intermediate is one
+    register."""
+
+    name: ClassVar[str] = "registers"
+
+
+@dataclass(frozen=True)
+class Recompute(Tiled):
+    """A fused stencil chain: producers evaluated again at every tap of their consumers
+    inside the group (each distinct point once per thread), in registers."""
+
+    name: ClassVar[str] = "recompute"
+    grows: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Staged(Form):
+    """A fused 2-D stencil chain through shared memory: each intermediate read at an offset
+    is computed once per block over the output tile grown by its halo. ``rows``: output
+    rows per thread; ``block``: threads per block (x, y); None takes
+    :data:`~kfuse.schedule.tiles.STAGED_ROWS` and ``TILE_X`` x ``TILE_Y``."""
+
+    name: ClassVar[str] = "staged"
+    grows: ClassVar[bool] = True
+
+    rows: int | None = None
+    block: tuple[int, int] | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(rows per thread, threads along x, threads along y), defaults filled in."""
+        block_x, block_y = self.block or (tiles.TILE_X, tiles.TILE_Y)
+        return (self.rows or tiles.STAGED_ROWS, block_x, block_y)
+
+    @property
+    def outputs_per_block(self) -> tuple[int, int]:
+        """Output points (rows, columns) one block computes."""
+        rows, block_x, block_y = self.shape
+        return (block_y * rows, block_x)
+
+    def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
+        reason = can_stage(graph, tuple(members), self.outputs_per_block)
+        return f"the {self.name} implementation cannot compute it: {reason}" if reason \
+            else None
+
+
+@dataclass(frozen=True)
+class MapReduceVariant(Form):
+    """One implementation of a map/reduce group (seed 004 §4, the implementation space).
+
+    ``threads``: (x, y) threads per block (matrices: x is 32, one warp per row);
+    ``rows``: rows per thread per tile (tile height ``threads[1] * rows``; matrices only);
+    ``iters``: serial iterations, tiles (matrices) or chunks (vectors) per block;
+    ``wide``: 16-byte loads and stores where aligned; ``rowsum``: how row reductions
+    combine the values of a row (``shuffle`` or ``smem``, the padded tile);
+    ``order``: calling order of the row reductions' sums (``smem`` only); ``blocks``: at
+    most this many blocks, each looping over the chunks (a persistent grid sized to the
+    device: no last-wave tail, fewer partial results; vector kernels and the stream mapping;
+    0: one block per ``iters`` chunks).
+
+    ``rowsum="stream"`` is another thread-to-data mapping for matrix groups without column
+    reductions (``A x``, maps, dots): warp ``ty`` owns ``rows`` consecutive rows and walks
+    along them, ``unroll`` coalesced vector loads per row and thread in flight per step
+    (``32 * V * unroll`` columns), partial row results kept in registers across the whole
+    walk and combined over the warp once at the end; ``span``: columns per block (0: whole
+    rows, one plain store per row and no fill of the output; else a multiple of the step, one
+    atomic per row and span); ``iters``: groups of ``threads[1] * rows`` rows per block;
+    ``blocks``: a persistent grid of at most this many blocks looping over the row groups.
+    With ``threads = (T, 1)``, ``T`` a power of two above 32, the whole block walks its rows
+    together (*block rows*: ``T * V * unroll`` columns per step, each row combined over the
+    block's warps at the end; torch.compile's GEMV shape).
+
+    ``vector_bytes``: the size of one vector access when ``wide`` (16, or 8: two floats).
+
+    ``whole_columns`` (the tile mapping only): one block walks every row of its column tile
+    (a grid of column tiles only), so its column reductions are complete in the block:
+    stored plainly (no fill, no atomics), and an elementwise epilogue over the reduced vector
+    can follow in the same kernel (SGEMVT's ``x = beta Aᵀ y + z``; torch.compile's shape for
+    column sums). ``iters`` is then 1.
+
+    ``held_rows`` (block rows only): the block's ``T`` threads hold each of its rows whole in
+    registers, ``unroll`` accesses of ``V`` elements per thread (rows of at most
+    ``T x V x unroll`` columns: larger ones are refused at launch), so a row's reductions
+    are complete while the row is still on chip and members that read them at that row go
+    on over the same values (ATAX's ``Aᵀ (A x)`` in one pass over ``A``); column reductions
+    accumulate in registers over all the block's rows (each thread keeps its own columns),
+    one atomic per column and block at the end. Blocks take contiguous row ranges of a grid
+    of at most ``blocks`` blocks.
+    """
+
+    name: ClassVar[str] = VARIANT_PREFIX
+
+    threads: tuple[int, int] = (256, 1)
+    rows: int = 1
+    iters: int = 1
+    wide: bool = True
+    rowsum: str = "shuffle"
+    order: tuple[str, ...] = ()
+    blocks: int = 0
+    unroll: int = 1
+    span: int = 0
+    vector_bytes: int = 16
+    whole_columns: bool = False
+    held_rows: bool = False
+
+    def __post_init__(self) -> None:
+        bx, by = self.threads
+        if bx < 1 or by < 1 or bx * by > 1024 or (bx * by) % WARP:
+            raise FusionError(f"variant: {bx}x{by} threads is not a whole number of warps "
+                              "up to 1024")
+        if self.rows < 1 or self.iters < 1:
+            raise FusionError("variant: rows and iters must be positive")
+        if self.rowsum not in ROWSUM_MODES:
+            raise FusionError(f"variant: rowsum must be one of {ROWSUM_MODES}")
+        if self.blocks < 0:
+            raise FusionError("variant: blocks must be 0 (as many as needed) or positive")
+        if self.unroll < 1 or self.span < 0:
+            raise FusionError("variant: unroll must be positive and span 0 (whole rows) or "
+                              "positive")
+        if self.rowsum != "stream" and (self.unroll != 1 or self.span):
+            raise FusionError("variant: unroll and span belong to the stream mapping")
+        if self.vector_bytes not in VECTOR_BYTES:
+            raise FusionError(f"variant: vector accesses are of {VECTOR_BYTES} bytes")
+        if self.whole_columns and self.rowsum == "stream":
+            raise FusionError("variant: whole columns belong to the tile mapping (the stream "
+                              "mapping walks along rows)")
+        if self.rowsum == "stream" and bx != WARP and (by != 1 or bx & (bx - 1)):
+            raise FusionError(f"variant: a stream block of {bx}x{by} threads: warps walk rows "
+                              "in 32 x N blocks, whole blocks in T x 1 (T a power of two)")
+        if self.held_rows and (not self.block_rows or self.span):
+            raise FusionError("variant: held rows are block rows (stream, T x 1 threads, T a "
+                              "power of two above 32) without column spans")
+
+    def text(self) -> str:
+        """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
+        access = ("w" if self.vector_bytes == 16 else f"w{self.vector_bytes}") if self.wide \
+            else "s"
+        parts = [VARIANT_PREFIX, f"{self.threads[0]}x{self.threads[1]}", f"r{self.rows}",
+                 f"i{self.iters}", access, self.rowsum]
+        if self.blocks:
+            parts.append(f"g{self.blocks}")
+        if self.unroll != 1:
+            parts.append(f"u{self.unroll}")
+        if self.span:
+            parts.append(f"c{self.span}")
+        if self.whole_columns:
+            parts.append("wc")
+        if self.held_rows:
+            parts.append("hr")
+        if self.order:
+            parts.append("o=" + ",".join(self.order))
+        return ":".join(parts)
+
+    __str__ = text
+
+    @property
+    def whole_rows(self) -> bool:
+        """One warp (or block) owns whole rows (the stream mapping without column spans): a
+        row's reduction is complete inside it."""
+        return self.rowsum == "stream" and not self.span
+
+    @property
+    def block_rows(self) -> bool:
+        """The stream mapping with the whole block along its rows (``T x 1`` threads)."""
+        return self.rowsum == "stream" and self.threads[0] != WARP
+
+    @classmethod
+    def parse(cls, text: str) -> MapReduceVariant:
+        """Read :meth:`text` back; a :class:`FusionError` names what is malformed."""
+        parts = text.split(":")
+        if parts[0] != VARIANT_PREFIX or len(parts) < 6:
+            raise FusionError(f"not a map-reduce variant: {text!r}")
+        match = re.fullmatch(r"(\d+)x(\d+)", parts[1])
+        rows = re.fullmatch(r"r(\d+)", parts[2])
+        iters = re.fullmatch(r"i(\d+)", parts[3])
+        access = re.fullmatch(r"w(8|16)?|s", parts[4])
+        if not (match and rows and iters and access):
+            raise FusionError(f"malformed map-reduce variant {text!r}")
+        order: tuple[str, ...] = ()
+        blocks, unroll, span, whole_columns, held_rows = 0, 1, 0, False, False
+        for extra in parts[6:]:
+            if extra == "wc":
+                whole_columns = True
+            elif extra == "hr":
+                held_rows = True
+            elif extra.startswith("o="):
+                order = tuple(n for n in extra[2:].split(",") if n)
+            elif re.fullmatch(r"g\d+", extra):
+                blocks = int(extra[1:])
+            elif re.fullmatch(r"u\d+", extra):
+                unroll = int(extra[1:])
+            elif re.fullmatch(r"c\d+", extra):
+                span = int(extra[1:])
+            else:
+                raise FusionError(f"malformed map-reduce variant {text!r}")
+        return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
+                   int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
+                   span, int(access.group(1) or 16), whole_columns, held_rows)
+
+    def width(self, item_size: int | None) -> int:
+        """Elements per thread and access: ``vector_bytes``' worth when wide, else 1."""
+        if not self.wide or item_size not in (4, 8):
+            return 1
+        return max(1, self.vector_bytes // item_size)
+
+
+def _extents(graph: Graph, members: tuple[str, ...]
+             ) -> tuple[dict[str, tuple[int, int]], set[str]]:
+    """(extent of each member, members read at an offset).
+
+    A member is evaluated over the extent its consumers need: the output tile for the
+    outputs, grown by each consumer's reach for the producers it reads.
+    """
+    group = set(members)
+    extent = {name: (0, 0) for name in members}
+    staged = set()
+    for name in reversed(members):  # consumers before their producers
+        own = extent[name]
+        for access in graph.kernel_by_name[name].accesses:
+            if len(access.dims) != 2:
+                continue
+            reach = tuple(max(abs(o[axis]) for o in access.offsets) for axis in range(2))
+            need = (own[0] + reach[0], own[1] + reach[1])
+            producer = graph.producer.get(access.buffer)
+            if producer in group:
+                extent[producer] = (max(extent[producer][0], need[0]),
+                                    max(extent[producer][1], need[1]))
+                if not access.is_point:
+                    staged.add(producer)
+    return extent, staged
+
+
+def staged_members(graph: Graph, members: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """Members some other member reads at an offset, with the halo (y, x) each must cover."""
+    extent, staged = _extents(graph, members)
+    return {name: extent[name] for name in members if name in staged}
+
+
+def can_stage(graph: Graph, members: tuple[str, ...], tile: tuple[int, int]) -> str | None:
+    """Why the staged variant cannot compute this group, or ``None`` if it can."""
+    kernels = [graph.kernel_by_name[m] for m in members]
+    if kernels[0].ndim != 2:
+        return "the staged variant is written for 2-D groups"
+    if any(k.reduction is not None for k in kernels):
+        return "the group holds a reduction"
+    halos = staged_members(graph, members)
+    if not halos:
+        return "nothing is read at an offset"
+    group = set(members)
+    for kernel in kernels:
+        for access in kernel.accesses:
+            staged = graph.producer.get(access.buffer) in group
+            if staged and not access.is_point and any(
+                    b is not None and b.mode == "repeat" for b in access.boundaries):
+                return f"'{kernel.name}' reads '{access.buffer}' with periodic boundaries"
+            if access.dims != (0, 1) and graph.buffers[access.buffer].ndim != 0:
+                return f"'{kernel.name}' reads '{access.buffer}' through a broadcast index"
+    shared = sum((tile[0] + 2 * h[0]) * (tile[1] + 2 * h[1]) * 4
+                 for h in halos.values())
+    if shared > STATIC_SHARED_LIMIT:
+        return f"needs {shared} bytes of shared memory per block"
+    return None
+
+
+def is_variant_text(variant: object) -> bool:
+    """Whether ``variant`` is a map-reduce form's text (``mapreduce:...``)."""
+    return isinstance(variant, str) and variant.startswith(VARIANT_PREFIX + ":")
+
+
+FORMS: dict[str, type[Form]] = {form.name: form for form in (Single, Registers, Recompute,
+                                                              Staged)}
+
+
+def parse_form(text: str) -> Form | None:
+    """The form a plan names by ``text`` (``auto``: None, the default form); a
+    :class:`FusionError` names an unknown one."""
+    if text == "auto":
+        return None
+    if is_variant_text(text) or text == VARIANT_PREFIX:
+        return MapReduceVariant.parse(text)
+    form = FORMS.get(text)
+    if form is None:
+        raise FusionError(f"unknown implementation {text!r}: the forms are "
+                          f"{', '.join(sorted(FORMS))} and map-reduce variants "
+                          f"('{VARIANT_PREFIX}:...'), or 'auto'")
+    return form()
+
+
+def as_form(form: Form | str | None) -> Form | None:
+    """A form given as a form, by its text, or None (the default)."""
+    if form is None or isinstance(form, Form):
+        return form
+    if not isinstance(form, str):
+        raise FusionError(f"an implementation is a form of kfuse.schedule.forms or its "
+                          f"name, not {type(form).__name__}")
+    return parse_form(form)
+
+
+def form_name(form: Form | None) -> str:
+    """The text a plan shows for ``form`` (``auto`` for the default)."""
+    return "auto" if form is None else form.text()
+
+
+@dataclass(frozen=True)
+class GroupSchedule:
+    """One kernel of a program: the operators it computes (in order), the buffers it writes
+    to memory and its form (None: the default form, chosen where it is lowered)."""
+
+    members: tuple[str, ...]
+    outputs: tuple[str, ...]
+    form: Form | None = None
+
+    @property
+    def tile(self) -> tuple[int, ...] | None:
+        """The register tile the form names (None: the default, or no tile)."""
+        return getattr(self.form, "tile", None)
+
+    def with_tile(self, tile: tuple[int, ...] | None) -> GroupSchedule:
+        """The same group with register tile ``tile`` (its form must be a tiled one)."""
+        form = self.form if isinstance(self.form, Tiled) else Single()
+        return replace(self, form=replace(form, tile=tile))
+
+
+def group_schedule(group: GroupSchedule | Sequence[Any]) -> GroupSchedule:
+    """A :class:`GroupSchedule`, or one written as a tuple (members, written buffers[, form
+    or its text[, register tile]])."""
+    if isinstance(group, GroupSchedule):
+        return group
+    members, outputs, *how = group
+    form = as_form(how[0]) if how else None
+    if len(how) > 1 and how[1] is not None:
+        if form is None:
+            form = Single()
+        if not isinstance(form, Tiled):
+            raise FusionError(f"group {list(members)}: the {form.text()} form has no "
+                              "register tile")
+        form = replace(form, tile=tuple(how[1]))
+    return GroupSchedule(tuple(members), tuple(outputs), form)
+
+
+def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
+    """Buffers of the group that must reach memory: read outside it or returned to the user."""
+    group = set(members)
+    written = []
+    for name in members:
+        buffer = graph.kernel_by_name[name].output
+        outside = [c for c in graph.consumers.get(buffer, ()) if c not in group]
+        if outside or buffer in graph.outputs:
+            written.append(buffer)
+    return tuple(written)
+
+
+def reads_only_at_points(graph: Graph, members: Sequence[str]) -> bool:
+    """True if every read of the group is at the current point of a domain-shaped or 0-d
+    buffer (its kernel is flat: no register tile)."""
+    kernels = [graph.kernel_by_name[name] for name in members]
+    identity = tuple(range(len(kernels[-1].domain)))
+    for kernel in kernels:
+        for node in kernel.body.walk():  # type: ignore[union-attr]
+            if isinstance(node, Coord):
+                return False
+            if isinstance(node, Load) and node.dims and not (
+                    node.dims == identity and node.is_centered):
+                return False
+    return True
+
+
+def default_form(graph: Graph, members: Sequence[str]) -> Form:
+    """How a group keeps its intermediates where its plan does not say (a cost estimate
+    picks staged or recompute).
+
+    Recomputing a producer at every tap costs its evaluations per output point (shared
+    between the consecutive rows a thread computes); staging costs one evaluation per
+    point plus the halo, and shared-memory traffic. Stage when recomputation would
+    evaluate producers more than :data:`STAGE_ABOVE_EVALUATIONS` times per output point
+    on average.
+    """
+    if len(members) == 1:
+        return Single()
+    group = set(members)
+    stencil_inside = any(graph.producer.get(access.buffer) in group and not access.is_point
+                         for name in members for access in graph.kernel_by_name[name].accesses)
+    if not stencil_inside:
+        return Registers()
+    if Staged().why_not(graph, members) is not None:
+        return Recompute()
+    outputs = group_outputs(graph, members)
+    tile = tiles.register_tile("recompute", graph.kernel_by_name[members[0]].ndim)
+    points = evaluation_points(graph, members, outputs, tile)
+    per_output = sum(len(p) for p in points.values()) / (prod(tile) * len(members))
+    return Staged() if per_output > STAGE_ABOVE_EVALUATIONS else Recompute()
