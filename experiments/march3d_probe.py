@@ -265,9 +265,9 @@ def main() -> None:
     from kfuse.bench.experiment import device_case, planned_program, planned_run, run_checked
     from kfuse.bench.torch_baseline import compiled_on
     from kfuse.codegen import generate
-    from kfuse.schedule.tiles import REGISTER_TILES
     from kfuse.config import configured
     from kfuse.runtime import get_backend
+    from kfuse.schedule.tiles import REGISTER_TILES
     from kfuse.tune.timing import print_rounds, time_alternating
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
