@@ -1,4 +1,4 @@
-"""The eleven BLAS sequences of seed 004 on the GPU: verify, compare, rank implementations.
+"""The eleven BLAS sequences of Filipovič et al. 2015 on the GPU: verify, compare, rank implementations.
 
 Usage on the device machine (repo root)::
 
@@ -12,7 +12,7 @@ Usage on the device machine (repo root)::
    the cuBLAS call sequence, ``torch.compile``, the DRAM floor (inputs once, outputs once)
    and the *plan floor* (the bytes the plan must move: GEMVER's three passes over the
    matrix, SGEMVT's two), with the issue's targets checked;
-3. **rank** (seed 004 Table 4): the ``--rank`` best-predicted implementations of each app
+3. **rank** (Filipovič et al. 2015 Table 4): the ``--rank`` best-predicted implementations of each app
    timed; the number of implementations in the space, the predicted rank of the measured
    best (within 0.1% counts as equal), the predicted-first as % of the best, the worst
    timed as % of the best.
@@ -84,7 +84,7 @@ def verify(app, size: tuple[int, ...], profile) -> dict[str, Any]:
 
 
 def rank(app, size: tuple[int, ...], profile, count: int) -> dict[str, Any]:
-    """Time the ``count`` best-predicted implementations (seed 004 Table 4)."""
+    """Time the ``count`` best-predicted implementations (Filipovič et al. 2015 Table 4)."""
     import cupy
 
     graph = app.build().graph()
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
 
     if not args.skip_rank and args.rank > 0:
-        print(f"\n== implementation ranking (seed 004 Table 4; the {args.rank} best predicted "
+        print(f"\n== implementation ranking (Filipovič et al. 2015 Table 4; the {args.rank} best predicted "
               "timed)", flush=True)
         print(f"  {'app':8s} {'#impl':>10s} {'timed':>6s} {'rank of best':>13s} "
               f"{'first % of best':>16s} {'worst timed %':>14s}", flush=True)

@@ -7,7 +7,7 @@ shared machine the CPU figure is the one-core time) and, up to ``--exact-max`` k
 ``exact`` (HiGHS) on a fresh copy of the problem (so neither reuses the other's memoised
 evaluations); greedy is shown for scale.
 
-With ``--suite`` the problems are ``kfuse synth`` instances instead (seed 000 Table V:
+With ``--suite`` the problems are ``kfuse synth`` instances instead (Wahib & Maruyama 2014 Table V:
 ``2 * kernels`` arrays, copies, sharing-set size, thread load and kinship drawn per
 instance from the table's ranges, the literal ``wahib`` model), as ``kfuse fidelity
 --table-v`` draws them. The header line gives the CPUs the process may use and the load

@@ -1,6 +1,6 @@
 """Hand-written elementwise kernels with L2 prefetch-size hints (GPU experiment, issue 5).
 
-The four elementwise sequences of seed 004 (VADD, MADD, WAXPBY, SSCAL) tie torch.compile at
+The four elementwise sequences of Filipovič et al. 2015 (VADD, MADD, WAXPBY, SSCAL) tie torch.compile at
 the copy bandwidth (sessions 7-12 tried shapes, evict-first loads, streaming stores and the
 bulk copy engine). Not tried before: loads that ask L2 to fetch 128 or 256 bytes around the
 missed sector (``ld.global.nc.L2::128B`` / ``L2::256B``), loads that skip L1

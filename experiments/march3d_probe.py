@@ -6,7 +6,7 @@ intermediate on 10. Here each thread owns 4 columns x TY rows and walks CZ plane
 step loads one new input plane (its rows as aligned vectors, the halo columns as scalars,
 all row offsets computed once), computes the intermediate on one plane (the thread's rows
 and columns grown by one) and the output on one plane; the planes below and above stay in
-registers. Clamp borders only (the app's default), with seed 002's index exchange: an
+registers. Clamp borders only (the app's default), with Qiao 2021's index exchange: an
 intermediate outside the volume takes the value at the clamped point. Checked against the
 planned program, then timed beside it and torch.compile in alternating rounds.
 

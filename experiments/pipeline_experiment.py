@@ -9,7 +9,7 @@ registers, while the threads compute the current one: each thread an 8 x 4 regis
 (the same arithmetic as kfuse's generated kernel) read from the staged rows. Session 4
 tried this with two buffers (48 KB) and measured it slower.
 
-Borders: rows and columns outside the image are read clamped, which is not seed 002's
+Borders: rows and columns outside the image are read clamped, which is not Qiao 2021's
 index exchange, so only the interior (2 pixels in from each edge) is compared with
 kfuse's result; the timing covers the whole image.
 

@@ -20,9 +20,13 @@ from kfuse.runtime.compiled import CompiledPipeline
 from kfuse.search import plan_for
 
 
-def fuse(graph: Graph, groups: Sequence[Sequence[str]]) -> FusionPlan:
-    """A plan with the given groups of operator names (the others alone), checked."""
-    return make_plan(graph, [list(group) for group in groups])
+def fuse(graph: Graph, groups: Sequence[Sequence[str]], forms: Sequence[Any] | None = None
+         ) -> FusionPlan:
+    """A plan with the given groups of operator names (the others alone), checked; ``forms``
+    (one per group, None for the default) say how each is written."""
+    chosen = {frozenset(group): form for group, form in zip(groups, forms or (), strict=False)
+              if form is not None}
+    return make_plan(graph, [list(group) for group in groups], variants=chosen or None)
 
 
 def plan(graph: Graph, strategy: str, model: str, sizes: Mapping[str, int] | None

@@ -1,4 +1,4 @@
-"""BLAS-1/2 fusion (seed 004): DSL operators, fusibility, map-reduce code, the implementation
+"""BLAS-1/2 fusion (Filipovič et al. 2015): DSL operators, fusibility, map-reduce code, the implementation
 space, and the eleven sequences of Table 1 on the cpu backend against float64 references."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_fusions_the_paper_expects():
 
 
 def test_default_plan_of_a_users_blas_pipeline_reads_the_matrix_once():
-    """plan="auto" (and Pipeline.plan()) of a pipeline of maps and reductions is seed 004's
+    """plan="auto" (and Pipeline.plan()) of a pipeline of maps and reductions is Filipovič et al. 2015's
     predicted-best implementation: BiCGK written by hand shares one pass over A (the greedy
     search alone keeps the two products apart); image pipelines keep the greedy search."""
     cpu_or_skip()
@@ -160,8 +160,8 @@ def test_default_plan_of_a_users_blas_pipeline_reads_the_matrix_once():
 
 @pytest.mark.parametrize("name", TABLE_1)
 def test_fused_traffic_is_table_3(name):
-    """DRAM words of the predicted-best plan equal seed 004's fused words (vectors aside);
-    ATAX's held rows read A once where seed 004 reads it twice."""
+    """DRAM words of the predicted-best plan equal Filipovič et al. 2015's fused words (vectors aside);
+    ATAX's held rows read A once where Filipovič et al. 2015 reads it twice."""
     app = get_app(name)
     graph = app.build().graph()
     space = ImplementationSpace(graph, app.sizes(graph, app.bench_size))
@@ -245,7 +245,7 @@ def test_dsl_errors_name_the_operator_and_line():
 
 
 # ---------------------------------------------------------------------------------------------
-# Fusibility (seed 004 F1-F5)
+# Fusibility (Filipovič et al. 2015 F1-F5)
 # ---------------------------------------------------------------------------------------------
 
 def test_reduction_consumed_in_its_own_kernel_is_refused_with_the_reason():
@@ -397,7 +397,7 @@ def test_generated_map_reduce_code_is_valid_cuda():
 
 
 # ---------------------------------------------------------------------------------------------
-# Barrier rules (seed 004 §3.3)
+# Barrier rules (Filipovič et al. 2015 §3.3)
 # ---------------------------------------------------------------------------------------------
 
 def test_barrier_rules_b1_and_b2():
@@ -423,7 +423,7 @@ def test_barrier_rules_b1_and_b2():
 
 
 # ---------------------------------------------------------------------------------------------
-# The implementation space (seed 004 §4)
+# The implementation space (Filipovič et al. 2015 §4)
 # ---------------------------------------------------------------------------------------------
 
 def test_variant_text_round_trip_and_errors():

@@ -1,4 +1,4 @@
-"""Cost models: wahib (seed 000 Eqs. 2-10), qiao (seed 002 edge weights), measured, model-check."""
+"""Cost models: wahib (Wahib & Maruyama 2014 Eqs. 2-10), qiao (Qiao 2021 edge weights), measured, model-check."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def cuda_usable() -> bool:
 
 
 # ------------------------------------------------------------------------------------------------
-# wahib: the worked example of seed 000 (K20X, double precision)
+# wahib: the worked example of Wahib & Maruyama 2014 (K20X, double precision)
 # ------------------------------------------------------------------------------------------------
 
 def test_worked_example_equations():
@@ -133,7 +133,7 @@ def test_presets_and_profiles():
 
 
 # ------------------------------------------------------------------------------------------------
-# qiao: seed 002's Harris numbers
+# qiao: Qiao 2021's Harris numbers
 # ------------------------------------------------------------------------------------------------
 
 def test_qiao_harris_edge_weights():
@@ -177,7 +177,7 @@ def test_qiao_on_the_ir():
     kind, benefit = qiao.graph_edge_benefit(night, "atrous0", "atrous1",
                                             night.kernel_by_name["atrous0"].output,
                                             nominal_sizes(night), params)
-    assert kind == "shared" and benefit < 0  # seed 002: Atrous0 -> Atrous1 does not pay
+    assert kind == "shared" and benefit < 0  # Qiao 2021: Atrous0 -> Atrous1 does not pay
     prediction = qiao.predict_group(graph, ("sx", "gx"), ("gx",), sizes, default_profile())
     assert prediction.time_s < prediction.unfused_s
     assert prediction.time_s >= prediction.floor_s

@@ -134,3 +134,20 @@ def test_code_generation_is_the_lowering_planning_asks():
     kernel = lowering().lower(graph, group, None)
     assert kernel.symbol in kernel.source and kernel.source == generate(graph, [group]).source
     assert lowering().last_first(graph, [group]) == ("",)
+
+
+def test_users_name_a_groups_form_when_they_fuse():
+    p = chain()
+    plan = p.fuse([["a", "b"]], forms=[Recompute(tile=(4, 2))])
+    assert plan.groups[0].form == Recompute(tile=(4, 2))  # its own tile kept
+    assert p.fuse([["a", "b"]], forms=["staged"]).groups[0].form == Staged()
+    default = p.fuse([["a", "b"]], forms=[None]).groups[0].form
+    assert type(default) is type(default_form(p.graph(), ["a", "b"]))
+    with pytest.raises(FusionError, match="one form"):
+        p.fuse([["a", "b"]], forms=["staged", "recompute"])
+    periodic = kf.Pipeline("periodic")
+    x = periodic.input("x", ndim=2)
+    a = kf.local(x.at(0, 1) + x, boundary="repeat", name="a")
+    periodic.output(kf.local(a.at(1, 0) - a, boundary="repeat", name="b"))
+    with pytest.raises(FusionError, match="staged implementation cannot compute it"):
+        periodic.fuse([["a", "b"]], forms=[Staged()])

@@ -1,4 +1,4 @@
-"""Search strategies: legal plans, agreement on the optimum, seed 002's partitions, errors."""
+"""Search strategies: legal plans, agreement on the optimum, Qiao 2021's partitions, errors."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def test_gga_progress_bar_and_options():
         solve(random_problem(5), "gga", populaton=3)
 
 
-# -- seed 002 ------------------------------------------------------------------------------------
+# -- Qiao 2021 ------------------------------------------------------------------------------------
 
 def test_mincut_reproduces_harris_partition():
     plan = search(get_app("harris").build().graph(), "mincut")

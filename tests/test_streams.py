@@ -1,4 +1,4 @@
-"""The wave model (seed 002, §4.3) and the stream schedule of a program's launches: which
+"""The wave model (Qiao 2021, §4.3) and the stream schedule of a program's launches: which
 kernels have no path between them, when separate streams are predicted to pay, and which
 events order kernels on different streams. (Launching on streams needs a GPU; what is
 launched where is decided here, on any machine.)"""

@@ -3,7 +3,7 @@
 ``list_apps()`` gives every :class:`App`; ``get_app(name)`` one of them. Each app module
 (``harris``, ``shi_tomasi``, ``sobel``, ``unsharp``, ``enhance``, ``night``,
 ``diffusion3d``, ``levels``) defines ``build``, ``reference``, ``make_inputs`` and its ``APP`` entry.
-The eleven BLAS-1/2 sequences of seed 004 (``kfuse.apps.blas``) form a second family:
+The eleven BLAS-1/2 sequences of Filipovič et al. 2015 (``kfuse.apps.blas``) form a second family:
 ``list_apps("blas")`` or ``list_apps("all")``; ``get_app`` finds apps of every family.
 """
 
@@ -27,7 +27,7 @@ FAMILIES = ("image", "blas", "all")
 
 def list_apps(family: str = "image") -> list[App]:
     """Registered apps in a fixed order: ``image`` (Hipacc's six, then diffusion3d and
-    levels; the default), ``blas`` (seed 004's eleven sequences) or ``all`` (both)."""
+    levels; the default), ``blas`` (Filipovič et al. 2015's eleven sequences) or ``all`` (both)."""
     if family not in FAMILIES:
         raise DslError(f"unknown app family {family!r}; choose one of {', '.join(FAMILIES)}")
     chosen = {"image": [_APPS], "blas": [_BLAS_APPS], "all": [_APPS, _BLAS_APPS]}[family]

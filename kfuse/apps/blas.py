@@ -1,4 +1,4 @@
-"""The eleven BLAS-1/2 sequences of seed 004 (Table 1, from BTO BLAS), each with a float64
+"""The eleven BLAS-1/2 sequences of Filipovič et al. 2015 (Table 1, from BTO BLAS), each with a float64
 NumPy reference.
 
 Vectors have ``n`` elements; matrices are row-major ``M x N`` (any sizes, no padding).
@@ -6,7 +6,7 @@ Sequence apps take ``size = (n,)`` (vector sequences) or ``(M, N)`` (matrix sequ
 ``App.make_inputs`` and ``kfuse run --size`` do. Inputs are uniform in ``[0.1, 1.1)`` (no
 cancellation in the reductions, so a relative error measures the code, not the data).
 
-| app      | operations                                               | seed 004 tags |
+| app      | operations                                               | Filipovič et al. 2015 tags |
 |----------|----------------------------------------------------------|---------------|
 | axpydot  | z = w - alpha v; r = zᵀ u                                 | F S           |
 | atax     | y = Aᵀ (A x)                                              | -             |
@@ -20,7 +20,7 @@ cancellation in the reductions, so a relative error measures the code, not the d
 | vadd     | x = w + y + z                                             | F S           |
 | waxpby   | w = alpha x + beta y                                      | F             |
 
-``BlasApp`` adds what the benchmarks report: the DRAM words and flops of seed 004's
+``BlasApp`` adds what the benchmarks report: the DRAM words and flops of Filipovič et al. 2015's
 counting convention (notes §6.3), the tolerance of the checks (reductions 1e-4) and the
 planner (the implementation space of :mod:`kfuse.search.variants`).
 """
@@ -37,7 +37,7 @@ import numpy as np
 import kfuse.dsl as kf
 from kfuse.apps.base import App, check_size
 
-ORIGIN = "seed 004 (Filipovič et al.) Table 1; sequences from BTO BLAS"
+ORIGIN = "Filipovič et al. 2015, Table 1; sequences from BTO BLAS"
 VECTOR_BENCH = (2**27,)
 VECTOR_BENCH_SIZES = ((2**26,), (2**27,), (2**28,))
 MATRIX_BENCH = (16384, 16384)
@@ -48,7 +48,7 @@ LOW, HIGH = 0.1, 1.1
 
 @dataclass(frozen=True)
 class BlasApp(App):
-    """A BLAS sequence: an :class:`App` plus seed 004's traffic and flop counts."""
+    """A BLAS sequence: an :class:`App` plus Filipovič et al. 2015's traffic and flop counts."""
 
     operations: str = ""
     tags: str = ""
@@ -66,7 +66,7 @@ class BlasApp(App):
         return bind_sizes(graph, self.check_size(size))
 
     def planner(self, graph: Any, sizes: Mapping[str, int], profile: Any = None) -> Any:
-        """The predicted-best combination of fusions and implementations (seed 004 §4)."""
+        """The predicted-best combination of fusions and implementations (Filipovič et al. 2015 §4)."""
         from kfuse.search.variants import best_plan
         return best_plan(graph, sizes, profile)
 

@@ -5,7 +5,7 @@ Kernels (``u0`` is the volume, axes z, y, x)::
     u1 = local u0 + c * (u0[z±1] + u0[y±1] + u0[x±1] - 6 u0)
     u2 = local the same update applied to u1                     (output)
 
-Definition choices. This is not from seed 002 (which is 2-D image processing); it is the
+Definition choices. This is not from Qiao 2021 (which is 2-D image processing); it is the
 classic memory-bound stencil chain (cf. the time-skewing / temporal-blocking literature) that
 exercises kfuse's local-to-local fusion in 3-D. ``c`` (= D dt / h^2) is a runtime parameter;
 the scheme is stable for c <= 1/6, and :func:`make_inputs` uses 0.1. Each step applies
@@ -65,7 +65,7 @@ def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "f
 APP = App(
     name="diffusion3d",
     title="3-D diffusion: two explicit 7-point steps u0 -> u1 -> u2",
-    origin="kfuse (classic 3-D stencil chain; not in seed 002)",
+    origin="kfuse (classic 3-D stencil chain; not in Qiao 2021)",
     build=build,
     reference=reference,
     make_inputs=make_inputs,

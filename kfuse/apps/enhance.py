@@ -6,7 +6,7 @@ Kernels (``img`` is the grey input, positive)::
     amplify       = point gain * geomean                  (runtime parameter ``gain``)
     gamma_correct = point pow(amplify, gamma)             (runtime parameter ``gamma``)
 
-Definition choices. The thesis (seed 002, §3.7.2) cites Suman et al. 2014 (geometric-mean
+Definition choices. The thesis (Qiao 2021, §3.7.2) cites Suman et al. 2014 (geometric-mean
 filter and gamma correction for wireless capsule endoscopy images) and describes a local
 operator followed by two point operators with no recomputation when fused. Hipacc's fusion
 sample (``samples/6_Kernel_Fusion/enhancement``) orders the chain filter -> global gain ->
@@ -68,7 +68,7 @@ def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "f
 APP = App(
     name="enhance",
     title="Endoscopy enhancement: 3x3 geometric mean, gain, gamma correction",
-    origin="seed 002 (Hipacc thesis) §3.7.2-3.7.3 (Enhance, [SHM+14]), Tab. 3.4",
+    origin="Qiao 2021 (Hipacc thesis) §3.7.2-3.7.3 (Enhance, [SHM+14]), Tab. 3.4",
     build=build,
     reference=reference,
     make_inputs=make_inputs,

@@ -1,4 +1,4 @@
-"""Harris corner detector: the 9-kernel DAG of the Hipacc thesis (seed 002, Figs. 1.4, 3.9, 3.11).
+"""Harris corner detector: the 9-kernel DAG of the Hipacc thesis (Qiao 2021, Figs. 1.4, 3.9, 3.11).
 
 Kernels (``img`` is the grey input, axis 0 = y, axis 1 = x)::
 
@@ -90,7 +90,7 @@ def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "f
 APP = App(
     name="harris",
     title="Harris corner response: 3x3 derivatives, products, 3x3 Gaussians, det - k trace^2",
-    origin="seed 002 (Hipacc thesis) §1.1 Fig. 1.4, §3.5 Figs. 3.9/3.11, §3.7 Tab. 3.4",
+    origin="Qiao 2021 (Hipacc thesis) §1.1 Fig. 1.4, §3.5 Figs. 3.9/3.11, §3.7 Tab. 3.4",
     build=build,
     reference=reference,
     make_inputs=make_inputs,

@@ -5,7 +5,7 @@ Kernels (``l0`` the finest level, each next level half as large per axis, rounde
     blur_k   = local 3x3 binomial [1 2 1; 2 4 2; 1 2 1] / 16 of l_k
     detail_k = point l_k + amount * (l_k - blur_k)                   for k = 0 .. LEVELS-1
 
-Definition choices. Seed 002 §4.1 runs a filter F at each level of a multiresolution
+Definition choices. Qiao 2021 §4.1 runs a filter F at each level of a multiresolution
 pyramid; F at one level is independent of F at the others, and the coarse levels are too
 small to fill the GPU, which is what the thesis's multi-stream model (§4.3) exploits. Here
 the levels are given (a pyramid built beforehand) and F is an unsharp-mask detail boost, so
@@ -77,7 +77,7 @@ class LevelsApp(App):
 APP = LevelsApp(
     name="levels",
     title="Detail boost on 4 pyramid levels: independent branches of small kernels",
-    origin="seed 002 (Hipacc thesis) §4.1-4.3: the filter F at every level of a pyramid",
+    origin="Qiao 2021 (Hipacc thesis) §4.1-4.3: the filter F at every level of a pyramid",
     build=build,
     reference=reference,
     make_inputs=make_inputs,

@@ -13,7 +13,7 @@ Kernels (``img`` is the grey input, values about [0, 1])::
          [0.124758, 0.272496, 0.124758],
          [0.057118, 0.124758, 0.057118]]
 
-Definition choices. The thesis (seed 002, §3.7.2-3.7.3) gives the structure (Atrous0 3x3 ->
+Definition choices. The thesis (Qiao 2021, §3.7.2-3.7.3) gives the structure (Atrous0 3x3 ->
 Atrous1 5x5 -> Scoto, a linear chain; à-trous bilateral filtering; 68 and 89 ALU ops) and no
 formulas; the formulas above are those of Hipacc's fusion sample
 (``samples/6_Kernel_Fusion/night``), with these changes:
@@ -147,7 +147,7 @@ def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "f
 APP = App(
     name="night",
     title="Night filter: à-trous bilateral 3x3 and 5x5 (dilated), then scotopic tone map",
-    origin="seed 002 (Hipacc thesis) §3.7.2-3.7.3 (Night, [JPS+00], [She92]), Tab. 3.4",
+    origin="Qiao 2021 (Hipacc thesis) §3.7.2-3.7.3 (Night, [JPS+00], [She92]), Tab. 3.4",
     build=build,
     reference=reference,
     make_inputs=make_inputs,

@@ -1,4 +1,4 @@
-"""Shi-Tomasi features: the Harris DAG with the minimum-eigenvalue response (seed 002, §3.7).
+"""Shi-Tomasi features: the Harris DAG with the minimum-eigenvalue response (Qiao 2021, §3.7).
 
 Kernels dx, dy, sx, sy, sxy, gx, gy, gxy are exactly those of :mod:`kfuse.apps.harris`; the
 last point kernel ``st`` is the smaller eigenvalue of the smoothed structure tensor
@@ -51,7 +51,7 @@ def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "f
 APP = App(
     name="shi_tomasi",
     title="Shi-Tomasi features: Harris DAG with the minimum-eigenvalue response",
-    origin="seed 002 (Hipacc thesis) §3.7.2, Tab. 3.4 (same DAG as Harris, Fig. 3.11)",
+    origin="Qiao 2021 (Hipacc thesis) §3.7.2, Tab. 3.4 (same DAG as Harris, Fig. 3.11)",
     build=build,
     reference=reference,
     make_inputs=make_inputs,

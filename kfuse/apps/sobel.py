@@ -6,7 +6,7 @@ Kernels (``img`` is the grey input, axis 0 = y, axis 1 = x)::
     dy  = local 3x3 Sobel along y: the transposed mask
     mag = point sqrt(dx^2 + dy^2)
 
-Definition choices. The thesis (seed 002, §3.7.2, Listing 4.2, §5.6) describes Sobel as x-
+Definition choices. The thesis (Qiao 2021, §3.7.2, Listing 4.2, §5.6) describes Sobel as x-
 and y-derivative local kernels plus a magnitude point kernel; this is the reading the notes
 adopt (ambiguity A5: two L->P edges with a shared input). Hipacc's fusion sample splits each
 derivative into a separable row and column pass (5 kernels); kfuse uses the unsplit 3x3
@@ -55,7 +55,7 @@ def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "f
 APP = App(
     name="sobel",
     title="Sobel edge magnitude: 3x3 dx, dy on a shared input, then sqrt(dx^2 + dy^2)",
-    origin="seed 002 (Hipacc thesis) §3.7.2, Tab. 3.4; Listing 4.2; §5.6",
+    origin="Qiao 2021 (Hipacc thesis) §3.7.2, Tab. 3.4; Listing 4.2; §5.6",
     build=build,
     reference=reference,
     make_inputs=make_inputs,

@@ -7,7 +7,7 @@ Kernels (``img`` is the grey input)::
     ratio   = point sharp / img
     unsharp = point ratio * img
 
-Definition choices. The thesis (seed 002, §3.7.2-3.7.3) says only: one local blur, then three
+Definition choices. The thesis (Qiao 2021, §3.7.2-3.7.3) says only: one local blur, then three
 point kernels amplifying high frequencies, all four reading the input (the shape of
 Fig. 3.2b). The kernel names of Hipacc's fusion sample (``GaussBlur``, ``SharpKernel``,
 ``RatioKernel``, ``UnsharpKernel``) match Halide's classic unsharp app, whose stages are the
@@ -62,7 +62,7 @@ def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "f
 APP = App(
     name="unsharp",
     title="Unsharp masking: 5x5 Gaussian blur, then sharp, ratio, unsharp (all read the input)",
-    origin="seed 002 (Hipacc thesis) §3.7.2-3.7.3, Fig. 3.2b shape, Tab. 3.4",
+    origin="Qiao 2021 (Hipacc thesis) §3.7.2-3.7.3, Fig. 3.2b shape, Tab. 3.4",
     build=build,
     reference=reference,
     make_inputs=make_inputs,

@@ -1,9 +1,9 @@
-"""cuBLAS baselines: each BLAS sequence of seed 004 as the cuBLAS calls one would write.
+"""cuBLAS baselines: each BLAS sequence of Filipovič et al. 2015 as the cuBLAS calls one would write.
 
 The calls go through CuPy's thin cuBLAS bindings (``cupy_backends.cuda.libs.cublas``) on
 the current stream, in the BLAS style of the paper: in-place ``axpy``/``scal``/``ger`` and
 ``gemv`` with ``beta`` accumulate into an output that a device-to-device copy first fills
-(the *S* tag of seed 004 Table 1: the copies are the price of the in-place API); ``MADD`` is
+(the *S* tag of Filipovič et al. 2015 Table 1: the copies are the price of the in-place API); ``MADD`` is
 one out-of-place ``geam`` (notes §8). Row-major matrices are handed to cuBLAS as their
 column-major transposes (``A x`` is ``gemv`` with ``OP_T``, ``lda = N``).
 
@@ -192,7 +192,7 @@ def _sgemvt(blas: _Blas, a: Mapping[str, Any], p: Mapping[str, float]) -> Cublas
 
 
 def _sscal(blas: _Blas, a: Mapping[str, Any], p: Mapping[str, float]) -> CublasSequence:
-    # In place, as BLAS scal is (seed 004 tags SSCAL 'B'): a scratch copy made once, outside
+    # In place, as BLAS scal is (Filipovič et al. 2015 tags SSCAL 'B'): a scratch copy made once, outside
     # the timed sequence; after the first run it holds alpha x.
     sx = a["x"].copy()
     steps = [blas.scal(p["alpha"], sx)]

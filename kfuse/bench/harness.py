@@ -4,7 +4,7 @@ For each app: build the float32 pipeline, make random inputs on the device (seve
 when one set fits in L2), prepare the kfuse executable and time ``launch_all``; run PyTorch
 eager and ``torch.compile`` on the very same arrays (zero-copy), check kfuse's result
 against eager, time each generated kernel alone with its own DRAM traffic, and compare
-everything with the floor at the measured copy bandwidth. BLAS sequences (seed 004) are
+everything with the floor at the measured copy bandwidth. BLAS sequences (Filipovič et al. 2015) are
 also timed as their cuBLAS call sequence (``kfuse.bench.cublas_baseline``), and apps with
 a ``planner`` (the BLAS apps: the implementation space of ``kfuse.search.variants``) get
 their plan from it; ``autotune=k`` times the k best-predicted implementations and keeps
@@ -591,7 +591,7 @@ def _choose_plan(app: Any, graph, given: dict[str, Any], sizes: dict[str, int],
 def app_plan(app: Any, graph: Graph, sizes: Mapping[str, int],
              profile: DeviceProfile | None = None) -> Any:
     """The plan an app runs in benchmarks: its own planner (the BLAS apps: the
-    implementation space of seed 004), else the default search."""
+    implementation space of Filipovič et al. 2015), else the default search."""
     planner = getattr(app, "planner", None)
     if planner is not None:
         return planner(graph, sizes, profile)

@@ -529,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--strategy", default="auto",
                       help="auto (default: 'variants' for map/reduce pipelines, else "
                            "greedy), exhaustive, exact, greedy, edges, mincut, gga, or "
-                           "'variants' (fusions x implementations, seed 004)")
+                           "'variants' (fusions x implementations, Filipovič et al. 2015)")
     plan.add_argument("--model", default="roofline",
                       help="roofline (default), wahib, wahib-norm, qiao or measured (times "
                            "candidate groups on the GPU)")
@@ -571,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--progress", action="store_true", help="show the search's progress")
     project.set_defaults(handler=command_project)
 
-    synth = commands.add_parser("synth", help="generate a synthetic application (seed 000 "
+    synth = commands.add_parser("synth", help="generate a synthetic application (Wahib & Maruyama 2014 "
                                 "Table V attributes)")
     synth.add_argument("--kernels", type=int, default=20)
     synth.add_argument("--arrays", type=int, default=40)
@@ -603,14 +603,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="largest degree of kinship; a list draws one per instance")
     fidelity.add_argument("--table-v", action="store_true",
                           help="draw copies, sharing, thread load and kinship per instance "
-                               "from seed 000's Table V ranges (lists given override)")
+                               "from Wahib & Maruyama 2014's Table V ranges (lists given override)")
     fidelity.add_argument("--device", default="k20x")
     fidelity.add_argument("--model", default="wahib",
                           choices=("wahib", "wahib-norm", "qiao", "roofline"))
     fidelity.add_argument("--strategy", default="gga", help="strategy under test")
     fidelity.add_argument("--reference", default="exact", help="strategy giving the optimum")
     fidelity.add_argument("--tolerance", type=NON_NEGATIVE_NUMBER, default=0.01,
-                          help="relative gap still counted optimal (seed 001: 1%%)")
+                          help="relative gap still counted optimal (Wahib & Maruyama 2014b: 1%%)")
     fidelity.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     fidelity.add_argument("--json", action="store_true", help="print the rows as JSON")
     fidelity.set_defaults(handler=command_fidelity)

@@ -1,4 +1,4 @@
-"""Barrier placement in map-reduce kernels: the two rules of seed 004 (§3.3).
+"""Barrier placement in map-reduce kernels: the two rules of Filipovič et al. 2015 (§3.3).
 
 A kernel is a sequence of routines (load, compute, stage, sum, store), each with the shared
 elements it reads and writes under a thread-to-data mapping. A ``__syncthreads()`` goes

@@ -4,7 +4,7 @@ A group's kernel evaluates its members at each point of their common iteration s
 A read of a buffer produced inside the group is answered by evaluating the producer
 right there (an intermediate in a register); a read at an offset evaluates the producer
 at the neighbouring point, after mapping that point with the *consumer's* boundary mode
-(seed 002's index exchange), so fused results equal unfused ones at every border pixel.
+(Qiao 2021's index exchange), so fused results equal unfused ones at every border pixel.
 Each distinct (producer, point) is evaluated once per thread (common subexpressions).
 
 Code shapes:

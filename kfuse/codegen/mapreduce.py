@@ -1,4 +1,4 @@
-"""Fused map / reduce / nested map-reduce kernels for BLAS-1/2 groups (seed 004, §5).
+"""Fused map / reduce / nested map-reduce kernels for BLAS-1/2 groups (Filipovič et al. 2015, §5).
 
 A *map/reduce group* (see :func:`kfuse.fusion.legality.mapreduce_shape_reason`) iterates
 over a vector or a row-major matrix; its members are maps and reductions read at the point
@@ -411,7 +411,7 @@ class MapReduceGroup(GroupNames):
             return (variant.threads[1] * variant.rows, self.step(variant))
         return (variant.threads[1] * variant.rows, WARP * v)
 
-    # -- shared memory (interval allocation, seed 004 §3.4) --------------------------------------
+    # -- shared memory (interval allocation, Filipovič et al. 2015 §3.4) --------------------------------------
     def shared_layout(self, variant: MapReduceVariant) -> dict[str, SharedElement]:
         """Offsets of the shared elements: loop-time tiles first, end-time buffers reuse them."""
         if self.flat or variant.rowsum == "stream":
@@ -709,7 +709,7 @@ class _Builder(StreamBody, HeldBody):
 
         vec = self.aligned_flag(group.tile_inputs + group.stores, None, known=True)
         body = [
-            "// thread-to-data mapping shared by every member (seed 004 F1): thread t of a",
+            "// thread-to-data mapping shared by every member (Filipovič et al. 2015 F1): thread t of a",
             f"// block takes {v} consecutive element(s) of each of {iters} chunk(s) of "
             f"{bx * v}",
             f"const kf_index_t kf_n = {count};",
@@ -874,7 +874,7 @@ class _Builder(StreamBody, HeldBody):
             invariant.append(f"{ctype} kf_col_{var}[{v}]; kf_mr_load<{v}>({var} + ix, kf_cols, "
                              f"{flag}, kf_col_{var});")
         body = [
-            "// thread-to-data mapping shared by every member (seed 004 F1): thread (tx, ty)",
+            "// thread-to-data mapping shared by every member (Filipovič et al. 2015 F1): thread (tx, ty)",
             f"// owns columns (bx*32 + tx)*{v} .. +{v - 1} and rows ty, ty+{by}, .. of each "
             f"{tm}-row tile",
             "const int kf_tx = threadIdx.x, kf_ty = threadIdx.y;",

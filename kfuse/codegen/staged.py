@@ -5,7 +5,7 @@ an offset is computed once per block over the tile grown by its halo and kept in
 memory; a barrier separates the stages; the last stage computes the outputs, several
 rows per thread, reading the staged values (rows shared between a thread's points are
 read once). A read of a staged intermediate first maps its point with the consumer's
-boundary mode (seed 002's index exchange), so borders equal the unfused result; mirror
+boundary mode (Qiao 2021's index exchange), so borders equal the unfused result; mirror
 and clamp keep the mapped point inside the staged halo, which is why groups with
 periodic (repeat) reads of an intermediate use the recompute variant instead.
 """

@@ -5,7 +5,7 @@ Every operator records ordinary IR kernels, so the planner treats them like any 
 - a vector map (``scal``, ``axpy``, ``axpby``) is a ``point`` kernel over the vector;
 - ``dot`` / ``nrm2`` / ``asum`` are a sum reduction over the vector (``nrm2`` adds a 0-d
   ``sqrt`` kernel, since a reduction's result is never consumed in its own kernel);
-- ``A @ x`` is a nested map-reduce over the matrix (seed 004 §2.1): the domain is
+- ``A @ x`` is a nested map-reduce over the matrix (Filipovič et al. 2015 §2.1): the domain is
   ``(rows, cols)``, ``x`` is read along the column axis (``Load.dims == (1,)``) and the
   products are summed over axis 1;
 - ``A.T @ y`` is the same domain with ``y`` read along the row axis, summed over axis 0,
@@ -196,7 +196,7 @@ def nrm2(x: object, *, name: str | None = None) -> Array:
     """``sqrt(xᵀ x)`` as a 0-d array: the reduction ``<name>_ss`` and a 0-d ``sqrt`` kernel.
 
     The square root is a separate kernel because a reduction's result is complete only
-    after every block finished (seed 004, fusion rule F2).
+    after every block finished (Filipovič et al. 2015, fusion rule F2).
     """
     line = user_line()
     operator = name or "nrm2"

@@ -483,10 +483,13 @@ class Pipeline:
         return _driver().compile(self.graph, backend, plan, max_signatures=max_signatures,
                                  graphs=graphs, streams=streams)
 
-    def fuse(self, groups: Sequence[Sequence[str]]) -> Any:
+    def fuse(self, groups: Sequence[Sequence[str]], forms: Sequence[Any] | None = None) -> Any:
         """A fusion plan with the given groups of operator names (others stay alone).
 
-        Raises :class:`~kfuse.errors.FusionError` naming the rule an illegal group breaks.
+        ``forms``: per group, how its kernel is written (a form of
+        :mod:`kfuse.schedule.forms`, such as ``Staged()`` or ``Recompute(tile=(8, 4))``, its
+        name, or None for the default). Raises :class:`~kfuse.errors.FusionError` naming the
+        rule an illegal group breaks, or why a form cannot implement its group.
         """
         usage = ("fuse() takes a list of groups, each a list of operator names, e.g. "
                  f"[{[k.name for k in self._kernels[:2]]}]")
@@ -497,13 +500,17 @@ class Pipeline:
                 raise DslError(usage)
             if not isinstance(group, Sequence) or not all(isinstance(n, str) for n in group):
                 raise FusionError(f"{usage}; got the group {group!r}")
-        return _driver().fuse(self.graph(), groups)
+        if forms is not None and (isinstance(forms, (str, bytes)) or not isinstance(
+                forms, Sequence) or len(forms) != len(groups)):
+            raise FusionError(f"fuse(): forms= gives one form (or None) per group: "
+                              f"{len(groups)} groups, got {forms!r}")
+        return _driver().fuse(self.graph(), groups, forms)
 
     def plan(self, strategy: str = "auto", model: str = "roofline",
              sizes: Mapping[str, int] | None = None) -> Any:
         """The fusion plan the search finds (``sizes`` binds size symbols for the model).
 
-        ``"auto"`` is what ``run`` uses (:func:`kfuse.search.default_plan`): seed 004's
+        ``"auto"`` is what ``run`` uses (:func:`kfuse.search.default_plan`): Filipovič et al. 2015's
         implementation space for map/reduce pipelines, the greedy search otherwise.
         """
         graph = self.graph()

@@ -1,9 +1,9 @@
 """Legality of fusing a set of kernels into one: one function per rule, each giving a reason.
 
 A rule returns ``None`` when the group satisfies it and a sentence saying why not
-otherwise. Rules come from seed 000 (constraints 1.3, 1.5-1.7: convexity, kinship,
-on-chip memory, registers), seed 002 (dependency, header and granularity rules; no
-global barrier inside a kernel) and seed 004 (map/reduce fusibility F1-F3: sibling
+otherwise. Rules come from Wahib & Maruyama 2014 (constraints 1.3, 1.5-1.7: convexity, kinship,
+on-chip memory, registers), Qiao 2021 (dependency, header and granularity rules; no
+global barrier inside a kernel) and Filipovič et al. 2015 (map/reduce fusibility F1-F3: sibling
 reductions in map/reduce groups, equal nesting depth). Plan-level rules look at all groups
 together.
 """
@@ -44,7 +44,7 @@ def reachability(graph: Graph) -> Reachability:
 
 
 def rule_convex(graph: Graph, members: Sequence[str]) -> str | None:
-    """No path leaves the group and comes back (seed 000 constraint 1.3)."""
+    """No path leaves the group and comes back (Wahib & Maruyama 2014 constraint 1.3)."""
     between = reachability(graph).first_between(members)
     if between is not None:
         return (f"not convex: '{between}' depends on the group and the group depends on it; "
@@ -53,7 +53,7 @@ def rule_convex(graph: Graph, members: Sequence[str]) -> str | None:
 
 
 def rule_connected(graph: Graph, members: Sequence[str]) -> str | None:
-    """Members are linked by data they share (seed 000 constraint 1.5, degree of kinship > 0)."""
+    """Members are linked by data they share (Wahib & Maruyama 2014 constraint 1.5, degree of kinship > 0)."""
     if len(members) < 2:
         return None
     sharing = nx.Graph()
@@ -97,7 +97,7 @@ def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> s
 
 
 def rule_same_iteration_space(graph: Graph, members: Sequence[str]) -> str | None:
-    """All members iterate over the same space (seed 002 header compatibility, Eq. 3.3)."""
+    """All members iterate over the same space (Qiao 2021 header compatibility, Eq. 3.3)."""
     domains = {graph.kernel_by_name[n].domain for n in members}
     if len(domains) > 1:
         shapes = " vs ".join(str(d) for d in domains)
@@ -106,7 +106,7 @@ def rule_same_iteration_space(graph: Graph, members: Sequence[str]) -> str | Non
 
 
 def rule_internal_reads_aligned(graph: Graph, members: Sequence[str]) -> str | None:
-    """Intermediates are read at the consumer's own point plus offsets (seed 002 AccPattern_a)."""
+    """Intermediates are read at the consumer's own point plus offsets (Qiao 2021 AccPattern_a)."""
     group = set(members)
     for name in members:
         kernel = graph.kernel_by_name[name]
@@ -127,17 +127,17 @@ def rule_no_opaque(graph: Graph, members: Sequence[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Map / reduce / nested map-reduce groups (seed 004: BLAS-1/2 fusion)
+# Map / reduce / nested map-reduce groups (Filipovič et al. 2015: BLAS-1/2 fusion)
 # ---------------------------------------------------------------------------------------------
 
-MAPREDUCE_MAX_DEPTH = 2  # seed 004 §2.1: nesting depth at most 2 (vectors and matrices)
+MAPREDUCE_MAX_DEPTH = 2  # Filipovič et al. 2015 §2.1: nesting depth at most 2 (vectors and matrices)
 MAPREDUCE_REDUCTION_DTYPES = ("float32", "float64", "int32")  # combined with atomics
 
 
 def mapreduce_shape_reason(graph: Graph, members: Sequence[str]) -> str | None:
     """Why ``members`` is not a (nested) map/reduce group; ``None`` if it is one.
 
-    A map/reduce group (seed 004 §2.1) iterates over a vector (depth 1) or a matrix
+    A map/reduce group (Filipovič et al. 2015 §2.1) iterates over a vector (depth 1) or a matrix
     (depth 2), every member is a map or a reduction (over one axis, or all), and every
     read is at the point itself, possibly broadcast (a vector along the rows or the columns
     of a matrix, a 0-d scalar): then all members share one thread-to-data and one
@@ -167,7 +167,7 @@ def mapreduce_shape_reason(graph: Graph, members: Sequence[str]) -> str | None:
 
 
 def rule_reductions_fusible(graph: Graph, members: Sequence[str]) -> str | None:
-    """Sibling reductions share a kernel only in a map/reduce group (seed 004 §3.1).
+    """Sibling reductions share a kernel only in a map/reduce group (Filipovič et al. 2015 §3.1).
 
     Reductions sharing inputs (BiCGK's ``A p`` and ``Aᵀ r``) fuse when every member is a
     map or a reduction read at its own point; each block combines its partial results into
@@ -183,7 +183,7 @@ def rule_reductions_fusible(graph: Graph, members: Sequence[str]) -> str | None:
 
 
 def rule_same_nesting_depth(graph: Graph, members: Sequence[str]) -> str | None:
-    """Operators of different nesting depth are never fused (seed 004 F3).
+    """Operators of different nesting depth are never fused (Filipovič et al. 2015 F3).
 
     Fusing a vector operator into a matrix one would repeat it for every row or column
     and save no memory traffic.

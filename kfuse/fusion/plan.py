@@ -129,7 +129,7 @@ class FusionPlan:
     @property
     def independent_groups(self) -> list[list[int]]:
         """Sets of groups (indices, at least two) with no path between any two of them: the
-        levels of the groups' dependence graph (seed 002, §4: what may run concurrently)."""
+        levels of the groups' dependence graph (Qiao 2021, §4: what may run concurrently)."""
         from kfuse.analysis.order import independent_sets
 
         writer = {name: index for index, group in enumerate(self.groups)

@@ -40,12 +40,14 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                  form: Form | str, sizes: Mapping[str, int] | None = None
                  ) -> tuple[tuple[int, ...] | None, Violation | None]:
     """(the largest register tile whose kernel fits the device, None) or (None, why not);
-    the kernels compiled for ``sizes`` where given, else for any size.
+    the kernels compiled for ``sizes`` where given, else for any size. A form that names
+    its own tile is checked with that tile only.
 
     Without nvcc nothing is measured: the default tile, no violation.
     """
     form = as_form(form) or default_form(graph, members)
-    tiles = tile_choices(form.name, graph.kernel_by_name[members[0]].ndim)
+    named = getattr(form, "tile", None)  # a form that names its tile is checked with it alone
+    tiles = [named] if named else tile_choices(form.name, graph.kernel_by_name[members[0]].ndim)
     if len(members) < 2 or not lowering().measures():
         return tiles[0], None
     key = ("fitting tile", tuple(members), tuple(outputs), form,

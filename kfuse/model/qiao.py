@@ -1,4 +1,4 @@
-"""Seed 002's benefit model: edge weights of producer -> consumer fusions (§3.4).
+"""Qiao 2021's benefit model: edge weights of producer -> consumer fusions (§3.4).
 
 Each edge's benefit is what fusing it saves minus the redundant computation it costs:
 

@@ -1,4 +1,4 @@
-"""Seed 000's codeless performance upper-bound projection: equations (2)-(10).
+"""Wahib & Maruyama 2014's codeless performance upper-bound projection: equations (2)-(10).
 
 A fused kernel's runtime is projected from the metadata of its original kernels alone
 (Table III: threads, blocks, active threads and blocks, registers, FLOPs, thread load per
@@ -76,7 +76,7 @@ class Architecture:
                    launch_overhead_s=profile.launch_overhead_s)
 
 
-# Table IV of seed 000 (Kepler K20X, K40, Maxwell GTX 750 Ti) and nominal Hopper figures.
+# Table IV of Wahib & Maruyama 2014 (Kepler K20X, K40, Maxwell GTX 750 Ti) and nominal Hopper figures.
 PRESETS: dict[str, Architecture] = {
     "k20x": Architecture("Tesla K20X", 14, 48 * 1024, 65536, 202.0, peak_gflops=1310.0),
     "k40": Architecture("Tesla K40", 15, 48 * 1024, 65536, 214.0, peak_gflops=1430.0),
@@ -327,7 +327,7 @@ def group_dram_bytes(members: Sequence[KernelMetadata],
     """Bytes the new kernel moves: each array read from outside once, each array written once.
 
     ``stored`` names the written arrays that must reach memory (read after the group or by
-    the host); without it every written array is stored, as seed 000's fusions do.
+    the host); without it every written array is stored, as Wahib & Maruyama 2014's fusions do.
     """
     written = {a for k in members for a in k.writes}
     sizes: dict[str, float] = {}
@@ -463,7 +463,7 @@ def metadata_from_graph(graph, members: Iterable[str], sizes: Mapping[str, int],
                         profile: DeviceProfile) -> list[KernelMetadata]:
     """Table III metadata of IR kernels, derived from the graph (no ptxas, no measurement).
 
-    Thr is 256; B is one resident wave (``SMX * BlocksSMX``): seed 000's kernels loop
+    Thr is 256; B is one resident wave (``SMX * BlocksSMX``): Wahib & Maruyama 2014's kernels loop
     over the remaining sites (its codes loop over the vertical axis), which keeps B_eff a
     blocking efficiency instead of a fraction of a huge grid. Registers are an estimate
     (32); P_i is the roofline prediction of the kernel alone.

@@ -1,4 +1,4 @@
-"""The wave model of concurrent kernels (Qiao's Hipacc thesis, seed 002, §4.3: Eqs. 4.1-4.11).
+"""The wave model of concurrent kernels (Qiao's Hipacc thesis, Qiao 2021, §4.3: Eqs. 4.1-4.11).
 
 A kernel whose blocks do not fill the device leaves multiprocessors idle; kernels with no
 path between them can then run at once, on separate streams joined by events. Whether that

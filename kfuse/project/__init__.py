@@ -1,11 +1,11 @@
-"""Codeless projection (seed 000's use): plan an application from kernel metadata alone.
+"""Codeless projection (Wahib & Maruyama 2014's use): plan an application from kernel metadata alone.
 
 ``load_app`` reads a YAML/JSON description (:mod:`kfuse.project.metadata`, schema in
 ``schema.json``), :class:`~kfuse.project.problem.AppProblem` derives the problem
 (array categories, order DAG, sharing, kinship, constraints 1.1-1.7) and
 :func:`project_app` searches it with one of the strategies of :mod:`kfuse.search`,
 giving the best plan and its projected speedup without any code. ``synth`` generates the
-synthetic suite of seed 000 Table V; ``fidelity`` compares GGA with the exact optimum.
+synthetic suite of Wahib & Maruyama 2014 Table V; ``fidelity`` compares GGA with the exact optimum.
 """
 
 from __future__ import annotations

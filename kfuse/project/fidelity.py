@@ -3,16 +3,16 @@
 For every cell ``(#kernels, #arrays)`` of a grid, ``instances`` applications are drawn
 with :func:`kfuse.project.synth.synthesize` (one seed each) and solved twice under the
 same model: by the strategy under test (``gga`` by default) and by the reference
-(``exact`` by default, set partitioning with HiGHS). As in seed 001 Table 5, an answer
+(``exact`` by default, set partitioning with HiGHS). As in Wahib & Maruyama 2014b Table 5, an answer
 is *feasible* when it is a legal plan and *optimal* when its predicted time is within
-``tolerance`` (1%, seed 001's E) of the reference's. The worst relative gap and the solve
+``tolerance`` (1%, Wahib & Maruyama 2014b's E) of the reference's. The worst relative gap and the solve
 times (wall clock and CPU time of the process, mean and max) complete the row. Each solve
 gets a fresh problem, so neither reuses the other's memoised evaluations.
 
 The other Table V attributes (copies, sharing-set size, thread load, kinship) are those
 of ``base``, or, for the attributes named in ``vary``, drawn per instance from the given
 values (deterministically from the instance's seed and cell); :data:`TABLE_V` holds
-seed 000's ranges. :func:`total_row` sums the rows.
+Wahib & Maruyama 2014's ranges. :func:`total_row` sums the rows.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from kfuse.project.synth import SynthSpec, suite, synthesize
 DEFAULT_KERNELS = (20, 30, 40, 50)
 DEFAULT_ARRAYS = (20, 40, 60)
 TOLERANCE = 0.01
-# seed 000 Table V (= seed 001 Table 3): the values each attribute is swept over
+# Wahib & Maruyama 2014 Table V (= Wahib & Maruyama 2014b Table 3): the values each attribute is swept over
 TABLE_V: dict[str, tuple[Any, ...]] = {
     "copies": (2, 4, 6, 8, 10),
     "sharing": (2, 4, 6, 8),

@@ -1,6 +1,6 @@
 """The codeless application format: kernel metadata in YAML or JSON, and its loader.
 
-An application is described without code (seed 000 §IV): kernels in call order, each with
+An application is described without code (Wahib & Maruyama 2014 §IV): kernels in call order, each with
 its measured runtime, launch shape, registers, shared memory, FLOPs and the arrays it
 reads or writes (with thread load or stencil radius). ``docs/projection.md`` documents
 the format; ``schema.json`` (next to this module, :func:`schema`) is its JSON Schema.

@@ -1,4 +1,4 @@
-"""Problem definition on kernel metadata (seed 000 §II, notes §2) and its FusionProblem.
+"""Problem definition on kernel metadata (Wahib & Maruyama 2014 §II, notes §2) and its FusionProblem.
 
 From a codeless application (:mod:`kfuse.project.metadata`) this module derives:
 
@@ -11,7 +11,7 @@ From a codeless application (:mod:`kfuse.project.metadata`) this module derives:
 - the **sharing graph** (kernels touching a common array version, one of them reading
   it), **sharing sets** and the **degree of kinship** (shortest sharing chain);
 - **thread load** per kernel and array;
-- constraints (1.1)-(1.7) of seed 000, plus the launch-shape header rule of seed 002 and
+- constraints (1.1)-(1.7) of Wahib & Maruyama 2014, plus the launch-shape header rule of Qiao 2021 and
   the acyclic quotient, each returned as a :class:`~kfuse.fusion.legality.Violation`
   saying why it fails.
 
@@ -47,8 +47,8 @@ from kfuse.model.wahib import (
 from kfuse.project.metadata import AppMetadata, KernelSpec
 
 CATEGORIES = ("read-only", "strict read-write", "expandable read-write", "write-only")
-C_OCC = 0.5      # seed 002 L5: the fused kernel keeps at least half the best occupancy
-C_SHARED = 2.0   # seed 002 L5': shared memory grows at most twofold
+C_OCC = 0.5      # Qiao 2021 L5: the fused kernel keeps at least half the best occupancy
+C_SHARED = 2.0   # Qiao 2021 L5': shared memory grows at most twofold
 PROJECT_MODELS = ("wahib", "wahib-norm", "qiao", "roofline")
 VERSION_SEPARATOR = "#"
 
@@ -238,7 +238,7 @@ class AppProblem:
                              f"{', '.join(PROJECT_MODELS)}")
         self.app = app
         self.model = model
-        # seed 002's legality goes with its benefit model unless asked otherwise
+        # Qiao 2021's legality goes with its benefit model unless asked otherwise
         self.seed002_rules = model == "qiao" if seed002_rules is None else seed002_rules
         self.arch = app.device
         self.options = WahibOptions(literal_halo=literal_halo,
@@ -353,7 +353,7 @@ class AppProblem:
         return mask
 
     def projection(self, members: Iterable[str]) -> Projection:
-        """Seed 000's projection of the group (Eqs. 2-10), memoised; resources included."""
+        """Wahib & Maruyama 2014's projection of the group (Eqs. 2-10), memoised; resources included."""
         key = self._ordered(members)
         if key not in self._projections:
             options = self.options if self.model in ("wahib", "wahib-norm") else \
@@ -368,7 +368,7 @@ class AppProblem:
 
     def variant(self, members: Iterable[str]) -> str:
         """``single``; ``simple`` (no precedence inside); ``complex`` (a RAW inside: barrier,
-        and halo recomputation when read through a stencil), as seed 000 §III.D names them."""
+        and halo recomputation when read through a stencil), as Wahib & Maruyama 2014 §III.D names them."""
         key = self._ordered(members)
         if len(key) == 1:
             return "single"
@@ -388,9 +388,9 @@ class AppProblem:
                    ) -> list[Violation]:
         """Every constraint the group breaks, each with the reason in words.
 
-        Checked in this order: known kernels, header (one launch shape, seed 002 Eq. 3.3),
+        Checked in this order: known kernels, header (one launch shape, Qiao 2021 Eq. 3.3),
         (1.3) convexity, (1.5) degree of kinship, (1.7) registers, (1.6) on-chip memory,
-        seed 002's L1, L2, L5, L5' and L6 when ``seed002_rules`` is on, and (1.1) projected
+        Qiao 2021's L1, L2, L5, L5' and L6 when ``seed002_rules`` is on, and (1.1) projected
         time below the original sum. Singletons break nothing.
         """
         members = list(members)
@@ -465,7 +465,7 @@ class AppProblem:
 
     def seed002_violations(self, key: tuple[str, ...], projection: Projection
                            ) -> list[tuple[str, str]]:
-        """Seed 002's rules on metadata (Hipacc notes §3): L1 single exit, L2 external inputs
+        """Qiao 2021's rules on metadata (Hipacc notes §3): L1 single exit, L2 external inputs
         only at entry, L5 occupancy ratio >= C_OCC, L5' shared-memory growth <= C_SHARED,
         L6 every internal edge profitable."""
         found: list[tuple[str, str]] = []
@@ -493,7 +493,7 @@ class AppProblem:
             best = max(self.metadata[m].active_blocks_per_sm for m in key)
             if projection.blocks_per_sm < C_OCC * best:
                 found.append(("L5", f"occupancy falls to {projection.blocks_per_sm} blocks per "
-                                    f"SM from {best} (below {C_OCC:.0%}, seed 002 Eq. 3.2)"))
+                                    f"SM from {best} (below {C_OCC:.0%}, Qiao 2021 Eq. 3.2)"))
             element: dict[str, int] = {}
             for member in key:
                 element.update(self.metadata[member].element_size)
@@ -512,7 +512,7 @@ class AppProblem:
         return found
 
     def header_reason(self, members: Sequence[str]) -> str | None:
-        """All members launch the same shape (seed 000's common Thr/B; seed 002 L4)."""
+        """All members launch the same shape (Wahib & Maruyama 2014's common Thr/B; Qiao 2021 L4)."""
         specs = [self.app.kernel_by_name[m] for m in members]
         shape = (specs[0].threads_per_block, specs[0].blocks)
         for spec in specs[1:]:
@@ -612,7 +612,7 @@ class AppProblem:
         return self._qiao_time(key, projection)
 
     def _simple_time(self, key: tuple[str, ...], projection: Projection) -> float:
-        """Seed 000's "simple model": the original sum less the traffic fusion removes.
+        """Wahib & Maruyama 2014's "simple model": the original sum less the traffic fusion removes.
 
         The group's DRAM bytes are priced at the members' own effective bandwidth (their
         bytes over their measured time), bounded below by FLOPs at the device's peak; each
@@ -627,7 +627,7 @@ class AppProblem:
         return max(time_s - self.arch.launch_overhead_s * (len(key) - 1), 1e-12)
 
     def _qiao_time(self, key: tuple[str, ...], projection: Projection) -> float:
-        """Seed 002's benefit model on metadata: original sum less the internal edges' weights."""
+        """Qiao 2021's benefit model on metadata: original sum less the internal edges' weights."""
         edges = {}
         for a, b, version, benefit in self.edge_benefits(key):
             edges[(a, b, version)] = benefit
@@ -693,7 +693,7 @@ class AppProblem:
         below is monotone in the member set (``G ⊇ F`` below; Thr and B are common to
         both, by the header rule, so they are constants):
 
-        - **header** (seed 002 L4 / seed 000's common Thr and B): two members with different
+        - **header** (Qiao 2021 L4 / Wahib & Maruyama 2014's common Thr and B): two members with different
           launch shapes stay in every superset.
         - **registers (1.7)**: R_need of Eq. (6) grows with the pivot (arrays touched by two
           members: only grows), the largest thread load over it (a max over more reads),
@@ -720,11 +720,11 @@ class AppProblem:
           for each kernel ``j`` added, the members' terms plus the negative terms
           ``rate(F + j) * Fl_j - P_j`` of all kernels outside ``F`` bound that sum from
           below; when the bound is >= 0 no superset is profitable. The other models' times
-          (DRAM bytes that drop when an intermediate becomes internal, seed 002's edge
+          (DRAM bytes that drop when an intermediate becomes internal, Qiao 2021's edge
           benefits) are not monotone and get no such rule.
 
         Not hereditary, hence not here: convexity (1.3) and kinship (1.5), which a kernel
-        in between can repair; seed 002's L1/L2/L5/L6 (exits, entry reads, occupancy and
+        in between can repair; Qiao 2021's L1/L2/L5/L6 (exits, entry reads, occupancy and
         edge benefits move both ways). ``tests/test_project.py`` checks on synthetic
         instances that enumeration with and without this pruning finds the same groups.
         """
@@ -742,7 +742,7 @@ class AppProblem:
 
 
 class _MonotoneBounds:
-    """Bitmask evaluation of the monotone quantities of seed 000's projection (registers,
+    """Bitmask evaluation of the monotone quantities of Wahib & Maruyama 2014's projection (registers,
     one block's shared memory, the Eq. (10) rate) for :meth:`AppProblem.hereditary_reason`.
 
     It mirrors :func:`kfuse.model.wahib.aggregate` and :func:`~kfuse.model.wahib.project_group`

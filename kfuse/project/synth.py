@@ -1,4 +1,4 @@
-"""Synthetic applications after seed 000's CloverLeaf test suite (Table V).
+"""Synthetic applications after Wahib & Maruyama 2014's CloverLeaf test suite (Table V).
 
 The six attributes of Table V are the generator's parameters: number of kernels, number
 of arrays, number of host<->device data copies, sharing-set size, average thread load
@@ -20,10 +20,10 @@ and kinship. The papers give the attributes but not the construction; kfuse's re
 - each data copy is a transfer of a random array between two random consecutive kernels
   that both sides touch (an ordering barrier, note §2.2);
 - every array is a 962x962 double-precision field (CloverLeaf's standard size); a launch
-  is 64 blocks of 128 threads walking the grid, as in seed 000. No GPU runs here, so the
+  is 64 blocks of 128 threads walking the grid, as in Wahib & Maruyama 2014. No GPU runs here, so the
   "measured" runtime of a kernel is its traffic at 60-85% of the device's bandwidth plus
   launch overhead, and its FLOPs are set so that it measures 1.5-3x its Eq. (10) upper
-  bound (the bound is optimistic: seed 000's worked example projects 75% of the roofline,
+  bound (the bound is optimistic: Wahib & Maruyama 2014's worked example projects 75% of the roofline,
   and real kernels reach a fraction of it). With a tighter ratio the literal model finds
   no fusion profitable and every instance is trivial.
 """

@@ -14,7 +14,7 @@ Intermediate buffers are allocated once per signature and per stream (a *workspa
 a call allocates nothing but its outputs; two threads calling at once each get a
 workspace of their own. On the GPU a program of several launches is captured into a CUDA
 graph once it is called a second time on the same arrays and parameter values, and
-replayed from then on (seed 002, chapter 4: one launch instead of one per kernel).
+replayed from then on (Qiao 2021, chapter 4: one launch instead of one per kernel).
 """
 
 from __future__ import annotations

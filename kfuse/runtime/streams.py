@@ -1,4 +1,4 @@
-"""Which stream each kernel of a program launches on (seed 002, §4: the multi-stream model).
+"""Which stream each kernel of a program launches on (Qiao 2021, §4: the multi-stream model).
 
 Kernels with no path between them (the program's groups that read nothing another of them
 writes, directly or through others) may run at once. Kernels are grouped by level (the

@@ -10,7 +10,7 @@ says how that kernel is written (as Halide separates an algorithm from its sched
   on devices where that pays);
 - :class:`Staged` — a fused 2-D stencil chain whose read-at-an-offset intermediates are
   computed once per block into shared memory, halo included;
-- :class:`MapReduceVariant` — a map/reduce group (Filipovic et al. 2015): one point of
+- :class:`MapReduceVariant` — a map/reduce group (Filipovič et al. 2015): one point of
   the implementation space of block shape, serial iterations and thread-to-data mapping.
 
 Each form says why it cannot implement a group (:meth:`Form.why_not`, ``None`` where it
@@ -137,7 +137,7 @@ class Staged(Form):
 
 @dataclass(frozen=True)
 class MapReduceVariant(Form):
-    """One implementation of a map/reduce group (seed 004 §4, the implementation space).
+    """One implementation of a map/reduce group (Filipovič et al. 2015 §4, the implementation space).
 
     ``threads``: (x, y) threads per block (matrices: x is 32, one warp per row);
     ``rows``: rows per thread per tile (tile height ``threads[1] * rows``; matrices only);

@@ -6,9 +6,9 @@ sharing graph, legality, cost) through :func:`~kfuse.search.problem.solve`:
 - ``exhaustive``: every legal partition (small graphs, at most 12 kernels);
 - ``exact``: set partitioning solved with HiGHS (ground truth up to ~60 kernels);
 - ``greedy``: apply the most profitable legal merge until none helps;
-- ``edges``: seed 002's basic search along producer-consumer chains;
-- ``mincut``: seed 002's recursive Stoer-Wagner min-cut (Algorithm 2);
-- ``gga``: seed 001's grouped genetic algorithm with oracle penalty and tabu restarts.
+- ``edges``: Qiao 2021's basic search along producer-consumer chains;
+- ``mincut``: Qiao 2021's recursive Stoer-Wagner min-cut (Algorithm 2);
+- ``gga``: Wahib & Maruyama 2014b's grouped genetic algorithm with oracle penalty and tabu restarts.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
 
 def is_map_reduce_graph(graph: Graph) -> bool:
     """True for pipelines of maps and reductions over vectors and matrices only (BLAS-1/2
-    sequences), with at least one reduction: seed 004's implementation space covers them."""
+    sequences), with at least one reduction: Filipovič et al. 2015's implementation space covers them."""
     from kfuse.fusion.legality import mapreduce_shape_reason
 
     return (any(kernel.reduction is not None for kernel in graph.kernels)
@@ -67,7 +67,7 @@ def is_map_reduce_graph(graph: Graph) -> bool:
 def default_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
                  profile: DeviceProfile | None = None) -> FusionPlan:
     """The plan ``plan="auto"`` runs: for map/reduce pipelines the predicted-best
-    combination of fusions and implementations (seed 004, :mod:`kfuse.search.variants`:
+    combination of fusions and implementations (Filipovič et al. 2015, :mod:`kfuse.search.variants`:
     sibling reductions sharing a matrix pass, stream variants, epilogues); for everything
     else the greedy search under the roofline model."""
     if is_map_reduce_graph(graph):
@@ -81,7 +81,7 @@ def plan_for(graph: Graph, strategy: str = "auto", model: str = "roofline",
              sizes: Mapping[str, int] | None = None, profile: DeviceProfile | None = None,
              seed: int = 0) -> FusionPlan:
     """A plan by name: ``"auto"`` (:func:`default_plan` under the roofline model, the greedy
-    search under another model), ``"variants"`` (seed 004's implementation space) or any
+    search under another model), ``"variants"`` (Filipovič et al. 2015's implementation space) or any
     search strategy (:data:`PLAN_STRATEGIES`)."""
     check_strategy(strategy, PLAN_STRATEGIES)
     if strategy == "variants":

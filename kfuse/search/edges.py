@@ -1,4 +1,4 @@
-"""Basic search along edges: seed 002 Algorithm 1, with the gaps the notes fix (§5.1).
+"""Basic search along edges: Qiao 2021 Algorithm 1, with the gaps the notes fix (§5.1).
 
 Only producer -> consumer edges where the producer has a single consumer (``deg+ = 1``,
 a pipeline output counting as one) and the consumer reads a single image (``deg- = 1``,
@@ -6,7 +6,7 @@ pipeline inputs included) qualify (Eq. 3.15), neither end a global operator; the
 into linear lists. Each list is split where a consecutive pair cannot fuse (granularity
 and the other pair rules), then the tail kernel is dropped until the list is legal
 (resources); a dropped tail of two or more becomes a new list (the worklist the printed
-algorithm lacks). kfuse reading: a pair whose seed 002 benefit is not positive does not
+algorithm lacks). kfuse reading: a pair whose Qiao 2021 benefit is not positive does not
 qualify either (L6), which is what keeps Night's Atrous0 -> Atrous1 apart as in the thesis,
 and a list the problem's own model predicts slower than its kernels apart (1.1) loses its
 tail like an illegal one.
@@ -60,7 +60,7 @@ def _chains(pairs: list[tuple[str, str]], position: dict[str, int]) -> list[list
 def edges_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
                  params: HipaccParams | None = None
                  ) -> tuple[list[tuple[str, ...]], dict, dict]:
-    """Seed 002's basic search; deterministic (``seed`` is unused)."""
+    """Qiao 2021's basic search; deterministic (``seed`` is unused)."""
     del seed, progress
     hipacc = Hipacc(problem, params)
     bits = problem.bits
@@ -76,7 +76,7 @@ def edges_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
                                                                  hipacc.kind(t)):
             reasons[(s, t)] = "a global or opaque operator does not fuse"
         elif hipacc.raw_benefit(s, t) <= 0:
-            reasons[(s, t)] = (f"unprofitable: seed 002 benefit "
+            reasons[(s, t)] = (f"unprofitable: Qiao 2021 benefit "
                                f"{hipacc.raw_benefit(s, t):.1f} (L6)")
         else:
             pairs.append((s, t))

@@ -1,4 +1,4 @@
-"""Grouped genetic algorithm (seed 001, as ``notes/wahib-fusion-search.md`` §3 reads it).
+"""Grouped genetic algorithm (Wahib & Maruyama 2014b, as ``notes/wahib-fusion-search.md`` §3 reads it).
 
 - **Encoding**: an individual is a list of genes, one per group (a bitmask of kernels);
   gene order matters only to crossover.
@@ -18,7 +18,7 @@
   (normalised by the unfused time) and the residual of constraint (1.1) (a fused group
   slower than its kernels apart); structural and resource rules are never broken (every
   operator keeps individuals legal).
-- **Tabu restarts** (seed 001 Algorithm 1): runs restart from a fresh random population
+- **Tabu restarts** (Wahib & Maruyama 2014b Algorithm 1): runs restart from a fresh random population
   of which a fraction ``proximity`` are mutants (1..``tabu_radius`` split/merge mutations)
   of the best; after ``restart_after`` runs without improvement a run's best is locally
   searched and, if that does not help, made tabu: individuals within partition distance
@@ -30,7 +30,7 @@
   (branch and bound over the region's legal groups; paths through the fixed groups are
   followed so the plan stays acyclic).
 
-kfuse additions, for speed and accuracy (the seeds ran C++ on 8 cores for minutes):
+kfuse additions, for speed and accuracy (Wahib & Maruyama ran C++ on 8 cores for minutes):
 memoised group times and legality per bitmask; a merge partner is drawn among groups that
 share data (the paper draws any group and retries, which almost never succeeds on large
 instances); a child changed by crossover or mutation gets, with probability
@@ -65,7 +65,7 @@ SQRT3_TERM = (6 * math.sqrt(3) - 2) / (6 * math.sqrt(3))
 
 @dataclass
 class GGAConfig:
-    """Parameters (names after seed 001 Table 2; defaults are kfuse's, see the notes §3.9)."""
+    """Parameters (names after Wahib & Maruyama 2014b Table 2; defaults are kfuse's, see the notes §3.9)."""
 
     population: int = 40            # P
     generations: int = 300          # G (per run)
@@ -329,7 +329,7 @@ class _GGA:
         return child
 
     def reinsert(self, child: _Individual, k: int, pending: int) -> None:
-        """Move singleton ``k`` into the legal group sharing most data with it (seed 001's
+        """Move singleton ``k`` into the legal group sharing most data with it (Wahib & Maruyama 2014b's
         reinsertion by kernel pivot; ties by the least added time). Kernels in ``pending``
         wait for their own turn: their singletons are not groups yet."""
         bits = self.bits
@@ -410,7 +410,7 @@ class _GGA:
     # -- local search ----------------------------------------------------------------------------
     def local_search(self, start: _Individual, max_passes: int = 50,
                      regions: bool = True, focus: int | None = None) -> _Individual:
-        """Seed 001's local search "in sub-solution space": first improvement over
+        """Wahib & Maruyama 2014b's local search "in sub-solution space": first improvement over
         single-kernel moves (to a neighbouring group or alone) and merges of groups sharing
         data, then exact re-partitioning of small regions, until none improves."""
         bits = self.bits
@@ -752,7 +752,7 @@ class _GGA:
             child = self.split(child) if self.rng.random() < 0.5 else self.merge(child)
         return child
 
-    # -- the restart loop (seed 001 Algorithm 1) -------------------------------------------------
+    # -- the restart loop (Wahib & Maruyama 2014b Algorithm 1) -------------------------------------------------
     def search(self, seeds: list[_Individual]) -> tuple[_Individual, dict]:
         cfg = self.cfg
         best: _Individual | None = None
@@ -869,7 +869,7 @@ def _distance_at_most(a: frozenset[int], b: frozenset[int], radius: int) -> bool
 
 def gga_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
                **options: object) -> tuple[list[tuple[str, ...]], dict, dict]:
-    """Seed 001's grouped genetic algorithm; options are :class:`GGAConfig` fields."""
+    """Wahib & Maruyama 2014b's grouped genetic algorithm; options are :class:`GGAConfig` fields."""
     known = set(GGAConfig.__dataclass_fields__)
     unknown = sorted(set(options) - known)
     if unknown:

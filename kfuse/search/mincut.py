@@ -1,6 +1,6 @@
-"""Min-cut search: seed 002 Algorithm 2 (recursive Stoer-Wagner on benefit-weighted edges).
+"""Min-cut search: Qiao 2021 Algorithm 2 (recursive Stoer-Wagner on benefit-weighted edges).
 
-Each producer -> consumer edge gets the benefit of fusing that pair (seed 002 §3.4, notes
+Each producer -> consumer edge gets the benefit of fusing that pair (Qiao 2021 §3.4, notes
 ``hipacc-fusion.md`` §4); illegal pairs get a tiny ``epsilon``. Starting from the whole
 pipeline, a block that is legal is kept; otherwise it is split along its weak components,
 or else along the minimum cut (``networkx.stoer_wagner``, vertices in program order), and
@@ -46,7 +46,7 @@ TILE = 16
 
 @dataclass(frozen=True)
 class HipaccParams:
-    """Seed 002's hardware and legality constants (notes §3, §4.1)."""
+    """Qiao 2021's hardware and legality constants (notes §3, §4.1)."""
 
     t_global: float = T_GLOBAL
     t_shared: float = T_SHARED
@@ -57,7 +57,7 @@ class HipaccParams:
 
 
 class Hipacc:
-    """Seed 002's view of a problem: operator classes, edge benefits and block legality."""
+    """Qiao 2021's view of a problem: operator classes, edge benefits and block legality."""
 
     def __init__(self, problem: FusionProblem, params: HipaccParams | None = None) -> None:
         self.problem = problem
@@ -145,7 +145,7 @@ class Hipacc:
         return self.block_reason((source, target), profitability=False) is None
 
     def block_reason(self, block: Iterable[str], profitability: bool = True) -> str | None:
-        """Why ``block`` may not be one fused kernel under seed 002's rules, or None."""
+        """Why ``block`` may not be one fused kernel under Qiao 2021's rules, or None."""
         members = set(block)
         if len(members) < 2:
             return None
@@ -273,7 +273,7 @@ def _undirected(hipacc: Hipacc, block: list[str]) -> nx.Graph:
 def mincut_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
                   params: HipaccParams | None = None
                   ) -> tuple[list[tuple[str, ...]], dict, dict]:
-    """Seed 002 Algorithm 2 with the notes' fixes (worklist, fixed vertex order, L6,
+    """Qiao 2021 Algorithm 2 with the notes' fixes (worklist, fixed vertex order, L6,
     components split); deterministic (``seed`` is unused)."""
     del seed, progress
     hipacc = Hipacc(problem, params)
@@ -314,9 +314,9 @@ def mincut_search(problem: FusionProblem, seed: int = 0, progress: bool = False,
             w = hipacc.raw_benefit(s, t)
             if not hipacc.pair_legal(s, t):
                 why = hipacc.block_reason((s, t), profitability=False)
-                reasons[(s, t)] = f"illegal (seed 002 rules): {why}"
+                reasons[(s, t)] = f"illegal (Qiao 2021 rules): {why}"
             elif w <= 0:
-                reasons[(s, t)] = f"unprofitable: seed 002 benefit {w:.1f} cycles per pixel"
+                reasons[(s, t)] = f"unprofitable: Qiao 2021 benefit {w:.1f} cycles per pixel"
             else:
                 reasons[(s, t)] = (f"cut by the min-cut search (benefit {w:.1f}); the block "
                                    "around it was illegal as a whole")

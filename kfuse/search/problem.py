@@ -1,10 +1,10 @@
 """The fusion problem every search strategy solves: kernels, precedence, legality, cost.
 
-A :class:`FusionProblem` is a set-partitioning problem (seed 000 Fig. 4, seed 001 Eq. 1):
+A :class:`FusionProblem` is a set-partitioning problem (Wahib & Maruyama 2014 Fig. 4, Wahib & Maruyama 2014b Eq. 1):
 split the kernels into groups, each run as one fused kernel, so that every group is legal
 on its own (``group_reason``: convexity 1.3, kinship 1.5, resources 1.6/1.7 and whatever
 rule the model adds), the groups can run in some order (the quotient of the order DAG is
-acyclic, a rule the seeds leave implicit) and the summed predicted time is least.
+acyclic, a rule the papers leave implicit) and the summed predicted time is least.
 
 It knows nothing of the IR: ``problem_from_graph`` builds one from a pipeline with a
 registered model (:data:`GRAPH_MODELS`), the codeless projection builds one from kernel
@@ -57,7 +57,7 @@ class FusionProblem:
     groups of the answer with ``group_reason``, excluding failures and solving again (a
     lazy constraint). ``hereditary_reason`` gives a reason only when every superset of the
     group fails too (iteration spaces, monotone resources); exact enumeration prunes with it.
-    ``graph`` and ``sizes`` keep the IR a problem came from (seed 002's searches read
+    ``graph`` and ``sizes`` keep the IR a problem came from (Qiao 2021's searches read
     operator classes and windows from it).
     """
 
@@ -258,7 +258,7 @@ class Bits:
         return self._union_of_rows(mask, self.anc, self._up)
 
     def convex(self, mask: int) -> bool:
-        """No order-DAG path leaves the group and comes back (seed 000 constraint 1.3)."""
+        """No order-DAG path leaves the group and comes back (Wahib & Maruyama 2014 constraint 1.3)."""
         return not (self.down(mask) & self.up(mask) & ~mask)
 
     def connected(self, mask: int) -> bool:

@@ -1,4 +1,4 @@
-"""The implementation space of seed 004 (§2.4, §4): fusions x variants, ranked by prediction.
+"""The implementation space of Filipovič et al. 2015 (§2.4, §4): fusions x variants, ranked by prediction.
 
 For a pipeline of map/reduce operators (BLAS-1/2 sequences):
 
@@ -90,7 +90,7 @@ from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile, current_profile
 from kfuse.schedule.forms import MapReduceVariant, is_variant_text
 
-# The searched ranges (seed 004 §7.5 adopts iterations {1, 2, 4, 8, 16}).
+# The searched ranges (Filipovič et al. 2015 §7.5 adopts iterations {1, 2, 4, 8, 16}).
 VECTOR_THREADS = (128, 256, 512)
 MATRIX_THREADS_Y = (4, 8, 16)          # blocks of 32 x y threads
 MATRIX_ROWS = (1, 2, 4)                # rows per thread and tile (shuffle row sums)
@@ -291,7 +291,7 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
 
 def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
                    ) -> list[MapReduceVariant]:
-    """Drop duplicates, variants that cannot run, and dominated ones (seed 004 §4).
+    """Drop duplicates, variants that cannot run, and dominated ones (Filipovič et al. 2015 §4).
 
     Dominance (§7.10 of the notes): among implementations identical except for the calling
     order, keep one using the least on-chip memory (the first in program order on ties).

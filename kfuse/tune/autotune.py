@@ -1,4 +1,4 @@
-"""Empirical search over seed 004's implementation space (Filipovič et al. 2015): compile
+"""Empirical search over Filipovič et al. 2015's implementation space: compile
 and time the best-predicted implementations of :mod:`kfuse.search.variants` on the device
 and keep the fastest (``--autotune``)."""
 
