@@ -13,6 +13,7 @@ from kfuse.errors import (
     FusionError,
     KfuseError,
     LaunchError,
+    OutOfMemory,
     ShapeError,
     ValidationError,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "FusionError",
     "KfuseError",
     "LaunchError",
+    "OutOfMemory",
     "ShapeError",
     "ValidationError",
 ]

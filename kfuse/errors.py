@@ -19,6 +19,7 @@ class KfuseError(Exception):
             where = user_where()
         self.operator = operator
         self.where = where
+        self.detail = message  # the message without the operator and the line
         parts = []
         if operator:
             parts.append(f"operator '{operator}'")
@@ -54,6 +55,10 @@ class CycleError(ValidationError):
 
 class BindError(KfuseError):
     """Arrays or parameters given at call time do not match the pipeline's declaration."""
+
+
+class OutOfMemory(KfuseError):
+    """A call's arrays, or the copies kfuse makes of them, do not fit in memory."""
 
 
 class FusionError(KfuseError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import linecache
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ from pathlib import Path
 from types import FrameType
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_APPS_DIR = os.path.join(_PACKAGE_DIR, "apps") + os.sep
+_CLI_DIR = os.path.join(_PACKAGE_DIR, "cli") + os.sep
 # The apps' own modules are the user's code for their lines; these files of the apps
 # package are kfuse's (the registry, the base class, the reference check)
 _APPS_MACHINERY = ("__init__.py", "base.py", "check.py")
@@ -78,10 +81,10 @@ def user_line() -> UserLine | None:
 def _place(filename: str) -> str:
     """Whose code a file is: ``"user"``, ``"kfuse"`` or kfuse's ``"command line"``."""
     resolved = str(Path(filename).resolve()) if not filename.startswith("<") else filename
-    if not resolved.startswith(_PACKAGE_DIR) or ("/kfuse/apps/" in resolved and Path(
+    if not resolved.startswith(_PACKAGE_DIR + os.sep) or (resolved.startswith(_APPS_DIR) and Path(
             resolved).name not in _APPS_MACHINERY):
         return "user"
-    return "command line" if "/kfuse/cli/" in resolved else "kfuse"
+    return "command line" if resolved.startswith(_CLI_DIR) else "kfuse"
 
 
 def _call_column(frame: FrameType) -> int | None:

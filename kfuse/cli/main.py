@@ -419,7 +419,7 @@ def command_model_check(args: argparse.Namespace) -> int:
         try:
             cuda_backend()
         except KfuseError as error:
-            raise type(error)(f"{error}; pass --no-measure to print the predictions only") \
+            raise type(error)(f"{error.detail}; pass --no-measure to print the predictions only") \
                 from None
     profile = current_profile()
     report = []

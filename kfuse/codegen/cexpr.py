@@ -7,6 +7,7 @@ window sums are associated so that neighbouring points share a pair.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,10 +60,20 @@ _GENERATED_NAME = re.compile(r"^(v\d+|ld_\w*|vec_\w*|warp_\w*|n_\w*|p_\w*|i\d*|i
                              r"i[xyz]_\w*|in_\w*|jx|[ejk]|acc|row|rows|r|count|length|outputs|"
                              r"tid|lane|step|base|delta|odd|ok|result|seen|threads|tile_row|"
                              r"value|word|[xy]0|kf_\w*|\w*_buf)$")
-# Names the C/C++ or CUDA headers may take: macros (NAN, M_PI, NULL: no lower-case letter),
-# reserved ones (a leading underscore, a double one), vector types (float4, uint2)
-_HEADER_NAME = re.compile(r"^(_\w*|\w*__\w*|[A-Z0-9_]{2,}|"
+# Names the C/C++ or CUDA headers may take: macros (NAN, M_PI, NULL: no lower-case letter;
+# glibc's M_PIf, SYS_read, L_tmpnam, P_tmpdir), reserved ones (a leading underscore, a
+# double one), vector types (float4, uint2)
+_HEADER_NAME = re.compile(r"^(_\w*|\w*__\w*|[A-Z0-9_]{2,}|(M|SYS|L|P)_\w*|"
                           r"u?(char|short|int|long|longlong)[1-4]|float[1-4]|double[1-4])$")
+# The host headers' macros with lower-case letters besides those (object-like, then
+# function-like): ``g++ -std=c++20 -dM -E`` over the cpu shim's headers (glibc 2.36,
+# libstdc++ 12), names without a leading underscore.
+_HEADER_MACROS = frozenset("""errno math_errhandling sched_priority stderr stdin stdout
+alloca assert assert_perror be16toh be32toh be64toh htobe16 htobe32 htobe64 htole16 htole32
+htole64 issubnormal le16toh le32toh le64toh offsetof pthread_cleanup_pop
+pthread_cleanup_pop_restore_np pthread_cleanup_push pthread_cleanup_push_defer_np strdupa
+strndupa timeradd timerclear timercmp timerisset timersub va_arg va_copy va_end va_start
+unix linux i386""".split())
 
 
 Coordinate = tuple[str, int]  # (C variable, constant shift)
@@ -84,15 +95,44 @@ def coordinate_text(coord: Coordinate) -> str:
 
 
 def c_name(name: str) -> str:
-    """A C identifier for a buffer, parameter or size symbol."""
-    clean = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    if clean in C_KEYWORDS or _GENERATED_NAME.match(clean) or _HEADER_NAME.match(clean):
-        return clean + "_buf"
-    return clean
+    """A C identifier for a buffer, parameter or size symbol, one-to-one: an ASCII
+    identifier stays itself unless generated code or the headers may use it (then it takes
+    the suffix ``_buf``); any other name has its other characters replaced and a digest of
+    it appended (``a·b`` and ``a_b`` stay apart)."""
+    if not (name.isascii() and name.isidentifier()):
+        clean = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_"
+                        for ch in name)
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        return f"{clean}_u{digest}_buf"
+    if name in C_KEYWORDS or name in _HEADER_MACROS or _GENERATED_NAME.match(name) or \
+            _HEADER_NAME.match(name):
+        return name + "_buf"
+    return name
+
+
+_DEFAULT_SIZE = re.compile(r"[A-Za-z_]\w*\.\d+")  # an input's axis ``x.0`` (kfuse's own)
+_NUMBERED = re.compile(r".*_\d+(_s)*")  # what defaults become, and their suffixed form
 
 
 def size_var(symbol: str) -> str:
-    return "n_" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in symbol)
+    """The C variable holding a size symbol's value, one-to-one: a fixed size ``23`` is
+    ``n_23``, an input's default symbol ``x.0`` is ``n_x_0``, a symbol the user named is
+    ``n_`` and the name (with the suffix ``_s`` where it ends like a default's, ``_0``),
+    and any other symbol is spelled as :func:`c_name` spells it."""
+    if symbol.isascii() and (symbol.isdigit() or _DEFAULT_SIZE.fullmatch(symbol)):
+        return "n_" + symbol.replace(".", "_")
+    if symbol.isascii() and symbol.isidentifier():
+        return "n_" + symbol + ("_s" if _NUMBERED.fullmatch(symbol) else "")
+    return "n_" + c_name(symbol)
+
+
+def comment_text(text: str) -> str:
+    """``text`` (the user's file name and line) safe inside a ``//`` comment of generated C:
+    characters that are not printable are written as escapes (a newline would end the
+    comment and make the rest code), and it never ends with a backslash (which would join
+    the next line of code to the comment)."""
+    safe = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return safe + "." if safe.rstrip().endswith("\\") else safe
 
 
 def param_var(name: str) -> str:

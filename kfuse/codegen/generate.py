@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from kfuse import config
 from kfuse.codegen import block_order, mapreduce
@@ -52,7 +54,7 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
              f"// Pipeline '{graph.name}': {len(graph.kernels)} operators in {len(groups)} "
              f"kernels ({fused} fused).",
              f"typedef {'long long' if wide_index else 'int'} kf_index_t;", ""]
-    launches, last_first = [], []
+    launches, last_first, symbols = [], [], set()
     serpentine = block_order.Serpentine(graph)
     for group in groups:
         members, outputs, form = group.members, group.outputs, group.form
@@ -60,6 +62,11 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
             kernel, launch = mapreduce.group_kernel(graph, members, outputs, form)
         else:
             kernel, launch = group_kernel(KernelGroup(graph, members, outputs), form, march)
+        if launch.symbol in symbols:  # another group's name spells the same (a, b and a_b)
+            unique = next(f"{launch.symbol}_{n}" for n in itertools.count(2)
+                          if f"{launch.symbol}_{n}" not in symbols)
+            kernel, launch = replace(kernel, symbol=unique), replace(launch, symbol=unique)
+        symbols.add(launch.symbol)
         if fixed_sizes is not None:
             domain = graph.kernel_by_name[members[-1]].domain
             kernel = specialise_kernel(kernel, launch, domain, fixed_sizes)

@@ -27,6 +27,7 @@ from kfuse.codegen.cexpr import (
     Coordinate,
     ExprEmitter,
     c_name,
+    comment_text,
     coordinate_text,
     indent,
     param_list,
@@ -146,7 +147,7 @@ class KernelGroup(GroupNames):
                  f"'{self.graph.name}': {', '.join(k.name for k in self.members)}"]
         for kernel in self.members:
             prefix = f"//   [{kernel.name}] " if fused else "//   "
-            lines.append(f"{prefix}{kernel.kind}" + (f", written at {kernel.where}"
+            lines.append(f"{prefix}{kernel.kind}" + (f", written at {comment_text(kernel.where)}"
                                                      if kernel.where else ""))
             for access in kernel.accesses:
                 radius = kernel.halo_radius(access.buffer)

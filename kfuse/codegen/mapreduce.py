@@ -66,6 +66,7 @@ from kfuse.codegen.cexpr import (
     EmitState,
     ExprEmitter,
     c_name,
+    comment_text,
     indent,
     param_list,
     size_var,
@@ -535,7 +536,7 @@ class _Builder(StreamBody, HeldBody):
             if kernel in group.fed:
                 role = (f"{'map' if kernel.reduction is None else role}, fed by the row "
                         "reductions at its row (held rows)")
-            lines.append(f"{prefix}{role}" + (f", written at {kernel.where}"
+            lines.append(f"{prefix}{role}" + (f", written at {comment_text(kernel.where)}"
                                               if kernel.where else ""))
         shape = "vector" if group.ndim == 1 else "matrix"
         if group.flat:

@@ -116,7 +116,7 @@ def boundary_of(spec: object, operator: str | None = None) -> Boundary:
     try:
         return as_boundary(spec)
     except BoundaryError as error:
-        raise BoundaryError(str(error), operator=operator) from None
+        raise BoundaryError(error.detail, operator=operator) from None
 
 
 clamp = Boundary("clamp")

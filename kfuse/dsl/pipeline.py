@@ -145,7 +145,7 @@ def _size_symbol(name: str, axis: int, size: object) -> str:
             raise ShapeError(f"input '{name}': axis {axis} must have a positive size, got "
                              f"{number}")
         return str(number)
-    if not isinstance(size, str) or not re.fullmatch(r"[A-Za-z_][\w.]*", size):
+    if not isinstance(size, str) or not re.fullmatch(r"[^\W\d][\w.]*", size):
         raise DslError(f"input '{name}': axis {axis} needs a size symbol (a name) or a "
                        f"positive integer, got {size!r}")
     return size
@@ -202,10 +202,11 @@ class Pipeline:
                     or ndim not in (0, 1, 2, 3):
                 raise DslError(f"input '{name}': give ndim (an integer, 0 to 3) or shape, got "
                                f"ndim={ndim!r}")
-            shape = tuple(f"{name}.{axis}" for axis in range(int(ndim)))
-        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+            shape = tuple(f"{name}.{axis}" for axis in range(int(ndim)))  # kfuse's own
+        elif isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise DslError(f"input '{name}': shape must be a tuple of sizes, got {shape!r}")
-        shape = tuple(_size_symbol(name, axis, size) for axis, size in enumerate(shape))
+        else:
+            shape = tuple(_size_symbol(name, axis, size) for axis, size in enumerate(shape))
         if ndim is not None and len(shape) != ndim:
             raise DslError(f"input '{name}': ndim={ndim} but shape has {len(shape)} sizes")
         if len(shape) > 3:
@@ -383,8 +384,10 @@ class Pipeline:
                            "(B + A.T), or use A.T @ y, kf.gemv or kf.geam",
                            operator=operator, where=where)
         else:
-            raise DslError("cannot tell the iteration space: every read names its dims; "
-                           "pass shape=", operator=operator, where=where)
+            raise DslError("cannot tell the iteration space: every read names its dims "
+                           "(x.at(..., dims=...)) or there is no read; read one array as it "
+                           "is (plain x), whose axes then are the operator's",
+                           operator=operator, where=where)
         for load in implicit:
             array = self._arrays[load.buffer]
             if array.ndim != len(domain):
@@ -500,6 +503,8 @@ class Pipeline:
                 raise DslError(usage)
             if not isinstance(group, Sequence) or not all(isinstance(n, str) for n in group):
                 raise FusionError(f"{usage}; got the group {group!r}")
+            if not group:
+                raise FusionError(f"{usage}; got an empty group")
         if forms is not None and (isinstance(forms, (str, bytes)) or not isinstance(
                 forms, Sequence) or len(forms) != len(groups)):
             raise FusionError(f"fuse(): forms= gives one form (or None) per group: "

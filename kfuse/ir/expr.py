@@ -370,7 +370,16 @@ def promote(a: Expr, b: Expr) -> str:
     return "int32" if result == "bool" else result
 
 
+INT32_RANGE = (-2**31, 2**31 - 1)
+
+
 def _coerce(node: Expr, dtype: str) -> Expr:
+    if dtype == "int32" and isinstance(node, Const) and not isinstance(node.value, bool) \
+            and isinstance(node.value, int) and not \
+            INT32_RANGE[0] <= node.value <= INT32_RANGE[1]:
+        raise DtypeError(f"the integer constant {node.value} does not fit int32, the dtype "
+                         "it meets (NumPy raises OverflowError here too): write it as a float, "
+                         "or cast the array to float64 first")
     if node.dtype == dtype:
         return node
     if isinstance(node, Const):
@@ -387,8 +396,9 @@ INTEGER_POWERS = 64
 
 
 def _power_as_products(base: Expr, exponent: Expr) -> Expr | None:
-    """``base ** exponent`` as multiplications where the exponent is a small whole constant
-    (None otherwise: the general pow)."""
+    """``base ** exponent`` as multiplications where the exponent is a small whole constant,
+    as a square root where it is 0.5 (as NumPy computes both), None otherwise (the general
+    pow)."""
     if not isinstance(exponent, Const) or exponent.dtype == "bool" or base.dtype == "bool":
         return None
     try:
@@ -396,6 +406,8 @@ def _power_as_products(base: Expr, exponent: Expr) -> Expr | None:
     except OverflowError:  # an exponent past float64's range: the general pow
         return None
     dtype = promote(base, exponent)
+    if value == 0.5 and dtype in FLOAT_DTYPES:  # NumPy's square root (-0 and -inf as sqrt's)
+        return Unary("sqrt", _coerce(base, dtype), dtype)
     if not value.is_integer():
         return None
     if dtype not in FLOAT_DTYPES:  # integers: any whole n >= 0 (NumPy refuses n < 0)
@@ -486,20 +498,27 @@ def with_children(node: Expr, children: tuple[Expr, ...]) -> Expr:
 
 
 def transform(node: Expr, rewrite: Callable[[Expr], Expr | None]) -> Expr:
-    """Rebuild a tree bottom-up; ``rewrite`` returns a replacement node or ``None`` to keep."""
-    memo: dict[int, Expr] = {}
+    """Rebuild a tree bottom-up; ``rewrite`` returns a replacement node or ``None`` to keep.
 
-    def visit(current: Expr) -> Expr:
+    Iterative (children before parents, each distinct node once), so expressions thousands
+    of nodes deep (a large convolution's sum of taps) do not reach Python's recursion limit.
+    """
+    memo: dict[int, Expr] = {}
+    stack: list[tuple[Expr, bool]] = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
         key = id(current)
         if key in memo:
-            return memo[key]
-        current = with_children(current, tuple(visit(child) for child in current.children()))
-        replaced = rewrite(current)
-        result = current if replaced is None else replaced
-        memo[key] = result
-        return result
-
-    return visit(node)
+            continue
+        children = current.children()
+        if not expanded:
+            stack.append((current, True))
+            stack.extend((child, False) for child in reversed(children) if id(child) not in memo)
+            continue
+        rebuilt = with_children(current, tuple(memo[id(child)] for child in children))
+        replaced = rewrite(rebuilt)
+        memo[key] = rebuilt if replaced is None else replaced
+    return memo[id(node)]
 
 
 def loads(node: Expr) -> list[Load]:

@@ -490,7 +490,7 @@ def _device(value: Any, source: str) -> Architecture:
     except MetadataError:
         raise
     except KfuseError as error:
-        raise MetadataError(f"{source}: field 'device': {error}") from None
+        raise MetadataError(f"{source}: field 'device': {error.detail}") from None
 
 
 def _thread_load(raw: Mapping[str, Any], array: ArraySpec | None, label: str,

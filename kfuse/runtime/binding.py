@@ -24,7 +24,7 @@ def dtype_name(array: Any) -> str:
     try:
         return normalize_dtype(text)
     except DtypeError as error:
-        raise BindError(str(error)) from None
+        raise BindError(error.detail) from None
 
 
 def to_numpy(array: Any) -> np.ndarray:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kfuse.errors import BindError, DtypeError, ShapeError
+from kfuse.errors import BindError, DtypeError, OutOfMemory, ShapeError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
 from kfuse.runtime.backend import VECTOR_ALIGNMENT, CompiledBackend, LoadedProgram
@@ -367,6 +367,12 @@ class CompiledPipeline:
                 f"signatures={len(self._signatures)}, {self.stats})")
 
     def __call__(self, out: Any = None, **given: Any) -> dict[str, Any]:
+        try:
+            return self._call(out, given)
+        except MemoryError as error:  # the host's, or CuPy's OutOfMemoryError (a subclass)
+            raise out_of_memory(self.graph, given, error) from None
+
+    def _call(self, out: Any, given: dict[str, Any]) -> dict[str, Any]:
         graph = self.graph
         self.stats.calls += 1
         if self.backend.name == "numpy":  # the reference interprets the IR: nothing to keep
@@ -526,6 +532,32 @@ class CompiledPipeline:
 
     def _count_plan(self) -> None:
         self.stats.plans += 1
+
+
+def out_of_memory(graph: Graph, given: Mapping[str, Any], error: BaseException) -> OutOfMemory:
+    """The named error for a call whose arrays or copies did not fit in memory: the bytes
+    of its inputs as C-order arrays, and the inputs that are views with a stride of 0
+    (broadcast), which a copy makes whole."""
+    total, views = 0, []
+    for name in graph.inputs:
+        array = given.get(name)
+        shape, itemsize = getattr(array, "shape", None), getattr(
+            getattr(array, "dtype", None), "itemsize", None)
+        if shape is None or not isinstance(itemsize, int):
+            continue
+        total += int(np.prod(shape, dtype=np.float64)) * itemsize
+        strides = getattr(array, "strides", None)
+        if callable(strides):  # a PyTorch tensor's stride()
+            strides = getattr(array, "stride", lambda: None)()
+        if strides and 0 in tuple(strides) and len(shape) and int(np.prod(shape)) > 1:
+            views.append(f"'{name}' (shape {tuple(shape)}, strides {tuple(strides)})")
+    hint = (f"; {', '.join(views)} {'is a view' if len(views) == 1 else 'are views'} with a "
+            "stride of 0 (np.broadcast_to), which kfuse copies into a whole C-order array: "
+            "pass the array before broadcasting and broadcast inside the pipeline "
+            "(x.at(..., dims=...))") if views else ""
+    return OutOfMemory(f"pipeline '{graph.name}': its arrays do not fit in memory (the inputs "
+                       f"alone are {total / 2**30:.1f} GiB as C-order arrays, outputs besides)"
+                       f"{hint} ({type(error).__name__}: {str(error)[:120]})")
 
 
 def _out_arrays(graph: Graph, out: Any) -> dict[str, Any]:
