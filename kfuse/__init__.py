@@ -20,6 +20,10 @@ from kfuse.errors import (
 
 __version__ = "0.1.0"
 
+from kfuse.log import configure_from_environment  # noqa: E402
+
+configure_from_environment()  # KFUSE_LOG=info prints what kfuse decides and does
+
 __all__ = [
     "BackendUnavailable",
     "BindError",

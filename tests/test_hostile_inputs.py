@@ -237,3 +237,151 @@ def test_a_point_operator_without_an_array_read_as_it_is_says_what_to_do():
     with pytest.raises(kf.DslError, match="read one array as it is") as raised:
         kf.point(v.at(0, dims=(1,)) * 2.0, name="y")
     assert "shape=" not in str(raised.value)
+
+
+# -- 6. codeless application descriptions ----------------------------------------------------
+
+APP = """format: kfuse-app/1
+name: bad
+device: k20x
+arrays:
+  - {name: A, dtype: float64, shape: [1024]}
+  - {name: B, dtype: float64, shape: [1024]}
+kernels:
+  - name: k1
+    runtime_us: RUNTIME
+    accesses:
+      - {array: A, access: read, thread_load: LOAD}
+      - {array: B, access: write}
+"""
+
+
+@pytest.mark.parametrize(("runtime", "load", "field"), [
+    (".nan", "1", "runtime_us"), ("10", ".inf", "thread_load"), ("-.inf", "1", "runtime_us")])
+def test_a_description_with_a_number_that_is_not_finite_is_refused(tmp_path, runtime, load,
+                                                                  field):
+    from kfuse.errors import MetadataError
+    from kfuse.project.metadata import load_app
+
+    path = tmp_path / "app.yaml"
+    path.write_text(APP.replace("RUNTIME", runtime).replace("LOAD", load))
+    with pytest.raises(MetadataError, match=f"{field}.*not a finite number"):
+        load_app(path)
+
+
+def test_a_description_with_aliases_is_refused_before_it_expands(tmp_path):
+    from kfuse.errors import MetadataError
+    from kfuse.project.metadata import load_app
+
+    levels = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for index, name in enumerate("bcdefghi"):
+        previous = "abcdefghi"[index]
+        levels.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join([*levels, "name: bomb", "kernels: [*i]"]) + "\n")
+    with pytest.raises(MetadataError, match="alias"):
+        load_app(path)
+
+
+def test_a_kernel_after_itself_is_refused(tmp_path):
+    from kfuse.errors import MetadataError
+    from kfuse.project.metadata import load_app
+
+    path = tmp_path / "self.yaml"
+    path.write_text(APP.replace("RUNTIME", "10\n    after: [k1]").replace("LOAD", "1"))
+    with pytest.raises(MetadataError, match="cannot come after itself"):
+        load_app(path)
+
+
+# -- 7. what the cache holds -----------------------------------------------------------------
+
+@pytest.mark.parametrize("corrupt", ["directory", "zero bandwidth", "not json", "a list"])
+def test_a_corrupt_device_profile_is_named_and_planning_goes_on(tmp_path, monkeypatch, corrupt,
+                                                                caplog):
+    from kfuse.model import device
+
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    latest = tmp_path / "devices" / device.LATEST
+    latest.parent.mkdir(parents=True)
+    if corrupt == "directory":
+        latest.mkdir()
+    elif corrupt == "zero bandwidth":
+        profile = device.default_profile().to_dict() | {"copy_bandwidth_bytes_per_s": 0}
+        latest.write_text(__import__("json").dumps(profile))
+    else:
+        latest.write_text("{not json" if corrupt == "not json" else "[1, 2]")
+    monkeypatch.setattr(device, "_VISIBLE_GPU_SOURCE", [])
+    with pytest.raises(kf.CacheError, match="not a usable device profile"):
+        device.DeviceProfile.load()
+    with caplog.at_level("WARNING", logger="kfuse"):
+        profile = device.current_profile()
+    assert profile.copy_bandwidth_bytes_per_s > 0 and "not a usable" in caplog.text
+    p = kf.Pipeline("plan_anyway")
+    x = p.input("x", ndim=2)
+    p.output(kf.local(x.at(0, 1) + x, name="y"))
+    assert p.plan().groups
+
+
+@pytest.mark.integration
+def test_a_read_only_cache_serves_the_libraries_it_holds(monkeypatch):
+    from kfuse.errors import CacheError
+    from kfuse.runtime import host_compiler
+
+    def build() -> kf.Pipeline:  # the same source each time (the same lines)
+        p = kf.Pipeline("read_only")
+        x = p.input("x", ndim=1)
+        p.output(kf.point(x * 5.0 - 1.0, name="y"))
+        return p
+
+    v = random(9)
+    np.testing.assert_allclose(build().run(x=v, backend="cpu")["y"], v * 5 - 1, rtol=1e-6)
+
+    def refuse(kind):
+        raise CacheError(f"the cache folder for {kind} is not writable")
+
+    monkeypatch.setattr(host_compiler, "writable_cache_dir", refuse)
+    monkeypatch.setattr(host_compiler, "_loaded", {})  # (loaded again, from the cache)
+    np.testing.assert_allclose(build().run(x=v, backend="cpu")["y"], v * 5 - 1, rtol=1e-6)
+
+
+# -- 12. choices are said --------------------------------------------------------------------
+
+def test_the_backend_auto_chose_is_logged_with_the_reason(caplog, monkeypatch):
+    from kfuse.runtime import get_backend
+    from kfuse.runtime.cuda_backend import CudaBackend
+
+    monkeypatch.setattr(CudaBackend, "unavailable_reason",
+                        classmethod(lambda cls: "the cuda backend needs CuPy"))
+    with caplog.at_level("INFO", logger="kfuse"):
+        backend = get_backend("auto")
+    assert backend.name == "cpu"
+    assert "'cuda' cannot run (the cuda backend needs CuPy)" in caplog.text
+
+
+def test_kfuse_log_prints_what_kfuse_does(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = ("import numpy as np, kfuse as kf\n"
+              "p = kf.Pipeline('logged'); x = p.input('x', ndim=1)\n"
+              "p.output(kf.point(x * 2.0, name='y'))\n"
+              "p.run(x=np.ones(3, np.float32), backend='numpy')\n"
+              "p.plan()\n")
+    environment = {**os.environ, "KFUSE_LOG": "info", "KFUSE_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=environment, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "kfuse INFO: planned 'logged'" in done.stderr
+    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env={**environment, "KFUSE_LOG": ""}, timeout=300, check=False)
+    assert "INFO" not in quiet.stderr
+
+
+def test_the_command_line_says_its_version():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "kfuse", "--version"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == f"kfuse {kf.__version__}"

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kfuse"
 
 # Lowest first. A package may import its own modules and those of packages before it.
 LAYERS = (
-    ("user_line", "errors", "cache", "cuda_limits", "config"),  # what every layer uses
+    ("user_line", "errors", "log", "cache", "cuda_limits", "config"),  # what every layer uses
     ("ir",),
     ("analysis",),  # facts derived from the structure: reachability, convexity
     ("dsl",),  # builds graphs; planning and running reach it through kfuse.driver

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kfuse import __version__ as kfuse_version
 from kfuse.cli.arguments import NON_NEGATIVE_INT, NON_NEGATIVE_NUMBER, POSITIVE_INT
 from kfuse.errors import KfuseError
 from kfuse.runtime.binding import to_numpy
@@ -181,7 +182,7 @@ def command_run(args: argparse.Namespace) -> int:
     result = {"app": app.name, "backend": backend, "size": list(size),
               "boundary": args.boundary, "operators": len(graph.kernels),
               "kernels": len(groups) if groups else len(graph.kernels),
-              "groups": [list(group[0]) for group in groups] if groups else None,
+              "groups": [list(group.members) for group in groups] if groups else None,
               "wall_time_s": round(elapsed, 4)}
     if timed is not None:
         result["autotune"] = timed
@@ -491,6 +492,7 @@ def _print_model_check(report, summary, profile, measured: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion for "
                                      "memory-bound GPU pipelines.")
+    parser.add_argument("--version", action="version", version=f"kfuse {kfuse_version}")
     commands = parser.add_subparsers(dest="command", required=True)
     backends = ("auto", "cuda", "cpu", "numpy")
 

@@ -479,15 +479,15 @@ def group_violations(graph: Graph, members: Sequence[str],
     unknown = [n for n in members if n not in graph.kernel_by_name]
     if unknown:
         return [Violation("known_kernels", f"no operator named {unknown[0]!r}")]
-    variant = as_form(variant)
-    if isinstance(variant, Form):  # (a plan made for another pipeline may name it)
-        reason = variant.why_not(graph, members)
+    form = as_form(variant)
+    if form is not None:  # (a plan made for another pipeline may name it)
+        reason = form.why_not(graph, members)
         if reason:
             return [Violation("variant", reason)]
     if len(members) < 2:
         return []
-    if variant is not None and is_epilogue_group(graph, members):
-        return epilogue_violations(graph, members, variant)
+    if variant is not None and is_epilogue_group(graph, members):  # ("auto" too: named)
+        return epilogue_violations(graph, members, form if form is not None else variant)
     found = []
     for rule in GROUP_RULES:
         reason = rule(graph, members)

@@ -12,6 +12,7 @@ torch.compile, where the H200's own figures plan them 0.1% faster (session 16).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kfuse.cache import cache_dir, writable_cache_dir, write_atomically
+from kfuse.errors import CacheError
+from kfuse.log import LOG
 
 LATEST = "latest.json"
 
@@ -117,7 +120,34 @@ class DeviceProfile:
             path = devices_dir() / profile_filename(str(name))
         if not path.exists():
             raise FileNotFoundError(f"no device profile at {path}; run 'kfuse calibrate'")
-        return cls.from_dict(json.loads(path.read_text()))
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            profile = cls.from_dict(data)
+            problem = profile.implausible()
+        except (OSError, UnicodeDecodeError, ValueError, TypeError) as error:
+            problem = f"{type(error).__name__}: {error}"
+        if problem:
+            raise CacheError(f"{path} is not a usable device profile ({problem}); run 'kfuse "
+                             "calibrate' to measure the GPU again, or delete the file")
+        return profile
+
+    def implausible(self) -> str | None:
+        """What makes these figures unusable for a model (None: they are usable): counts
+        that must be positive, rates that must be positive and finite."""
+        for name in ("sm_count", "shared_memory_per_block", "shared_memory_per_sm",
+                     "registers_per_sm", "max_threads_per_sm", "l2_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                return f"{name} is {value!r}, not a positive integer"
+        for name in ("copy_bandwidth_bytes_per_s", "launch_overhead_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value) or value < 0 or (
+                        value == 0 and name == "copy_bandwidth_bytes_per_s"):
+                return f"{name} is {value!r}"
+        return None
 
     def summary(self) -> str:
         """One line: name, SMs, L2, copy bandwidth, launch overhead, when measured."""
@@ -174,12 +204,30 @@ def current_profile(name: str | None = None) -> DeviceProfile:
     if estimated is not None:
         try:
             return DeviceProfile.load(estimated.name)
-        except (FileNotFoundError, ValueError, TypeError, json.JSONDecodeError):
+        except FileNotFoundError:
+            return estimated
+        except CacheError as error:
+            LOG.warning("%s; planning with the figures estimated from the GPU's properties",
+                        error.detail)
             return estimated
     try:
         return DeviceProfile.load(name)
-    except (FileNotFoundError, ValueError, TypeError, json.JSONDecodeError):
+    except FileNotFoundError as error:
+        if name is not None:
+            raise CacheError(str(error)) from None
+    except CacheError as error:
+        if name is not None:
+            raise
+        LOG.warning("%s; planning with a nominal H100's figures", error.detail)
         return default_profile()
+    if not _SAID_NOMINAL:
+        _SAID_NOMINAL.append(True)
+        LOG.info("no GPU is visible and none was calibrated: planning with a nominal H100's "
+                 "figures (kfuse calibrate on a GPU stores its own)")
+    return default_profile()
+
+
+_SAID_NOMINAL: list[bool] = []  # (said once a process)
 
 
 # Where the visible GPU's profile comes from: set by kfuse.tune, which measures the device

@@ -366,7 +366,17 @@ def _yaml_loader() -> Any:
     import yaml
 
     class Loader(yaml.SafeLoader):
-        """SafeLoader that also reads ``1e6`` and ``1.4e6`` as numbers."""
+        """SafeLoader that also reads ``1e6`` and ``1.4e6`` as numbers, and refuses aliases
+        (``*name``): an application description needs none, and nested aliases expand to
+        billions of nodes for whoever walks the result."""
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(
+                    None, None, f"an alias (*{event.anchor}): kfuse application descriptions "
+                    "take no anchors and aliases; write the values out", event.start_mark)
+            return super().compose_node(parent, index)
 
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
     return Loader
@@ -410,6 +420,7 @@ def parse_app(data: Any, source: str = "<data>") -> AppMetadata:
     if not isinstance(data, Mapping):
         raise MetadataError(f"{source}: the file must hold a mapping with 'name' and 'kernels', "
                             f"got {type(data).__name__}")
+    _check_finite(data, source)
     validate_schema(data, source)
     problems: list[str] = []
     device = _device(data.get("device", "current"), source)
@@ -441,7 +452,10 @@ def parse_app(data: Any, source: str = "<data>") -> AppMetadata:
     kernel_names = [k.name for k in kernels]
     for kernel in kernels:
         for other in kernel.after:
-            if other not in names:
+            if other == kernel.name:
+                problems.append(f"kernel '{kernel.name}', field 'after': a kernel cannot come "
+                                "after itself")
+            elif other not in names:
                 problems.append(f"kernel '{kernel.name}', field 'after': unknown kernel "
                                 f"'{other}'{_suggest(other, kernel_names)}")
     copies = []
@@ -462,6 +476,21 @@ def parse_app(data: Any, source: str = "<data>") -> AppMetadata:
                       synth=dict(data.get("synth", {})))
     _check_order(app)
     return app
+
+
+def _check_finite(data: Any, source: str) -> None:
+    """Every number is finite: a ``.nan`` or ``.inf`` runtime, size or thread load has no
+    meaning (and would give NaN predictions or an overflow)."""
+    pending: list[tuple[Any, str]] = [(data, "")]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise MetadataError(f"{source}: field '{path.lstrip('.')}': {value} is not a "
+                                "finite number")
+        if isinstance(value, Mapping):
+            pending.extend((item, f"{path}.{key}") for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((item, f"{path}[{index}]") for index, item in enumerate(value))
 
 
 def _suggest(name: str, choices: Any) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from kfuse.errors import BackendUnavailable, FusionError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
+from kfuse.log import LOG
 from kfuse.runtime.backend import Backend, CompiledBackend
 
 BACKENDS = ("cuda", "cpu", "numpy")
@@ -27,17 +30,30 @@ def _backend_class(name: str) -> type[Backend]:
 def get_backend(name: str = "auto") -> Backend:
     """The backend called ``name``; ``auto`` picks cuda if a GPU is usable, else cpu."""
     if name == "auto":
+        passed = []
         for candidate in BACKENDS:
-            if _backend_class(candidate).available():
-                return _backend_class(candidate)()
+            backend_class = _backend_class(candidate)
+            reason = backend_class.unavailable_reason()
+            if reason is None:
+                if passed:
+                    LOG.log(logging.WARNING if gpu_present() and "cuda" in dict(passed)
+                            else logging.INFO, "backend 'auto' runs on '%s': %s", candidate,
+                            "; ".join(f"'{name}' cannot run ({why})" for name, why in passed))
+                return backend_class()
+            passed.append((candidate, reason))
     if name not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
     backend_class = _backend_class(name)
-    if not backend_class.available():
-        reason = {"cuda": "no GPU with CuPy is usable here",
-                  "cpu": "no host C++ compiler (g++ or $CXX) was found"}[name]
+    reason = backend_class.unavailable_reason()
+    if reason is not None:
         raise BackendUnavailable(f"backend '{name}' cannot run: {reason}")
     return backend_class()
+
+
+def gpu_present() -> bool:
+    """Whether this machine seems to have an NVIDIA GPU (its driver's device files), whether
+    or not CuPy can use it."""
+    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
 
 
 def compiles_for_sizes(name: str) -> bool:

@@ -37,7 +37,13 @@ class Backend(ABC):
 
     @classmethod
     def available(cls) -> bool:
-        return True
+        """Whether the backend can run here."""
+        return cls.unavailable_reason() is None
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why the backend cannot run here (None: it can)."""
+        return None
 
     def call_arrays(self) -> Any:
         """How calls of a compiled pipeline take, make and launch on this backend's arrays

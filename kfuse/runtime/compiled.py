@@ -20,6 +20,7 @@ replayed from then on (Qiao 2021, chapter 4: one launch instead of one per kerne
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -30,6 +31,7 @@ import numpy as np
 from kfuse.errors import BindError, DtypeError, OutOfMemory, ShapeError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.graph import Graph
+from kfuse.log import LOG
 from kfuse.runtime.backend import VECTOR_ALIGNMENT, CompiledBackend, LoadedProgram
 from kfuse.runtime.binding import Bound, bind, dtype_name, param_value
 from kfuse.runtime.launch import BoundLaunch, bound_launches_copy, call_slots
@@ -419,9 +421,15 @@ class CompiledPipeline:
                     facts = {name: ArrayFacts(array_key, address) for name, array_key, address
                              in zip(inputs, keys[1:len(inputs) + 1], addresses,
                                         strict=True)}
+                    started = time.perf_counter()
                     signature = self._compile(graph, given, facts, out_facts)
                     self._signatures[key] = signature
                     self.stats.misses += 1
+                    LOG.info("pipeline '%s' on %s: a new signature (%s), %d launches, ready "
+                             "in %.3f s (%s)", graph.name, self.backend.name, ", ".join(
+                                 f"{name} {fact.dtype}{list(fact.shape)}"
+                                 for name, fact in facts.items()), len(signature.launches),
+                             time.perf_counter() - started, self.stats)
                     while len(self._signatures) > self.max_signatures:
                         self._signatures.popitem(last=False)
                         self.stats.evicted += 1

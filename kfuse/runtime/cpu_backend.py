@@ -162,9 +162,9 @@ class CpuBackend(CompiledBackend):
     arrays_class = HostArrays
 
     @classmethod
-    def available(cls) -> bool:
+    def unavailable_reason(cls) -> str | None:
         try:
             find_compiler()
-        except BackendUnavailable:
-            return False
-        return True
+        except BackendUnavailable as error:
+            return error.detail
+        return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import time
 from collections.abc import Callable, Mapping
 from math import prod
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kfuse.cache import cache_dir as kfuse_cache_dir
 from kfuse.cache import (
     compile_key,
     count_compiler_run,
@@ -26,6 +28,7 @@ from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.errors import BackendUnavailable, BindError, CompileError, LaunchError
 from kfuse.ir.graph import Graph
+from kfuse.log import LOG
 from kfuse.model.occupancy import blocks_per_multiprocessor
 from kfuse.runtime.backend import CompiledBackend, Executable, LoadedProgram
 from kfuse.runtime.binding import Bound
@@ -83,12 +86,14 @@ def compile_cubin(source: str, arch: str) -> Path:
     source, the options, the architecture and NVRTC's version)."""
     options = (*NVRTC_OPTIONS, f"--gpu-architecture={arch}")
     digest = compile_key(source, ("nvrtc",), nvrtc_version(), options)
-    path = cache_dir() / f"{digest}.cubin"
-    if path.exists():
+    path = kfuse_cache_dir("cuda") / f"{digest}.cubin"
+    if path.exists():  # (a read-only cache still serves what it holds)
         mark_used(path)
         return path
+    path = cache_dir() / f"{digest}.cubin"
     from cupy_backends.cuda.libs import nvrtc
     count_compiler_run()
+    started = time.perf_counter()
     program = nvrtc.createProgram(source, "kfuse.cu", [], [])
     try:
         try:
@@ -102,6 +107,8 @@ def compile_cubin(source: str, arch: str) -> Path:
     finally:
         nvrtc.destroyProgram(program)
     write_atomically(path, cubin)
+    LOG.info("compiled %s with NVRTC %s in %.2f s", path.name, nvrtc_version(),
+             time.perf_counter() - started)
     return path
 
 
@@ -428,12 +435,12 @@ class CudaBackend(CompiledBackend):
     specialises_sizes = True
 
     @classmethod
-    def available(cls) -> bool:
+    def unavailable_reason(cls) -> str | None:
         try:
             _cupy()
-        except BackendUnavailable:
-            return False
-        return True
+        except BackendUnavailable as error:
+            return error.detail
+        return None
 
     def marches_along_z(self, graph: Graph, sizes: Mapping[str, int]) -> bool:
         """Whether marching kernels pay on the current device (its peak DRAM bandwidth per

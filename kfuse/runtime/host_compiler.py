@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -32,6 +33,7 @@ from kfuse.cache import (
     write_atomically,
 )
 from kfuse.errors import BackendUnavailable, CompileError
+from kfuse.log import LOG
 
 __all__ = [
     "BASE_FLAGS",
@@ -129,12 +131,12 @@ def compile_host_library(
 
     digest = compile_key(source, compiler, version, flags, (include / SHIM_HEADER).read_bytes())
 
-    out_dir = writable_cache_dir("cpu")
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name_hint)[:48] or 'kfuse'}-{digest[:40]}"
-    lib = out_dir / f"{stem}.so"
-    if lib.exists():
+    lib = cache_dir() / f"{stem}.so"
+    if lib.exists():  # (a read-only cache still serves what it holds)
         mark_used(lib)
         return lib
+    out_dir = writable_cache_dir("cpu")
     count_compiler_run()
 
     src = out_dir / f"{stem}.cu"
@@ -143,6 +145,7 @@ def compile_host_library(
     os.close(fd)
     includes = [f"-I{d}" for d in (_precompiled_shim(compiler, flags, version), include) if d]
     cmd = [*compiler, *flags, *includes, "-x", "c++", str(src), "-x", "none", "-o", tmp]
+    started = time.perf_counter()
     try:
         try:
             proc = subprocess.run(
@@ -157,6 +160,8 @@ def compile_host_library(
         if proc.returncode != 0:
             raise _compile_error(proc.stderr or proc.stdout, src, cmd)
         os.replace(tmp, lib)
+        LOG.info("compiled %s with %s in %.2f s", lib.name, compiler[0],
+                 time.perf_counter() - started)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return lib

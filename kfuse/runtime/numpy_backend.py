@@ -165,10 +165,6 @@ class NumpyBackend(Backend):
     def __init__(self, precision: str | None = None):
         self.precision = precision
 
-    @classmethod
-    def available(cls) -> bool:
-        return True
-
     def run(self, graph: Graph, given: Mapping[str, Any], *, program: Any = None,
             plan: Any = None) -> dict[str, np.ndarray]:
         """The reference semantics; a plan changes nothing here (fusion preserves meaning)."""

@@ -13,11 +13,13 @@ sharing graph, legality, cost) through :func:`~kfuse.search.problem.solve`:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from kfuse.fusion.plan import FusionPlan, make_plan
 from kfuse.ir.graph import Graph
+from kfuse.log import LOG
 from kfuse.model.device import DeviceProfile
 from kfuse.search.problem import (
     GRAPH_MODELS,
@@ -46,12 +48,17 @@ def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
     makes the randomised strategies repeatable; ``options`` go to the strategy.
     """
     check_strategy(strategy)  # before the problem is built
+    started = time.perf_counter()
     problem = problem_from_graph(graph, model, sizes, profile)
     result = solve(problem, strategy, seed=seed, **options)
-    return make_plan(graph, result.groups, strategy=strategy, model=model,
+    plan = make_plan(graph, result.groups, strategy=strategy, model=model,
                      reasons=result.reasons, predicted_time_s=result.predicted_time_s,
                      unfused_predicted_time_s=result.unfused_predicted_time_s,
                      check_resources=False, sizes=sizes)
+    LOG.info("planned '%s' (%s search, %s model): %d operators in %d kernels, in %.2f s",
+             graph.name, strategy, model, len(graph.kernels), len(plan.groups),
+             time.perf_counter() - started)
+    return plan
 
 
 def is_map_reduce_graph(graph: Graph) -> bool:
