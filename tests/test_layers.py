@@ -31,7 +31,7 @@ LAYERS = (
     ("driver",),  # what a Pipeline calls to fuse, plan, compile and run
     ("jit",),
     ("__init__",),  # the public API: ``import kfuse``
-    ("bench",),
+    ("bench", "fuzz"),
     ("cli",),
     ("__main__",),
 )

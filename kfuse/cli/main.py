@@ -617,6 +617,15 @@ def build_parser() -> argparse.ArgumentParser:
     fidelity.add_argument("--json", action="store_true", help="print the rows as JSON")
     fidelity.set_defaults(handler=command_fidelity)
 
+    fuzz = commands.add_parser("fuzz", help="random pipelines under random legal plans, "
+                               "checked against NumPy (kfuse.fuzz)")
+    fuzz.add_argument("--seeds", default="0:50", help="a range A:B of case seeds, or a list")
+    fuzz.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
+    fuzz.add_argument("--jobs", type=POSITIVE_INT, default=1, help="processes checking cases")
+    fuzz.add_argument("--json", action="store_true", help="one JSON object per case, then a "
+                      "summary")
+    fuzz.set_defaults(handler=command_fuzz)
+
     check = commands.add_parser("model-check", help="predicted (roofline, wahib, qiao) vs "
                                 "measured time per fused group (measuring needs a GPU)")
     check.add_argument("apps", nargs="+")
@@ -631,6 +640,53 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=command_model_check)
     return parser
+
+
+def command_fuzz(args: argparse.Namespace) -> int:
+    """Check fuzzed cases; every one that fails is printed (shrunk); exit status 1 if any."""
+    from kfuse import fuzz
+
+    seeds = _seed_list(args.seeds)
+    started = time.perf_counter()
+    counts = {"ok": 0, "mismatch": 0, "error": 0}
+
+    def report(outcome: Any) -> None:
+        counts[outcome.status] += 1
+        done = sum(counts.values())
+        if args.json:
+            print(json.dumps(outcome.as_dict()), flush=True)
+        elif outcome.status != "ok":
+            print(f"{outcome.status.upper()}: {outcome.case.describe()}\n  {outcome.message}"
+                  f" {outcome.errors}", flush=True)
+        elif done % 25 == 0:
+            print(f"  {done} cases, {counts['mismatch']} mismatches, {counts['error']} errors "
+                  f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    fuzz.run(seeds, args.backend, report, jobs=args.jobs)
+    summary = {"seeds": args.seeds, "backend": args.backend, "cases": sum(counts.values()),
+               **counts, "seconds": round(time.perf_counter() - started, 1)}
+    print(json.dumps(summary) if args.json else
+          f"{summary['cases']} cases on {args.backend}: {counts['ok']} ok, "
+          f"{counts['mismatch']} mismatches, {counts['error']} errors, "
+          f"{summary['seconds']} s")
+    return 0 if counts["mismatch"] == counts["error"] == 0 else 1
+
+
+def _seed_list(text: str) -> list[int]:
+    """``A:B`` (A to B-1) or ``1,5,9``: a KfuseError for anything else."""
+    try:
+        if ":" in text:
+            first, last = (int(part) for part in text.split(":"))
+            if first < 0 or last <= first:
+                raise ValueError
+            return list(range(first, last))
+        seeds = [int(part) for part in text.split(",")]
+        if any(seed < 0 for seed in seeds):
+            raise ValueError
+        return seeds
+    except ValueError:
+        raise KfuseError(f"--seeds takes a range A:B (0 <= A < B) or a list of seeds, got "
+                         f"{text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
