@@ -5,6 +5,11 @@
 #   part = bench  : kfuse bench of every app with baselines (JSON + PNG)
 #   part = blas   : BLAS variants per group (experiments/blas_experiments.py), then the BLAS
 #                   benchmark with cuBLAS / torch.compile baselines, autotuned per group
+#   part = sanitize : compute-sanitizer's memcheck, racecheck and synccheck over every
+#                   generated kernel of the apps (tools/sanitize_apps.py)
+#   part = fuzz   : kfuse fuzz on the cuda backend (SEEDS, default 0:300) beside the cpu
+#                   backend on the other cores (CPU_SEEDS, default 300:5300), and a slice
+#                   of the cuda cases under memcheck
 set -uo pipefail
 part="${1:-check}"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 KFUSE_CACHE_DIR="${KFUSE_CACHE_DIR:-/tmp/kfuse-cache}"
@@ -12,7 +17,7 @@ OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 APPS="harris shi_tomasi sobel unsharp enhance night diffusion3d"
 # The device's copy of the working tree can carry stale git metadata: name the sources by a
 # digest of their contents too (the same command in a checkout gives the commit's digest).
-digest=$(find kfuse scripts -type f \( -name '*.py' -o -name '*.sh' \) | LC_ALL=C sort \
+digest=$(find kfuse benchmarks experiments tools -type f \( -name '*.py' -o -name '*.sh' \) | LC_ALL=C sort \
          | xargs cat | sha256sum | cut -c1-12)
 echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
      "sources $digest part $part"
@@ -36,3 +41,38 @@ if [ "$part" = bench ]; then
   python3 -m kfuse bench $APPS --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 \
     | tee "$OUT/bench.txt"
 fi
+if [ "$part" = sanitize ]; then
+  for tool in memcheck racecheck synccheck; do
+    timeout "${SANITIZE_TIMEOUT:-180}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      python3 tools/sanitize_apps.py > "$OUT/sanitize-$tool.txt" 2>&1
+    echo "== $tool exit $?: $(grep -c ' ok$' "$OUT/sanitize-$tool.txt") programs ok," \
+         "$(grep -c 'WRONG' "$OUT/sanitize-$tool.txt") wrong;" \
+         "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-$tool.txt" | tail -1)" \
+      | tee -a "$OUT/sanitize-summary.txt"
+  done
+fi
+if [ "$part" = fuzz ]; then
+  timeout "${FUZZ_TIMEOUT:-500}" python3 -m kfuse fuzz --seeds "${CPU_SEEDS:-300:5300}" \
+    --jobs "${CPU_JOBS:-10}" --json > "$OUT/fuzz-cpu.jsonl" 2> "$OUT/fuzz-cpu.err" &
+  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m kfuse fuzz \
+    --seeds 0:8 --backend cuda --json > "$OUT/fuzz-cuda-memcheck.txt" 2>&1
+  echo "== memcheck over fuzz 0:8 exit $?: $(grep -E 'ERROR SUMMARY' \
+    "$OUT/fuzz-cuda-memcheck.txt" | tail -1)" | tee -a "$OUT/fuzz-summary.txt"
+  timeout "$(( ${FUZZ_TIMEOUT:-500} - 100 ))" python3 -m kfuse fuzz --seeds "${SEEDS:-8:300}" \
+    --backend cuda --jobs "${CUDA_JOBS:-4}" --json > "$OUT/fuzz-cuda.jsonl" 2> "$OUT/fuzz-cuda.err"
+  wait
+  for backend in cuda cpu; do
+    python3 - "$OUT/fuzz-$backend.jsonl" "$backend" <<'PY' | tee -a "$OUT/fuzz-summary.txt"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+cases = [r for r in rows if "seed" in r]
+bad = [r for r in cases if r["status"] != "ok"]
+seeds = [r["seed"] for r in cases]
+print(f"== fuzz {sys.argv[2]}: {len(cases)} cases (seeds {min(seeds, default=None)}..."
+      f"{max(seeds, default=None)}), {len(bad)} not ok")
+for r in bad[:20]:
+    print("  ", r["status"], r["case"][:200], r["message"][:300])
+PY
+  done
+fi
+
