@@ -61,6 +61,7 @@ if [ "$part" = fuzz ]; then
   timeout "$(( ${FUZZ_TIMEOUT:-500} - 100 ))" python3 -m kfuse fuzz --seeds "${SEEDS:-8:300}" \
     --backend cuda --jobs "${CUDA_JOBS:-4}" --json > "$OUT/fuzz-cuda.jsonl" 2> "$OUT/fuzz-cuda.err"
   wait
+  pkill -f "kfuse fuzz" || true  # (the workers of a run its timeout ended)
   for backend in cuda cpu; do
     python3 - "$OUT/fuzz-$backend.jsonl" "$backend" <<'PY' | tee -a "$OUT/fuzz-summary.txt"
 import json, sys
