@@ -9,7 +9,7 @@ import pytest
 
 import kfuse as kf
 from kfuse.bench.harness import max_relative_error
-from kfuse.ir.expr import Binary, Const, as_expr
+from kfuse.ir.expr import Binary, Const, Unary, as_expr
 
 SHAPE = (7, 9)
 # the generated code on the host compiler, and on the GPU where there is one
@@ -91,10 +91,12 @@ def test_int32_arithmetic_wraps_around_as_numpy(op, backend, request):
 
 def test_other_exponents_keep_the_general_pow():
     x = kf.Pipeline("p").input("x", ndim=2)
-    for exponent in (0.5, 9, 0):
+    for exponent in (0.25, 9, 0, -1.5):
         node = as_expr(x ** exponent)
         assert isinstance(node, Binary) and node.op == "pow"
         assert isinstance(node.b, Const)
+    half = as_expr(x ** 0.5)  # NumPy's square root (its -0.0 and -inf)
+    assert isinstance(half, Unary) and half.op == "sqrt"
 
 
 @pytest.mark.parametrize("op,axis", [("sum", None), ("sum", 1), ("max", 0), ("min", 1)])
