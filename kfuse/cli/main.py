@@ -344,7 +344,14 @@ def command_synth(args: argparse.Namespace) -> int:
     spec = SynthSpec(kernels=args.kernels, arrays=args.arrays, copies=args.copies,
                      sharing=args.sharing, thread_load=args.thread_load, kinship=args.kinship,
                      seed=args.seed, device=args.device)
-    app = synthesize(spec)
+    started = time.perf_counter()
+
+    def progress(step: str) -> None:  # said once construction takes more than a second
+        if time.perf_counter() - started > 1.0:
+            print(f"kfuse synth: {time.perf_counter() - started:.0f} s, {step}",
+                  file=sys.stderr, flush=True)
+
+    app = synthesize(spec, progress)
     if output is None:
         import yaml
         print(yaml.safe_dump(app.to_dict(), sort_keys=False, default_flow_style=None,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -130,13 +130,36 @@ class _Draft:
         self.home = [j % spec.kinship for j in range(spec.arrays)]  # band pair (b, b+1)
         self.members: list[list[int]] = []
         self.mode: dict[tuple[int, int], str] = {}  # (kernel, array) -> read/write/readwrite
+        self.touched: list[set[int]] = [set() for _ in range(n)]  # kernel -> its arrays
+        self._windows: dict[int, tuple[list[int], frozenset[int]]] = {}
 
     def window(self, array: int) -> list[int]:
+        """The kernels of the two bands an array may be shared across, in order."""
+        return self._window(array)[0]
+
+    def in_window(self, kernel: int, array: int) -> bool:
+        return kernel in self._window(array)[1]
+
+    def _window(self, array: int) -> tuple[list[int], frozenset[int]]:
         b = self.home[array]
-        return [k for k in range(self.spec.kernels) if self.band[k] in (b, b + 1)]
+        if b not in self._windows:
+            kernels = [k for k in range(self.spec.kernels) if self.band[k] in (b, b + 1)]
+            self._windows[b] = (kernels, frozenset(kernels))
+        return self._windows[b]
 
     def arrays_of(self, kernel: int) -> list[int]:
-        return [a for a, members in enumerate(self.members) if kernel in members]
+        return sorted(self.touched[kernel])
+
+    def set_members(self, array: int, members: list[int]) -> None:
+        """Make ``members`` the kernels touching ``array`` (kept sorted, indexed by kernel)."""
+        if array < len(self.members):
+            for kernel in self.members[array]:
+                self.touched[kernel].discard(array)
+            self.members[array] = sorted(members)
+        else:
+            self.members.append(sorted(members))
+        for kernel in members:
+            self.touched[kernel].add(array)
 
     def draw(self) -> None:
         spec, rng = self.spec, self.rng
@@ -144,15 +167,15 @@ class _Draft:
             window = self.window(array)
             size = rng.choice((spec.sharing - 1, spec.sharing, spec.sharing, spec.sharing + 1))
             size = max(2, min(size, len(window)))
-            self.members.append(sorted(rng.sample(window, size)))
+            self.set_members(array, rng.sample(window, size))
         for kernel in range(spec.kernels):  # every kernel touches at least two arrays
-            while len(self.arrays_of(kernel)) < min(2, spec.arrays):
+            while len(self.touched[kernel]) < min(2, spec.arrays):
                 options = [a for a in range(spec.arrays)
-                           if kernel not in self.members[a] and kernel in self.window(a)]
+                           if a not in self.touched[kernel] and self.in_window(kernel, a)]
                 if not options:
                     break
                 array = rng.choice(options)
-                self.members[array] = sorted(self.members[array] + [kernel])
+                self.set_members(array, self.members[array] + [kernel])
         for array, members in enumerate(self.members):
             for kernel in members:
                 self.mode[(kernel, array)] = "read"
@@ -201,7 +224,7 @@ class _Draft:
         return found
 
     def add_read(self, kernel: int, array: int) -> None:
-        self.members[array] = sorted(self.members[array] + [kernel])
+        self.set_members(array, self.members[array] + [kernel])
         self.mode[(kernel, array)] = "read"
 
 
@@ -246,7 +269,8 @@ def max_kinship(graph: nx.Graph) -> int:
     return max((_ball(adjacency, i)[1] for i in range(len(adjacency))), default=0)
 
 
-def _repair(draft: _Draft, build: Any, limit: int = 200) -> None:
+def _repair(draft: _Draft, build: Any, limit: int = 200,
+            progress: Callable[[str], None] | None = None) -> None:
     """Connect the sharing graph, then shorten chains longer than the kinship attribute.
 
     Each fix adds one read, by a kernel of a band the array's window covers (so the band
@@ -255,7 +279,10 @@ def _repair(draft: _Draft, build: Any, limit: int = 200) -> None:
     Adding reads only shortens chains, so one pass applies a fix per far pair.
     """
     kinship = draft.spec.kinship
-    for _ in range(limit):
+    for number in range(limit):
+        if progress is not None:
+            progress(f"repair pass {number + 1}: connecting the sharing graph and shortening "
+                     f"chains longer than kinship {kinship}")
         graph = _sharing(build())
         components = sorted(nx.connected_components(graph),
                             key=lambda c: min(int(k[1:]) for k in c))
@@ -290,7 +317,7 @@ def _join(draft: _Draft, components: list[set[str]]) -> bool:
         inside = {int(k[1:]) for k in component}
         for kernel in sorted(inside):
             for array in range(draft.spec.arrays):
-                if kernel in draft.members[array] or kernel not in draft.window(array):
+                if array in draft.touched[kernel] or not draft.in_window(kernel, array):
                     continue
                 touched = draft.touchers(array, kernel)
                 if touched and any(k not in inside for k in touched):
@@ -302,7 +329,7 @@ def _join(draft: _Draft, components: list[set[str]]) -> bool:
 def _shorten(draft: _Draft, a: int, b: int, near: Sequence[int]) -> bool:
     """Let ``b`` read a version touched by a kernel within ``kinship - 1`` steps of ``a``."""
     for array in range(draft.spec.arrays):
-        if b in draft.members[array] or b not in draft.window(array):
+        if array in draft.touched[b] or not draft.in_window(b, array):
             continue
         touched = draft.touchers(array, b)
         if touched and any(near[a] >> c & 1 for c in touched):
@@ -311,13 +338,16 @@ def _shorten(draft: _Draft, a: int, b: int, near: Sequence[int]) -> bool:
     return False
 
 
-def synthesize(spec: SynthSpec) -> AppMetadata:
-    """One synthetic application with the given Table V attributes (deterministic by seed)."""
+def synthesize(spec: SynthSpec, progress: Callable[[str], None] | None = None) -> AppMetadata:
+    """One synthetic application with the given Table V attributes (deterministic by seed);
+    ``progress`` hears each step of a long construction."""
     from kfuse.model.wahib import preset
 
     spec.check()
     rng = random.Random(spec.seed)
     draft = _Draft(spec, rng)
+    if progress is not None:
+        progress(f"drawing {spec.kernels} kernels over {spec.arrays} arrays")
     draft.draw()
     device = preset(spec.device)
     names = [f"k{i}" for i in range(spec.kernels)]
@@ -342,7 +372,7 @@ def synthesize(spec: SynthSpec) -> AppMetadata:
                            device=device, copies=tuple(copies), precision="double")
 
     copies: list[CopySpec] = []
-    _repair(draft, build)
+    _repair(draft, build, progress=progress)
     reads = sorted(key for key, mode in draft.mode.items() if mode == "read")
     for key, load in zip(reads, _mix(len(reads), spec.thread_load, rng), strict=True):
         loads[key] = load
