@@ -9,6 +9,7 @@ entry used (:func:`mark_used`); an entry that cannot be read is deleted and buil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -154,3 +155,14 @@ def _evict_now_and_then() -> None:
     if now - _last_eviction[0] >= EVICTION_INTERVAL_S:
         _last_eviction[0] = now
         evict()
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of kfuse's own source files (Python and the CPU shim): part of every key."""
+    package = Path(__file__).resolve().parent
+    key = hashlib.sha256()
+    for path in sorted([*package.rglob("*.py"), *package.rglob("*.h")]):
+        key.update(str(path.relative_to(package)).encode())
+        key.update(path.read_bytes())
+    return key.hexdigest()

@@ -288,3 +288,19 @@ def test_groups_holding_one_that_fits_no_tile_are_not_compiled(monkeypatch):
     count = len(compiled)
     reason = problem.group_reason(("s0", "s1", "s2", "s3"))
     assert "as its part ['s1', 's2']" in reason and len(compiled) == count
+
+
+def test_a_plan_made_again_reads_the_fits_it_stored(monkeypatch, tmp_path):
+    """The register tile a fused group fits is stored on disk: planning the same pipeline
+    again (another graph object, as another process would) runs no compiler."""
+    from kfuse.codegen import resources
+
+    if not resources.nvcc_available():
+        pytest.skip("nvcc is not on PATH")
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    first = _stencil_chain(3).plan()
+    assert list((tmp_path / "ptxas").glob("*.log"))  # the fused groups were compiled
+    (tmp_path / "ptxas").rename(tmp_path / "ptxas-gone")  # (no figures to read either)
+    again = _stencil_chain(3).plan()
+    assert not (tmp_path / "ptxas").exists()  # nothing compiled again
+    assert [g.tile for g in again.groups] == [g.tile for g in first.groups]

@@ -61,8 +61,12 @@ def logs_in_exp(body: Expr) -> Expr:
 def operations_per_point(kernel: Kernel) -> float:
     """Arithmetic of one evaluation of ``kernel`` as generated, special functions weighted
     (a log that only feeds an exp is the hardware logarithm: one simple operation)."""
-    counts = count_operations(logs_in_exp(kernel.body)) if kernel.body is not None \
-        else {"alu": 0, "sfu": 0}
+    return 0.0 if kernel.body is None else _body_operations(kernel.body)
+
+
+@functools.lru_cache(maxsize=4096)  # bodies hash by identity: counted once per body
+def _body_operations(body: Expr) -> float:
+    counts = count_operations(logs_in_exp(body))
     return counts["alu"] + SFU_WEIGHT * counts["sfu"]
 
 

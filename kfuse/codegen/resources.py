@@ -104,3 +104,8 @@ def kernel_resources(source: str, arch: str = "sm_90") -> dict[str, KernelResour
                            + "\n".join(done.stderr.splitlines()[:60]))
     write_atomically(cache, done.stderr)
     return parse_ptxas(done.stderr)
+
+
+# The function that measures with the compiler: figures from any other (a stand-in) are not
+# stored on disk (kfuse.schedule.lowering: Lowering.measurer).
+COMPILER_FIGURES = kernel_resources

@@ -11,11 +11,15 @@ cached on disk by source.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from kfuse.errors import CompileError
+from kfuse import config
+from kfuse.cache import cache_dir, code_digest, mark_used, writable_cache_dir, write_atomically
+from kfuse.errors import CacheError, CompileError
 from kfuse.fusion.legality import Violation, resource_violation
+from kfuse.ir.fingerprint import digest
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import Form, GroupSchedule, Tiled, as_form, default_form
 from kfuse.schedule.lowering import LoweredKernel, lowering
@@ -53,7 +57,42 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     key = ("fitting tile", tuple(members), tuple(outputs), form,
            None if sizes is None else tuple(sorted(sizes.items())))
     return graph.remembered(  # (the search and make_plan ask for the same groups)
-        key, lambda: _fitting_tile(graph, members, outputs, form, tiles, sizes))
+        key, lambda: _stored_fit(graph, members, outputs, form, tiles, sizes))
+
+
+FIT_FORMAT = 1  # of the fits stored on disk
+
+
+def _stored_fit(graph: Graph, members: Sequence[str], outputs: Sequence[str], form: Form,
+                tiles: Sequence[tuple[int, ...] | None], sizes: Mapping[str, int] | None
+                ) -> tuple[tuple[int, ...] | None, Violation | None]:
+    """:func:`_fitting_tile`, kept on disk (``fits/``) under a key of what decides it: the
+    graph, the group, its form, the sizes, kfuse's code, the switches of code generation
+    and the compiler. Generating a long chain's kernels takes seconds even where the
+    compiler's figures are cached; a plan made again reads its answers here."""
+    measurer = lowering().measurer()
+    if measurer is None:  # figures from a stand-in for the compiler: not kept
+        return _fitting_tile(graph, members, outputs, form, tiles, sizes)
+    key = digest((FIT_FORMAT, code_digest(), measurer, config.current().key(),
+                  graph.fingerprint, tuple(members), tuple(outputs), form, tuple(tiles),
+                  None if sizes is None else tuple(sorted(sizes.items()))))
+    path = cache_dir("fits") / f"{key}.json"
+    try:
+        stored = json.loads(path.read_text())
+        tile = None if stored["tile"] is None else tuple(stored["tile"])
+        violation = None if stored["violation"] is None else Violation(*stored["violation"])
+        mark_used(path)
+        return tile, violation
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # never stored, or unreadable: measured again
+    tile, violation = _fitting_tile(graph, members, outputs, form, tiles, sizes)
+    record = {"tile": None if tile is None else list(tile),
+              "violation": None if violation is None else [violation.rule, violation.reason]}
+    try:
+        write_atomically(writable_cache_dir("fits") / f"{key}.json", json.dumps(record))
+    except (CacheError, OSError):
+        pass  # a cache that cannot be written is only not used
+    return tile, violation
 
 
 def _fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str], form: Form,

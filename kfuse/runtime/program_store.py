@@ -10,29 +10,15 @@ A file that cannot be read back is deleted and the program generated again.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
-from kfuse.cache import cache_dir, mark_used, writable_cache_dir, write_atomically
+from kfuse.cache import cache_dir, code_digest, mark_used, writable_cache_dir, write_atomically
 from kfuse.codegen.program import GridAxis, KernelParam, LaunchSpec, Program
 from kfuse.errors import CacheError
 from kfuse.ir.fingerprint import digest
 
 FORMAT = 1  # the layout of a stored program
-
-
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
-    """A digest of kfuse's own source files (Python and the CPU shim): part of every key."""
-    package = Path(__file__).resolve().parent.parent
-    key = hashlib.sha256()
-    for path in sorted([*package.rglob("*.py"), *package.rglob("*.h")]):
-        key.update(str(path.relative_to(package)).encode())
-        key.update(path.read_bytes())
-    return key.hexdigest()
 
 
 def program_key(*parts: Any) -> str:

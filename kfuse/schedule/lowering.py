@@ -48,6 +48,11 @@ class Lowering(Protocol):
     def measures(self) -> bool:
         """Whether :meth:`figures` can compile (a CUDA compiler is at hand)."""
 
+    def measurer(self) -> str | None:
+        """What gives :meth:`figures` (the compiler and its version): part of the key a fit
+        is stored under, so that another compiler measures again; None where the figures
+        come from elsewhere than the compiler (they are not stored)."""
+
     def figures(self, kernel: LoweredKernel) -> KernelFigures | None:
         """The compiler's figures of ``kernel`` (None: not reported); a
         :class:`~kfuse.errors.CompileError` where it does not compile."""
