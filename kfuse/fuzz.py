@@ -1,8 +1,9 @@
 """Random pipelines under random legal plans, checked against NumPy (``kfuse fuzz``).
 
-Each case is drawn from one integer seed: a family of pipeline (stencil chains, reductions
-and their read-backs, BLAS-1/2 sequences), a dimensionality, odd sizes, a dtype and a chain
-of operators of that family with random boundary modes; then a random legal plan (random
+Each case is drawn from one integer seed: a family of pipeline (stencil chains with selects
+and casts, reductions with full reductions read back and row- or column-wise
+normalisations, BLAS-1/2 sequences), a dimensionality, odd sizes, a dtype and a chain of
+operators of that family with random boundary modes; then a random legal plan (random
 groups along the data edges, each kept only where legality accepts it) with random forms
 where the group has several (recompute or staged, a map-reduce variant of the
 implementation space). The compiled backend's results must equal the ``numpy`` backend's
@@ -108,8 +109,9 @@ def draw_case(seed: int) -> Case:
     for index in range(count):
         reads = (rng.choice(maps), rng.choice(maps)) if index else (0, 1)
         kind = "point" if index == 0 else rng.choice(
-            ("point", "local", "local") if family == "stencil" else
-            ("point", "local", "reduce", "reduce"))
+            ("point", "local", "local", "select", "cast") if family == "stencil" else
+            ("point", "local", "reduce", "reduce", "select") +
+            (("normalize", "normalize") if ndim == 2 else ()))
         if kind == "point":
             scalar = rng.choice(scalars) if scalars and rng.random() < 0.5 else None
             ops.append(Op("point", reads + ((scalar,) if scalar is not None else ()),
@@ -120,6 +122,13 @@ def draw_case(seed: int) -> Case:
             taps = tuple((tuple(rng.randint(-2, 2) for _ in range(ndim)), rng.choice(MODES))
                          for _ in range(rng.randint(1, 4)))
             ops.append(Op("local", reads[:1], (taps, rng.choice((0.25, 0.5, 1.0)))))
+            maps.append(arrays)
+            arrays += 1
+        elif kind in ("select", "cast", "normalize"):
+            detail = {"select": (), "cast": (rng.choice(("float32", "float64", "int32")),),
+                      "normalize": (rng.choice(("sum", "min", "max")), rng.randint(0, 1))}
+            extra = {"select": (0, 1), "cast": (0,), "normalize": ()}[kind]  # inputs read
+            ops.append(Op(kind, reads + extra, detail[kind]))
             maps.append(arrays)
             arrays += 1
         else:
@@ -226,6 +235,36 @@ def _local(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> A
     return kf.local(body, name=name)
 
 
+def _select(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
+    """Where the first input is above the second (inputs are the same in every replay, so
+    the branch taken is too), one array, else the other."""
+    x, y, first, second = reads
+    return kf.point(kf.where(first > second, x, y), name=name)
+
+
+def _cast(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
+    """Through another dtype and back (a float cast to int32 truncates: of inputs only, as
+    a truncation of computed values could land on either side in another precision)."""
+    (dtype,) = op.detail
+    x, y, source = reads
+    if dtype == "int32" and case.dtype != "int32":
+        return kf.point(kf.astype(kf.astype(source * 4.0, "int32"), case.dtype) * 0.25 + x,
+                        name=name)
+    return kf.point(kf.astype(kf.astype(x, dtype), case.dtype) + y, name=name)
+
+
+def _normalize(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
+    """A reduction along one axis of a matrix read back across that axis (a row- or
+    column-wise normalisation)."""
+    kind, axis = op.detail
+    x = reads[0]
+    reduced = kf.reduce(x, kind, axis, name=f"{name}_r")
+    back = kf.along(reduced, 1 - axis)
+    if case.dtype == "int32":
+        return kf.point(x * 2 - back, name=name)
+    return kf.point((x - back * 0.5) / (kf.abs(back) + 1.0), name=name)
+
+
 def _reduce(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
     kind, axis = op.detail
     x, y = reads
@@ -250,7 +289,8 @@ def _blas(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> An
 
 
 _BUILDERS: dict[str, Callable[..., Any]] = {
-    "point": _point, "local": _local, "reduce": _reduce, "gemv": _blas, "matvec_t": _blas,
+    "point": _point, "local": _local, "reduce": _reduce, "select": _select, "cast": _cast,
+    "normalize": _normalize, "gemv": _blas, "matvec_t": _blas,
     "axpy": _blas, "ger": _blas, "dot_scale": _blas, "nrm2_scale": _blas}
 
 

@@ -10,9 +10,9 @@ import pytest
 from kfuse import fuzz
 from kfuse.cli.main import main as cli
 
-# one case of each family with a fused group (2: BLAS under a map-reduce variant, 9: a
-# stencil chain under the recompute form, 34: reductions) and some without
-CI_SEEDS = (2, 9, 18, 34, 36)
+# cases of each family: BLAS-1/2 (2), stencils (9, 36), integer selects and casts (18),
+# reductions (34), row and column normalisations fused under map-reduce variants (109)
+CI_SEEDS = (2, 9, 18, 34, 36, 109)
 
 
 @pytest.mark.integration
