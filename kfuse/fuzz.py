@@ -475,9 +475,11 @@ def run(seeds: Sequence[int], backend: str = "cpu", report: Callable[[Outcome], 
     """Check the cases of ``seeds`` (in ``jobs`` processes); ``report`` sees each outcome."""
     outcomes = []
     if jobs > 1:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(jobs) as pool:
+        # fresh processes, not forks: a fork of a process that set up CUDA cannot use it
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             found = pool.map(check_seed, seeds, [backend] * len(seeds), chunksize=1)
     else:
         found = (check_seed(seed, backend) for seed in seeds)

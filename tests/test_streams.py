@@ -123,3 +123,27 @@ def test_a_cpu_compiled_pipeline_explains_it_runs_on_the_host(tmp_path, monkeypa
     inputs, params = app.make_inputs((21, 30), np.random.default_rng(4), "float32")
     compiled(**inputs, **params)
     assert "l0 21x30" in compiled.explain() and "4 launch(es)" in compiled.explain()
+
+
+@pytest.mark.parametrize("seed", [32, 83, 146, 254])
+def test_every_launch_of_a_blas_sequence_has_a_predicted_time(seed):
+    """The wave model asks the roofline model for each launch's time; launches of reductions
+    whose points have fewer axes than their reads once raised a raw IndexError there (the
+    fuzzer found it on the GPU, where streams are decided)."""
+    import math
+
+    from kfuse import fuzz
+    from kfuse.codegen import generate
+    from kfuse.model.device import default_profile
+    from kfuse.runtime.binding import bind
+    from kfuse.runtime.streams import predicted_seconds
+
+    (case,) = fuzz.cases([seed])
+    pipeline, inputs = fuzz.build(case)
+    graph = pipeline.graph()
+    plan = fuzz.plan_of(case, pipeline)
+    program = generate(graph, None if plan == "unfused" else plan.kernel_groups)
+    sizes = bind(graph, inputs).sizes
+    for spec in program.launches:
+        seconds = predicted_seconds(graph, spec, sizes, default_profile())
+        assert math.isfinite(seconds) and seconds > 0

@@ -72,9 +72,10 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
         for load in _distinct_loads(kernel.body):
             if graph.producer.get(load.buffer) in group:
                 continue
-            for base in evaluated[kernel.name]:
-                cached.add((load.buffer, tuple(base[d] + o for d, o in zip(
-                    load.dims, load.offsets, strict=True))))
+            for base in evaluated[kernel.name]:  # (a reduction's points have fewer axes
+                cached.add((load.buffer, tuple(  # than its reads: the rest start at 0)
+                    (base[d] if d < len(base) else 0) + o
+                    for d, o in zip(load.dims, load.offsets, strict=True))))
     cached_bytes = len(cached) * 4 * points / rows
     arithmetic_rate, l1_rate = _rates(profile)
     times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
