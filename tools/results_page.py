@@ -16,7 +16,10 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
-    ("Image and stencil apps", "2026-11-24-h200-session16-bench.json",
+    ("Image and stencil apps (H200, 2026-11-27)", "2026-11-27-session22-bench-final-h200.json",
+     "kfuse bench harris shi_tomasi sobel unsharp enhance night diffusion3d --no-calls "
+     "--json F"),
+    ("Image and stencil apps (H200, 2026-11-24)", "2026-11-24-h200-session16-bench.json",
      "kfuse bench harris shi_tomasi sobel unsharp enhance night diffusion3d --json F"),
 )
 
