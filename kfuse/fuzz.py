@@ -33,10 +33,13 @@ from kfuse.fusion.plan import check_groups, make_plan
 FAMILIES = ("stencil", "reduction", "blas")
 MODES = ("clamp", "mirror", "repeat", "constant")
 FLOAT_DTYPES = ("float32", "float64")
+INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64")
+SMALL_INTEGERS = ("int8", "uint8", "int16", "uint16")  # summed only (min/max are refused)
 SIZES = {1: (5, 67), 2: (3, 23), 3: (3, 11)}  # per dimensionality, the range of each axis
 # The largest relative error (max |result - reference| / max |reference|) a case may show:
 # against the same dtype's NumPy evaluation, and against the float64 replay
-TOLERANCE = {"float32": (2e-4, 2e-3), "float64": (1e-10, 1e-9), "int32": (0.0, 0.0)}
+TOLERANCE = {"float32": (2e-4, 2e-3), "float64": (1e-10, 1e-9),
+             **{dtype: (0.0, 0.0) for dtype in INTEGER_DTYPES}}
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,8 @@ def draw_case(seed: int) -> Case:
         return Case(seed, family, dtype, (rows, columns), inputs, ops)
     ndim = rng.randint(1, 3)
     shape = tuple(rng.randint(*SIZES[ndim]) for _ in range(ndim))
-    dtype = rng.choice(("float32", "float32", "float64", "int32"))
+    dtype = rng.choice(("float32", "float32", "float64", "int32", rng.choice(INTEGER_DTYPES)))
+    folds = ("sum",) if dtype in SMALL_INTEGERS else ("sum", "min", "max")
     count = rng.randint(2, 6)
     ops: list[Op] = []
     arrays = 2  # the inputs, then each operator's result
@@ -126,14 +130,14 @@ def draw_case(seed: int) -> Case:
             arrays += 1
         elif kind in ("select", "cast", "normalize"):
             detail = {"select": (), "cast": (rng.choice(("float32", "float64", "int32")),),
-                      "normalize": (rng.choice(("sum", "min", "max")), rng.randint(0, 1))}
+                      "normalize": (rng.choice(folds), rng.randint(0, 1))}
             extra = {"select": (0, 1), "cast": (0,), "normalize": ()}[kind]  # inputs read
             ops.append(Op(kind, reads + extra, detail[kind]))
             maps.append(arrays)
             arrays += 1
         else:
             axis = rng.choice((None, *range(ndim)))
-            ops.append(Op("reduce", reads, (rng.choice(("sum", "min", "max")), axis)))
+            ops.append(Op("reduce", reads, (rng.choice(folds), axis)))
             if axis is None:
                 scalars.append(arrays)
             arrays += 1
@@ -187,7 +191,7 @@ def build(case: Case, dtype: str | None = None) -> tuple[kf.Pipeline, dict[str, 
             arrays.append(None)
             continue
         arrays.append(p.input(name, shape=shape, dtype=dtype))
-        values = rng.integers(-9, 10, size=shape) if dtype == "int32" else \
+        values = rng.integers(-9, 10, size=shape) if dtype in INTEGER_DTYPES else \
             rng.uniform(0.5, 1.5, size=shape)
         inputs[name] = np.asarray(values).astype(dtype)
     for index, op in enumerate(case.ops):
@@ -202,7 +206,7 @@ def build(case: Case, dtype: str | None = None) -> tuple[kf.Pipeline, dict[str, 
 def _point(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
     x, y = reads[0], reads[1]
     choice, scaled = op.detail
-    integer = case.dtype == "int32"
+    integer = case.dtype in INTEGER_DTYPES
     # (float bodies are continuous: a comparison or a floor of computed values could take
     # another branch in float64 than in float32, which is no error)
     bodies: list[Callable[[], Any]] = [
@@ -225,13 +229,13 @@ def _local(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> A
     x = reads[0]
     total = None
     for offsets, mode in taps:
-        boundary = kf.constant(2 if case.dtype == "int32" else 0.5) if mode == "constant" \
-            else mode
+        integer = case.dtype in INTEGER_DTYPES
+        boundary = kf.constant(2 if integer else 0.5) if mode == "constant" else mode
         offsets = tuple(max(-(n - 1), min(n - 1, o)) for o, n in zip(offsets, case.shape,
                                                                       strict=True))
         term = x.at(*offsets, boundary=boundary)
         total = term if total is None else total + term
-    body = total if case.dtype == "int32" else total * weight
+    body = total if case.dtype in INTEGER_DTYPES else total * weight
     return kf.local(body, name=name)
 
 
@@ -247,7 +251,7 @@ def _cast(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> An
     a truncation of computed values could land on either side in another precision)."""
     (dtype,) = op.detail
     x, y, source = reads
-    if dtype == "int32" and case.dtype != "int32":
+    if dtype == "int32" and case.dtype not in INTEGER_DTYPES:
         return kf.point(kf.astype(kf.astype(source * 4.0, "int32"), case.dtype) * 0.25 + x,
                         name=name)
     return kf.point(kf.astype(kf.astype(x, dtype), case.dtype) + y, name=name)
@@ -260,7 +264,7 @@ def _normalize(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) 
     x = reads[0]
     reduced = kf.reduce(x, kind, axis, name=f"{name}_r")
     back = kf.along(reduced, 1 - axis)
-    if case.dtype == "int32":
+    if case.dtype in INTEGER_DTYPES:
         return kf.point(x * 2 - back, name=name)
     return kf.point((x - back * 0.5) / (kf.abs(back) + 1.0), name=name)
 
@@ -268,7 +272,7 @@ def _normalize(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) 
 def _reduce(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
     kind, axis = op.detail
     x, y = reads
-    body = x * y if kind != "sum" or case.dtype != "int32" else x + y
+    body = x * y if kind != "sum" or case.dtype not in INTEGER_DTYPES else x + y
     return kf.reduce(body, kind, axis, name=name)
 
 
@@ -373,7 +377,8 @@ def check(case: Case, backend: str = "cpu") -> Outcome:
         plan = plan_of(case, pipeline)
         result = pipeline.run(backend=backend, plan=plan, **inputs)
         truth = pipeline.run(backend="numpy", **inputs)
-        wide, wide_inputs = build(case, "float64") if case.dtype != "int32" else (None, None)
+        wide, wide_inputs = build(case, "float64") if case.dtype in FLOAT_DTYPES else \
+            (None, None)
         replay = wide.run(backend="numpy", **{k: v.astype("float64") for k, v in
                                               inputs.items()}) if wide else truth
     except KfuseError as error:

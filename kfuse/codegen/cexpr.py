@@ -17,6 +17,8 @@ from kfuse.analysis.operations import LOG_IN_EXP, logs_in_exp
 from kfuse.ir.expr import (
     C_TYPES,
     FLOAT_DTYPES,
+    INT_DTYPES,
+    SMALL_INT_DTYPES,
     Binary,
     Cast,
     Const,
@@ -50,8 +52,16 @@ _FLOAT_FUNCTIONS = {
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
-# int32 operations that can overflow: the prelude's wrapping helpers (NumPy's wraparound)
+# int32 and int64 operations that can overflow: the prelude's wrapping helpers (NumPy's
+# wraparound); the smaller integers compute in int and are cast back (:func:`_wrapped`)
 _INT_WRAPPING = {"add": "kf_iadd", "sub": "kf_isub", "mul": "kf_imul"}
+_LONG_WRAPPING = {"add": "kf_ladd", "sub": "kf_lsub", "mul": "kf_lmul"}
+
+
+def _wrapped(text: str, dtype: str) -> str:
+    """``text`` cast back to ``dtype`` where that is an integer smaller than int (C computes
+    it in int): the result wraps around as NumPy's int8, uint8, int16 and uint16 do."""
+    return f"({C_TYPES[dtype]})({text})" if dtype in SMALL_INT_DTYPES else text
 
 
 # Names generated code uses for its own variables (and the suffix itself, so that renaming
@@ -143,8 +153,9 @@ def param_var(name: str) -> str:
 
 def function_name(op: str, dtype: str) -> str:
     """The C math function for ``op`` on ``dtype`` (float32 gets the ``f`` suffix)."""
-    if dtype == "int32":
-        return {"abs": "kf_iabs", "min": "min", "max": "max"}[op]  # abs(INT_MIN) wraps
+    if dtype in INT_DTYPES:  # abs of the smallest value wraps around (to itself)
+        return {"abs": "kf_labs" if dtype == "int64" else "kf_iabs", "min": "min",
+                "max": "max"}[op]
     if op in ("min", "max"):
         return f"kf_{op}"  # see the prelude: NaN on either side is the result, as NumPy's
     if op in ("pow", "sqrt") and dtype == "float32":
@@ -341,18 +352,23 @@ class ExprEmitter:
             return self.define(node.dtype, self.load_text(node), prefix=f"ld_{node.buffer}_")
         if isinstance(node, Unary):
             if node.op == "neg":
-                text = f"kf_ineg({args[0]})" if node.dtype == "int32" else f"-{args[0]}"
-                return self.define(node.dtype, text)
+                text = {"int32": f"kf_ineg({args[0]})", "int64": f"kf_lneg({args[0]})"}.get(
+                    node.dtype, f"-{args[0]}")
+                return self.define(node.dtype, _wrapped(text, node.dtype))
             if node.op == "not":
                 return self.define(node.dtype, f"!{args[0]}")
-            return self.define(node.dtype, f"{function_name(node.op, node.dtype)}({args[0]})")
+            return self.define(node.dtype, _wrapped(
+                f"{function_name(node.op, node.dtype)}({args[0]})", node.dtype))
         if isinstance(node, Binary):
             if node.op == "div" and node.dtype == "float32":
                 return self.define(node.dtype, f"kf_divf({args[0]}, {args[1]})")
-            if node.dtype == "int32" and node.op in _INT_WRAPPING:
-                return self.define(node.dtype, f"{_INT_WRAPPING[node.op]}({args[0]}, {args[1]})")
+            wrapping = _INT_WRAPPING.get(node.op) if node.dtype == "int32" else \
+                _LONG_WRAPPING.get(node.op) if node.dtype == "int64" else None
+            if wrapping:
+                return self.define(node.dtype, f"{wrapping}({args[0]}, {args[1]})")
             if node.op in _INFIX:
-                return self.define(node.dtype, f"{args[0]} {_INFIX[node.op]} {args[1]}")
+                return self.define(node.dtype, _wrapped(
+                    f"{args[0]} {_INFIX[node.op]} {args[1]}", node.dtype))
             operand = node.a.dtype
             return self.define(node.dtype,
                                 f"{function_name(node.op, operand)}({args[0]}, {args[1]})")

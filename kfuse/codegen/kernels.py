@@ -44,7 +44,7 @@ from kfuse.codegen.program import (
 )
 from kfuse.codegen.scales import Scaled, factor_out_constants, materialise
 from kfuse.errors import FusionError
-from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Expr, Load, count_operations, format_value
+from kfuse.ir.expr import C_TYPES, INT_RANGES, ITEM_SIZE, Expr, Load, count_operations, format_value
 from kfuse.ir.graph import Graph, Kernel
 from kfuse.schedule import tiles
 from kfuse.schedule.forms import Form, Single, Staged, Tiled, reads_only_at_points
@@ -61,14 +61,16 @@ def identity_value(op: str, dtype: str) -> float:
     """The value a reduction output starts from."""
     if op == "sum":
         return 0
-    if dtype == "int32":
-        return 2**31 - 1 if op == "min" else -(2**31)
+    if dtype in INT_RANGES:
+        low, high = INT_RANGES[dtype]
+        return high if op == "min" else low
     return float("inf") if op == "min" else float("-inf")
 
 
 def identity_text(op: str, dtype: str) -> str:
-    if dtype == "int32" and op != "sum":
-        return "KF_INT_MAX" if op == "min" else "KF_INT_MIN"
+    if dtype in ("int32", "int64") and op != "sum":
+        prefix = "KF_INT" if dtype == "int32" else "KF_LONG"
+        return f"{prefix}_MAX" if op == "min" else f"{prefix}_MIN"
     return format_value(identity_value(op, dtype), dtype)
 
 

@@ -97,6 +97,8 @@ KF_DEVICE float kf_logf_in_exp(float x) { return logf(x); }
 #endif
 #define KF_INT_MAX 2147483647
 #define KF_INT_MIN (-2147483647 - 1)
+#define KF_LONG_MAX 9223372036854775807LL
+#define KF_LONG_MIN (-9223372036854775807LL - 1)
 
 // Boundary modes map an index that is at most one array length outside [0, n) back
 // inside (kfuse checks |offset| < n before launching).
@@ -128,8 +130,21 @@ KF_DEVICE int kf_isub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
 KF_DEVICE int kf_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
 KF_DEVICE int kf_ineg(int a) { return (int)(0u - (unsigned)a); }
 KF_DEVICE int kf_iabs(int a) { return a < 0 ? kf_ineg(a) : a; }
+// int64 likewise.
+KF_DEVICE long long kf_ladd(long long a, long long b) {
+  return (long long)((unsigned long long)a + (unsigned long long)b);
+}
+KF_DEVICE long long kf_lsub(long long a, long long b) {
+  return (long long)((unsigned long long)a - (unsigned long long)b);
+}
+KF_DEVICE long long kf_lmul(long long a, long long b) {
+  return (long long)((unsigned long long)a * (unsigned long long)b);
+}
+KF_DEVICE long long kf_lneg(long long a) { return (long long)(0ull - (unsigned long long)a); }
+KF_DEVICE long long kf_labs(long long a) { return a < 0 ? kf_lneg(a) : a; }
 template <typename T> KF_DEVICE T kf_plus(T a, T b) { return a + b; }
 KF_DEVICE int kf_plus(int a, int b) { return kf_iadd(a, b); }
+KF_DEVICE long long kf_plus(long long a, long long b) { return kf_ladd(a, b); }
 
 // Reduction combiners: 0 = sum, 1 = min, 2 = max.
 template <int OP, typename T> KF_DEVICE T kf_combine(T a, T b) {
@@ -169,6 +184,11 @@ KF_DEVICE void kf_atomic_sum(double* out, double v) { atomicAdd(out, v); }
 KF_DEVICE void kf_atomic_sum(int* out, int v) { atomicAdd(out, v); }
 KF_DEVICE void kf_atomic_min(int* out, int v) { atomicMin(out, v); }
 KF_DEVICE void kf_atomic_max(int* out, int v) { atomicMax(out, v); }
+KF_DEVICE void kf_atomic_sum(long long* out, long long v) {
+  atomicAdd((unsigned long long*)out, (unsigned long long)v);  // wraps as NumPy's int64
+}
+KF_DEVICE void kf_atomic_min(long long* out, long long v) { atomicMin(out, v); }
+KF_DEVICE void kf_atomic_max(long long* out, long long v) { atomicMax(out, v); }
 KF_DEVICE void kf_atomic_min(float* out, float v) {
   int* word = (int*)out;
   int seen = *word, expected;

@@ -10,11 +10,13 @@ from kfuse.dsl.functions import boundary_of
 from kfuse.dsl.pipeline import Array, Pipeline
 from kfuse.errors import DslError
 from kfuse.ir.expr import (
+    FLOAT_DTYPES,
     Boundary,
     Const,
     Expr,
     Load,
     as_expr,
+    cast,
     is_integer_scalar,
     loads,
 )
@@ -69,13 +71,17 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
                        f"{coefficients.shape}", operator=name, where=where_of(line))
     centre = tuple(n // 2 for n in coefficients.shape)
     bound = boundary_of(boundary, name)
+    # a convolution of an integer (or bool) array is computed in float32, whatever its
+    # mask: a sum of taps in a small integer type would wrap around
+    dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
 
     def taps(weights: np.ndarray, leading: tuple[int, ...]) -> Expr | None:
         terms = []
         for index in np.ndindex(*weights.shape):
             offsets = tuple(i - c for i, c in zip(leading + index, centre, strict=True))
-            terms.append((float(weights[index]), x.at(*offsets, boundary=bound)))
-        return _linear_combination(terms, x.dtype)
+            tap = x.at(*offsets, boundary=bound)
+            terms.append((float(weights[index]), tap if dtype == x.dtype else cast(tap, dtype)))
+        return _linear_combination(terms, dtype)
 
     factors = _outermost_factors(coefficients)
     if factors is None:
@@ -85,9 +91,9 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
         # sums of one row are shared by the points above and below that read it
         outer_weights, inner = factors
         body = _linear_combination([(weight, taps(inner, (i,)))
-                                    for i, weight in enumerate(outer_weights)], x.dtype)
+                                    for i, weight in enumerate(outer_weights)], dtype)
     if body is not None and scale != 1.0:
-        body = Const(scale, x.dtype) * body
+        body = Const(scale, dtype) * body
     if body is None:
         raise DslError("the mask has no non-zero coefficient", operator=name,
                        where=where_of(line))

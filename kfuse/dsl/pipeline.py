@@ -16,6 +16,7 @@ from typing import Any
 from kfuse.dsl.functions import boundary_of
 from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
+    SMALL_INT_DTYPES,
     Boundary,
     Coord,
     Expr,
@@ -310,6 +311,12 @@ class Pipeline:
         body = transform(body, lambda n: self._own_load(n, name, where, default_boundary))
         if dtype is None and reduction_op is not None and body.dtype == "bool":
             dtype = "int32"  # a condition folds as int32 0/1 (its sum counts, as NumPy's)
+        if dtype is None and reduction_op is not None and body.dtype in SMALL_INT_DTYPES:
+            if reduction_op != "sum":
+                raise DtypeError(f"{reduction_op} of {body.dtype} values is not supported "
+                                 "yet (no atomic of that size): cast first, e.g. "
+                                 "kf.astype(x, 'int32')", operator=name, where=where)
+            dtype = "int64"  # a sum of small integers is int64, as NumPy's (uint: uint64)
         if dtype is not None:
             from kfuse.ir.expr import cast
             body = cast(body, dtype)

@@ -21,18 +21,30 @@ import numpy as np
 from kfuse.errors import BoundaryError, DslError, DtypeError
 
 FLOAT_DTYPES = ("float32", "float64")
-DTYPES = ("float32", "float64", "int32", "bool")
+# Integers, by signedness and size. Arithmetic wraps around as NumPy's does.
+INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64")
+SMALL_INT_DTYPES = ("int8", "uint8", "int16", "uint16")  # computed in int, wrapped per op
+DTYPES = ("float32", "float64", *INT_DTYPES, "bool")
 
 # C type of each dtype in generated code.
-C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "bool": "bool"}
-ITEM_SIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
+C_TYPES = {"float32": "float", "float64": "double", "int8": "signed char",
+           "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short",
+           "int32": "int", "int64": "long long", "bool": "bool"}
+ITEM_SIZE = {"float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
+             "int32": 4, "int64": 8, "bool": 1}
+INT_RANGES = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1),
+              "uint16": (0, 2**16 - 1), "int32": (-2**31, 2**31 - 1),
+              "int64": (-2**63, 2**63 - 1), "bool": (0, 1)}
 
 
 def normalize_dtype(dtype: object) -> str:
     """Map anything dtype-like (``"float32"``, ``numpy.float32``, ``numpy.dtype``) to our name."""
     name = getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
     aliases = {"float": "float32", "f4": "float32", "f8": "float64", "double": "float64",
-               "int": "int32", "i4": "int32", "bool_": "bool"}
+               "int": "int32", "i4": "int32", "bool_": "bool", "i1": "int8", "u1": "uint8",
+               "i2": "int16", "u2": "uint16", "i8": "int64", "byte": "int8",
+               "ubyte": "uint8", "short": "int16", "ushort": "uint16", "long": "int64",
+               "longlong": "int64", "int_": "int64"}
     name = aliases.get(name, name)
     if name not in DTYPES:
         raise DtypeError(f"unsupported dtype {dtype!r}; kfuse supports {', '.join(DTYPES)}")
@@ -53,7 +65,7 @@ def representable(value: float | int | bool, dtype: str) -> bool:
         return not math.isfinite(value) or abs(value) < FLOAT32_ROUNDS_TO_INFINITY
     if not value.is_integer():
         return False
-    low, high = (0, 1) if dtype == "bool" else (-2**31, 2**31 - 1)
+    low, high = INT_RANGES[dtype]
     return low <= value <= high
 
 
@@ -350,40 +362,61 @@ def as_expr(value: object) -> Expr:
 
 
 def _rank(dtype: str) -> int:
-    return {"bool": 0, "int32": 1, "float32": 2, "float64": 3}[dtype]
+    return {"bool": 0, "float32": 2, "float64": 3}.get(dtype, 1)
+
+
+def promote_integers(a: str, b: str) -> str:
+    """NumPy's result of two integer dtypes: the smaller that holds both (int64 at most)."""
+    if a == b:
+        return a
+    low = min(INT_RANGES[a][0], INT_RANGES[b][0])
+    high = max(INT_RANGES[a][1], INT_RANGES[b][1])
+    for dtype in ("int8", "uint8", "int16", "uint16", "int32", "int64"):
+        if INT_RANGES[dtype][0] <= low and high <= INT_RANGES[dtype][1]:
+            return dtype
+    return "int64"
 
 
 def promote(a: Expr, b: Expr) -> str:
-    """Result dtype of combining two operands (Python literals are weak)."""
+    """Result dtype of combining two operands (Python literals are weak).
+
+    NumPy's rules, but for one: an integer array with a float32 one (or a Python float)
+    gives float32, where NumPy gives float64 for int32 and int64.
+    """
     a_weak = isinstance(a, Const) and a.weak
     b_weak = isinstance(b, Const) and b.weak
     if a_weak and not b_weak:
         a, b = b, a
         a_weak, b_weak = b_weak, a_weak
     if b_weak and not a_weak:
-        if b.dtype == "float32" and a.dtype in ("int32", "bool"):
+        if b.dtype == "float32" and (a.dtype in INT_DTYPES or a.dtype == "bool"):
             return "float32"
         if b.dtype == "int32" and a.dtype == "bool":
             return "int32"
         return a.dtype
+    if a.dtype in INT_DTYPES and b.dtype in INT_DTYPES:
+        return promote_integers(a.dtype, b.dtype)
     result = a.dtype if _rank(a.dtype) >= _rank(b.dtype) else b.dtype
-    return "int32" if result == "bool" else result
-
-
-INT32_RANGE = (-2**31, 2**31 - 1)
+    if result == "bool":
+        return "int32"
+    return result
 
 
 def _coerce(node: Expr, dtype: str) -> Expr:
-    if dtype == "int32" and isinstance(node, Const) and not isinstance(node.value, bool) \
+    if dtype in INT_DTYPES and isinstance(node, Const) and not isinstance(node.value, bool) \
             and isinstance(node.value, int) and not \
-            INT32_RANGE[0] <= node.value <= INT32_RANGE[1]:
-        raise DtypeError(f"the integer constant {node.value} does not fit int32, the dtype "
+            INT_RANGES[dtype][0] <= node.value <= INT_RANGES[dtype][1]:
+        raise DtypeError(f"the integer constant {node.value} does not fit {dtype}, the dtype "
                          "it meets (NumPy raises OverflowError here too): write it as a float, "
-                         "or cast the array to float64 first")
+                         "or cast the array to a wider dtype first")
     if node.dtype == dtype:
         return node
     if isinstance(node, Const):
-        value = {"bool": bool, "int32": int}.get(dtype, float)(node.value)
+        value = bool(node.value) if dtype == "bool" else int(node.value) \
+            if dtype in INT_DTYPES else float(node.value)
+        if dtype in INT_DTYPES:  # a constant cast wraps around as NumPy's astype does
+            low, high = INT_RANGES[dtype]
+            value = (value - low) % (high - low + 1) + low
         return Const(value, dtype)
     return Cast(node, dtype)
 
@@ -583,8 +616,11 @@ def format_value(value: float | int | bool, dtype: str) -> str:
     """A C literal for a constant of the given dtype."""
     if dtype == "bool":
         return "true" if value else "false"
-    if dtype == "int32":
-        return str(int(value))
+    if dtype in INT_DTYPES:
+        number = int(value)
+        if dtype == "int64":  # (the smallest has no literal: its negation overflows)
+            return "(-9223372036854775807LL - 1)" if number == -2**63 else f"{number}LL"
+        return str(number)
     value = float(value)
     if math.isnan(value):
         text = "NAN"

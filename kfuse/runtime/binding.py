@@ -9,7 +9,12 @@ from typing import Any
 import numpy as np
 
 from kfuse.errors import BindError, DtypeError
-from kfuse.ir.expr import FLOAT32_ROUNDS_TO_INFINITY, normalize_dtype, representable
+from kfuse.ir.expr import (
+    FLOAT32_ROUNDS_TO_INFINITY,
+    INT_DTYPES,
+    normalize_dtype,
+    representable,
+)
 from kfuse.ir.graph import Graph
 
 INT32_LIMIT = 2**31 - 1
@@ -72,7 +77,10 @@ def param_value(name: str, dtype: str, value: Any) -> Any:
         raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}") from None
     if not representable(number, dtype):  # (a bool parameter takes 0, 1, False, True)
         raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}")
-    return {"int32": int, "bool": bool}.get(dtype, float)(number)
+    if dtype in INT_DTYPES:
+        return int(value) if float(number).is_integer() and not isinstance(value, float) \
+            else int(number)
+    return bool(number) if dtype == "bool" else float(number)
 
 
 def bind(graph: Graph, given: Mapping[str, Any]) -> Bound:

@@ -21,8 +21,9 @@ from kfuse.runtime.launch import BoundLaunch
 if TYPE_CHECKING:
     from kfuse.runtime.compiled import ArrayFacts
 
-_NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
-                 "bool": np.bool_}
+_NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "int8": np.int8,
+                 "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32,
+                 "int64": np.int64, "bool": np.bool_}
 
 
 def launcher_source(spec: LaunchSpec) -> str:

@@ -27,6 +27,7 @@ from kfuse.cache import (
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.errors import BackendUnavailable, BindError, CompileError, LaunchError
+from kfuse.ir.expr import DTYPES
 from kfuse.ir.graph import Graph
 from kfuse.log import LOG
 from kfuse.model.occupancy import blocks_per_multiprocessor
@@ -149,13 +150,14 @@ def output_family(families: set[str]) -> str:
 
 
 FILL_SOURCE = r"""
-// Set n elements of 1, 4 or 8 bytes to one bit pattern (reductions' identities).
+// Set n elements of 1, 2, 4 or 8 bytes to one bit pattern (reductions' identities).
 #define KF_FILL(bits, type) \
 extern "C" __global__ void kf_fill_##bits(type* p, unsigned long long n, \
                                           unsigned long long pattern) { \
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
        i < n; i += (unsigned long long)gridDim.x * blockDim.x) p[i] = (type)pattern; }
 KF_FILL(8, unsigned char)
+KF_FILL(16, unsigned short)
 KF_FILL(32, unsigned int)
 KF_FILL(64, unsigned long long)
 """
@@ -166,7 +168,8 @@ FILL_THREADS = 256
 def _fill_functions(device: int) -> dict[int, int]:
     """Handles of the fill kernels on ``device``, by element size in bytes."""
     module = load_module(FILL_SOURCE, "kf_fill_8")
-    return {size: module.get_function(f"kf_fill_{size * 8}").kernel.ptr for size in (1, 4, 8)}
+    return {size: module.get_function(f"kf_fill_{size * 8}").kernel.ptr
+            for size in (1, 2, 4, 8)}
 
 
 def address_of(buffer: Any) -> int:
@@ -327,8 +330,7 @@ class CudaArrays:
         if family == "torch":
             torch = self._torch()
             where = torch.device("cuda", device)
-            types = {name: getattr(torch, name) for name in ("float32", "float64", "int32",
-                                                             "bool")}
+            types = {name: getattr(torch, name) for name in DTYPES if hasattr(torch, name)}
 
             def allocate_tensor(shape: tuple, dtype: str) -> tuple[Any, int]:
                 tensor = torch.empty(shape, dtype=types[dtype], device=where)

@@ -1,0 +1,150 @@
+"""The integer dtypes users have (int8, uint8, int16, uint16, int64 beside int32): NumPy's
+promotion and wraparound, checked against NumPy itself on random data at every border."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kfuse as kf
+from kfuse.bench.harness import max_relative_error
+from kfuse.ir.expr import INT_DTYPES, promote_integers
+
+SMALL = ("int8", "uint8", "int16", "uint16")
+RNG = np.random.default_rng(8)
+
+
+def random_integers(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+
+
+@pytest.mark.parametrize("a", INT_DTYPES)
+@pytest.mark.parametrize("b", INT_DTYPES)
+def test_integer_promotion_is_numpys(a, b):
+    assert promote_integers(a, b) == str(np.result_type(np.dtype(a), np.dtype(b)))
+
+
+def _wrapping_pipeline(dtype: str, boundary: object) -> kf.Pipeline:
+    p = kf.Pipeline("wraps")
+    x = p.input("x", ndim=2, dtype=dtype)
+    y = p.input("y", ndim=2, dtype=dtype)
+    a = kf.point(x + y * 3 - x * y, name="a")
+    b = kf.local(a.at(0, 1, boundary=boundary) + a.at(-1, 0, boundary=boundary) - a, name="b")
+    c = kf.point(kf.maximum(b, x) + abs(-a), name="c")
+    p.output(b, c, kf.reduce_sum(b, name="total"), kf.point(kf.where(x > y, x, y), name="m"))
+    return p
+
+
+def _numpy_wraps(dtype: str, x: np.ndarray, y: np.ndarray, mode: str) -> dict[str, np.ndarray]:
+    with np.errstate(over="ignore"):
+        a = x + y * np.array(3, dtype) - x * y
+        padded = np.pad(a, 1, mode={"clamp": "edge", "mirror": "symmetric", "repeat": "wrap"}[
+            mode])
+        right, up = padded[1:-1, 2:], padded[:-2, 1:-1]
+        b = right + up - a
+        c = np.maximum(b, x) + np.abs(-a)
+    return {"b": b, "c": c, "total": b.astype(np.int64).sum(), "m": np.where(x > y, x, y)}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", ["clamp", "mirror", "repeat"])
+@pytest.mark.parametrize("dtype", [*SMALL, "int64"])
+def test_integer_arithmetic_wraps_around_as_numpys(dtype, mode):
+    p = _wrapping_pipeline(dtype, mode)
+    x, y = random_integers(dtype, (19, 37)), random_integers(dtype, (19, 37))
+    expected = _numpy_wraps(dtype, x, y, mode)
+    for backend, plan in (("numpy", None), ("cpu", "unfused"), ("cpu", "auto")):
+        result = p.run(x=x, y=y, backend=backend, **({"plan": plan} if plan else {}))
+        for name, value in expected.items():
+            got = np.asarray(result[name])
+            assert got.dtype == np.asarray(value).dtype or name == "total", (name, got.dtype)
+            np.testing.assert_array_equal(got, value, err_msg=f"{name} {backend} {plan}")
+
+
+@pytest.mark.parametrize("dtype", SMALL)
+def test_a_sum_of_small_integers_is_int64_and_their_min_is_refused(dtype):
+    p = kf.Pipeline("sums")
+    x = p.input("x", ndim=1, dtype=dtype)
+    total = kf.reduce_sum(x, name="total")
+    p.output(total)
+    assert p.graph().buffers["total"].dtype == "int64"
+    with pytest.raises(kf.DtypeError, match="cast first"):
+        kf.reduce_min(x, name="low")
+
+
+@pytest.mark.integration
+def test_int64_reductions_keep_their_values():
+    p = kf.Pipeline("longs")
+    x = p.input("x", ndim=2, dtype="int64")
+    p.output(kf.reduce_sum(x, name="s"), kf.reduce_min(x, axis=1, name="lo"),
+             kf.reduce_max(x, axis=0, name="hi"))
+    values = RNG.integers(-2**40, 2**40, size=(23, 41), dtype=np.int64)
+    result = p.run(x=values, backend="cpu")
+    assert int(result["s"]) == int(values.sum())
+    np.testing.assert_array_equal(result["lo"], values.min(axis=1))
+    np.testing.assert_array_equal(result["hi"], values.max(axis=0))
+
+
+@pytest.mark.parametrize(("dtype", "constant"), [("uint8", 300), ("uint8", -1), ("int8", 128),
+                                                 ("int16", 2**15), ("uint16", 70000)])
+def test_a_constant_that_does_not_fit_the_array_is_refused_as_numpy_refuses_it(dtype,
+                                                                               constant):
+    p = kf.Pipeline("fits")
+    x = p.input("x", ndim=1, dtype=dtype)
+    with pytest.raises(kf.DtypeError, match=f"does not fit {dtype}"):
+        kf.point(x + constant, name="y")
+
+
+def test_mixed_integers_and_floats_promote_as_documented():
+    p = kf.Pipeline("mixed")
+    u = p.input("u", ndim=1, dtype="uint8")
+    s = p.input("s", ndim=1, dtype="int8")
+    f = p.input("f", ndim=1, dtype="float32")
+    assert kf.point(u + s, name="a").dtype == "int16"
+    assert kf.point(u * 0.5, name="b").dtype == "float32"
+    assert kf.point(u + f, name="c").dtype == "float32"
+    assert kf.point(u / u, name="d").dtype == "float32"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int16"])
+def test_an_integer_image_through_a_harris_response_matches_float64(dtype):
+    """Sobel gradients, their products smoothed, the Harris response: of an integer image,
+    computed in float32 (the floor counts the image's own bytes)."""
+    sobel = np.array([[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]], dtype=np.float64)
+    gauss = np.outer([1, 2, 1], [1, 2, 1]) / 16.0
+    p = kf.Pipeline("harris_ints")
+    img = p.input("img", ndim=2, dtype=dtype)
+    dx = kf.convolve(img, sobel, boundary="mirror", name="dx")
+    dy = kf.convolve(img, sobel.T, boundary="mirror", name="dy")
+    sxx = kf.convolve(kf.point(dx * dx, name="xx"), gauss, boundary="mirror", name="sxx")
+    syy = kf.convolve(kf.point(dy * dy, name="yy"), gauss, boundary="mirror", name="syy")
+    p.output(kf.point(sxx * syy - 0.04 * (sxx + syy) ** 2, name="hc"))
+    image = RNG.integers(0, 256, size=(41, 67)).astype(dtype)
+
+    def correlate(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        padded = np.pad(a, 1, mode="symmetric")
+        return sum(mask[i, j] * padded[i:i + a.shape[0], j:j + a.shape[1]]
+                   for i in range(3) for j in range(3))
+
+    wide = image.astype(np.float64)
+    gx, gy = correlate(wide, sobel), correlate(wide, sobel.T)
+    sx, sy = correlate(gx * gx, gauss), correlate(gy * gy, gauss)
+    expected = sx * sy - 0.04 * (sx + sy) ** 2
+    for plan in ("unfused", "auto"):
+        result = p.run(img=image, backend="cpu", plan=plan)["hc"]
+        assert result.dtype == np.float32
+        assert max_relative_error(result, expected) < 1e-5
+
+
+def test_integer_parameters_take_integers():
+    p = kf.Pipeline("params")
+    x = p.input("x", ndim=1, dtype="int64")
+    k = p.param("k", dtype="int64")
+    p.output(kf.point(x * k, name="y"))
+    values = RNG.integers(-1000, 1000, size=7, dtype=np.int64)
+    np.testing.assert_array_equal(p.run(x=values, k=2**40, backend="numpy")["y"],
+                                  values * 2**40)
+    with pytest.raises(kf.BindError, match="cannot hold"):
+        p.run(x=values, k=0.5, backend="numpy")
