@@ -23,7 +23,7 @@ import numpy as np
 def main() -> int:
     import cupy
 
-    from kfuse.apps import get_app, list_apps
+    from kfuse.apps import list_apps
     from kfuse.bench.harness import max_relative_error
     from kfuse.config import configured
     from kfuse.fusion.plan import make_plan
