@@ -85,3 +85,17 @@ def test_errors_are_reported_not_raised(capsys):
     assert code == 2 and "nope" in err and "harris" in err
     code, _, err = run_cli(capsys, "run", "sobel", "--backend", "cpu", "--size", "ax")
     assert code == 2 and "--size" in err
+
+
+def test_apps_and_demo_print_json_when_asked(capsys):
+    import json
+
+    from kfuse.cli.main import main as cli
+
+    assert cli(["apps", "--json"]) == 0
+    apps = json.loads(capsys.readouterr().out)
+    assert {"harris", "sgemv", "diffusion3d"} <= {app["name"] for app in apps}
+    assert all(app["kernels"] >= 1 and app["test_size"] for app in apps)
+    assert cli(["demo", "--backend", "numpy", "--json"]) == 0
+    demo = json.loads(capsys.readouterr().out)
+    assert demo["verified"] is True and demo["operators"] == 9

@@ -104,8 +104,9 @@ def command_demo(args: argparse.Namespace) -> int:
     image = synthetic_image(height, width)
     _, params = app.make_inputs((height, width), np.random.default_rng(0), "float32")
     graph = pipeline.graph()
-    console.print(f"[bold]kfuse demo[/bold]: Harris corners ({len(graph.kernels)} operators) on a "
-                  f"{height}x{width} synthetic image, backend [cyan]{backend}[/cyan]")
+    if not args.json:
+        console.print(f"[bold]kfuse demo[/bold]: Harris corners ({len(graph.kernels)} operators) "
+                      f"on a {height}x{width} synthetic image, backend [cyan]{backend}[/cyan]")
     plan = pipeline.plan(sizes=app.sizes(graph, (height, width)))
     started = time.perf_counter()
     with console.status("compiling and running the generated CUDA C..."):
@@ -115,6 +116,12 @@ def command_demo(args: argparse.Namespace) -> int:
     error = reference_errors(app, {"img": image}, params, outputs)["hc"]
     corners = int(np.sum(response > 0.01 * float(np.max(response))))
     verified = bool(error <= app.tolerance)
+    if args.json:
+        print(json.dumps({"app": "harris", "backend": backend, "image": [height, width],
+                          "operators": len(graph.kernels), "kernels": len(plan.groups),
+                          "wall_time_s": round(elapsed, 4), "corner_pixels": corners,
+                          "max_rel_error": error, "verified": verified}))
+        return 0 if verified else 1
     from rich.table import Table
     table = Table(show_header=True)
     for column in ("backend", "image", "operators", "fused kernels", "wall time",
@@ -135,13 +142,19 @@ def command_apps(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from kfuse.apps import list_apps
+    rows = [{"name": app.name, "kernels": len(app.build().graph().kernels), "what": app.title,
+             "benchmark_size": list(app.bench_size), "test_size": list(app.test_size),
+             "from": app.origin} for app in list_apps("all")]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
     table = Table(title="kfuse apps")
     for column in ("name", "kernels", "what", "benchmark size", "test size", "from"):
         table.add_column(column)
-    for app in list_apps("all"):
-        kernels = len(app.build().graph().kernels)
-        table.add_row(app.name, str(kernels), app.title, "x".join(map(str, app.bench_size)),
-                      "x".join(map(str, app.test_size)), app.origin)
+    for row in rows:
+        table.add_row(row["name"], str(row["kernels"]), row["what"],
+                      "x".join(map(str, row["benchmark_size"])),
+                      "x".join(map(str, row["test_size"])), row["from"])
     _console().print(table)
     return 0
 
@@ -298,6 +311,9 @@ def command_calibrate(args: argparse.Namespace) -> int:
     _require_gpu()
     profile = calibrate()
     path = profile.save()
+    if args.json:
+        print(json.dumps({**profile.to_dict(), "saved_to": str(path)}))
+        return 0
     _console().print(profile)
     _console().print(f"saved to {path}")
     return 0
@@ -505,9 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run Harris corners and verify it")
     demo.add_argument("--backend", default="auto", choices=backends)
+    demo.add_argument("--json", action="store_true", help="print one JSON value")
     demo.set_defaults(handler=command_demo)
 
     apps = commands.add_parser("apps", help="list the built-in pipelines")
+    apps.add_argument("--json", action="store_true", help="print one JSON value")
     apps.set_defaults(handler=command_apps)
 
     run = commands.add_parser("run", help="run one app")
@@ -566,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(handler=command_bench)
 
     calibrate = commands.add_parser("calibrate", help="measure the GPU (copy bandwidth, ...)")
+    calibrate.add_argument("--json", action="store_true", help="print one JSON value")
     calibrate.set_defaults(handler=command_calibrate)
 
     project = commands.add_parser("project", help="plan an application described by kernel "
