@@ -217,6 +217,32 @@ def sharing_graph(app: AppMetadata) -> nx.Graph:
     return graph
 
 
+def sharing_adjacency(app: AppMetadata) -> list[int]:
+    """:func:`sharing_graph` as bitsets, kernel by kernel in the application's order (bit j
+    of entry i: kernels i and j share), without the arrays of each edge: what shortest
+    sharing chains need, built fast enough to be rebuilt many times."""
+    accesses = versioned_accesses(app)
+    position = {kernel.name: index for index, kernel in enumerate(app.kernels)}
+    touch: dict[str, dict[int, bool]] = {}
+    for kernel in app.kernels:
+        reads, writes = accesses[kernel.name]
+        for version in writes:
+            touch.setdefault(version, {})[position[kernel.name]] = False
+        for version in reads:
+            touch.setdefault(version, {})[position[kernel.name]] = True
+    adjacency = [0] * len(app.kernels)
+    for kernels in touch.values():
+        readers = 0
+        every = 0
+        for index, reads in kernels.items():
+            every |= 1 << index
+            if reads:
+                readers |= 1 << index
+        for index, reads in kernels.items():  # a pair shares where one of them reads
+            adjacency[index] |= (every if reads else readers) & ~(1 << index)
+    return adjacency
+
+
 def _halo_sites(threads: int, radius: int) -> int:
     """Halo sites of a square 2-D block of ``threads`` threads with stencil ``radius``."""
     side = math.sqrt(threads)

@@ -263,6 +263,19 @@ def _ball(adjacency: Sequence[int], source: int, radius: int | None = None) -> t
     return reached, steps
 
 
+def _components(adjacency: Sequence[int]) -> list[list[int]]:
+    """The connected components of a bitset graph, each sorted, ordered by first kernel."""
+    seen = 0
+    components = []
+    for source in range(len(adjacency)):
+        if seen >> source & 1:
+            continue
+        reached = _ball(adjacency, source)[0]
+        seen |= reached
+        components.append([i for i in range(len(adjacency)) if reached >> i & 1])
+    return components
+
+
 def max_kinship(graph: nx.Graph) -> int:
     """The largest degree of kinship: the longest shortest sharing chain in any component."""
     _, adjacency = _adjacency(graph)
@@ -278,19 +291,20 @@ def _repair(draft: _Draft, build: Any, limit: int = 200,
     become its sharing neighbours. Reads that would change versioning are not added.
     Adding reads only shortens chains, so one pass applies a fix per far pair.
     """
+    from kfuse.project.problem import sharing_adjacency
+
     kinship = draft.spec.kinship
     for number in range(limit):
         if progress is not None:
             progress(f"repair pass {number + 1}: connecting the sharing graph and shortening "
                      f"chains longer than kinship {kinship}")
-        graph = _sharing(build())
-        components = sorted(nx.connected_components(graph),
-                            key=lambda c: min(int(k[1:]) for k in c))
+        adjacency = sharing_adjacency(build())
+        components = _components(adjacency)
         if len(components) > 1:
-            if not _join(draft, components):
+            if not _join(draft, [{f"k{i}" for i in component} for component in components]):
                 return
             continue
-        names, adjacency = _adjacency(graph)
+        names = [f"k{i}" for i in range(len(adjacency))]
         near = [_ball(adjacency, i, kinship - 1)[0] for i in range(len(names))]
         fixed = 0
         changed = 0  # kernels whose distances moved this pass: their pairs wait for the next
