@@ -29,16 +29,19 @@ import numpy as np
 import kfuse.dsl as kf
 from kfuse.errors import KfuseError
 from kfuse.fusion.plan import check_groups, make_plan
+from kfuse.runtime.numpy_backend import numpy_dtype
 
 FAMILIES = ("stencil", "reduction", "blas")
 MODES = ("clamp", "mirror", "repeat", "constant")
 FLOAT_DTYPES = ("float32", "float64")
+HALF_DTYPES = ("float16", "bfloat16")  # maps and stencils only (reductions are refused)
 INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64")
 SMALL_INTEGERS = ("int8", "uint8", "int16", "uint16")  # summed only (min/max are refused)
 SIZES = {1: (5, 67), 2: (3, 23), 3: (3, 11)}  # per dimensionality, the range of each axis
 # The largest relative error (max |result - reference| / max |reference|) a case may show:
 # against the same dtype's NumPy evaluation, and against the float64 replay
-TOLERANCE = {"float32": (2e-4, 2e-3), "float64": (1e-10, 1e-9),
+TOLERANCE = {"float32": (2e-4, 2e-3), "float64": (1e-10, 1e-9), "float16": (4e-3, 2e-2),
+             "bfloat16": (3e-2, 1e-1),
              **{dtype: (0.0, 0.0) for dtype in INTEGER_DTYPES}}
 
 
@@ -103,7 +106,8 @@ def draw_case(seed: int) -> Case:
         return Case(seed, family, dtype, (rows, columns), inputs, ops)
     ndim = rng.randint(1, 3)
     shape = tuple(rng.randint(*SIZES[ndim]) for _ in range(ndim))
-    dtype = rng.choice(("float32", "float32", "float64", "int32", rng.choice(INTEGER_DTYPES)))
+    dtype = rng.choice(("float32", "float32", "float64", "int32", rng.choice(INTEGER_DTYPES),
+                        rng.choice(HALF_DTYPES)))
     folds = ("sum",) if dtype in SMALL_INTEGERS else ("sum", "min", "max")
     count = rng.randint(2, 6)
     ops: list[Op] = []
@@ -113,8 +117,8 @@ def draw_case(seed: int) -> Case:
     for index in range(count):
         reads = (rng.choice(maps), rng.choice(maps)) if index else (0, 1)
         kind = "point" if index == 0 else rng.choice(
-            ("point", "local", "local", "select", "cast") if family == "stencil" else
-            ("point", "local", "reduce", "reduce", "select") +
+            ("point", "local", "local", "select", "cast") if family == "stencil" or
+            dtype in HALF_DTYPES else ("point", "local", "reduce", "reduce", "select") +
             (("normalize", "normalize") if ndim == 2 else ()))
         if kind == "point":
             scalar = rng.choice(scalars) if scalars and rng.random() < 0.5 else None
@@ -193,7 +197,7 @@ def build(case: Case, dtype: str | None = None) -> tuple[kf.Pipeline, dict[str, 
         arrays.append(p.input(name, shape=shape, dtype=dtype))
         values = rng.integers(-9, 10, size=shape) if dtype in INTEGER_DTYPES else \
             rng.uniform(0.5, 1.5, size=shape)
-        inputs[name] = np.asarray(values).astype(dtype)
+        inputs[name] = np.asarray(values).astype(numpy_dtype(dtype))
     for index, op in enumerate(case.ops):
         arrays.append(_BUILDERS[op.kind](p, op, [arrays[i] for i in op.reads], case,
                                          f"op{index}"))
@@ -377,8 +381,8 @@ def check(case: Case, backend: str = "cpu") -> Outcome:
         plan = plan_of(case, pipeline)
         result = pipeline.run(backend=backend, plan=plan, **inputs)
         truth = pipeline.run(backend="numpy", **inputs)
-        wide, wide_inputs = build(case, "float64") if case.dtype in FLOAT_DTYPES else \
-            (None, None)
+        wide, wide_inputs = build(case, "float64") if case.dtype in FLOAT_DTYPES + HALF_DTYPES \
+            else (None, None)
         replay = wide.run(backend="numpy", **{k: v.astype("float64") for k, v in
                                               inputs.items()}) if wide else truth
     except KfuseError as error:

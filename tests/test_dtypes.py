@@ -148,3 +148,72 @@ def test_integer_parameters_take_integers():
                                   values * 2**40)
     with pytest.raises(kf.BindError, match="cannot hold"):
         p.run(x=values, k=0.5, backend="numpy")
+
+
+# -- float16 and bfloat16 ----------------------------------------------------------------------
+
+def _halves(dtype: str) -> tuple[kf.Pipeline, dict[str, np.ndarray]]:
+    from kfuse.runtime.numpy_backend import numpy_dtype
+
+    p = kf.Pipeline("halves")
+    x = p.input("x", ndim=2, dtype=dtype)
+    y = p.input("y", ndim=2, dtype=dtype)
+    a = kf.point(x * y + 0.1, name="a")
+    b = kf.local(a.at(0, 1, boundary="mirror") + a.at(1, 0, boundary=kf.constant(0.5))
+                 - a * 0.5, name="b")
+    p.output(b, kf.point(kf.sqrt(kf.abs(b)) + kf.astype(x, "float32"), name="c"))
+    arrays = {name: RNG.uniform(-2, 2, (23, 41)).astype(numpy_dtype(dtype))
+              for name in ("x", "y")}
+    return p, arrays
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_two_byte_floats_are_stored_as_such_and_computed_in_float32(dtype):
+    """Fused and unfused kernels give the numpy backend's results bit for bit (each
+    operator computed in float32 and rounded to its dtype), and NumPy's own float16
+    arithmetic (rounded after each operation) within a few of its ulps."""
+    p, arrays = _halves(dtype)
+    truth = p.run(backend="numpy", **arrays)
+    assert str(truth["b"].dtype) == dtype and truth["c"].dtype == np.float32
+    for plan in ("unfused", "auto"):
+        result = p.run(backend="cpu", plan=plan, **arrays)
+        for name in ("b", "c"):
+            assert str(result[name].dtype) == str(truth[name].dtype)
+            np.testing.assert_array_equal(result[name].astype(np.float64),
+                                          truth[name].astype(np.float64))
+    if dtype == "float16":  # against NumPy's own float16 evaluation
+        x, y = arrays["x"], arrays["y"]
+        a = x * y + np.float16(0.1)
+        padded = np.pad(a, 1, mode="symmetric")
+        below = np.pad(a, ((0, 1), (0, 0)), constant_values=np.float16(0.5))[1:]
+        b = padded[1:-1, 2:] + below - a * np.float16(0.5)
+        assert max_relative_error(truth["b"], b) < 4e-3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_two_byte_floats_promote_and_refuse_reductions(dtype):
+    p = kf.Pipeline("promote")
+    h = p.input("h", ndim=1, dtype=dtype)
+    u = p.input("u", ndim=1, dtype="uint8")
+    i = p.input("i", ndim=1, dtype="int32")
+    f = p.input("f", ndim=1, dtype="float32")
+    assert kf.point(h * 0.5 + 1, name="a").dtype == dtype
+    assert kf.point(h + u, name="b").dtype == dtype
+    assert kf.point(h + i, name="c").dtype == "float32"
+    assert kf.point(h + f, name="d").dtype == "float32"
+    other = "bfloat16" if dtype == "float16" else "float16"
+    g = p.input("g", ndim=1, dtype=other)
+    assert kf.point(h + g, name="e").dtype == "float32"
+    with pytest.raises(kf.DtypeError, match="cast"):
+        kf.reduce_sum(h, name="s")
+
+
+def test_the_map_reduce_and_staged_forms_say_they_keep_no_two_byte_floats():
+    from kfuse.schedule import MapReduceVariant, Staged
+
+    p, _ = _halves("float16")
+    graph = p.graph()
+    members = [k.name for k in graph.kernels]
+    assert "float16" in MapReduceVariant().why_not(graph, members)
+    assert "4 and 8 bytes" in Staged().why_not(graph, members[:2])

@@ -17,8 +17,10 @@ from kfuse.analysis.operations import LOG_IN_EXP, logs_in_exp
 from kfuse.ir.expr import (
     C_TYPES,
     FLOAT_DTYPES,
+    HALF_DTYPES,
     INT_DTYPES,
     SMALL_INT_DTYPES,
+    STORAGE_TYPES,
     Binary,
     Cast,
     Const,
@@ -56,6 +58,26 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
 # wraparound); the smaller integers compute in int and are cast back (:func:`_wrapped`)
 _INT_WRAPPING = {"add": "kf_iadd", "sub": "kf_isub", "mul": "kf_imul"}
 _LONG_WRAPPING = {"add": "kf_ladd", "sub": "kf_lsub", "mul": "kf_lmul"}
+
+
+def element_value(text: str, dtype: str) -> str:
+    """The value of the element ``text`` reads from memory (a two-byte float's: as float)."""
+    return f"kf_value({text})" if dtype in HALF_DTYPES else text
+
+
+def element_store(value: str, dtype: str) -> str:
+    """``value`` as an element of ``dtype`` is stored (a two-byte float's: rounded)."""
+    if dtype in HALF_DTYPES:
+        return f"kf_to_{'half' if dtype == 'float16' else 'bfloat16'}({value})"
+    return f"({C_TYPES[dtype]}){value}"
+
+
+def rounded(value: str, dtype: str) -> str:
+    """``value`` rounded to ``dtype`` where that is a two-byte float (an operator's result
+    is formed as its unfused kernel stores it), else itself."""
+    if dtype in HALF_DTYPES:
+        return f"kf_round_{'half' if dtype == 'float16' else 'bfloat16'}({value})"
+    return value
 
 
 def _wrapped(text: str, dtype: str) -> str:
@@ -375,6 +397,8 @@ class ExprEmitter:
         if isinstance(node, Select):
             return self.define(node.dtype, f"{args[0]} ? {args[1]} : {args[2]}")
         if isinstance(node, Cast):
+            if node.dtype in HALF_DTYPES:  # a value of a two-byte float: rounded to it
+                return self.define(node.dtype, rounded(args[0], node.dtype))
             return self.define(node.dtype, f"({C_TYPES[node.dtype]})({args[0]})")
         raise TypeError(f"unknown expression node {type(node).__name__}")
 
@@ -384,10 +408,10 @@ class ExprEmitter:
         buffer = self.graph.buffers[load.buffer]
         pointer = c_name(load.buffer)
         if buffer.ndim == 0:
-            return f"{pointer}[0]"
+            return element_value(f"{pointer}[0]", buffer.dtype)
         identity = load.dims == tuple(range(len(self.domain))) and load.is_centered
         if identity and self.flat_index is not None:
-            return f"{pointer}[{self.flat_index}]"
+            return element_value(f"{pointer}[{self.flat_index}]", buffer.dtype)
         vector = load.dims == tuple(range(len(self.domain))) and self.vector_column(load)
         indices, inside = [], []
         for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
@@ -401,7 +425,8 @@ class ExprEmitter:
         if vector:
             read = self.vector_component(load, indices, vector[0], vector[1])
         else:
-            read = f"{pointer}[{self.address(load.buffer, indices)}]"
+            read = element_value(f"{pointer}[{self.address(load.buffer, indices)}]",
+                                 buffer.dtype)
         if inside:
             if not vector and config.current().unconditional_border_loads:  # the index is clamped inside
                 read = self.define(load.dtype, read, prefix=f"ld_{load.buffer}_")
@@ -526,10 +551,12 @@ def param_list(graph: Graph, reads: list[str], writes: list[str], symbols: list[
     result = []
     for name in reads:
         dtype = graph.buffers[name].dtype
-        result.append((c_name(name), f"const {C_TYPES[dtype]}* __restrict__", "input", name, dtype))
+        result.append((c_name(name), f"const {STORAGE_TYPES[dtype]}* __restrict__", "input", name,
+                       dtype))
     for name in writes:
         dtype = graph.buffers[name].dtype
-        result.append((c_name(name), f"{C_TYPES[dtype]}* __restrict__", "output", name, dtype))
+        result.append((c_name(name), f"{STORAGE_TYPES[dtype]}* __restrict__", "output", name,
+                       dtype))
     for symbol in symbols:
         result.append((size_var(symbol), "const int", "size", symbol, "int32"))
     for name in scalars:

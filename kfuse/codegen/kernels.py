@@ -29,8 +29,10 @@ from kfuse.codegen.cexpr import (
     c_name,
     comment_text,
     coordinate_text,
+    element_store,
     indent,
     param_list,
+    rounded,
     size_var,
     sizes_of,
 )
@@ -185,13 +187,15 @@ class KernelGroup(GroupNames):
         producer = self.produced.get(load.buffer)
         if producer is None:
             return None
+        dtype = producer.body.dtype  # type: ignore[union-attr]
         if load.is_centered:  # the producer at this very point
             emitter.state.evaluated.add((producer.name, emitter.coords))
-            return emitter.emit(producer.body)  # type: ignore[arg-type]
+            return rounded(emitter.emit(producer.body), dtype)  # type: ignore[arg-type]
         coords, inside = self.mapped_point(load, emitter)
         target = emitter.at(coords)
         target.state.evaluated.add((producer.name, target.coords))
-        return self.guarded(load, emitter, target.emit(producer.body), inside)  # type: ignore[arg-type]
+        return self.guarded(load, emitter, rounded(target.emit(producer.body), dtype),  # type: ignore[arg-type]
+                            inside)
 
     def mapped_point(self, load: Load, emitter: ExprEmitter
                      ) -> tuple[tuple[Coordinate, ...], list[str]]:
@@ -226,8 +230,9 @@ class KernelGroup(GroupNames):
 
     def store_lines(self, emitter: ExprEmitter, address: str) -> list[str]:
         """Evaluate every map output at the emitter's point and store it."""
-        return [f"{c_name(name)}[{address}] = ({C_TYPES[self.graph.buffers[name].dtype]})"
-                f"{value};" for name, value in self.store_values(emitter)]
+        return [f"{c_name(name)}[{address}] = "
+                f"{element_store(value, self.graph.buffers[name].dtype)};"
+                for name, value in self.store_values(emitter)]
 
 
 def _domain_count(domain: tuple[str, ...]) -> str:

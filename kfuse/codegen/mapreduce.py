@@ -95,7 +95,7 @@ from kfuse.fusion.legality import (
 )
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph, Kernel
-from kfuse.schedule.forms import MapReduceVariant, is_variant_text
+from kfuse.schedule.forms import MapReduceVariant, half_reason, is_variant_text
 
 SMEM_TILE_ROWS = 32          # rowsum="smem": lane tx sums row tx of the tile
 
@@ -159,6 +159,9 @@ def mapreduce_group_reason(graph: Graph, members: Sequence[str]) -> str | None:
     for a map/reduce group, or one plus an elementwise epilogue of its row (column)
     reductions (then only whole-row stream (whole-column) variants apply:
     :meth:`MapReduceGroup.normalize`)."""
+    reason = half_reason(graph, members, "map-reduce")
+    if reason:
+        return reason
     if is_epilogue_group(graph, members):
         found = epilogue_violations(graph, members, None)
         return str(found[0]) if found else None

@@ -130,6 +130,43 @@ KF_DEVICE int kf_isub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
 KF_DEVICE int kf_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
 KF_DEVICE int kf_ineg(int a) { return (int)(0u - (unsigned)a); }
 KF_DEVICE int kf_iabs(int a) { return a < 0 ? kf_ineg(a) : a; }
+// Two-byte floats in memory: float16 (IEEE binary16) and bfloat16 (the upper half of a
+// float32), as bits that no arithmetic takes by mistake; kernels compute in float32 and
+// round to nearest (ties to even) where a value is stored or an operator's result formed.
+struct kf_half { unsigned short bits; };
+struct kf_bfloat16 { unsigned short bits; };
+KF_DEVICE float kf_value(kf_bfloat16 h) { return __uint_as_float((unsigned)h.bits << 16); }
+KF_DEVICE kf_bfloat16 kf_to_bfloat16(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return kf_bfloat16{(unsigned short)((u >> 16) | 0x40u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return kf_bfloat16{(unsigned short)(u >> 16)};
+}
+KF_DEVICE float kf_value(kf_half h) {
+  const unsigned sign = ((unsigned)h.bits & 0x8000u) << 16, exponent = (h.bits >> 10) & 0x1fu,
+                 mantissa = h.bits & 0x3ffu;
+  if (exponent == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0) return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  const float subnormal = (float)mantissa * 5.9604644775390625e-8f;  // mantissa * 2^-24
+  return sign ? -subnormal : subnormal;
+}
+KF_DEVICE kf_half kf_to_half(float x) {
+  const unsigned u = __float_as_uint(x), sign = (u >> 16) & 0x8000u, magnitude = u & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return kf_half{(unsigned short)(sign | 0x7e00u)};  // NaN
+  if (magnitude >= 0x477ff000u) return kf_half{(unsigned short)(sign | 0x7c00u)};  // to inf
+  if (magnitude < 0x38800000u) {  // a subnormal half (or zero): round x * 2^24 to an integer
+    const float scaled = __uint_as_float(magnitude) * 16777216.0f;
+    float whole = (float)(unsigned)scaled;
+    const float rest = scaled - whole;
+    if (rest > 0.5f || (rest == 0.5f && ((unsigned)whole & 1u))) whole += 1.0f;
+    return kf_half{(unsigned short)(sign | (unsigned)whole)};
+  }
+  unsigned rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
+  return kf_half{(unsigned short)(sign | ((rounded - 0x38000000u) >> 13))};
+}
+KF_DEVICE float kf_round_half(float x) { return kf_value(kf_to_half(x)); }
+KF_DEVICE float kf_round_bfloat16(float x) { return kf_value(kf_to_bfloat16(x)); }
+
 // int64 likewise.
 KF_DEVICE long long kf_ladd(long long a, long long b) {
   return (long long)((unsigned long long)a + (unsigned long long)b);

@@ -16,6 +16,7 @@ from typing import Any
 from kfuse.dsl.functions import boundary_of
 from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
+    HALF_DTYPES,
     SMALL_INT_DTYPES,
     Boundary,
     Coord,
@@ -311,6 +312,9 @@ class Pipeline:
         body = transform(body, lambda n: self._own_load(n, name, where, default_boundary))
         if dtype is None and reduction_op is not None and body.dtype == "bool":
             dtype = "int32"  # a condition folds as int32 0/1 (its sum counts, as NumPy's)
+        if reduction_op is not None and body.dtype in HALF_DTYPES:
+            raise DtypeError(f"reductions of {body.dtype} values are not supported yet: cast "
+                             "first, e.g. kf.astype(x, 'float32')", operator=name, where=where)
         if dtype is None and reduction_op is not None and body.dtype in SMALL_INT_DTYPES:
             if reduction_op != "sum":
                 raise DtypeError(f"{reduction_op} of {body.dtype} values is not supported "

@@ -21,17 +21,24 @@ import numpy as np
 from kfuse.errors import BoundaryError, DslError, DtypeError
 
 FLOAT_DTYPES = ("float32", "float64")
+# Two-byte floats: stored as such, computed in float32 inside an operator, and rounded to
+# their dtype where an operator's result is formed (NumPy rounds after each operation).
+HALF_DTYPES = ("float16", "bfloat16")
+REAL_DTYPES = (*FLOAT_DTYPES, *HALF_DTYPES)
 # Integers, by signedness and size. Arithmetic wraps around as NumPy's does.
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64")
 SMALL_INT_DTYPES = ("int8", "uint8", "int16", "uint16")  # computed in int, wrapped per op
-DTYPES = ("float32", "float64", *INT_DTYPES, "bool")
+DTYPES = ("float32", "float64", *HALF_DTYPES, *INT_DTYPES, "bool")
 
-# C type of each dtype in generated code.
-C_TYPES = {"float32": "float", "float64": "double", "int8": "signed char",
+# C type of each dtype's values in generated code (two-byte floats: float), and of its
+# elements in memory (STORAGE_TYPES: the prelude's kf_half and kf_bfloat16 for those).
+C_TYPES = {"float32": "float", "float64": "double", "float16": "float", "bfloat16": "float",
+           "int8": "signed char",
            "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short",
            "int32": "int", "int64": "long long", "bool": "bool"}
-ITEM_SIZE = {"float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
-             "int32": 4, "int64": 8, "bool": 1}
+STORAGE_TYPES = {**C_TYPES, "float16": "kf_half", "bfloat16": "kf_bfloat16"}
+ITEM_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1,
+             "int16": 2, "uint16": 2, "int32": 4, "int64": 8, "bool": 1}
 INT_RANGES = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1),
               "uint16": (0, 2**16 - 1), "int32": (-2**31, 2**31 - 1),
               "int64": (-2**63, 2**63 - 1), "bool": (0, 1)}
@@ -44,7 +51,8 @@ def normalize_dtype(dtype: object) -> str:
                "int": "int32", "i4": "int32", "bool_": "bool", "i1": "int8", "u1": "uint8",
                "i2": "int16", "u2": "uint16", "i8": "int64", "byte": "int8",
                "ubyte": "uint8", "short": "int16", "ushort": "uint16", "long": "int64",
-               "longlong": "int64", "int_": "int64"}
+               "longlong": "int64", "int_": "int64", "half": "float16", "f2": "float16",
+               "float16": "float16", "bfloat16": "bfloat16"}
     name = aliases.get(name, name)
     if name not in DTYPES:
         raise DtypeError(f"unsupported dtype {dtype!r}; kfuse supports {', '.join(DTYPES)}")
@@ -59,7 +67,7 @@ def representable(value: float | int | bool, dtype: str) -> bool:
     for int32, 0 or 1 for bool, a float that rounds to a finite float32 (or inf, nan) for
     float32 (so the printed float32 maximum, 3.4028235e+38, is one)."""
     value = float(value)
-    if dtype == "float64":
+    if dtype in ("float64", *HALF_DTYPES):  # (beyond a half's range: inf, as NumPy casts)
         return True
     if dtype == "float32":  # below the midpoint between float32's largest and 2^128
         return not math.isfinite(value) or abs(value) < FLOAT32_ROUNDS_TO_INFINITY
@@ -362,7 +370,20 @@ def as_expr(value: object) -> Expr:
 
 
 def _rank(dtype: str) -> int:
-    return {"bool": 0, "float32": 2, "float64": 3}.get(dtype, 1)
+    return {"bool": 0, "float16": 2, "bfloat16": 2, "float32": 3, "float64": 4}.get(dtype, 1)
+
+
+def _promote_floats(a: str, b: str) -> str:
+    """Two dtypes of which one at least is a float: NumPy's float of both (float16 with
+    bfloat16, or a half with an integer wider than a byte: float32; an integer with float32:
+    float32, where NumPy gives float64 for int32 and int64)."""
+    if a == b:
+        return a
+    if _rank(a) < _rank(b):
+        a, b = b, a
+    if a in HALF_DTYPES:  # the other is a half of the other kind, an integer or a bool
+        return a if b == "bool" or b in ("int8", "uint8") else "float32"
+    return a
 
 
 def promote_integers(a: str, b: str) -> str:
@@ -396,6 +417,8 @@ def promote(a: Expr, b: Expr) -> str:
         return a.dtype
     if a.dtype in INT_DTYPES and b.dtype in INT_DTYPES:
         return promote_integers(a.dtype, b.dtype)
+    if a.dtype in REAL_DTYPES or b.dtype in REAL_DTYPES:
+        return _promote_floats(a.dtype, b.dtype)
     result = a.dtype if _rank(a.dtype) >= _rank(b.dtype) else b.dtype
     if result == "bool":
         return "int32"
@@ -413,7 +436,7 @@ def _coerce(node: Expr, dtype: str) -> Expr:
         return node
     if isinstance(node, Const):
         value = bool(node.value) if dtype == "bool" else int(node.value) \
-            if dtype in INT_DTYPES else float(node.value)
+            if dtype in INT_DTYPES else round_to(float(node.value), dtype)
         if dtype in INT_DTYPES:  # a constant cast wraps around as NumPy's astype does
             low, high = INT_RANGES[dtype]
             value = (value - low) % (high - low + 1) + low
@@ -439,11 +462,11 @@ def _power_as_products(base: Expr, exponent: Expr) -> Expr | None:
     except OverflowError:  # an exponent past float64's range: the general pow
         return None
     dtype = promote(base, exponent)
-    if value == 0.5 and dtype in FLOAT_DTYPES:  # NumPy's square root (-0 and -inf as sqrt's)
+    if value == 0.5 and dtype in REAL_DTYPES:  # NumPy's square root (-0 and -inf as sqrt's)
         return Unary("sqrt", _coerce(base, dtype), dtype)
     if not value.is_integer():
         return None
-    if dtype not in FLOAT_DTYPES:  # integers: any whole n >= 0 (NumPy refuses n < 0)
+    if dtype not in REAL_DTYPES:  # integers: any whole n >= 0 (NumPy refuses n < 0)
         if not 0 <= value <= INTEGER_POWERS:
             return None
         if value == 0:  # reads the base still (an operator needs an array)
@@ -473,7 +496,7 @@ def binary(op: str, a: object, b: object) -> Expr:
             raise DtypeError(f"'{op}' needs two conditions (bool), got {a.dtype} and {b.dtype}")
         return Binary(op, a, b, "bool")
     operand = promote(a, b)
-    if op in FLOAT_ONLY and operand not in FLOAT_DTYPES:
+    if op in FLOAT_ONLY and operand not in REAL_DTYPES:
         operand = "float32"
     a, b = _coerce(a, operand), _coerce(b, operand)
     result = "bool" if op in COMPARISONS else operand
@@ -499,7 +522,7 @@ def unary(op: str, x: object) -> Expr:
     dtype = x.dtype
     if dtype == "bool":
         dtype = "int32"
-    if op in FLOAT_ONLY and dtype not in FLOAT_DTYPES:
+    if op in FLOAT_ONLY and dtype not in REAL_DTYPES:
         dtype = "float32"
     return Unary(op, _coerce(x, dtype), dtype)
 
@@ -603,7 +626,7 @@ def count_operations(node: Expr) -> dict[str, int]:
     counts = {"alu": 0, "sfu": 0}
     for n in node.walk():
         if isinstance(n, Binary):
-            counts["sfu" if n.op in ("div", "pow") and n.dtype in FLOAT_DTYPES else "alu"] += 1
+            counts["sfu" if n.op in ("div", "pow") and n.dtype in REAL_DTYPES else "alu"] += 1
         elif isinstance(n, Unary):
             special = n.op in ("sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh")
             counts["sfu" if special else "alu"] += 1
@@ -612,8 +635,23 @@ def count_operations(node: Expr) -> dict[str, int]:
     return counts
 
 
+def round_to(value: float, dtype: str) -> float:
+    """``value`` rounded to ``dtype`` (to nearest, ties to even) where that is a two-byte
+    float, else itself."""
+    if dtype == "float16":
+        return float(np.float16(value))
+    if dtype == "bfloat16":  # the upper half of the float32 bits, rounded
+        if math.isnan(value):
+            return value
+        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return float(np.array(bits, dtype=np.uint32).view(np.float32))
+    return value
+
+
 def format_value(value: float | int | bool, dtype: str) -> str:
-    """A C literal for a constant of the given dtype."""
+    """A C literal for a constant of the given dtype (a two-byte float's: its value, as a
+    float)."""
     if dtype == "bool":
         return "true" if value else "false"
     if dtype in INT_DTYPES:
@@ -630,6 +668,8 @@ def format_value(value: float | int | bool, dtype: str) -> str:
         text = repr(value)
         if "e" not in text and "." not in text:
             text += ".0"
+    if dtype in HALF_DTYPES:
+        return format_value(round_to(value, dtype), "float32")
     if dtype == "float32" and text[-1].isdigit():
         return text + "f"
     return text if dtype == "float64" else f"((float){text})"

@@ -27,7 +27,8 @@ VECTOR_ALIGNMENT = 16
 LOADED_PROGRAMS = 256
 
 # Value written into fresh buffers so that an element no kernel wrote shows up.
-POISON = {"float32": np.nan, "float64": np.nan, "int8": -123, "uint8": 0xAB, "int16": -12345,
+POISON = {"float32": np.nan, "float64": np.nan, "float16": np.nan, "bfloat16": np.nan,
+          "int8": -123, "uint8": 0xAB, "int16": -12345,
           "uint16": 0xABCD, "int32": -1234567891, "int64": -1234567891234567891, "bool": True}
 
 

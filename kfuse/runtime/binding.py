@@ -14,6 +14,7 @@ from kfuse.ir.expr import (
     INT_DTYPES,
     normalize_dtype,
     representable,
+    round_to,
 )
 from kfuse.ir.graph import Graph
 
@@ -80,7 +81,7 @@ def param_value(name: str, dtype: str, value: Any) -> Any:
     if dtype in INT_DTYPES:
         return int(value) if float(number).is_integer() and not isinstance(value, float) \
             else int(number)
-    return bool(number) if dtype == "bool" else float(number)
+    return bool(number) if dtype == "bool" else round_to(float(number), dtype)
 
 
 def bind(graph: Graph, given: Mapping[str, Any]) -> Bound:

@@ -17,13 +17,11 @@ from kfuse.errors import BackendUnavailable, BindError, LaunchError
 from kfuse.runtime.backend import POISON, CompiledBackend, Executable, LoadedProgram
 from kfuse.runtime.host_compiler import compile_and_load, find_compiler
 from kfuse.runtime.launch import BoundLaunch
+from kfuse.runtime.numpy_backend import numpy_dtype
 
 if TYPE_CHECKING:
     from kfuse.runtime.compiled import ArrayFacts
 
-_NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64, "int8": np.int8,
-                 "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32,
-                 "int64": np.int64, "bool": np.bool_}
 
 
 def launcher_source(spec: LaunchSpec) -> str:
@@ -113,7 +111,7 @@ class HostArrays:
     def allocator(self, family: str, device: None
                   ) -> Callable[[tuple, str], tuple[np.ndarray, int]]:
         def allocate(shape: tuple, dtype: str) -> tuple[np.ndarray, int]:
-            array = np.full(shape, POISON[dtype], dtype=dtype)
+            array = np.full(shape, POISON[dtype], dtype=numpy_dtype(dtype))
             return array, array.ctypes.data
         return allocate
 
@@ -149,7 +147,7 @@ class CpuExecutable(Executable):
         return np.ascontiguousarray(np.asarray(array)).copy()
 
     def full(self, shape: tuple[int, ...], dtype: str, value: float) -> np.ndarray:
-        return np.full(shape, value, dtype=_NUMPY_DTYPES[dtype])
+        return np.full(shape, value, dtype=numpy_dtype(dtype))
 
     def download(self, buffer: np.ndarray) -> np.ndarray:
         return buffer.copy()

@@ -18,7 +18,8 @@ from typing import Any
 
 from kfuse.codegen.program import LaunchSpec, Program
 
-_C_VALUES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int8": ctypes.c_int8,
+_C_VALUES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "float16": ctypes.c_float,
+             "bfloat16": ctypes.c_float, "int8": ctypes.c_int8,
              "uint8": ctypes.c_uint8, "int16": ctypes.c_int16, "uint16": ctypes.c_uint16,
              "int64": ctypes.c_int64, "int32": ctypes.c_int32,
              "bool": ctypes.c_bool}

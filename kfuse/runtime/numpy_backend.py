@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from kfuse.errors import DtypeError
 from kfuse.ir.expr import (
+    HALF_DTYPES,
     Binary,
     Boundary,
     Cast,
@@ -60,6 +62,18 @@ def remap_index(index: np.ndarray, size: int, boundary: Boundary) -> tuple[np.nd
     return mapped, inside
 
 
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of kfuse's dtype ``name`` (bfloat16: ``ml_dtypes``')."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - ml_dtypes is a dependency of kfuse
+            raise DtypeError("bfloat16 NumPy arrays need ml_dtypes: pip install ml_dtypes") \
+                from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name if name != "bool" else np.bool_)
+
+
 class NumpyEvaluator:
     """Evaluates kernels of one graph over NumPy arrays."""
 
@@ -68,9 +82,15 @@ class NumpyEvaluator:
         self.precision = precision
 
     def dtype(self, name: str) -> np.dtype:
+        """The NumPy dtype of an array of dtype ``name``."""
         if self.precision == "float64" and name in ("float32", "float64"):
             return np.dtype(np.float64)
-        return np.dtype(name if name != "bool" else np.bool_)
+        return numpy_dtype(name)
+
+    def compute(self, name: str) -> np.dtype:
+        """The dtype values of ``name`` are computed in (two-byte floats: float32)."""
+        return np.dtype(np.float32) if name in HALF_DTYPES and self.precision != "float64" \
+            else np.dtype(np.float64) if name in HALF_DTYPES else self.dtype(name)
 
     def run(self, arrays: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Execute every kernel in order; return every buffer (inputs included)."""
@@ -102,7 +122,7 @@ class NumpyEvaluator:
 
     def _node(self, node: Expr, memo: Mapping[int, np.ndarray], values: Mapping[str, np.ndarray],
               scalars: Mapping[str, np.ndarray], domain: tuple[int, ...]) -> np.ndarray:
-        dtype = self.dtype(node.dtype)
+        dtype = self.compute(node.dtype)
         if isinstance(node, Const):
             return np.asarray(node.value, dtype=dtype)
         if isinstance(node, Param):
@@ -112,7 +132,7 @@ class NumpyEvaluator:
             shape[node.axis] = domain[node.axis]
             return np.arange(domain[node.axis], dtype=np.int32).reshape(shape)
         if isinstance(node, Load):
-            return gather(values[node.buffer], node, domain)
+            return gather(values[node.buffer], node, domain).astype(dtype, copy=False)
         args = [memo[id(child)] for child in node.children()]
         with np.errstate(all="ignore"):
             if isinstance(node, Unary):
@@ -121,8 +141,8 @@ class NumpyEvaluator:
                 return _BINARY[node.op](args[0], args[1]).astype(dtype, copy=False)
             if isinstance(node, Select):
                 return np.where(args[0], args[1], args[2]).astype(dtype, copy=False)
-            if isinstance(node, Cast):
-                return args[0].astype(dtype)
+            if isinstance(node, Cast):  # (to a two-byte float: rounded to it)
+                return args[0].astype(self.dtype(node.dtype)).astype(dtype)
         raise TypeError(f"unknown expression node {type(node).__name__}")
 
 

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from kfuse.analysis.operations import evaluation_points
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
 from kfuse.errors import FusionError
-from kfuse.ir.expr import Coord, Load
+from kfuse.ir.expr import HALF_DTYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph
 from kfuse.schedule import tiles
 
@@ -130,6 +130,11 @@ class Staged(Form):
         return (block_y * rows, block_x)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
+        touched = {name for member in members for name in
+                   (*graph.kernel_by_name[member].reads, graph.kernel_by_name[member].output)}
+        if any(ITEM_SIZE[graph.buffers[name].dtype] < 4 for name in touched):
+            return (f"the {self.name} implementation cannot compute it: it keeps values of "
+                    "4 and 8 bytes in shared memory")
         reason = can_stage(graph, tuple(members), self.outputs_per_block)
         return f"the {self.name} implementation cannot compute it: {reason}" if reason \
             else None
@@ -288,6 +293,9 @@ class MapReduceVariant(Form):
                    int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
                    span, int(access.group(1) or 16), whole_columns, held_rows)
 
+    def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
+        return half_reason(graph, members, "map-reduce")
+
     def width(self, item_size: int | None) -> int:
         """Elements per thread and access: ``vector_bytes``' worth when wide, else 1."""
         if not self.wide or item_size not in (4, 8):
@@ -439,6 +447,18 @@ def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
         if outside or buffer in graph.outputs:
             written.append(buffer)
     return tuple(written)
+
+
+def half_reason(graph: Graph, members: Sequence[str], form: str) -> str | None:
+    """Why a form that keeps no two-byte floats cannot compute the group (None: it reads and
+    writes none)."""
+    touched = {name for member in members for name in
+               (*graph.kernel_by_name[member].reads, graph.kernel_by_name[member].output)}
+    halves = sorted(name for name in touched if graph.buffers[name].dtype in HALF_DTYPES)
+    if halves:
+        return (f"the {form} implementation cannot compute it: it reads and writes no "
+                f"float16 or bfloat16 arrays ('{halves[0]}')")
+    return None
 
 
 def reads_only_at_points(graph: Graph, members: Sequence[str]) -> bool:
