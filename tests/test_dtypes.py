@@ -217,3 +217,11 @@ def test_the_map_reduce_and_staged_forms_say_they_keep_no_two_byte_floats():
     members = [k.name for k in graph.kernels]
     assert "float16" in MapReduceVariant().why_not(graph, members)
     assert "4 and 8 bytes" in Staged().why_not(graph, members[:2])
+
+
+def test_python_float_and_int_name_numpys_dtypes():
+    p = kf.Pipeline("names")
+    assert p.input("a", ndim=1, dtype=float).dtype == str(np.dtype(float)) == "float64"
+    assert p.input("b", ndim=1, dtype=int).dtype == str(np.dtype(int)) == "int64"
+    assert p.input("c", ndim=1, dtype=np.uint8).dtype == "uint8"
+    assert p.input("d", ndim=1, dtype="half").dtype == "float16"

@@ -45,10 +45,11 @@ INT_RANGES = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**1
 
 
 def normalize_dtype(dtype: object) -> str:
-    """Map anything dtype-like (``"float32"``, ``numpy.float32``, ``numpy.dtype``) to our name."""
+    """Map anything dtype-like (``"float32"``, ``numpy.float32``, ``numpy.dtype``) to our name;
+    Python's ``float`` and ``int`` are float64 and int64, as in NumPy."""
     name = getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
-    aliases = {"float": "float32", "f4": "float32", "f8": "float64", "double": "float64",
-               "int": "int32", "i4": "int32", "bool_": "bool", "i1": "int8", "u1": "uint8",
+    aliases = {"float": "float64", "f4": "float32", "f8": "float64", "double": "float64",
+               "int": "int64", "i4": "int32", "bool_": "bool", "i1": "int8", "u1": "uint8",
                "i2": "int16", "u2": "uint16", "i8": "int64", "byte": "int8",
                "ubyte": "uint8", "short": "int16", "ushort": "uint16", "long": "int64",
                "longlong": "int64", "int_": "int64", "half": "float16", "f2": "float16",
