@@ -18,7 +18,8 @@ from kfuse.errors import BindError, CompileError
 from kfuse.runtime import get_backend
 from kfuse.runtime.backend import VECTOR_ALIGNMENT
 from kfuse.runtime.binding import bind
-from kfuse.runtime.cpu_backend import _NUMPY_DTYPES, CpuBackend, CpuExecutable
+from kfuse.runtime.cpu_backend import CpuBackend, CpuExecutable
+from kfuse.runtime.numpy_backend import numpy_dtype
 from kfuse.search import default_plan
 
 BLAS = {app.name for app in list_apps("blas")}
@@ -51,7 +52,7 @@ def odd_addresses(monkeypatch):
     monkeypatch.setattr(CpuExecutable, "upload",
                         lambda self, array: at_odd_address(np.asarray(array)))
     monkeypatch.setattr(CpuExecutable, "full", lambda self, shape, dtype, value: at_odd_address(
-        np.full(shape, value, dtype=_NUMPY_DTYPES[dtype])))
+        np.full(shape, value, dtype=numpy_dtype(dtype))))
 
 
 def app_case(name: str, size=None, boundary="clamp", seed: int = 3):
