@@ -482,20 +482,23 @@ def check_seed(seed: int, backend: str = "cpu") -> Outcome | None:
 def run(seeds: Sequence[int], backend: str = "cpu", report: Callable[[Outcome], None] |
         None = None, jobs: int = 1) -> list[Outcome]:
     """Check the cases of ``seeds`` (in ``jobs`` processes); ``report`` sees each outcome."""
-    outcomes = []
+    outcomes: list[Outcome] = []
+
+    def collect(found: Iterator[Outcome | None]) -> None:  # as each case comes back
+        for outcome in found:
+            if outcome is None:
+                continue
+            outcomes.append(outcome)
+            if report is not None:
+                report(outcome)
+
     if jobs > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         # fresh processes, not forks: a fork of a process that set up CUDA cannot use it
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            found = pool.map(check_seed, seeds, [backend] * len(seeds), chunksize=1)
+            collect(pool.map(check_seed, seeds, [backend] * len(seeds), chunksize=1))
     else:
-        found = (check_seed(seed, backend) for seed in seeds)
-    for outcome in found:
-        if outcome is None:
-            continue
-        outcomes.append(outcome)
-        if report is not None:
-            report(outcome)
+        collect(check_seed(seed, backend) for seed in seeds)
     return outcomes
