@@ -29,14 +29,14 @@ import numpy as np
 import kfuse.dsl as kf
 from kfuse.errors import KfuseError
 from kfuse.fusion.plan import check_groups, make_plan
+from kfuse.ir.expr import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, SMALL_INT_DTYPES
 from kfuse.runtime.numpy_backend import numpy_dtype
 
 FAMILIES = ("stencil", "reduction", "blas")
 MODES = ("clamp", "mirror", "repeat", "constant")
-FLOAT_DTYPES = ("float32", "float64")
-HALF_DTYPES = ("float16", "bfloat16")  # maps and stencils only (reductions are refused)
-INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64")
-SMALL_INTEGERS = ("int8", "uint8", "int16", "uint16")  # summed only (min/max are refused)
+# (two-byte floats: maps and stencils only, their reductions are refused; small integers:
+# summed only, their min and max are refused)
+INTEGER_DTYPES, SMALL_INTEGERS = INT_DTYPES, SMALL_INT_DTYPES
 SIZES = {1: (5, 67), 2: (3, 23), 3: (3, 11)}  # per dimensionality, the range of each axis
 # The largest relative error (max |result - reference| / max |reference|) a case may show:
 # against the same dtype's NumPy evaluation, and against the float64 replay

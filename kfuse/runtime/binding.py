@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +79,8 @@ def param_value(name: str, dtype: str, value: Any) -> Any:
         raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}") from None
     if not representable(number, dtype):  # (a bool parameter takes 0, 1, False, True)
         raise BindError(f"parameter '{name}' is {dtype}, which cannot hold {value!r}")
-    if dtype in INT_DTYPES:
-        return int(value) if float(number).is_integer() and not isinstance(value, float) \
-            else int(number)
+    if dtype in INT_DTYPES:  # (an integer as it is: beyond 2^53 a float would round it)
+        return int(value) if isinstance(value, numbers.Integral) else int(number)
     return bool(number) if dtype == "bool" else round_to(float(number), dtype)
 
 

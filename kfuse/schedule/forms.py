@@ -130,9 +130,7 @@ class Staged(Form):
         return (block_y * rows, block_x)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
-        touched = {name for member in members for name in
-                   (*graph.kernel_by_name[member].reads, graph.kernel_by_name[member].output)}
-        if any(ITEM_SIZE[graph.buffers[name].dtype] < 4 for name in touched):
+        if any(ITEM_SIZE[graph.buffers[name].dtype] < 4 for name in touched(graph, members)):
             return (f"the {self.name} implementation cannot compute it: it keeps values of "
                     "4 and 8 bytes in shared memory")
         reason = can_stage(graph, tuple(members), self.outputs_per_block)
@@ -449,12 +447,17 @@ def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
     return tuple(written)
 
 
+def touched(graph: Graph, members: Sequence[str]) -> set[str]:
+    """Every buffer the group reads or writes."""
+    return {name for member in members for name in
+            (*graph.kernel_by_name[member].reads, graph.kernel_by_name[member].output)}
+
+
 def half_reason(graph: Graph, members: Sequence[str], form: str) -> str | None:
     """Why a form that keeps no two-byte floats cannot compute the group (None: it reads and
     writes none)."""
-    touched = {name for member in members for name in
-               (*graph.kernel_by_name[member].reads, graph.kernel_by_name[member].output)}
-    halves = sorted(name for name in touched if graph.buffers[name].dtype in HALF_DTYPES)
+    halves = sorted(name for name in touched(graph, members)
+                    if graph.buffers[name].dtype in HALF_DTYPES)
     if halves:
         return (f"the {form} implementation cannot compute it: it reads and writes no "
                 f"float16 or bfloat16 arrays ('{halves[0]}')")
