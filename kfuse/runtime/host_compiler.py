@@ -47,6 +47,10 @@ __all__ = [
 
 SHIM_HEADER = "kfuse_cpu_shim.h"
 BASE_FLAGS: tuple[str, ...] = ("-std=c++20", "-O2", "-shared", "-fPIC", "-pthread")
+# GCC's basic-block (SLP) vectorizer drops float round trips: GCC 12.2 at -O2 compiled
+# ``(double)(float)v + v`` over a register tile with 27 of its 41 conversions, and 42 points
+# gave ``v + v`` (found by ``kfuse fuzz``, seed 4029). Only GCC gets the flag.
+GCC_FLAGS: tuple[str, ...] = ("-fno-tree-slp-vectorize",)
 LOG_LINES = 60
 COMPILE_TIMEOUT_S = 600
 
@@ -99,6 +103,11 @@ def _compiler_version(argv: tuple[str, ...]) -> str:
     return proc.stdout.strip()
 
 
+def _is_gcc(version: str) -> bool:
+    """Whether the compiler whose ``--version`` printed ``version`` is GCC (not clang)."""
+    return "Free Software Foundation" in version and "clang" not in version
+
+
 def _define_flag(define: str) -> str:
     name = define[2:] if define.startswith("-D") else define
     if not _DEFINE.fullmatch(name):
@@ -127,7 +136,8 @@ def compile_host_library(
     compiler = find_compiler()
     version = _compiler_version(tuple(compiler))
     include = shim_include_dir()
-    flags = [*BASE_FLAGS, *extra_flags, *(_define_flag(d) for d in defines)]
+    flags = [*BASE_FLAGS, *(GCC_FLAGS if _is_gcc(version) else ()), *extra_flags,
+             *(_define_flag(d) for d in defines)]
 
     digest = compile_key(source, compiler, version, flags, (include / SHIM_HEADER).read_bytes())
 
