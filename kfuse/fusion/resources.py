@@ -19,6 +19,7 @@ from kfuse import config
 from kfuse.cache import cache_dir, code_digest, mark_used, writable_cache_dir, write_atomically
 from kfuse.errors import CacheError, CompileError
 from kfuse.fusion.legality import Violation, resource_violation
+from kfuse.ir.alone import GroupAlone, group_alone
 from kfuse.ir.fingerprint import digest
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import Form, GroupSchedule, Tiled, as_form, default_form
@@ -54,28 +55,33 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     tiles = [named] if named else tile_choices(form.name, graph.kernel_by_name[members[0]].ndim)
     if len(members) < 2 or not lowering().measures():
         return tiles[0], None
-    key = ("fitting tile", tuple(members), tuple(outputs), form,
-           None if sizes is None else tuple(sorted(sizes.items())))
+    # (groups alike up to names fit alike: the pairs of a chain of one stencil compile once)
+    alone = group_alone(graph, members, outputs, sizes)
+    if getattr(form, "order", ()):
+        form = replace(form, order=tuple(alone.kernel_name(name) for name in form.order))
+    key = ("fitting tile", alone.graph.fingerprint, alone.members, alone.outputs, form,
+           alone.sizes)
     return graph.remembered(  # (the search and make_plan ask for the same groups)
-        key, lambda: _stored_fit(graph, members, outputs, form, tiles, sizes))
+        key, lambda: _stored_fit(alone, form, tuple(tiles)))
 
 
-FIT_FORMAT = 1  # of the fits stored on disk
+FIT_FORMAT = 2  # of the fits stored on disk
 
 
-def _stored_fit(graph: Graph, members: Sequence[str], outputs: Sequence[str], form: Form,
-                tiles: Sequence[tuple[int, ...] | None], sizes: Mapping[str, int] | None
+def _stored_fit(alone: GroupAlone, form: Form, tiles: tuple[tuple[int, ...] | None, ...]
                 ) -> tuple[tuple[int, ...] | None, Violation | None]:
     """:func:`_fitting_tile`, kept on disk (``fits/``) under a key of what decides it: the
-    graph, the group, its form, the sizes, kfuse's code, the switches of code generation
-    and the compiler. Generating a long chain's kernels takes seconds even where the
-    compiler's figures are cached; a plan made again reads its answers here."""
+    group alone (:mod:`kfuse.ir.alone`), its form, the sizes, kfuse's code, the switches of
+    code generation and the compiler. Generating a long chain's kernels takes seconds even
+    where the compiler's figures are cached; a plan made again reads its answers here."""
+    sizes = None if alone.sizes is None else dict(alone.sizes)
+    arguments = (alone.graph, alone.members, alone.outputs, form, tiles, sizes)
     measurer = lowering().measurer()
     if measurer is None:  # figures from a stand-in for the compiler: not kept
-        return _fitting_tile(graph, members, outputs, form, tiles, sizes)
+        return _fitting_tile(*arguments)
     key = digest((FIT_FORMAT, code_digest(), measurer, config.current().key(),
-                  graph.fingerprint, tuple(members), tuple(outputs), form, tuple(tiles),
-                  None if sizes is None else tuple(sorted(sizes.items()))))
+                  alone.graph.fingerprint, alone.members, alone.outputs, form, tiles,
+                  alone.sizes))
     path = cache_dir("fits") / f"{key}.json"
     try:
         stored = json.loads(path.read_text())
@@ -85,7 +91,7 @@ def _stored_fit(graph: Graph, members: Sequence[str], outputs: Sequence[str], fo
         return tile, violation
     except (OSError, ValueError, KeyError, TypeError):
         pass  # never stored, or unreadable: measured again
-    tile, violation = _fitting_tile(graph, members, outputs, form, tiles, sizes)
+    tile, violation = _fitting_tile(*arguments)
     record = {"tile": None if tile is None else list(tile),
               "violation": None if violation is None else [violation.rule, violation.reason]}
     try:
