@@ -353,7 +353,7 @@ def command_project(args: argparse.Namespace) -> int:
 
 
 def command_synth(args: argparse.Namespace) -> int:
-    from kfuse.project.metadata import dump_app
+    from kfuse.project.metadata import app_yaml, dump_app
     from kfuse.project.synth import SynthSpec, synthesize
 
     output = _output_file(args.output, "--output")
@@ -369,9 +369,7 @@ def command_synth(args: argparse.Namespace) -> int:
 
     app = synthesize(spec, progress)
     if output is None:
-        import yaml
-        print(yaml.safe_dump(app.to_dict(), sort_keys=False, default_flow_style=None,
-                             width=100), end="")
+        print(app_yaml(app), end="")
         return 0
     path = dump_app(app, output)
     achieved = app.synth["achieved"]

@@ -609,14 +609,21 @@ def _check_order(app: AppMetadata) -> None:
                         f"edges: {'; '.join(why)}")
 
 
-def dump_app(app: AppMetadata | Mapping[str, Any], path: str | Path) -> Path:
-    """Write an application as YAML (``.yaml``/``.yml``) or JSON (anything else)."""
+def app_yaml(app: AppMetadata | Mapping[str, Any]) -> str:
+    """An application as YAML text (with libyaml's emitter where present: 10x faster)."""
     import yaml
 
     data = app.to_dict() if isinstance(app, AppMetadata) else dict(app)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=None, width=100)
+
+
+def dump_app(app: AppMetadata | Mapping[str, Any], path: str | Path) -> Path:
+    """Write an application as YAML (``.yaml``/``.yml``) or JSON (anything else)."""
+    data = app.to_dict() if isinstance(app, AppMetadata) else dict(app)
     path = Path(path)
     if path.suffix.lower() in (".yaml", ".yml"):
-        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+        text = app_yaml(data)
     else:
         text = json.dumps(data, indent=2) + "\n"
     path.write_text(text)
@@ -624,5 +631,5 @@ def dump_app(app: AppMetadata | Mapping[str, Any], path: str | Path) -> Path:
 
 
 __all__ = ["AccessSpec", "AppMetadata", "ArraySpec", "CopySpec", "FORMAT", "KernelSpec",
-           "dump_app", "load_app", "parse_app", "read_file", "schema", "schema_path",
+           "app_yaml", "dump_app", "load_app", "parse_app", "read_file", "schema", "schema_path",
            "validate_schema"]

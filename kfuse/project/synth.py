@@ -30,13 +30,18 @@ and kinship. The papers give the attributes but not the construction; kfuse's re
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import math
+import operator
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import networkx as nx
+import numpy as np
 
 from kfuse.errors import KfuseError
 from kfuse.model.wahib import project_group
@@ -119,6 +124,14 @@ def _mix(levels: int, target: float, rng: random.Random) -> list[int]:
     return loads
 
 
+class ReadPieces(NamedTuple):
+    """Who may add a read of an array, by the version the read would see (bitmasks)."""
+
+    readers: list[int]  # the kernels that would see one version
+    touchers: list[int]  # the kernels touching that version
+    anyone: int  # all of the readers
+
+
 class _Draft:
     """The mutable instance under construction: who touches which array, and how."""
 
@@ -132,6 +145,10 @@ class _Draft:
         self.mode: dict[tuple[int, int], str] = {}  # (kernel, array) -> read/write/readwrite
         self.touched: list[set[int]] = [set() for _ in range(n)]  # kernel -> its arrays
         self._windows: dict[int, tuple[list[int], frozenset[int]]] = {}
+        # array -> _version_masks(array), until the array's members change
+        self._toucher_masks: dict[int, tuple[list[int], list[int] | None]] = {}
+        self._readable: dict[int, list[int]] = {}  # kernel -> readable(kernel)
+        self._pieces: dict[int, ReadPieces] = {}  # array -> read_pieces(array)
 
     def window(self, array: int) -> list[int]:
         """The kernels of the two bands an array may be shared across, in order."""
@@ -155,11 +172,23 @@ class _Draft:
         if array < len(self.members):
             for kernel in self.members[array]:
                 self.touched[kernel].discard(array)
+                self._readable.pop(kernel, None)
             self.members[array] = sorted(members)
         else:
             self.members.append(sorted(members))
         for kernel in members:
             self.touched[kernel].add(array)
+            self._readable.pop(kernel, None)
+        self._toucher_masks.pop(array, None)
+        self._pieces.pop(array, None)
+
+    def readable(self, kernel: int) -> list[int]:
+        """The arrays ``kernel`` may add a read of: in its window, not touched yet."""
+        if kernel not in self._readable:
+            self._readable[kernel] = [a for a in range(self.spec.arrays)
+                                      if a not in self.touched[kernel]
+                                      and self.in_window(kernel, a)]
+        return self._readable[kernel]
 
     def draw(self) -> None:
         spec, rng = self.spec, self.rng
@@ -198,34 +227,73 @@ class _Draft:
     def writers(self, array: int) -> list[int]:
         return [k for k in self.members[array] if self.mode[(k, array)] != "read"]
 
-    def touchers(self, array: int, kernel: int) -> list[int] | None:
-        """Kernels touching the version of ``array`` that a new read by ``kernel`` would see.
+    def touchers_mask(self, array: int, kernel: int) -> int | None:
+        """The kernels (a bitmask) touching the version of ``array`` that a new read by
+        ``kernel`` would see: the writer before ``kernel`` and the readers up to the next.
 
         ``None`` when adding the read would change how the array is versioned (a
         write-only array with several writers would become expandable and be renamed).
         """
-        members = self.members[array]
-        writers = self.writers(array)
-        if len(writers) <= 1:
-            return list(members)
-        readers = [k for k in members if self.mode[(k, array)] != "write"]
-        if not readers:
+        writers, masks = self._version_masks(array)
+        if masks is None:
             return None
-        before = [w for w in writers if w < kernel]
-        writer = before[-1] if before else None
-        later = [w for w in writers if writer is None or w > writer]
-        following = later[0] if later else None
-        found = [writer] if writer is not None else []
-        for k in members:
-            if k == writer or self.mode[(k, array)] == "write":
-                continue
-            if (writer is None or k > writer) and (following is None or k <= following):
-                found.append(k)
-        return found
+        return masks[bisect.bisect_left(writers, kernel) if len(masks) > 1 else 0]
+
+    def _version_masks(self, array: int) -> tuple[list[int], list[int] | None]:
+        """(the array's writers, the touchers of each stretch before, between and after
+        them: one mask for all where there is at most one writer, None where a read would
+        change its versioning); kept until the array's members change."""
+        if array not in self._toucher_masks:
+            members = self.members[array]
+            writers = self.writers(array)
+            masks: list[int] | None
+            if len(writers) <= 1:
+                masks = [_mask(members)]
+            elif all(self.mode[(k, array)] == "write" for k in members):
+                masks = None
+            else:  # (a reader belongs to the stretch after the writers before it)
+                masks = [0] * (len(writers) + 1)
+                for k in members:
+                    if self.mode[(k, array)] != "write":
+                        masks[bisect.bisect_left(writers, k)] |= 1 << k
+                for index, writer in enumerate(writers):
+                    masks[index + 1] |= 1 << writer
+            self._toucher_masks[array] = (writers, masks)
+        return self._toucher_masks[array]
+
+    def read_pieces(self, array: int) -> ReadPieces:
+        """The kernels that may add a read of ``array`` (:meth:`readable`), grouped by the
+        kernels that such a read would make their sharing neighbours."""
+        if array not in self._pieces:
+            writers, masks = self._version_masks(array)
+            window = self._window(array)[1]
+            eligible = _mask([k for k in window if array not in self.touched[k]])
+            if masks is None:
+                pieces = []
+            elif len(masks) == 1:
+                pieces = [(eligible, masks[0])] if eligible and masks[0] else []
+            else:  # (a new reader between two writers sees the version of the first)
+                bounds = [-1, *writers, len(self.touched) - 1]
+                stretches = [eligible & ((1 << high + 1) - 1) & ~((1 << low + 1) - 1)
+                             for low, high in zip(bounds, bounds[1:], strict=False)]
+                pieces = [(readers, touchers) for readers, touchers
+                          in zip(stretches, masks, strict=True) if readers and touchers]
+            readers = [r for r, _ in pieces]
+            self._pieces[array] = ReadPieces(readers, [t for _, t in pieces],
+                                             functools.reduce(operator.or_, readers, 0))
+        return self._pieces[array]
 
     def add_read(self, kernel: int, array: int) -> None:
         self.set_members(array, self.members[array] + [kernel])
         self.mode[(kernel, array)] = "read"
+
+
+def _mask(kernels: Sequence[int]) -> int:
+    """The bitmask of ``kernels``."""
+    mask = 0
+    for kernel in kernels:
+        mask |= 1 << kernel
+    return mask
 
 
 def _sharing(app: AppMetadata) -> nx.Graph:
@@ -245,7 +313,14 @@ def _adjacency(graph: nx.Graph) -> tuple[list[str], list[int]]:
 
 def _ball(adjacency: Sequence[int], source: int, radius: int | None = None) -> tuple[int, int]:
     """(kernels within ``radius`` sharing steps of ``source`` as a bitmask, eccentricity)."""
-    reached = frontier = 1 << source
+    return _ball_of(adjacency, 1 << source, radius)
+
+
+def _ball_of(adjacency: Sequence[int], sources: int, radius: int | None = None
+             ) -> tuple[int, int]:
+    """(kernels within ``radius`` sharing steps of any kernel of the bitmask ``sources``,
+    the steps taken)."""
+    reached = frontier = sources
     steps = 0
     while frontier and (radius is None or steps < radius):
         new = 0
@@ -261,6 +336,25 @@ def _ball(adjacency: Sequence[int], source: int, radius: int | None = None) -> t
         frontier = new
         steps += 1
     return reached, steps
+
+
+def _one_step_further(balls: Sequence[int], adjacency: Sequence[int]) -> list[int]:
+    """Each ball grown by one sharing step (a product of 0/1 matrices, exact in float32:
+    a million bitset unions a pass in Python took seconds)."""
+    count = len(balls)
+    if count == 0:
+        return []
+    width = (count + 7) // 8
+
+    def matrix(masks: Sequence[int]) -> np.ndarray:
+        rows = np.frombuffer(b"".join(m.to_bytes(width, "little") for m in masks),
+                             dtype=np.uint8).reshape(count, width)
+        return np.unpackbits(rows, axis=1, count=count, bitorder="little").astype(np.float32)
+
+    step = matrix(adjacency)
+    step[np.diag_indices(count)] = 1.0
+    grown = np.packbits(matrix(balls) @ step > 0, axis=1, bitorder="little")
+    return [int.from_bytes(row.tobytes(), "little") for row in grown]
 
 
 def _components(adjacency: Sequence[int]) -> list[list[int]]:
@@ -294,6 +388,7 @@ def _repair(draft: _Draft, build: Any, limit: int = 200,
     from kfuse.project.problem import sharing_adjacency
 
     kinship = draft.spec.kinship
+    settled = 0  # kernels within kinship of every later one
     for number in range(limit):
         if progress is not None:
             progress(f"repair pass {number + 1}: connecting the sharing graph and shortening "
@@ -306,21 +401,50 @@ def _repair(draft: _Draft, build: Any, limit: int = 200,
             continue
         names = [f"k{i}" for i in range(len(adjacency))]
         near = [_ball(adjacency, i, kinship - 1)[0] for i in range(len(names))]
+        within = _one_step_further(near, adjacency)  # (the balls of radius kinship)
         fixed = 0
         changed = 0  # kernels whose distances moved this pass: their pairs wait for the next
         for a in range(len(names)):
-            if changed >> a & 1:
+            if changed >> a & 1 or settled >> a & 1:
                 continue
-            far = ~_ball(adjacency, a, kinship)[0] & ((1 << len(names)) - 1)
-            far &= ~((2 << a) - 1) & ~changed  # each pair once (b > a)
-            while far:
-                low = far & -far
-                far ^= low
-                b = low.bit_length() - 1
-                if _shorten(draft, a, b, near) or _shorten(draft, b, a, near):
-                    fixed += 1
-                    changed |= (1 << a) | (1 << b)
+            far = ~within[a] & ((1 << len(names)) - 1)
+            far &= ~((2 << a) - 1)  # each pair once (b > a)
+            if not far:  # (chains only shorten: a stays settled)
+                settled |= 1 << a
+                continue
+            far &= ~changed
+            if not far:
+                continue
+            # the first far kernel b that can read a version touched near a, or near which
+            # lies a kernel of a version a can read (near is symmetric) is fixed
+            # (C-speed loops: 10^7 pieces over a run; only arrays a far kernel may read)
+            b_reads = 0
+            for array in range(draft.spec.arrays):
+                readers, touchers, anyone = draft.read_pieces(array)
+                if anyone & far:
+                    b_reads |= functools.reduce(operator.or_, itertools.compress(
+                        readers, map(near[a].__and__, touchers)), 0)
+            first = far & b_reads
+            scan = far & ((first & -first) - 1) if first else far  # (the far b before it)
+            a_reads = 0
+            for array in range(draft.spec.arrays) if scan else ():
+                readers, touchers, anyone = draft.read_pieces(array)
+                if anyone >> a & 1:
+                    a_reads |= functools.reduce(operator.or_, itertools.compress(
+                        touchers, map((1 << a).__and__, readers)), 0)
+            b = (first & -first).bit_length() - 1
+            while scan:
+                low = scan & -scan
+                scan ^= low
+                if near[low.bit_length() - 1] & a_reads:
+                    b = low.bit_length() - 1
                     break
+            if b >= 0:
+                done = _shorten(draft, a, b, near) if b_reads >> b & 1 else \
+                    _shorten(draft, b, a, near)
+                assert done, (a, b)
+                fixed += 1
+                changed |= (1 << a) | (1 << b)
         if not fixed:
             return
 
@@ -330,11 +454,9 @@ def _join(draft: _Draft, components: list[set[str]]) -> bool:
     for component in components[1:]:
         inside = {int(k[1:]) for k in component}
         for kernel in sorted(inside):
-            for array in range(draft.spec.arrays):
-                if array in draft.touched[kernel] or not draft.in_window(kernel, array):
-                    continue
-                touched = draft.touchers(array, kernel)
-                if touched and any(k not in inside for k in touched):
+            for array in draft.readable(kernel):
+                touched = draft.touchers_mask(array, kernel)
+                if touched and touched & ~_mask(sorted(inside)):
                     draft.add_read(kernel, array)
                     return True
     return False
@@ -342,11 +464,9 @@ def _join(draft: _Draft, components: list[set[str]]) -> bool:
 
 def _shorten(draft: _Draft, a: int, b: int, near: Sequence[int]) -> bool:
     """Let ``b`` read a version touched by a kernel within ``kinship - 1`` steps of ``a``."""
-    for array in range(draft.spec.arrays):
-        if array in draft.touched[b] or not draft.in_window(b, array):
-            continue
-        touched = draft.touchers(array, b)
-        if touched and any(near[a] >> c & 1 for c in touched):
+    for array in draft.readable(b):
+        touched = draft.touchers_mask(array, b)
+        if touched and near[a] & touched:
             draft.add_read(b, array)
             return True
     return False
