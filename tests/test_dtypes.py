@@ -12,6 +12,8 @@ from kfuse.ir.expr import INT_DTYPES, promote_integers
 
 SMALL = ("int8", "uint8", "int16", "uint16")
 RNG = np.random.default_rng(8)
+# the generated code's backends: the cpu backend in CI, the cuda backend where a GPU is
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def random_integers(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -48,17 +50,18 @@ def _numpy_wraps(dtype: str, x: np.ndarray, y: np.ndarray, mode: str) -> dict[st
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("code", BACKENDS)
 @pytest.mark.parametrize(("dtype", "mode"), [("int8", "clamp"), ("uint8", "mirror"),
                                              ("int16", "repeat"), ("uint16", "clamp"),
                                              ("int64", "mirror")])
-def test_integer_arithmetic_wraps_around_as_numpys(dtype, mode):
+def test_integer_arithmetic_wraps_around_as_numpys(dtype, mode, code):
     p = _wrapping_pipeline(dtype, mode)
     x, y = random_integers(dtype, (19, 37)), random_integers(dtype, (19, 37))
     expected = _numpy_wraps(dtype, x, y, mode)
-    for backend, plan in (("numpy", None), ("cpu", "unfused"), ("cpu", "auto")):
+    for backend, plan in (("numpy", None), (code, "unfused"), (code, "auto")):
         result = p.run(x=x, y=y, backend=backend, **({"plan": plan} if plan else {}))
         for name, value in expected.items():
-            got = np.asarray(result[name])
+            got = _host(result[name])
             assert got.dtype == np.asarray(value).dtype or name == "total", (name, got.dtype)
             np.testing.assert_array_equal(got, value, err_msg=f"{name} {backend} {plan}")
 
@@ -75,13 +78,15 @@ def test_a_sum_of_small_integers_is_int64_and_their_min_is_refused(dtype):
 
 
 @pytest.mark.integration
-def test_int64_reductions_keep_their_values():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int64_reductions_keep_their_values(backend):
     p = kf.Pipeline("longs")
     x = p.input("x", ndim=2, dtype="int64")
     p.output(kf.reduce_sum(x, name="s"), kf.reduce_min(x, axis=1, name="lo"),
              kf.reduce_max(x, axis=0, name="hi"))
     values = RNG.integers(-2**40, 2**40, size=(23, 41), dtype=np.int64)
-    result = p.run(x=values, backend="cpu")
+    result = {name: np.asarray(_host(value)) for name, value in
+              p.run(x=values, backend=backend).items()}
     assert int(result["s"]) == int(values.sum())
     np.testing.assert_array_equal(result["lo"], values.min(axis=1))
     np.testing.assert_array_equal(result["hi"], values.max(axis=0))
@@ -109,8 +114,9 @@ def test_mixed_integers_and_floats_promote_as_documented():
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", ["uint8", "uint16", "int16"])
-def test_an_integer_image_through_a_harris_response_matches_float64(dtype):
+def test_an_integer_image_through_a_harris_response_matches_float64(dtype, backend):
     """Sobel gradients, their products smoothed, the Harris response: of an integer image,
     computed in float32 (the floor counts the image's own bytes)."""
     sobel = np.array([[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]], dtype=np.float64)
@@ -134,7 +140,7 @@ def test_an_integer_image_through_a_harris_response_matches_float64(dtype):
     sx, sy = correlate(gx * gx, gauss), correlate(gy * gy, gauss)
     expected = sx * sy - 0.04 * (sx + sy) ** 2
     for plan in ("unfused", "auto"):
-        result = p.run(img=image, backend="cpu", plan=plan)["hc"]
+        result = _host(p.run(img=image, backend=backend, plan=plan)["hc"])
         assert result.dtype == np.float32
         assert max_relative_error(result, expected) < 1e-5
 
@@ -149,6 +155,12 @@ def test_integer_parameters_take_integers():
                                   values * 2**40)
     with pytest.raises(kf.BindError, match="cannot hold"):
         p.run(x=values, k=0.5, backend="numpy")
+
+
+def _host(value: object) -> np.ndarray:
+    """A backend's result on the host (the cuda backend returns CuPy arrays)."""
+    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) \
+        else np.asarray(value)
 
 
 # -- float16 and bfloat16 ----------------------------------------------------------------------
@@ -169,8 +181,9 @@ def _halves(dtype: str) -> tuple[kf.Pipeline, dict[str, np.ndarray]]:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_two_byte_floats_are_stored_as_such_and_computed_in_float32(dtype):
+def test_two_byte_floats_are_stored_as_such_and_computed_in_float32(dtype, backend):
     """Fused and unfused kernels give the numpy backend's results bit for bit (each
     operator computed in float32 and rounded to its dtype), and NumPy's own float16
     arithmetic (rounded after each operation) within a few of its ulps."""
@@ -178,7 +191,8 @@ def test_two_byte_floats_are_stored_as_such_and_computed_in_float32(dtype):
     truth = p.run(backend="numpy", **arrays)
     assert str(truth["b"].dtype) == dtype and truth["c"].dtype == np.float32
     for plan in ("unfused", "auto"):
-        result = p.run(backend="cpu", plan=plan, **arrays)
+        result = {name: _host(value) for name, value in
+                  p.run(backend=backend, plan=plan, **arrays).items()}
         for name in ("b", "c"):
             assert str(result[name].dtype) == str(truth[name].dtype)
             np.testing.assert_array_equal(result[name].astype(np.float64),
@@ -226,3 +240,20 @@ def test_python_float_and_int_name_numpys_dtypes():
     assert p.input("b", ndim=1, dtype=int).dtype == str(np.dtype(int)) == "int64"
     assert p.input("c", ndim=1, dtype=np.uint8).dtype == "uint8"
     assert p.input("d", ndim=1, dtype="half").dtype == "float16"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_two_byte_floats_come_back_as_torch_tensors_of_their_dtype(dtype):
+    """On the GPU, torch tensors of two-byte floats in, torch tensors of that dtype out,
+    with the numpy backend's values."""
+    import torch
+
+    p, arrays = _halves(dtype)
+    truth = p.run(backend="numpy", **arrays)
+    tensors = {name: torch.from_numpy(value.astype(np.float32)).to(
+        getattr(torch, dtype)).cuda() for name, value in arrays.items()}
+    result = p.run(backend="cuda", **tensors)
+    assert isinstance(result["b"], torch.Tensor) and str(result["b"].dtype) == f"torch.{dtype}"
+    np.testing.assert_array_equal(result["b"].float().cpu().numpy(),
+                                  truth["b"].astype(np.float32))
