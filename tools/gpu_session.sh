@@ -7,6 +7,8 @@
 #                   benchmark with cuBLAS / torch.compile baselines, autotuned per group
 #   part = sanitize : compute-sanitizer's memcheck, racecheck and synccheck over every
 #                   generated kernel of the apps (tools/sanitize_apps.py)
+#   part = dtypes : the dtype tests on the cuda backend, and Harris of a uint8 image against
+#                   its floor (benchmarks/integer_image_bench.py)
 #   part = fuzz   : kfuse fuzz on the cuda backend (SEEDS, default 0:300) beside the cpu
 #                   backend on the other cores (CPU_SEEDS, default 300:5300), and a slice
 #                   of the cuda cases under memcheck
@@ -50,6 +52,13 @@ if [ "$part" = sanitize ]; then
          "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-$tool.txt" | tail -1)" \
       | tee -a "$OUT/sanitize-summary.txt"
   done
+fi
+if [ "$part" = dtypes ]; then
+  python3 -c "import ml_dtypes, torch, cupy; print('ml_dtypes', ml_dtypes.__version__)"
+  python3 -m pytest -q -rs tests/test_dtypes.py -k "cuda or torch" 2>&1 | tail -15 \
+    | tee "$OUT/pytest_dtypes_cuda.txt"
+  python3 benchmarks/integer_image_bench.py --dtype uint8 --json "$OUT/harris_uint8.json" \
+    2>&1 | tee "$OUT/harris_uint8.txt"
 fi
 if [ "$part" = fuzz ]; then
   timeout "${FUZZ_TIMEOUT:-500}" python3 -m kfuse fuzz --seeds "${CPU_SEEDS:-300:5300}" \

@@ -60,10 +60,14 @@ def structure_tensor_reference(img: np.ndarray, boundary: object
     return gx, gy, gxy
 
 
-def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
-    """The Harris pipeline: input ``img`` (2-D), parameter ``k``, output ``hc``."""
+def build(dtype: str = "float32", boundary: object = "clamp",
+          image_dtype: str | None = None) -> kf.Pipeline:
+    """The Harris pipeline: input ``img`` (2-D), parameter ``k``, output ``hc``.
+
+    ``image_dtype``: the image's own dtype where it is not ``dtype`` (an 8-bit camera
+    image: its gradients are computed in float32)."""
     p = kf.Pipeline("harris")
-    img = p.input("img", ndim=2, dtype=dtype)
+    img = p.input("img", ndim=2, dtype=image_dtype or dtype)
     k = p.param("k", dtype=dtype)
     gx, gy, gxy = structure_tensor(p, img, boundary)
     trace = gx + gy
