@@ -117,8 +117,14 @@ Coordinate = tuple[str, int]  # (C variable, constant shift)
 # ``window_sums`` and ``unconditional_border_loads`` say otherwise.
 
 # 8- and 16-byte vector types by (element dtype, elements): one load for a thread's columns
+# (dtype, columns) -> the CUDA vector type that loads or stores that many at once (the
+# narrow integers too: an 8-bit image read a byte per thread reaches a third of the bandwidth)
 VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("float64", 2): "double2",
-                ("int32", 2): "int2", ("int32", 4): "int4"}
+                ("int32", 2): "int2", ("int32", 4): "int4", ("int64", 2): "longlong2",
+                ("int8", 2): "char2", ("int8", 4): "char4",
+                ("uint8", 2): "uchar2", ("uint8", 4): "uchar4",
+                ("int16", 2): "short2", ("int16", 4): "short4",
+                ("uint16", 2): "ushort2", ("uint16", 4): "ushort4"}
 
 
 def coordinate_text(coord: Coordinate) -> str:
