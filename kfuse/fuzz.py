@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -389,7 +390,10 @@ def check(case: Case, backend: str = "cpu") -> Outcome:
         return Outcome(case, "error", message=f"{type(error).__name__}: {error}",
                        seconds=time.perf_counter() - started)
     except Exception as error:  # noqa: BLE001 - a raw traceback is what the fuzzer finds
-        return Outcome(case, "error", message=f"raw {type(error).__name__}: {error}",
+        frames = traceback.extract_tb(error.__traceback__)
+        where = "".join(f" at {frame.filename}:{frame.lineno} in {frame.name}"
+                        for frame in frames[-3:])
+        return Outcome(case, "error", message=f"raw {type(error).__name__}: {error}{where}",
                        seconds=time.perf_counter() - started)
     errors: dict[str, float] = {}
     same, wide_tolerance = TOLERANCE[case.dtype]
