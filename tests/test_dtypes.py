@@ -3,6 +3,8 @@ promotion and wraparound, checked against NumPy itself on random data at every b
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -259,3 +261,24 @@ def test_torch_two_byte_floats_come_back_as_torch_tensors_of_their_dtype(dtype):
     assert isinstance(result["b"], torch.Tensor) and str(result["b"].dtype) == f"torch.{dtype}"
     np.testing.assert_array_equal(result["b"].float().cpu().numpy(),
                                   truth["b"].astype(np.float32))
+
+
+def test_reduction_identities_come_back_from_the_program_store_exactly():
+    """A program stored by one process and loaded by another starts an int64 minimum at
+    2**63 - 1 (through a float it became 2**63: no int64, a raw OverflowError)."""
+    from kfuse.codegen.generate import generate
+    from kfuse.runtime.program_store import program_from_dict, program_to_dict
+
+    p = kf.Pipeline("identities")
+    x = p.input("x", ndim=1, dtype="int64")
+    f = p.input("f", ndim=1, dtype="float32")
+    p.output(kf.reduce_min(x, name="lo"), kf.reduce_max(x, name="hi"),
+             kf.reduce_min(f, name="flo"))
+    program = generate(p.graph())
+    loaded = program_from_dict(json.loads(json.dumps(program_to_dict(program))))
+    values = dict(pair for launch in program.launches for pair in launch.initial_values)
+    assert values["lo"] == 2**63 - 1 and values["hi"] == -2**63 and values["flo"] == np.inf
+    for launch, again in zip(program.launches, loaded.launches, strict=True):
+        assert again.initial_values == launch.initial_values
+        assert [type(v) for _, v in again.initial_values] == \
+            [type(v) for _, v in launch.initial_values]

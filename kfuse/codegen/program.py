@@ -110,7 +110,7 @@ class LaunchSpec:
     params: tuple[KernelParam, ...]
     block: tuple[int, int, int]
     grid: tuple[GridAxis, GridAxis, GridAxis]
-    initial_values: tuple[tuple[str, float], ...] = ()
+    initial_values: tuple[tuple[str, float | int], ...] = ()
     dynamic_shared_bytes: int = 0
     size_limits: tuple[tuple[str, int], ...] = ()
     blocks_walk: bool = False

@@ -54,7 +54,9 @@ def program_from_dict(data: dict[str, Any]) -> Program:
         tuple(KernelParam(*param) for param in spec["params"]), tuple(spec["block"]),
         tuple(GridAxis(tuple(symbols), per_block, cap, covering, least)
               for symbols, per_block, cap, covering, least in spec["grid"]),
-        tuple((name, float(value)) for name, value in spec["initial_values"]),
+        # (as written: an int64 reduction's identity, 2**63 - 1, is no float)
+        tuple((name, value if isinstance(value, int) else float(value))
+              for name, value in spec["initial_values"]),
         spec["dynamic_shared_bytes"],
         tuple((symbol, int(size)) for symbol, size in spec["size_limits"]),
         spec["blocks_walk"]) for spec in data["launches"])
