@@ -68,15 +68,22 @@ def test_integer_arithmetic_wraps_around_as_numpys(dtype, mode, code):
             np.testing.assert_array_equal(got, value, err_msg=f"{name} {backend} {plan}")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", SMALL)
-def test_a_sum_of_small_integers_is_int64_and_their_min_is_refused(dtype):
+def test_small_integers_sum_to_int64_and_fold_their_extremes_in_int32(dtype):
     p = kf.Pipeline("sums")
-    x = p.input("x", ndim=1, dtype=dtype)
-    total = kf.reduce_sum(x, name="total")
-    p.output(total)
-    assert p.graph().buffers["total"].dtype == "int64"
-    with pytest.raises(kf.DtypeError, match="cast first"):
-        kf.reduce_min(x, name="low")
+    x = p.input("x", ndim=2, dtype=dtype)
+    p.output(kf.reduce_sum(x, name="total"), kf.reduce_min(x, axis=1, name="low"),
+             kf.reduce_max(x, name="high"))
+    graph = p.graph()
+    assert [graph.buffers[n].dtype for n in ("total", "low", "high")] == \
+        ["int64", "int32", "int32"]
+    values = random_integers(dtype, (17, 45))
+    for backend in ("numpy", "cpu"):
+        result = p.run(x=values, backend=backend)
+        assert int(result["total"]) == int(values.astype(np.int64).sum())
+        np.testing.assert_array_equal(result["low"], values.min(axis=1))
+        assert int(result["high"]) == int(values.max())
 
 
 @pytest.mark.integration
@@ -211,7 +218,7 @@ def test_two_byte_floats_are_stored_as_such_and_computed_in_float32(dtype, backe
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_two_byte_floats_promote_and_refuse_reductions(dtype):
+def test_two_byte_floats_promote_and_reduce_in_float32(dtype):
     p = kf.Pipeline("promote")
     h = p.input("h", ndim=1, dtype=dtype)
     u = p.input("u", ndim=1, dtype="uint8")
@@ -224,8 +231,25 @@ def test_two_byte_floats_promote_and_refuse_reductions(dtype):
     other = "bfloat16" if dtype == "float16" else "float16"
     g = p.input("g", ndim=1, dtype=other)
     assert kf.point(h + g, name="e").dtype == "float32"
-    with pytest.raises(kf.DtypeError, match="cast"):
-        kf.reduce_sum(h, name="s")
+    assert kf.reduce_sum(h, name="s").dtype == "float32"
+    assert kf.reduce_max(h, name="top").dtype == "float32"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_reductions_of_two_byte_floats_are_their_float32_reductions(dtype, backend):
+    from kfuse.runtime.numpy_backend import numpy_dtype
+
+    p = kf.Pipeline("half_sums")
+    h = p.input("h", ndim=2, dtype=dtype)
+    p.output(kf.reduce_sum(h * 2, name="s"), kf.reduce_min(h, axis=0, name="lo"))
+    values = RNG.uniform(-2, 2, (19, 33)).astype(numpy_dtype(dtype))
+    wide = values.astype(np.float64)
+    result = {k: _host(v) for k, v in p.run(h=values, backend=backend).items()}
+    assert result["s"].dtype == np.float32
+    assert abs(float(result["s"]) - 2 * wide.sum()) < 1e-4 * np.abs(wide).sum()
+    np.testing.assert_array_equal(result["lo"], wide.min(axis=0).astype(np.float32))
 
 
 def test_the_map_reduce_and_staged_forms_say_they_keep_no_two_byte_floats():

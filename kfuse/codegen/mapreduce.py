@@ -481,7 +481,7 @@ def claims(graph: Graph, members: Sequence[str], variant: object = None) -> bool
         # plain maps: the general templates by default; the implementation space offers this
         # module's map variants beside them (kfuse.search.variants.MAP_VARIANTS)
         return False
-    if mapreduce_shape_reason(graph, members) is not None:
+    if mapreduce_group_reason(graph, members) is not None:  # (the shape, two-byte floats)
         return False
     if len(reductions) > 1 or kernels[0].ndim == 1:
         return True

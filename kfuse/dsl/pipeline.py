@@ -312,15 +312,12 @@ class Pipeline:
         body = transform(body, lambda n: self._own_load(n, name, where, default_boundary))
         if dtype is None and reduction_op is not None and body.dtype == "bool":
             dtype = "int32"  # a condition folds as int32 0/1 (its sum counts, as NumPy's)
-        if reduction_op is not None and body.dtype in HALF_DTYPES:
-            raise DtypeError(f"reductions of {body.dtype} values are not supported yet: cast "
-                             "first, e.g. kf.astype(x, 'float32')", operator=name, where=where)
+        if dtype is None and reduction_op is not None and body.dtype in HALF_DTYPES:
+            dtype = "float32"  # accumulated and returned in float32 (NumPy's is float16)
         if dtype is None and reduction_op is not None and body.dtype in SMALL_INT_DTYPES:
-            if reduction_op != "sum":
-                raise DtypeError(f"{reduction_op} of {body.dtype} values is not supported "
-                                 "yet (no atomic of that size): cast first, e.g. "
-                                 "kf.astype(x, 'int32')", operator=name, where=where)
-            dtype = "int64"  # a sum of small integers is int64, as NumPy's (uint: uint64)
+            # a sum of small integers is int64, as NumPy's (uint: uint64); their minimum and
+            # maximum are int32 (the same values as NumPy's int8 ones: no atomic of a byte)
+            dtype = "int64" if reduction_op == "sum" else "int32"
         if dtype is not None:
             from kfuse.ir.expr import cast
             body = cast(body, dtype)

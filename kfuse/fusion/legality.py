@@ -19,7 +19,7 @@ from kfuse.analysis.order import Reachability
 from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.errors import FusionError
 from kfuse.ir.graph import Graph
-from kfuse.schedule.forms import Form, MapReduceVariant, as_form, is_variant_text
+from kfuse.schedule.forms import Form, MapReduceVariant, as_form, half_reason, is_variant_text
 
 # Hopper limits (an H100/H200 block): used when no device profile says otherwise.
 MAX_SHARED_BYTES_PER_BLOCK = 227 * 1024
@@ -176,7 +176,7 @@ def rule_reductions_fusible(graph: Graph, members: Sequence[str]) -> str | None:
     reductions = [n for n in members if graph.kernel_by_name[n].reduction is not None]
     if len(reductions) < 2:
         return None
-    reason = mapreduce_shape_reason(graph, members)
+    reason = mapreduce_shape_reason(graph, members) or half_reason(graph, members, "map-reduce")
     if reason:
         return f"reductions {reductions} share one kernel only in a map/reduce group: {reason}"
     return None
