@@ -296,11 +296,6 @@ def _mask(kernels: Sequence[int]) -> int:
     return mask
 
 
-def _sharing(app: AppMetadata) -> nx.Graph:
-    from kfuse.project.problem import sharing_graph
-    return sharing_graph(app)
-
-
 def _adjacency(graph: nx.Graph) -> tuple[list[str], list[int]]:
     names = sorted(graph.nodes, key=lambda k: int(k[1:]))
     index = {name: i for i, name in enumerate(names)}
@@ -372,7 +367,11 @@ def _components(adjacency: Sequence[int]) -> list[list[int]]:
 
 def max_kinship(graph: nx.Graph) -> int:
     """The largest degree of kinship: the longest shortest sharing chain in any component."""
-    _, adjacency = _adjacency(graph)
+    return _largest_kinship(_adjacency(graph)[1])
+
+
+def _largest_kinship(adjacency: Sequence[int]) -> int:
+    """:func:`max_kinship` of a sharing graph as bitsets."""
     return max((_ball(adjacency, i)[1] for i in range(len(adjacency))), default=0)
 
 
@@ -541,7 +540,8 @@ def synthesize(spec: SynthSpec, progress: Callable[[str], None] | None = None) -
         final.append(replace(kernel, flops=float(f"{flops:.4g}"),
                              runtime_s=float(f"{kernel.runtime_s:.6g}")))
     app = replace(app, kernels=tuple(final))
-    achieved = {"kinship": max_kinship(_sharing(app)),
+    from kfuse.project.problem import sharing_adjacency
+    achieved = {"kinship": _largest_kinship(sharing_adjacency(app)),
                 "mean_sharing_set": round(sum(len(m) for m in draft.members) / spec.arrays, 3),
                 "mean_thread_load": round(sum(loads.values()) / max(1, len(loads)), 3),
                 "copies": len(copies)}
