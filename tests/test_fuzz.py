@@ -29,6 +29,10 @@ def test_cases_are_drawn_the_same_way_every_time_and_cover_every_family():
     assert drawn == [fuzz.draw_case(seed) for seed in range(30)]
     assert {case.family for case in drawn} == set(fuzz.FAMILIES)
     assert {case.dtype for case in drawn} >= {"float32", "float64", "int32"}
+    folded = {(case.dtype, op.detail[0]) for case in fuzz.cases(range(400))
+              for op in case.ops if op.kind == "reduce"}
+    assert {dtype for dtype, _ in folded} & {"float16", "bfloat16"}  # reductions of halves
+    assert {("int8", "min"), ("uint8", "max")} & folded  # extremes of small integers
     assert {len(case.shape) for case in drawn if case.family != "blas"} == {1, 2, 3}
     modes = {mode for case in drawn for op in case.ops if op.kind == "local"
              for _, mode in op.detail[0]}
