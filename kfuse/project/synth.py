@@ -130,6 +130,7 @@ class ReadPieces(NamedTuple):
     readers: list[int]  # the kernels that would see one version
     touchers: list[int]  # the kernels touching that version
     anyone: int  # all of the readers
+    touched: int  # all of the touchers
 
 
 class _Draft:
@@ -279,8 +280,10 @@ class _Draft:
                 pieces = [(readers, touchers) for readers, touchers
                           in zip(stretches, masks, strict=True) if readers and touchers]
             readers = [r for r, _ in pieces]
-            self._pieces[array] = ReadPieces(readers, [t for _, t in pieces],
-                                             functools.reduce(operator.or_, readers, 0))
+            touchers = [t for _, t in pieces]
+            self._pieces[array] = ReadPieces(readers, touchers,
+                                             functools.reduce(operator.or_, readers, 0),
+                                             functools.reduce(operator.or_, touchers, 0))
         return self._pieces[array]
 
     def add_read(self, kernel: int, array: int) -> None:
@@ -419,15 +422,15 @@ def _repair(draft: _Draft, build: Any, limit: int = 200,
             # (C-speed loops: 10^7 pieces over a run; only arrays a far kernel may read)
             b_reads = 0
             for array in range(draft.spec.arrays):
-                readers, touchers, anyone = draft.read_pieces(array)
-                if anyone & far:
+                readers, touchers, anyone, touched = draft.read_pieces(array)
+                if anyone & far and touched & near[a]:
                     b_reads |= functools.reduce(operator.or_, itertools.compress(
                         readers, map(near[a].__and__, touchers)), 0)
             first = far & b_reads
             scan = far & ((first & -first) - 1) if first else far  # (the far b before it)
             a_reads = 0
             for array in range(draft.spec.arrays) if scan else ():
-                readers, touchers, anyone = draft.read_pieces(array)
+                readers, touchers, anyone, _ = draft.read_pieces(array)
                 if anyone >> a & 1:
                     a_reads |= functools.reduce(operator.or_, itertools.compress(
                         touchers, map((1 << a).__and__, readers)), 0)
