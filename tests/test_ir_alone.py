@@ -4,7 +4,7 @@ weights are one structure, measured once; other groups are not confused with the
 import pytest
 
 import kfuse as kf
-from kfuse.ir.alone import REPRESENTATIVE_CONSTANT, group_alone
+from kfuse.ir.alone import FIRST_REPRESENTATIVE, group_alone
 
 
 def _chain(weights, boundaries=None):
@@ -29,7 +29,22 @@ def test_groups_alike_up_to_names_and_weights_are_one_structure():
     first.graph.validate()
     constants = {node.value for kernel in first.graph.kernels for node in kernel.body.walk()
                  if type(node).__name__ == "Const"}
-    assert REPRESENTATIVE_CONSTANT in constants and 0.2 not in constants
+    assert FIRST_REPRESENTATIVE in constants and 0.2 not in constants
+
+
+def test_constants_equal_or_not_stay_so():
+    """Two weights of one group that differ stay different (code generation shares equal
+    values: merging them would measure a kernel that keeps fewer)."""
+    p = kf.Pipeline("weights", names_from_source=False)
+    x = p.input("x", ndim=1)
+    y = kf.point(x * 0.2 + x * 0.3, name="y")
+    z = kf.point(y * 0.3 + x * 0.2, name="z")
+    p.output(z)
+    alone = group_alone(p.graph(), ("y", "z"), ("z",))
+    values = [node.value for kernel in alone.graph.kernels for node in kernel.body.walk()
+              if type(node).__name__ == "Const"]
+    assert sorted(set(values)) == [FIRST_REPRESENTATIVE, FIRST_REPRESENTATIVE + 1]
+    assert values.count(FIRST_REPRESENTATIVE) == values.count(FIRST_REPRESENTATIVE + 1) == 2
 
 
 @pytest.mark.parametrize("change", ["boundary", "outputs", "special weight", "sizes"])

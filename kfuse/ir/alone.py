@@ -11,9 +11,11 @@ given in order of first appearance (arrays ``b0, b1, ...``, operators ``k0, ...`
 sorted by name.
 
 Floating-point constants other than a few the compiler treats specially (0, 1, 2, 0.5 and
-their negatives: ``x * 1`` and ``x * 2`` may become no operation or an addition) become one
-representative value: a multiplication by 0.2 or by 0.21 takes the same registers, so a
-chain of stencils whose weights differ is measured once, too.
+their negatives: ``x * 1`` and ``x * 2`` may become no operation or an addition) become
+representative values, one per distinct constant in order of first appearance (equal
+constants stay equal, so that what code generation and the compiler share between them is
+shared alike): a multiplication by 0.2 or by 0.21 takes the same registers, so a chain of
+stencils whose weights differ is measured once, too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from kfuse.ir.expr import REAL_DTYPES, Const, Expr, Load, Param, transform
 from kfuse.ir.graph import Buffer, Graph, Kernel, fixed_size
 
 SPECIAL_CONSTANTS = frozenset({0.0, 1.0, 2.0, 0.5, -1.0, -2.0, -0.5})
-REPRESENTATIVE_CONSTANT = 0.3125  # (exact in every float dtype)
+FIRST_REPRESENTATIVE = 3.0  # then 4.0, 5.0, ...: exact in every float dtype, none special
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ def group_alone(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     param_names = {name: f"p{rank:03d}" for rank, name in enumerate(
         sorted({p.name for kernel in kernels for p in kernel.params}))}
 
+    constants: dict[tuple[str, float], float] = {}
+
     def rename(node: Expr) -> Expr | None:
         if isinstance(node, Load):
             return replace(node, buffer=buffer_names[node.buffer], origin=None)
@@ -83,7 +87,9 @@ def group_alone(graph: Graph, members: Sequence[str], outputs: Sequence[str],
         if (isinstance(node, Const) and node.dtype in REAL_DTYPES
                 and node.value not in SPECIAL_CONSTANTS and node.value == node.value
                 and abs(node.value) != float("inf")):
-            return Const(REPRESENTATIVE_CONSTANT, node.dtype, node.weak)
+            key = (node.dtype, float(node.value))
+            value = constants.setdefault(key, FIRST_REPRESENTATIVE + len(constants))
+            return Const(value, node.dtype, node.weak)
         return None
 
     renamed_kernels = tuple(
