@@ -30,20 +30,17 @@ import numpy as np
 import kfuse.dsl as kf
 from kfuse.errors import KfuseError
 from kfuse.fusion.plan import check_groups, make_plan
-from kfuse.ir.expr import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, SMALL_INT_DTYPES
+from kfuse.ir.expr import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES
 from kfuse.runtime.numpy_backend import numpy_dtype
 
 FAMILIES = ("stencil", "reduction", "blas")
 MODES = ("clamp", "mirror", "repeat", "constant")
-# (two-byte floats: maps and stencils only, their reductions are refused; small integers:
-# summed only, their min and max are refused)
-INTEGER_DTYPES, SMALL_INTEGERS = INT_DTYPES, SMALL_INT_DTYPES
 SIZES = {1: (5, 67), 2: (3, 23), 3: (3, 11)}  # per dimensionality, the range of each axis
 # The largest relative error (max |result - reference| / max |reference|) a case may show:
 # against the same dtype's NumPy evaluation, and against the float64 replay
 TOLERANCE = {"float32": (2e-4, 2e-3), "float64": (1e-10, 1e-9), "float16": (4e-3, 2e-2),
              "bfloat16": (3e-2, 1e-1),
-             **{dtype: (0.0, 0.0) for dtype in INTEGER_DTYPES}}
+             **{dtype: (0.0, 0.0) for dtype in INT_DTYPES}}
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,7 @@ def draw_case(seed: int) -> Case:
         return Case(seed, family, dtype, (rows, columns), inputs, ops)
     ndim = rng.randint(1, 3)
     shape = tuple(rng.randint(*SIZES[ndim]) for _ in range(ndim))
-    dtype = rng.choice(("float32", "float32", "float64", "int32", rng.choice(INTEGER_DTYPES),
+    dtype = rng.choice(("float32", "float32", "float64", "int32", rng.choice(INT_DTYPES),
                         rng.choice(HALF_DTYPES)))
     folds = ("sum", "min", "max")  # (of small integers: int64 sums, int32 extremes)
     count = rng.randint(2, 6)
@@ -196,7 +193,7 @@ def build(case: Case, dtype: str | None = None) -> tuple[kf.Pipeline, dict[str, 
             arrays.append(None)
             continue
         arrays.append(p.input(name, shape=shape, dtype=dtype))
-        values = rng.integers(-9, 10, size=shape) if dtype in INTEGER_DTYPES else \
+        values = rng.integers(-9, 10, size=shape) if dtype in INT_DTYPES else \
             rng.uniform(0.5, 1.5, size=shape)
         inputs[name] = np.asarray(values).astype(numpy_dtype(dtype))
     for index, op in enumerate(case.ops):
@@ -211,7 +208,7 @@ def build(case: Case, dtype: str | None = None) -> tuple[kf.Pipeline, dict[str, 
 def _point(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
     x, y = reads[0], reads[1]
     choice, scaled = op.detail
-    integer = case.dtype in INTEGER_DTYPES
+    integer = case.dtype in INT_DTYPES
     # (float bodies are continuous: a comparison or a floor of computed values could take
     # another branch in float64 than in float32, which is no error)
     bodies: list[Callable[[], Any]] = [
@@ -234,13 +231,13 @@ def _local(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> A
     x = reads[0]
     total = None
     for offsets, mode in taps:
-        integer = case.dtype in INTEGER_DTYPES
+        integer = case.dtype in INT_DTYPES
         boundary = kf.constant(2 if integer else 0.5) if mode == "constant" else mode
         offsets = tuple(max(-(n - 1), min(n - 1, o)) for o, n in zip(offsets, case.shape,
                                                                       strict=True))
         term = x.at(*offsets, boundary=boundary)
         total = term if total is None else total + term
-    body = total if case.dtype in INTEGER_DTYPES else total * weight
+    body = total if case.dtype in INT_DTYPES else total * weight
     return kf.local(body, name=name)
 
 
@@ -256,7 +253,7 @@ def _cast(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> An
     a truncation of computed values could land on either side in another precision)."""
     (dtype,) = op.detail
     x, y, source = reads
-    if dtype == "int32" and case.dtype not in INTEGER_DTYPES:
+    if dtype == "int32" and case.dtype not in INT_DTYPES:
         return kf.point(kf.astype(kf.astype(source * 4.0, "int32"), case.dtype) * 0.25 + x,
                         name=name)
     return kf.point(kf.astype(kf.astype(x, dtype), case.dtype) + y, name=name)
@@ -269,7 +266,7 @@ def _normalize(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) 
     x = reads[0]
     reduced = kf.reduce(x, kind, axis, name=f"{name}_r")
     back = kf.along(reduced, 1 - axis)
-    if case.dtype in INTEGER_DTYPES:
+    if case.dtype in INT_DTYPES:
         return kf.point(x * 2 - back, name=name)
     return kf.point((x - back * 0.5) / (kf.abs(back) + 1.0), name=name)
 
@@ -277,7 +274,7 @@ def _normalize(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) 
 def _reduce(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
     kind, axis = op.detail
     x, y = reads
-    body = x * y if kind != "sum" or case.dtype not in INTEGER_DTYPES else x + y
+    body = x * y if kind != "sum" or case.dtype not in INT_DTYPES else x + y
     return kf.reduce(body, kind, axis, name=name)
 
 

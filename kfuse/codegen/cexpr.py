@@ -65,10 +65,13 @@ def element_value(text: str, dtype: str) -> str:
     return f"kf_value({text})" if dtype in HALF_DTYPES else text
 
 
+_PRELUDE_NAMES = {"float16": "half", "bfloat16": "bfloat16"}  # kf_to_half, kf_round_half
+
+
 def element_store(value: str, dtype: str) -> str:
     """``value`` as an element of ``dtype`` is stored (a two-byte float's: rounded)."""
     if dtype in HALF_DTYPES:
-        return f"kf_to_{'half' if dtype == 'float16' else 'bfloat16'}({value})"
+        return f"kf_to_{_PRELUDE_NAMES[dtype]}({value})"
     return f"({C_TYPES[dtype]}){value}"
 
 
@@ -76,7 +79,7 @@ def rounded(value: str, dtype: str) -> str:
     """``value`` rounded to ``dtype`` where that is a two-byte float (an operator's result
     is formed as its unfused kernel stores it), else itself."""
     if dtype in HALF_DTYPES:
-        return f"kf_round_{'half' if dtype == 'float16' else 'bfloat16'}({value})"
+        return f"kf_round_{_PRELUDE_NAMES[dtype]}({value})"
     return value
 
 

@@ -56,7 +56,9 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     if len(members) < 2 or not lowering().measures():
         return tiles[0], None
     # (groups alike up to names fit alike: the pairs of a chain of one stencil compile once)
-    alone = group_alone(graph, members, outputs, sizes)
+    fixed = None if sizes is None else tuple(sorted(sizes.items()))
+    alone = graph.remembered(("group alone", tuple(members), tuple(outputs), fixed),
+                             lambda: group_alone(graph, members, outputs, sizes))
     if getattr(form, "order", ()):
         form = replace(form, order=tuple(alone.kernel_name(name) for name in form.order))
     key = ("fitting tile", alone.graph.fingerprint, alone.members, alone.outputs, form,

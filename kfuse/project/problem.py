@@ -194,8 +194,8 @@ def order_graph(app: AppMetadata) -> nx.DiGraph:
     return dag
 
 
-def sharing_graph(app: AppMetadata) -> nx.Graph:
-    """Kernels linked when they touch a common array version and one of them reads it."""
+def version_touches(app: AppMetadata) -> dict[str, dict[str, bool]]:
+    """Array version -> the kernels touching it, each with whether it reads it."""
     accesses = versioned_accesses(app)
     touch: dict[str, dict[str, bool]] = {}
     for kernel in app.kernels:
@@ -204,9 +204,14 @@ def sharing_graph(app: AppMetadata) -> nx.Graph:
             touch.setdefault(version, {})[kernel.name] = False
         for version in reads:
             touch.setdefault(version, {})[kernel.name] = True
+    return touch
+
+
+def sharing_graph(app: AppMetadata) -> nx.Graph:
+    """Kernels linked when they touch a common array version and one of them reads it."""
     graph = nx.Graph()
     graph.add_nodes_from(k.name for k in app.kernels)
-    for version, kernels in touch.items():
+    for version, kernels in version_touches(app).items():
         names = list(kernels)
         for i, a in enumerate(names):
             for b in names[i + 1:]:
@@ -221,17 +226,10 @@ def sharing_adjacency(app: AppMetadata) -> list[int]:
     """:func:`sharing_graph` as bitsets, kernel by kernel in the application's order (bit j
     of entry i: kernels i and j share), without the arrays of each edge: what shortest
     sharing chains need, built fast enough to be rebuilt many times."""
-    accesses = versioned_accesses(app)
     position = {kernel.name: index for index, kernel in enumerate(app.kernels)}
-    touch: dict[str, dict[int, bool]] = {}
-    for kernel in app.kernels:
-        reads, writes = accesses[kernel.name]
-        for version in writes:
-            touch.setdefault(version, {})[position[kernel.name]] = False
-        for version in reads:
-            touch.setdefault(version, {})[position[kernel.name]] = True
     adjacency = [0] * len(app.kernels)
-    for kernels in touch.values():
+    for touching in version_touches(app).values():
+        kernels = {position[name]: reads for name, reads in touching.items()}
         readers = 0
         every = 0
         for index, reads in kernels.items():

@@ -311,14 +311,7 @@ def _adjacency(graph: nx.Graph) -> tuple[list[str], list[int]]:
 
 def _ball(adjacency: Sequence[int], source: int, radius: int | None = None) -> tuple[int, int]:
     """(kernels within ``radius`` sharing steps of ``source`` as a bitmask, eccentricity)."""
-    return _ball_of(adjacency, 1 << source, radius)
-
-
-def _ball_of(adjacency: Sequence[int], sources: int, radius: int | None = None
-             ) -> tuple[int, int]:
-    """(kernels within ``radius`` sharing steps of any kernel of the bitmask ``sources``,
-    the steps taken)."""
-    reached = frontier = sources
+    reached = frontier = 1 << source
     steps = 0
     while frontier and (radius is None or steps < radius):
         new = 0

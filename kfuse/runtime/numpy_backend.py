@@ -89,8 +89,9 @@ class NumpyEvaluator:
 
     def compute(self, name: str) -> np.dtype:
         """The dtype values of ``name`` are computed in (two-byte floats: float32)."""
-        return np.dtype(np.float32) if name in HALF_DTYPES and self.precision != "float64" \
-            else np.dtype(np.float64) if name in HALF_DTYPES else self.dtype(name)
+        if name in HALF_DTYPES:
+            return np.dtype(np.float64 if self.precision == "float64" else np.float32)
+        return self.dtype(name)
 
     def run(self, arrays: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Execute every kernel in order; return every buffer (inputs included)."""
