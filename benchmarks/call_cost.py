@@ -56,7 +56,8 @@ def measure(name: str, size: tuple[int, ...], plan: str, rows: list[dict]) -> No
     executable = get_backend("cuda").prepare(graph, given, plan=fused)
     row = {"app": name, "size": "x".join(map(str, size)), "plan": plan, **measure_calls(
         graph, lambda plan, **a: pipeline.run(backend="cuda", plan=plan, **a),
-        lambda plan, graphs=True: pipeline.compile("cuda", plan, graphs=graphs),
+        lambda plan, graphs=True, native=True: pipeline.compile("cuda", plan, graphs=graphs,
+                                                                native=native),
         given, executable, plan)}
     direct = pipeline.compile("cuda", plan, graphs=False)(**given)
     graphs = pipeline.compile("cuda", plan)
@@ -235,13 +236,15 @@ def main() -> None:
     print("fresh process (import, inputs, first call, total s), cold then warm:", fresh)
     print()
     print(f"{'app':8} {'size':>11} {'plan':8} {'n':>2} {'kernels':>9} {'run':>9} "
-          f"{'compiled':>9} {'no graph':>9} {'torch.c':>9}   (us per call)")
+          f"{'compiled':>9} {'no graph':>9} {'python':>9} {'torch.c':>9}   (us per call)")
     for row in rows:
         torch_us = row["torch_compile_us"]
         print(f"{row['app']:8} {row['size']:>11} {row['plan']:8} {row['launches']:>2} "
               f"{row['kernels_us']:9.1f} {row['run_us']:9.1f} {row['compiled_us']:9.1f} "
-              f"{row['direct_us']:9.1f} {'-' if torch_us is None else f'{torch_us:9.1f}'}"
-              f"  replays={row['graph_replays']} graph error={row['graph_error']:.1e}")
+              f"{row['direct_us']:9.1f} {row['python_us']:9.1f} "
+              f"{'-' if torch_us is None else f'{torch_us:9.1f}'}"
+              f"  replays={row['graph_replays']} native={row['native_calls']} "
+              f"graph error={row['graph_error']:.1e}")
     if options.json:
         with open(options.json, "w") as file:
             json.dump({"rows": rows, "torch": manners, "fresh": fresh, "streams": streams,

@@ -9,6 +9,8 @@
 #                   generated kernel of the apps (tools/sanitize_apps.py)
 #   part = dtypes : the dtype tests on the cuda backend, and Harris of a uint8 image against
 #                   its floor (benchmarks/integer_image_bench.py)
+#   part = calls  : the C call path's tests and the compiled pipelines' cuda tests, then what
+#                   a call from Python costs (benchmarks/call_cost.py, QUICK=1: small sizes)
 #   part = fuzz   : kfuse fuzz on the cuda backend (SEEDS, default 0:300) beside the cpu
 #                   backend on the other cores (CPU_SEEDS, default 300:5300), and a slice
 #                   of the cuda cases under memcheck
@@ -59,6 +61,15 @@ if [ "$part" = dtypes ]; then
     | tee "$OUT/pytest_dtypes_cuda.txt"
   python3 benchmarks/integer_image_bench.py --dtype uint8 --json "$OUT/harris_uint8.json" \
     2>&1 | tee "$OUT/harris_uint8.txt"
+fi
+if [ "$part" = calls ]; then
+  python3 -c "import sysconfig; print('Python.h in', sysconfig.get_paths()['include'])"
+  KFUSE_LOG=info python3 -c "from kfuse.runtime import native; print('C call path', native.module())"
+  python3 -m pytest -q -rs tests/test_native_call.py tests/test_compiled.py tests/test_streams.py \
+    tests/test_cuda_backend.py -k "native or compiled or stream or torch" 2>&1 | tail -15 \
+    | tee "$OUT/pytest_calls.txt"
+  python3 benchmarks/call_cost.py ${QUICK:+--quick} --json "$OUT/call_cost.json" 2>&1 \
+    | tee "$OUT/call_cost.txt"
 fi
 if [ "$part" = fuzz ]; then
   timeout "${FUZZ_TIMEOUT:-500}" python3 -m kfuse fuzz --seeds "${CPU_SEEDS:-300:5300}" \

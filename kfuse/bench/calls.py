@@ -110,14 +110,17 @@ def measure_calls(graph: Any, pipeline_run: Callable[..., Any], compile_pipeline
                   torch_compile: bool = True) -> dict[str, Any]:
     """Per-call microseconds of one pipeline on ``given`` (CuPy arrays and parameters):
     ``kernels_us`` (the program alone), ``run_us`` (``pipeline_run(**given)``),
-    ``compiled_us`` and ``direct_us`` (the compiled callable with and without CUDA graphs)
-    and ``torch_compile_us`` (None with a note where it failed)."""
+    ``compiled_us`` and ``direct_us`` (the compiled callable with and without CUDA graphs),
+    ``python_us`` (the compiled callable with the C call path off) and
+    ``torch_compile_us`` (None with a note where it failed)."""
     compiled = compile_pipeline(plan=plan)
     direct = compile_pipeline(plan=plan, graphs=False)
+    in_python = compile_pipeline(plan=plan, native=False)
     calls: dict[str, Callable[[], object]] = {
         "run_us": lambda: pipeline_run(plan=plan, **given),
         "compiled_us": lambda: compiled(**given),
-        "direct_us": lambda: direct(**given)}
+        "direct_us": lambda: direct(**given),
+        "python_us": lambda: in_python(**given)}
     row: dict[str, Any] = {"launches": len(executable.program.launches),
                            "kernels_us": kernels_us(executable), "torch_compile_us": None}
     if torch_compile:
@@ -130,4 +133,5 @@ def measure_calls(graph: Any, pipeline_run: Callable[..., Any], compile_pipeline
             row["note"] = f"torch.compile failed: {type(error).__name__}: {str(error)[:160]}"
     row.update(interleaved_us(calls))
     row["graph_replays"] = compiled.stats.graph_replays
+    row["native_calls"] = compiled.stats.native
     return row

@@ -562,7 +562,8 @@ def _bench_calls(app: Any, graph: Graph, row: BenchRow, env: _Env, given: dict[s
         try:
             measured = measure_calls(
                 pipeline.graph(), lambda plan, **a: pipeline.run(backend="cuda", plan=plan, **a),
-                lambda plan, graphs=True: pipeline.compile("cuda", plan, graphs=graphs),
+                lambda plan, graphs=True, native=True: pipeline.compile(
+                    "cuda", plan, graphs=graphs, native=native),
                 arguments, prepared, "auto" if chosen is not plan else plan, with_torch)
         except Exception as error:  # the call timings must not lose the row
             row.notes.append(_failure(f"call timing at {'x'.join(map(str, size))} failed",

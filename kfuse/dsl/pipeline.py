@@ -476,8 +476,8 @@ class Pipeline:
         return found[1]
 
     def compile(self, backend: str = "auto", plan: Any = "auto", *,
-                max_signatures: int = 64, graphs: bool = True, streams: bool | str = "auto"
-                ) -> Any:
+                max_signatures: int = 64, graphs: bool = True, streams: bool | str = "auto",
+                native: bool = True) -> Any:
         """This pipeline compiled for ``backend`` and ``plan``: a callable
         (:class:`~kfuse.runtime.compiled.CompiledPipeline`) taking the inputs and
         parameters by name, and ``out=``, and returning the outputs by name.
@@ -489,10 +489,12 @@ class Pipeline:
         ``streams``: on the GPU, run kernels with no path between them on separate streams
         where the wave model predicts it pays (``"auto"``; ``.explain()`` says where and
         why), always (True) or never (False).
+        ``native``: a call whose signature is compiled runs through kfuse's C call path
+        (:mod:`kfuse.runtime.native`) where it could be built; False keeps calls in Python.
         ``.stats`` counts hits, misses, plans and compiles.
         """
         return _driver().compile(self.graph, backend, plan, max_signatures=max_signatures,
-                                 graphs=graphs, streams=streams)
+                                 graphs=graphs, streams=streams, native=native)
 
     def fuse(self, groups: Sequence[Sequence[str]], forms: Sequence[Any] | None = None) -> Any:
         """A fusion plan with the given groups of operator names (others stay alone).

@@ -100,6 +100,21 @@ class LoadedProgram(ABC):
         """How many blocks of the kernel the device holds at once (None: not known)."""
         return None
 
+    # -- what the C call path (kfuse.runtime.native) launches through ----------------------------
+    @abstractmethod
+    def native_launch(self) -> tuple[int, int | None]:
+        """The addresses of a function with ``cuLaunchKernel``'s signature that launches
+        this backend's kernels, and of one with ``cuGraphLaunch``'s (None: no graphs)."""
+
+    @abstractmethod
+    def native_function(self, launch: BoundLaunch) -> int:
+        """The address the native launch function takes for ``launch``'s kernel."""
+
+    @abstractmethod
+    def launch_error(self, launch: BoundLaunch | None, status: int) -> Exception:
+        """The error for a launch of ``launch`` (None: a CUDA graph's replay) that
+        returned ``status``."""
+
     def enqueue(self, launches: Sequence[BoundLaunch], buffers: Mapping[str, Any],
                 stream: Any, schedule: StreamSchedule | None = None, side: Any = None
                 ) -> None:

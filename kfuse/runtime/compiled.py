@@ -19,6 +19,7 @@ replayed from then on (Qiao 2021, chapter 4: one launch instead of one per kerne
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections import OrderedDict
@@ -30,6 +31,7 @@ import numpy as np
 
 from kfuse.errors import BindError, DtypeError, OutOfMemory, ShapeError
 from kfuse.fusion.plan import FusionPlan
+from kfuse.ir.expr import FLOAT32_ROUNDS_TO_INFINITY
 from kfuse.ir.graph import Graph
 from kfuse.log import LOG
 from kfuse.runtime.backend import VECTOR_ALIGNMENT, CompiledBackend, LoadedProgram
@@ -56,6 +58,7 @@ class CacheStats:
     evicted: int = 0  # signatures let go (least recently used)
     graph_captures: int = 0  # CUDA graphs captured
     graph_replays: int = 0  # calls that replayed a CUDA graph
+    native: int = 0  # calls that took the C call path (kfuse.runtime.native)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -212,6 +215,11 @@ class Signature:
         self.lock = threading.Lock()
         self.capturable = owner.graphs and owner.arrays.captures and (
             len(launches) + sum(len(launch.fills) for launch in launches) > 1)
+        # The C call path takes this signature's calls where nothing is copied in or back.
+        self.native_ready = not self.copied and not (owner.arrays.captures
+                                                     and family == "numpy")
+        self.native_workspaces: dict[Any, Any] = {}  # stream -> the C path's Workspace
+        self.native_keys: list[tuple] = []  # its keys in the C path's table
 
     # -- workspaces ----------------------------------------------------------------------------
     def _acquire(self, stream: Any) -> Workspace:
@@ -264,19 +272,61 @@ class Signature:
         stream = arrays.stream(self.family, self.device)
         workspace = self._acquire(stream)
         try:
-            for slot, index in workspace.array_slots:
-                slot.value = addresses[index]
-            for slot, index in workspace.param_slots:
-                slot.value = params[index]
-            if not (self.capturable and self._replayed(workspace, results, addresses, params,
-                                                        stream)):
-                self.loaded.enqueue(workspace.launches, self._fill_buffers(workspace, results),
-                                    stream, self.schedule, workspace.side)
+            self.native_launch(workspace, results, addresses, params, stream)
         finally:
             self._release(stream, workspace)
-        if self.family == "numpy":  # computed where the caller's arrays were not: copied back
+        if self.family == "numpy" and arrays.captures:  # computed on the GPU: copied back
             return {name: arrays.to_host(array) for name, array in results.items()}
         return results
+
+    def native_launch(self, workspace: Workspace, results: dict[str, Any], addresses: list[int],
+                      params: tuple, stream: Any) -> None:
+        """Launch on ``workspace`` (held by this call): write the call's addresses and
+        parameters into its argument blocks, then replay a CUDA graph or launch (the C
+        call path's calls come here for what it leaves to Python)."""
+        for slot, index in workspace.array_slots:
+            slot.value = addresses[index]
+        for slot, index in workspace.param_slots:
+            slot.value = params[index]
+        if not (self.capturable and self._replayed(workspace, results, addresses, params,
+                                                    stream)):
+            self.loaded.enqueue(workspace.launches, self._fill_buffers(workspace, results),
+                                stream, self.schedule, workspace.side)
+
+    def launch_aside(self, results: dict[str, Any], addresses: list[int], params: tuple,
+                     stream: Any) -> None:
+        """Launch a call of the C path whose workspace another thread's call holds, on a
+        workspace of its own."""
+        workspace = self._acquire(stream)
+        try:
+            self.native_launch(workspace, results, addresses, params, stream)
+        finally:
+            self._release(stream, workspace)
+
+    def native_workspace(self, stream: Any) -> Any:
+        """The C call path's workspace for ``stream`` (made at its first call there)."""
+        from kfuse.runtime import native
+
+        workspace = self._acquire(stream)  # its own: never given back to Python's calls
+        launch, graph_launch = self.loaded.native_launch()
+        loaded = self.loaded
+        made = native.module().Workspace(
+            workspace, workspace.graphs,
+            not self.fills and (self.schedule is None or self.schedule.side_streams == 0),
+            launch, graph_launch,
+            [(loaded.native_function(bound), *bound.shape, bound.arguments.address)
+             for bound in workspace.launches],
+            [(ctypes.addressof(slot), index) for slot, index in workspace.array_slots],
+            [(ctypes.addressof(slot), index, _SLOT_KINDS.get(type(slot), "x"))
+             for slot, index in workspace.param_slots])
+        self.native_workspaces[stream] = made
+        while len(self.native_workspaces) > WORKSPACES_PER_SIGNATURE:  # the oldest go
+            del self.native_workspaces[next(iter(self.native_workspaces))]
+        return made
+
+    def launch_failed(self, index: int, status: int) -> None:
+        """Raise the error of the C call path's launch ``index`` (-1: a graph's replay)."""
+        raise self.loaded.launch_error(self.launches[index] if index >= 0 else None, status)
 
     def _fill_buffers(self, workspace: Workspace, results: dict[str, Any]) -> Mapping[str, Any]:
         """The buffers by name that launches set to a value first (none: an empty dict)."""
@@ -325,11 +375,14 @@ class Signature:
 class CompiledPipeline:
     """A pipeline compiled for one backend and plan: call it with the pipeline's inputs and
     parameters by name (and ``out=``: arrays to write outputs into, by name, or one array
-    where the pipeline has one output); it returns the outputs by name."""
+    where the pipeline has one output); it returns the outputs by name.
+
+    ``native``: calls whose signature is compiled take the C call path
+    (:mod:`kfuse.runtime.native`) where it is built; False keeps every call in Python."""
 
     def __init__(self, graph: Graph | Callable[[], Graph], backend: str = "auto",
                  plan: Any = "auto", *, max_signatures: int = DEFAULT_SIGNATURES,
-                 graphs: bool = True, streams: bool | str = "auto"):
+                 graphs: bool = True, streams: bool | str = "auto", native: bool = True):
         from kfuse.runtime import check_plan_argument, get_backend
 
         check_plan_argument(plan)
@@ -348,6 +401,10 @@ class CompiledPipeline:
         self._lock = threading.RLock()
         self.arrays = self.backend.call_arrays()
         self._names: tuple = (None, set(), ())  # (graph, call names, parameters): per graph
+        self.native = bool(native) and self.backend.name != "numpy"
+        self._dispatch: Any = None  # the C call path's dispatcher, for one graph
+        self._dispatch_graph: Graph | None = None
+        self._hot: dict[tuple, Any] = {}  # its signatures, by its keys
 
     @property
     def graph(self) -> Graph:
@@ -363,6 +420,7 @@ class CompiledPipeline:
         """Forget every compiled signature (the disk caches stay)."""
         with self._lock:
             self._signatures.clear()
+            self._hot.clear()
 
     def __repr__(self) -> str:
         return (f"CompiledPipeline({self.graph.name!r}, backend={self.backend.name!r}, "
@@ -370,6 +428,10 @@ class CompiledPipeline:
 
     def __call__(self, out: Any = None, **given: Any) -> dict[str, Any]:
         try:
+            if out is None and self._dispatch is not None:
+                done = self._dispatch(given)  # None: the C path leaves the call to Python
+                if done is not None:
+                    return done
             return self._call(out, given)
         except MemoryError as error:  # the host's, or CuPy's OutOfMemoryError (a subclass)
             raise out_of_memory(self.graph, given, error) from None
@@ -431,7 +493,9 @@ class CompiledPipeline:
                                  for name, fact in facts.items()), len(signature.launches),
                              time.perf_counter() - started, self.stats)
                     while len(self._signatures) > self.max_signatures:
-                        self._signatures.popitem(last=False)
+                        _, evicted = self._signatures.popitem(last=False)
+                        for native_key in evicted.native_keys:
+                            self._hot.pop(native_key, None)
                         self.stats.evicted += 1
                 else:
                     self.stats.hits += 1
@@ -442,7 +506,46 @@ class CompiledPipeline:
                     self._signatures.move_to_end(key)
                 except KeyError:  # let go by another thread meanwhile: it still runs
                     pass
-        return signature(given, addresses, tuple(params), out, out_facts)
+        results = signature(given, addresses, tuple(params), out, out_facts)
+        if self.native and not out and signature.native_ready:
+            self._make_native(graph, given, key, signature)
+        return results
+
+    # -- the C call path ---------------------------------------------------------------------
+    def _make_native(self, graph: Graph, given: Mapping[str, Any], key: tuple,
+                     signature: Signature) -> None:
+        """Let the C call path take later calls like this one (of ``signature``)."""
+        from kfuse.runtime import native
+
+        built = native.module()
+        if built is None:
+            self.native = False
+            return
+        with self._lock:
+            dispatch = self._dispatch
+            if dispatch is None or self._dispatch_graph is not graph:
+                self._hot.clear()
+                source = self._graph_source
+                dispatch = built.Dispatcher(
+                    None if isinstance(source, Graph) else source, graph, tuple(graph.inputs),
+                    tuple((name, _PARAM_CHECKS.get(dtype, "x"))
+                          for name, dtype in graph.params.items()),
+                    _NATIVE_KINDS, self._hot, FLOAT32_ROUNDS_TO_INFINITY)
+                self._dispatch_graph = graph
+            for kind_type, describe in list(_DESCRIBERS.items()):
+                _NATIVE_KINDS.setdefault(kind_type, _DESCRIBER_KINDS[describe])
+            native_key = dispatch.key(dict(given))
+            if native_key is None or native_key in self._hot:
+                return
+            arrays, device = self.arrays, signature.device
+            self._hot[native_key] = built.Hot(
+                signature, self.stats, signature.outputs, signature.allocate,
+                arrays.current_device if device is not None else None,
+                -1 if device is None else device,
+                arrays.stream_function(signature.family, device), signature.native_workspaces,
+                self._signatures, key, signature.capturable)
+            signature.native_keys.append(native_key)
+            self._dispatch = dispatch
 
     # -- a new signature -------------------------------------------------------------------------
     def _compile(self, graph: Graph, given: Mapping[str, Any], facts: dict[str, ArrayFacts],
@@ -583,5 +686,13 @@ def _out_arrays(graph: Graph, out: Any) -> dict[str, Any]:
                         f"pipeline '{graph.name}' (outputs: {', '.join(graph.outputs)})")
     return dict(out)
 
+
+# The C call path's tables: how a runtime parameter of each dtype is checked, the kind of
+# each array type (see dispatch.cpp), the C type of each argument slot.
+_PARAM_CHECKS = {"float32": "f", "float64": "d", "int32": "i", "int64": "q", "bool": "?"}
+_DESCRIBER_KINDS = {_cupy_key: 1, _numpy_key: 2, _torch_key: 3}
+_NATIVE_KINDS: dict[type, int] = {}
+_SLOT_KINDS = {ctypes.c_float: "f", ctypes.c_double: "d", ctypes.c_int32: "i",
+               ctypes.c_int64: "q", ctypes.c_bool: "?"}
 
 __all__ = ["ArrayFacts", "CacheStats", "CompiledPipeline", "facts_of"]

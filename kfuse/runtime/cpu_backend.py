@@ -76,11 +76,26 @@ class CpuLoadedProgram(LoadedProgram):
                                  (ctypes.c_uint * 3)(*spec.block),
                                  spec.dynamic_shared_bytes, launch.arguments.address)
         if status != 0:
-            describe = self.library.kf_last_error
-            describe.restype = ctypes.c_char_p
-            raise LaunchError(f"launch of {spec.symbol} failed (status {status}): "
-                              f"{describe().decode(errors='replace')}",
-                              operator=",".join(spec.operators))
+            raise self.launch_error(launch, status)
+
+    def launch_error(self, launch: BoundLaunch | None, status: int) -> LaunchError:
+        describe = self.library.kf_last_error
+        describe.restype = ctypes.c_char_p
+        spec = launch.spec if launch is not None else None
+        return LaunchError(f"launch of {spec.symbol if spec else self.program.name} failed "
+                           f"(status {status}): {describe().decode(errors='replace')}",
+                           operator=",".join(spec.operators) if spec else None)
+
+    def native_launch(self) -> tuple[int, int | None]:
+        from kfuse.runtime import native
+
+        built = native.module()
+        if built is None:
+            raise BackendUnavailable("the C call path is not built")
+        return built.host_launch_address(), None
+
+    def native_function(self, launch: BoundLaunch) -> int:
+        return ctypes.cast(launch.function, ctypes.c_void_p).value  # kf_launch_<kernel>
 
     def fill(self, buffer: np.ndarray, value: float, stream: Any) -> None:
         buffer.fill(value)
@@ -126,6 +141,9 @@ class HostArrays:
 
     def stream(self, family: str, device: None) -> None:
         return None
+
+    def stream_function(self, family: str, device: None) -> None:
+        return None  # the host has no streams
 
     def to_host(self, array: np.ndarray) -> np.ndarray:
         return array  # already there

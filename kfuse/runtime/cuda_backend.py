@@ -263,8 +263,21 @@ class CudaLoadedProgram(LoadedProgram):
             self.driver.launchKernel(launch.function, *launch.shape, stream,
                                      launch.arguments.address, 0)
         except self.driver.CUDADriverError as error:
-            raise LaunchError(f"launch of {launch.spec.symbol} failed: {error}",
-                              operator=",".join(launch.spec.operators)) from error
+            raise self.launch_error(launch, error.status) from error
+
+    def launch_error(self, launch: BoundLaunch | None, status: int) -> LaunchError:
+        reason = self.driver.CUDADriverError(status)
+        if launch is None:
+            return LaunchError(f"replay of a CUDA graph of program {self.program.name} "
+                               f"failed: {reason}")
+        return LaunchError(f"launch of {launch.spec.symbol} failed: {reason}",
+                           operator=",".join(launch.spec.operators))
+
+    def native_launch(self) -> tuple[int, int | None]:
+        return _driver_entry("cuLaunchKernel"), _driver_entry("cuGraphLaunch")
+
+    def native_function(self, launch: BoundLaunch) -> int:
+        return launch.function  # the CUfunction
 
     def fill(self, buffer: Any, value: float, stream: int) -> None:
         count = buffer.numel() if callable(getattr(buffer, "numel", None)) else buffer.size
@@ -275,6 +288,12 @@ class CudaLoadedProgram(LoadedProgram):
         blocks = max(1, min(1024, -(-count // FILL_THREADS)))
         self.driver.launchKernel(_fill_functions(self.device)[itemsize], blocks, 1, 1,
                                  FILL_THREADS, 1, 1, 0, stream, ctypes.addressof(pointers), 0)
+
+
+@functools.cache
+def _driver_entry(name: str) -> int:
+    """The address of the CUDA driver's function ``name`` (the libcuda CuPy runs on)."""
+    return ctypes.cast(getattr(ctypes.CDLL("libcuda.so.1"), name), ctypes.c_void_p).value
 
 
 @functools.lru_cache(maxsize=64)
@@ -361,6 +380,17 @@ class CudaArrays:
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
             return raw(device) if raw else torch.cuda.current_stream(device).cuda_stream
         return self.cupy.cuda.get_current_stream().ptr
+
+    def stream_function(self, family: str, device: int) -> Callable[[], int]:
+        """What :meth:`stream` returns, as a function of no arguments (for the C call path)."""
+        if family == "torch":
+            raw = getattr(self._torch()._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:
+                return functools.partial(raw, device)
+        elif family == "cupy":
+            current = self.cupy.cuda.get_current_stream
+            return lambda: current().ptr
+        return functools.partial(self.stream, family, device)
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cupy.asnumpy(array)
