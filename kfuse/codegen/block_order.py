@@ -10,7 +10,10 @@ wrote last, and its first blocks read that much from L2 instead of DRAM: SGEMVT'
 after the kernel that wrote ``B`` (docs/journal/benchmarks.md, session 19).
 
 Reversing is renumbering: block ``b`` takes the work of block ``gridDim - 1 - b`` along every
-axis, a permutation of the blocks, so a kernel computes the same result in either order (no
+axis, a permutation of the blocks. A reversed kernel's body declares its own ``blockIdx``
+(the renumbered index, from ``kf_reversed_block()`` of the prelude) as its first statement,
+which every later read of ``blockIdx`` in the body sees instead of CUDA's; the rest of the
+body is untouched. A kernel computes the same result in either order (no
 kernel kfuse generates depends on which block runs first; blocks of a grid-stride loop keep
 their loops and only change partners). Kernels whose blocks walk their data in loops of
 their own (whole columns, persistent grids, marching planes: ``LaunchSpec.blocks_walk``)
@@ -20,7 +23,6 @@ accesses in time; the kernel after one of them turns.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -28,8 +30,6 @@ from kfuse import config
 from kfuse.codegen.kernels import KernelGroup
 from kfuse.codegen.program import KernelSource
 from kfuse.ir.graph import Graph
-
-REVERSED_BLOCKS = "kf_block"  # the renumbered block index a reversed kernel's body reads
 
 
 @dataclass
@@ -73,8 +73,7 @@ class Serpentine:
 
 def reverse_blocks(kernel: KernelSource, reason: str) -> KernelSource:
     """``kernel`` with its blocks renumbered last-first (``reason``: why, for the comment):
-    its body reads the renumbered index wherever it read ``blockIdx``."""
-    body = [re.sub(r"\bblockIdx\.", f"{REVERSED_BLOCKS}.", line) for line in kernel.body]
+    its body's first statement declares the renumbered ``blockIdx`` that the rest reads."""
     note = f"  // blocks last-first (kfuse.codegen.block_order): {reason}"
-    return replace(kernel, body=(note, f"  const uint3 {REVERSED_BLOCKS} = kf_reversed_block();",
-                                 *body))
+    return replace(kernel, body=(note, "  const uint3 blockIdx = kf_reversed_block();",
+                                 *kernel.body))
