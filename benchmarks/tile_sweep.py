@@ -20,11 +20,11 @@ import sys
 import cupy
 import numpy as np
 
-import kfuse.schedule.tiles as kernels
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import relative_error
 from kfuse.bench.floor import dram_floor_bytes, launch_bytes
 from kfuse.codegen import generate as generate_program
+from kfuse.config import configured
 from kfuse.fusion.plan import group_outputs, make_plan
 from kfuse.runtime import compiles_for_sizes, get_backend
 from kfuse.search import search
@@ -96,30 +96,26 @@ def main(names: list[str]) -> None:
     names = names or [a.name for a in list_apps()]
     for items in os.environ.get("ITEMS", "").split(","):
         if items:  # points per thread of flat kernels with special functions
-            kernels.ITEMS_PER_THREAD_SPECIAL = int(items)
             print(f"== {items} points per thread (flat kernels with special functions)")
-            sweep(names, bandwidth)
+            with configured(items_per_thread_special=int(items)):
+                sweep(names, bandwidth)
     tiles = [t for t in os.environ.get("TILES", "").split(",") if t]
     blocks = [b for b in os.environ.get("BLOCKS", "").split(",") if b]
     if os.environ.get("ITEMS") and not (tiles or blocks):
         return
     for block in blocks or [None]:
-        if block:  # threads along x, along y, blocks per SM asked of the compiler
-            kernels.TILE_X, kernels.TILE_Y, kernels.TILE_MIN_BLOCKS = map(int, block.split("x"))
-            for kind_ndim in kernels.TILED_BLOCKS:
-                kernels.TILED_BLOCKS[kind_ndim] = (kernels.TILE_X, kernels.TILE_Y)
+        # threads along x, along y, blocks per SM asked of the compiler (None: the defaults)
+        tile_block = tuple(int(b) for b in block.split("x")) if block else None
         for tile in tiles or [None]:
-            label = "the default register tiles"
-            if tile:
-                shape = tuple(int(t) for t in tile.split("x"))
-                for variant in ("single", "recompute"):
-                    kernels.REGISTER_TILES[(variant, len(shape))] = shape
-                label = f"register tile {' x '.join(map(str, shape))}"
-            shapes = ", ".join(f"{kind} {ndim}-D {x} x {y}"
-                               for (kind, ndim), (x, y) in kernels.TILED_BLOCKS.items())
-            print(f"== {label}, blocks of threads: {shapes}; at least "
-                  f"{kernels.TILE_MIN_BLOCKS} per SM", flush=True)
-            sweep(names, bandwidth)
+            register_tile = tuple(int(t) for t in tile.split("x")) if tile else None
+            label = (f"register tile {' x '.join(map(str, register_tile))}" if register_tile
+                     else "the default register tiles")
+            shape = ("the default blocks of threads" if tile_block is None else
+                     f"blocks of {tile_block[0]} x {tile_block[1]} threads, at least "
+                     f"{tile_block[2]} per SM")
+            print(f"== {label}, {shape}", flush=True)
+            with configured(register_tile=register_tile, tile_block=tile_block):
+                sweep(names, bandwidth)
 
 
 if __name__ == "__main__":

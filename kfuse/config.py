@@ -53,6 +53,17 @@ class Config:
     # unconditionally and selects the constant after (False: the load inside the
     # conditional; diffusion3d's register tiles 2.3x slower on an H200).
     unconditional_border_loads: bool = True
+    # The register tile of every tiled kernel of an operator alone or of a recomputing
+    # chain, (rows, columns) in 2-D or (rows, middle, columns) in 3-D, where a form names
+    # none (None: the measured defaults of kfuse.schedule.tiles, per kind of group).
+    register_tile: tuple[int, ...] | None = None
+    # Threads per block (x, y) of every tiled and staged kernel, and the blocks per SM
+    # they ask the compiler to fit (0: no request), where a form names none (None: the
+    # measured defaults of kfuse.schedule.tiles).
+    tile_block: tuple[int, int, int] | None = None
+    # Points per thread of flat kernels with special functions (pow, exp, division...),
+    # which keep a thread busy after its loads return: more points keep more in flight.
+    items_per_thread_special: int = 16
 
     def key(self) -> tuple[tuple[str, object], ...]:
         """Every switch and its value: part of a stored program's key."""
@@ -79,10 +90,19 @@ def checked(config: Config, **changes: object) -> Config:
             ok = isinstance(value, bool)
         elif kinds[name] == "bool | None":
             ok = value is None or isinstance(value, bool)
+        elif kinds[name].startswith("tuple["):
+            counts = {"tuple[int, ...] | None": (2, 3), "tuple[int, int, int] | None": (3,)}
+            ok = value is None or (
+                isinstance(value, tuple) and len(value) in counts[kinds[name]]
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+                and all(v > 0 for v in value[:2]) and min(value) >= 0)
         else:
             ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
         if not ok:
-            kind = "a positive int" if kinds[name] == "int" else kinds[name]
+            kind = {"int": "a positive int",
+                    "tuple[int, ...] | None": "None or a tuple of 2 or 3 positive ints",
+                    "tuple[int, int, int] | None": "None or (threads x, threads y, blocks "
+                    "per SM)"}.get(kinds[name], kinds[name])
             raise ConfigError(f"kfuse.config switch {name!r} takes {kind}, got {value!r}")
     return replace(config, **changes)
 

@@ -106,19 +106,10 @@ def test_the_listed_upward_imports_still_exist():
 
 SCRIPT_FOLDERS = ("benchmarks", "experiments", "tools")
 
-# (script, kfuse module attribute) that scripts still assign: the tile sweep changes the
-# default tiles and blocks of every kernel at once (the unfused program's too), and the
-# points per thread of flat kernels and the blocks asked per SM, which no form names yet;
-# a script that studies one group passes a form with its own tile and block
-# (kfuse.schedule.forms), and everything else goes through kfuse.config.
-REASSIGNED_DEBT = {
-    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.ITEMS_PER_THREAD_SPECIAL"),
-    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.TILE_X"),
-    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.TILE_Y"),
-    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.TILE_MIN_BLOCKS"),
-    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.TILED_BLOCKS"),
-    ("benchmarks/tile_sweep.py", "kfuse.schedule.tiles.REGISTER_TILES"),
-}
+# (script, kfuse module attribute) that scripts still assign: none; a script that studies
+# one group passes a form with its own tile and block (kfuse.schedule.forms), and
+# everything else goes through kfuse.config (the tile sweep's tiles and blocks too).
+REASSIGNED_DEBT: set[tuple[str, str]] = set()
 
 
 def script_findings() -> set[tuple[str, str]]:

@@ -308,7 +308,7 @@ def map_kernel(group: KernelGroup, form: Tiled, march: bool = False
     tile = form.tile
     if tile is None or kind == "arithmetic":
         tile = tiles.register_tile(kind, group.ndim)
-    block = form.block or tiles.TILED_BLOCKS[(kind, group.ndim)]
+    block = form.block or tiles.tiled_block(kind, group.ndim)
     kernel, launch = _tiled_kernel(group, tile, block)
     if march and marches(group.graph, [k.name for k in group.members], group.outputs, form):
         # 3-D chains march along z; the register tiles serve the sizes marching does not
@@ -321,7 +321,7 @@ def _linear_kernel(group: KernelGroup) -> tuple[KernelSource, LaunchSpec]:
     """A flat grid-stride loop; each thread takes points ``blockDim.x`` apart (coalesced)."""
     flat = group.is_flat()
     special = any(count_operations(k.body)["sfu"] for k in group.members if k.body is not None)
-    items = tiles.ITEMS_PER_THREAD_SPECIAL if special else tiles.ITEMS_PER_THREAD
+    items = tiles.items_per_thread(special)
     sizes = tuple(size_var(s) for s in group.domain)
     fast_points = [(((f"i{k}", 0),), f"i{k}" if flat else None) for k in range(items)]
     fast = [f"const kf_index_t i{k} = base + {k} * (kf_index_t)blockDim.x;" for k in range(items)]
@@ -437,7 +437,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
                 GridAxis((group.domain[0],), rows, GRID_LIMITS[2]))
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid)
-    return group.source(launch_bounds(block_x * block_y, tiles.TILE_MIN_BLOCKS), params, body), launch
+    return group.source(launch_bounds(block_x * block_y, tiles.least_blocks()), params, body), launch
 
 
 def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: str

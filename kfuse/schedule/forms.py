@@ -109,7 +109,7 @@ class Staged(Form):
     """A fused 2-D stencil chain through shared memory: each intermediate read at an offset
     is computed once per block over the output tile grown by its halo. ``rows``: output
     rows per thread; ``block``: threads per block (x, y); None takes
-    :data:`~kfuse.schedule.tiles.STAGED_ROWS` and ``TILE_X`` x ``TILE_Y``."""
+    :data:`~kfuse.schedule.tiles.STAGED_ROWS` and :func:`~kfuse.schedule.tiles.staged_block`."""
 
     name: ClassVar[str] = "staged"
     grows: ClassVar[bool] = True
@@ -120,7 +120,7 @@ class Staged(Form):
     @property
     def shape(self) -> tuple[int, int, int]:
         """(rows per thread, threads along x, threads along y), defaults filled in."""
-        block_x, block_y = self.block or (tiles.TILE_X, tiles.TILE_Y)
+        block_x, block_y = self.block or tiles.staged_block()
         return (self.rows or tiles.STAGED_ROWS, block_x, block_y)
 
     @property

@@ -115,6 +115,6 @@ def marches(graph: Graph, members: Sequence[str], outputs: Sequence[str],
             reads_only_at_points(graph, members) or is_arithmetic_heavy(kernels):
         return False
     tile = form.tile or tiles.register_tile(form.kind, 3)
-    block = form.block or tiles.TILED_BLOCKS[(form.kind, 3)]
+    block = form.block or tiles.tiled_block(form.kind, 3)
     return block[0] == MARCH_THREADS_X and tile[-1] == MARCH_COLUMNS and \
         march_reasons(graph, members, outputs) is None

@@ -4,13 +4,16 @@ A tiled kernel's thread computes a register tile of points (rows, columns; in 3-
 middle, columns) and its block has ``TILED_BLOCKS`` threads. The tables hold the measured
 defaults by kind (``single``: one operator, ``recompute``: a fused chain recomputing its
 producers at their taps, ``arithmetic``: arithmetic-bound operators) and dimensionality; a
-form of :mod:`kfuse.schedule.forms` may name its own tile and block instead.
+form of :mod:`kfuse.schedule.forms` may name its own tile and block instead, and
+:mod:`kfuse.config` (``register_tile``, ``tile_block``, ``items_per_thread_special``)
+changes the defaults of every kernel for a scope (what ``benchmarks/tile_sweep.py`` does).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kfuse import config
 from kfuse.analysis.operations import operations_per_point
 from kfuse.ir.graph import Kernel
 
@@ -30,9 +33,7 @@ TILED_BLOCKS: dict[tuple[str, int], tuple[int, int]] = {
 TILE_MIN_BLOCKS = 0
 
 ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
-# Flat kernels with special functions (pow, exp, division...) keep a thread busy longer
-# after its loads return; more points per thread keep more loads in flight.
-ITEMS_PER_THREAD_SPECIAL = 16
+# (Flat kernels with special functions take kfuse.config's items_per_thread_special.)
 # Register tiles of tiled kernels: points per thread along the outermost axis (rows of an
 # image, planes of a volume), the middle axis (3-D) and the innermost axis (columns), for
 # one operator alone ("single") and for groups recomputing producers at taps. The points
@@ -75,9 +76,32 @@ def tile_choices(variant: str, ndim: int) -> list[tuple[int, ...] | None]:
 
 def staged_tile() -> tuple[int, int]:
     """Outputs (rows, columns) of one block of a staged (shared-memory) kernel: blocks of
-    ``TILE_X`` x ``TILE_Y`` threads, ``STAGED_ROWS`` rows per thread (read at call time:
-    benchmarks/tile_sweep.py changes the block)."""
-    return (TILE_Y * STAGED_ROWS, TILE_X)
+    :func:`staged_block` threads, ``STAGED_ROWS`` rows per thread."""
+    block_x, block_y = staged_block()
+    return (block_y * STAGED_ROWS, block_x)
+
+
+def staged_block() -> tuple[int, int]:
+    """Threads (x, y) of a staged kernel's block where its form names none."""
+    chosen = config.current().tile_block
+    return (TILE_X, TILE_Y) if chosen is None else chosen[:2]
+
+
+def tiled_block(variant: str, ndim: int) -> tuple[int, int]:
+    """Threads (x, y) of a tiled kernel's block of this variant where its form names none."""
+    chosen = config.current().tile_block
+    return TILED_BLOCKS[(tile_kind(variant), ndim)] if chosen is None else chosen[:2]
+
+
+def least_blocks() -> int:
+    """Blocks per SM tiled kernels ask the compiler to fit (0: no request)."""
+    chosen = config.current().tile_block
+    return TILE_MIN_BLOCKS if chosen is None else chosen[2]
+
+
+def items_per_thread(special: bool) -> int:
+    """Points per thread of a flat kernel (``special``: it calls special functions)."""
+    return config.current().items_per_thread_special if special else ITEMS_PER_THREAD
 
 
 def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
@@ -87,7 +111,11 @@ def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
     """
     if ndim < 2:
         return (1,) * ndim
-    return REGISTER_TILES[(tile_kind(variant), ndim)]
+    kind = tile_kind(variant)
+    chosen = config.current().register_tile
+    if chosen is not None and kind != "arithmetic" and len(chosen) == ndim:
+        return chosen
+    return REGISTER_TILES[(kind, ndim)]
 
 def tile_kind(variant: str) -> str:
     """The REGISTER_TILES / TILED_BLOCKS kind of a group's variant."""
