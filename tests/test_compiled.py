@@ -121,7 +121,8 @@ def test_two_threads_calling_one_compiled_pipeline_get_their_own_results(cache, 
     p = blur_pipeline()
     compiled = p.compile(backend="cpu")
     inputs = [rng.random((29, 33), dtype=np.float32) for _ in range(4)]
-    compiled(x=inputs[0], s=1.0)  # compiled before the threads start
+    compiled(x=inputs[0], s=1.0)  # compiled before the threads start,
+    compiled(x=inputs[0], s=1.0)  # and known to the C call path where it is built
     results: dict[int, list] = {index: [] for index in range(len(inputs))}
     barrier = threading.Barrier(len(inputs))
 
@@ -140,6 +141,9 @@ def test_two_threads_calling_one_compiled_pipeline_get_their_own_results(cache, 
         assert len(outs) == 5
         for out in outs:
             assert_matches(out, want)
+    from kfuse.runtime import native
+    if native.module() is not None:  # threads took the C path (and, when it was busy,
+        assert compiled.stats.native > 1  # launched on workspaces of their own)
 
 
 def test_out_writes_into_the_callers_arrays(cache, rng):

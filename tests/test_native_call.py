@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import sysconfig
-import threading
 import weakref
 from pathlib import Path
 
@@ -161,35 +160,6 @@ def test_signatures_let_go_leave_the_c_path_too(rng):
                                    rtol=1e-5)
     assert compiled.stats.evicted == 2 and compiled.stats.native == 3
     assert len(compiled._hot) == 1
-
-
-def test_threads_sharing_the_c_path_get_their_own_results(rng):
-    if native.module() is None:
-        pytest.skip("the C call path is not built here")
-    p = shift_pipeline()
-    compiled = p.compile("cpu")
-    inputs = [rng.random((31, 29), dtype=np.float32) for _ in range(4)]
-    compiled(x=inputs[0], s=1.0)
-    compiled(x=inputs[0], s=1.0)  # the C path has the signature before the threads start
-    results: dict[int, list] = {index: [] for index in range(len(inputs))}
-    barrier = threading.Barrier(len(inputs))
-
-    def work(index: int) -> None:
-        barrier.wait()
-        for _ in range(6):
-            results[index].append(compiled(x=inputs[index], s=float(index)))
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for index, outs in results.items():
-        want = reference(p, {"x": inputs[index], "s": float(index)})["y"]
-        assert len(outs) == 6
-        for out in outs:
-            np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-6)
-    assert compiled.stats.native > 1
 
 
 def test_a_compiled_pipeline_let_go_is_collected(rng):
