@@ -88,6 +88,13 @@ def ubsan(monkeypatch, capfd):
 
 
 @pytest.fixture
+def rng(request):
+    """Random numbers of a seed of the test's own (its name's hash)."""
+    import numpy as np
+    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+
+
+@pytest.fixture
 def configure():
     """``configure(**switches)``: set :mod:`kfuse.config` switches for the rest of the test
     (the previous configuration comes back after it)."""

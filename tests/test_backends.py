@@ -40,11 +40,6 @@ def check(pipeline: kf.Pipeline, given: dict, backend: str = "cpu") -> dict:
     return errors
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
-
-
 @pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
 def test_stencil_1d(boundary, rng):
     p = kf.Pipeline("s1")

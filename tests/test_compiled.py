@@ -36,11 +36,6 @@ def cache(monkeypatch, tmp_path) -> Path:
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
-
-
 def blur_pipeline(name: str = "blur_scaled") -> kf.Pipeline:
     """A stencil, a point operator and a parameter: two operators the plan fuses."""
     p = kf.Pipeline(name)

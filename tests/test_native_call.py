@@ -27,11 +27,6 @@ def cache(monkeypatch, tmp_path) -> Path:
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
-
-
 def shift_pipeline(param_dtype: str = "float32") -> kf.Pipeline:
     p = kf.Pipeline(f"shift_{param_dtype}")
     x = p.input("x", ndim=2)
