@@ -252,18 +252,28 @@ def test_periodic_rows_take_the_register_tiles():
 
 
 def test_a_step_carries_what_it_computes_one_plane_higher():
-    lines = ["const int iz_p1 = iz + 1;",
-             "const float a = u[KF_AT(u|iz|iy|ix)];",
-             "const float b = u[KF_AT(u|iz_p1|iy|ix)];",
-             "const float d = u[KF_AT(u|iz|iy_m1_clamp|ix)];",
-             "const float s = a + b;",
-             "const float r = a * d;"]
-    step = marching._split_step(lines, {"iz_p1", "iy_m1_clamp"}, ["out[iz] = s + r;"])
+    from kfuse.codegen.cexpr import EmitState, index_key
+
+    state = EmitState()
+    state.declare("int", "iz_p1", "iz + 1", index_key("iz", 1))
+    state.declare("int", "iy_m1_clamp", "kf_clamp(iy - 1, n)", index_key("iy", -1, "n", "clamp"))
+
+    def u_at(z: int, y: tuple) -> tuple:
+        return ("load", "u", "float32", index_key("iz", z), y, ("text", "ix"))
+    at_a, at_b = u_at(0, ("text", "iy")), u_at(1, ("text", "iy"))
+    at_d = u_at(0, index_key("iy", -1, "n", "clamp"))
+    state.declare("float", "a", "u[KF_AT(u|iz|iy|ix)]", at_a)
+    state.declare("float", "b", "u[KF_AT(u|iz_p1|iy|ix)]", at_b, ("iz_p1",))
+    state.declare("float", "d", "u[KF_AT(u|iz|iy_m1_clamp|ix)]", at_d, ("iy_m1_clamp",))
+    state.declare("float", "s", "a + b", ("{} + {}", "float32", at_a, at_b), ("a", "b"))
+    state.declare("float", "r", "a * d", ("{} * {}", "float32", at_a, at_d), ("a", "d"))
+    step = marching._split_step(state, ["s", "r"])
     # a is b one plane lower; s's copy one plane higher would need u at iz + 2; d is read
     # only at iz (its copy one plane higher is not computed)
     assert step.carried == {"a": "b"}
     assert step.needed == {"a", "b", "d", "s", "r"}
     assert step.z_indices == ["const int iz_p1 = iz + 1;"]
+    assert step.thread_indices == ["const int iy_m1_clamp = kf_clamp(iy - 1, n);"]
 
 
 @pytest.mark.parametrize("memory_clock_khz,bus_bits,volume,expected", [

@@ -239,11 +239,54 @@ def structural_key(node: Expr, child_keys: tuple) -> tuple:
     raise TypeError(f"unknown expression node {type(node).__name__}")
 
 
+@dataclass(frozen=True)
+class Statement:
+    """One emitted definition ``const <ctype> <name> = <text>;`` and what it is: its
+    ``key`` says how the value is made from the keys of its operands (index keys name an
+    axis, the offset from its base and the boundary mode), so that two statements with
+    equal keys compute the same value, and a statement's counterpart elsewhere (one plane
+    up, :mod:`kfuse.codegen.marching`) is the one whose key is this key moved there.
+    ``refs`` names the statements its text reads."""
+
+    ctype: str
+    name: str
+    text: str
+    key: tuple
+    refs: tuple[str, ...] = ()
+    accesses: tuple[str, ...] = ()  # its reads of staged buffers (EmitState.accesses)
+
+    @property
+    def line(self) -> str:
+        return f"const {self.ctype} {self.name} = {self.text};"
+
+
+def index_key(base: str, offset: int, *mode: str) -> tuple:
+    """The key of an index (or inside-flag) statement: ``base`` + ``offset`` through
+    ``mode`` (none: known inside; (size, mode) or (size, "flag"))."""
+    return ("index", base, offset, *mode)
+
+
+def moved_key(key: tuple, base: str, by: int) -> tuple:
+    """``key`` with every index of axis ``base`` (and coordinate along it) ``by`` further."""
+    if key and key[0] in ("index", "coord") and key[1] == base:
+        return (key[0], base, key[2] + by, *key[3:])
+    return tuple(moved_key(part, base, by) if isinstance(part, tuple) else part
+                 for part in key)
+
+
 @dataclass
 class EmitState:
     """What every evaluation context of one kernel shares: statements, names, memo tables."""
 
-    lines: list[str] = field(default_factory=list)
+    statements: list[Statement] = field(default_factory=list)
+    keys: dict[str, tuple] = field(default_factory=dict)  # C operand -> its key
+    named: dict[tuple, str] = field(default_factory=dict)  # key -> the statement's name
+    # operands that are expressions over statements (a two-byte float's rounding of one)
+    # -> the statements they read
+    wrapped: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # reads of staged buffers as written in statements (a marker for the address) -> the
+    # buffer and the index of each axis, for the kernel to render (kfuse.codegen.marching)
+    accesses: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     values: dict[tuple, dict[tuple, str]] = field(default_factory=dict)  # per coordinates
     indices: dict[tuple, str] = field(default_factory=dict)
     counter: int = 0
@@ -252,9 +295,44 @@ class EmitState:
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
     vector_columns: int = 0  # >1: reads of columns ix .. ix+n-1 of one row are one vector load
     window_sums: dict[Expr, bool] = field(default_factory=dict)  # node -> _three_term_sum
-    # buffers whose element addresses are left as STAGED_ADDRESS markers, for the kernel to
+    # buffers whose element reads are left as markers (``accesses``), for the kernel to
     # render as global or shared-memory addresses (kfuse.codegen.marching)
     staged: frozenset[str] = frozenset()
+
+    @property
+    def lines(self) -> list[str]:
+        """The statements as C lines, in the order they were emitted."""
+        return [statement.line for statement in self.statements]
+
+    def declare(self, ctype: str, name: str, text: str, key: tuple,
+                refs: tuple[str, ...] = (), accesses: tuple[str, ...] = ()) -> str:
+        """Append the statement defining ``name``; return ``name``."""
+        self.statements.append(Statement(ctype, name, text, key, refs, accesses))
+        self.keys[name] = key
+        self.named.setdefault(key, name)
+        return name
+
+    def key_of(self, operand: str) -> tuple:
+        """The key of a C operand: its statement's, or the text itself (a constant, a
+        parameter, a coordinate)."""
+        return self.keys.get(operand) or ("text", operand)
+
+    def reads_of(self, *operands: str) -> tuple[str, ...]:
+        """The statements that C operands read (themselves where they are one)."""
+        reads: list[str] = []
+        for operand in operands:
+            if operand in self.wrapped:
+                reads += self.wrapped[operand]
+            elif operand in self.keys:
+                reads.append(operand)
+        return tuple(reads)
+
+    def wrap(self, text: str, template: str, operand: str) -> str:
+        """``text`` (``template`` filled with ``operand``) as an operand with a key."""
+        if text != operand:
+            self.keys.setdefault(text, (template, self.key_of(operand)))
+            self.wrapped.setdefault(text, self.reads_of(operand))
+        return text
 
     def evaluations(self) -> dict[str, int]:
         """How many distinct points each operator was evaluated at, per thread iteration."""
@@ -355,18 +433,30 @@ class ExprEmitter:
         dtype = node.dtype
         left_pair = self.state.texts.get((dtype, f"{first} + {second}"))
         if left_pair is not None:
-            return self.define(dtype, f"{left_pair} + {third}")
-        pair = self.define(dtype, f"{second} + {third}")
-        return self.define(dtype, f"{first} + {pair}")
+            return self.define_of(dtype, "{} + {}", left_pair, third)
+        pair = self.define_of(dtype, "{} + {}", second, third)
+        return self.define_of(dtype, "{} + {}", first, pair)
 
-    def define(self, dtype: str, text: str, prefix: str = "v") -> str:
-        """A named value for ``text``; the same text at any point reuses the same name."""
-        key = (dtype, text)
-        if key not in self.state.texts:
-            name = self.fresh(prefix)
-            self.lines.append(f"const {C_TYPES[dtype]} {name} = {text};")
-            self.state.texts[key] = name
-        return self.state.texts[key]
+    def define(self, dtype: str, text: str, prefix: str = "v", key: tuple | None = None,
+               refs: tuple[str, ...] = (), accesses: tuple[str, ...] = ()) -> str:
+        """A named value for ``text`` (made as ``key`` says, from the statements ``refs``,
+        reading ``accesses`` of staged buffers; no key: the text is its key); the same
+        text at any point reuses the same name."""
+        texts = (dtype, text)
+        key = key or ("text", dtype, text)
+        if texts not in self.state.texts:
+            self.state.texts[texts] = self.state.declare(
+                C_TYPES[dtype], self.fresh(prefix), text, key, refs, accesses)
+        self.state.named.setdefault(key, self.state.texts[texts])
+        return self.state.texts[texts]
+
+    def define_of(self, dtype: str, template: str, *operands: str) -> str:
+        """:meth:`define` of ``template`` filled with ``operands`` (C operands), keyed by
+        the template and the operands' keys."""
+        key_of = self.state.key_of
+        return self.define(dtype, template.format(*operands),
+                           key=(template, dtype, *(key_of(o) for o in operands)),
+                           refs=self.state.reads_of(*operands))
 
     def _emit_node(self, node: Expr, args: list[str]) -> str:
         if isinstance(node, Const):
@@ -374,53 +464,62 @@ class ExprEmitter:
         if isinstance(node, Param):
             return param_var(node.name)
         if isinstance(node, Coord):
-            return coordinate_text(self.coords[node.axis])
+            base, shift = self.coords[node.axis]
+            text = coordinate_text((base, shift))
+            self.state.keys.setdefault(text, ("coord", base, shift))
+            return text
         if isinstance(node, Load):
             if self.load_hook is not None:
                 answered = self.load_hook(node, self)
                 if answered is not None:
                     return answered
-            return self.define(node.dtype, self.load_text(node), prefix=f"ld_{node.buffer}_")
+            text, key, refs, accesses = self.load_read(node)
+            return self.define(node.dtype, text, prefix=f"ld_{node.buffer}_", key=key,
+                               refs=refs, accesses=accesses)
+        dtype = node.dtype
         if isinstance(node, Unary):
             if node.op == "neg":
-                text = {"int32": f"kf_ineg({args[0]})", "int64": f"kf_lneg({args[0]})"}.get(
-                    node.dtype, f"-{args[0]}")
-                return self.define(node.dtype, _wrapped(text, node.dtype))
+                template = {"int32": "kf_ineg({})", "int64": "kf_lneg({})"}.get(dtype, "-{}")
+                return self.define_of(dtype, _wrapped(template, dtype), *args)
             if node.op == "not":
-                return self.define(node.dtype, f"!{args[0]}")
-            return self.define(node.dtype, _wrapped(
-                f"{function_name(node.op, node.dtype)}({args[0]})", node.dtype))
+                return self.define_of(dtype, "!{}", *args)
+            return self.define_of(dtype, _wrapped(f"{function_name(node.op, dtype)}({{}})",
+                                                  dtype), *args)
         if isinstance(node, Binary):
-            if node.op == "div" and node.dtype == "float32":
-                return self.define(node.dtype, f"kf_divf({args[0]}, {args[1]})")
-            wrapping = _INT_WRAPPING.get(node.op) if node.dtype == "int32" else \
-                _LONG_WRAPPING.get(node.op) if node.dtype == "int64" else None
+            if node.op == "div" and dtype == "float32":
+                return self.define_of(dtype, "kf_divf({}, {})", *args)
+            wrapping = _INT_WRAPPING.get(node.op) if dtype == "int32" else \
+                _LONG_WRAPPING.get(node.op) if dtype == "int64" else None
             if wrapping:
-                return self.define(node.dtype, f"{wrapping}({args[0]}, {args[1]})")
+                return self.define_of(dtype, f"{wrapping}({{}}, {{}})", *args)
             if node.op in _INFIX:
-                return self.define(node.dtype, _wrapped(
-                    f"{args[0]} {_INFIX[node.op]} {args[1]}", node.dtype))
+                return self.define_of(dtype, _wrapped(f"{{}} {_INFIX[node.op]} {{}}", dtype),
+                                      *args)
             operand = node.a.dtype
-            return self.define(node.dtype,
-                                f"{function_name(node.op, operand)}({args[0]}, {args[1]})")
+            return self.define_of(dtype, f"{function_name(node.op, operand)}({{}}, {{}})",
+                                  *args)
         if isinstance(node, Select):
-            return self.define(node.dtype, f"{args[0]} ? {args[1]} : {args[2]}")
+            return self.define_of(dtype, "{} ? {} : {}", *args)
         if isinstance(node, Cast):
-            if node.dtype in HALF_DTYPES:  # a value of a two-byte float: rounded to it
-                return self.define(node.dtype, rounded(args[0], node.dtype))
-            return self.define(node.dtype, f"({C_TYPES[node.dtype]})({args[0]})")
+            if dtype in HALF_DTYPES:  # a value of a two-byte float: rounded to it
+                return self.define_of(dtype, rounded("{}", dtype), *args)
+            return self.define_of(dtype, f"({C_TYPES[dtype]})({{}})", *args)
         raise TypeError(f"unknown expression node {type(node).__name__}")
 
     # -- reads -------------------------------------------------------------------------------
-    def load_text(self, load: Load) -> str:
-        """C expression reading ``load`` (with the boundary mode applied)."""
+    def load_read(self, load: Load) -> tuple[str, tuple, tuple[str, ...], tuple[str, ...]]:
+        """(C expression reading ``load`` with the boundary mode applied, its key, the
+        statements it reads, its reads of staged buffers)."""
         buffer = self.graph.buffers[load.buffer]
         pointer = c_name(load.buffer)
+        key_of = self.state.key_of
         if buffer.ndim == 0:
-            return element_value(f"{pointer}[0]", buffer.dtype)
+            return (element_value(f"{pointer}[0]", buffer.dtype), ("scalar", load.buffer),
+                    (), ())
         identity = load.dims == tuple(range(len(self.domain))) and load.is_centered
         if identity and self.flat_index is not None:
-            return element_value(f"{pointer}[{self.flat_index}]", buffer.dtype)
+            return (element_value(f"{pointer}[{self.flat_index}]", buffer.dtype),
+                    ("flat", load.buffer, key_of(self.flat_index)), (), ())
         vector = load.dims == tuple(range(len(self.domain))) and self.vector_column(load)
         indices, inside = [], []
         for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
@@ -431,17 +530,28 @@ class ExprEmitter:
             indices.append(index)
             if flag:
                 inside.append(flag)
+        refs = self.state.reads_of(*indices)
+        accesses: tuple[str, ...] = ()
         if vector:
-            read = self.vector_component(load, indices, vector[0], vector[1])
+            vector_name, component = self.vector_component(load, indices, vector[0], vector[1])
+            read = f"{vector_name}.{component}"
+            key: tuple = ("component", self.state.keys[vector_name], component)
+            refs = (vector_name,)
         else:
-            read = element_value(f"{pointer}[{self.address(load.buffer, indices)}]",
-                                 buffer.dtype)
+            access = self.access(load.buffer, indices)
+            read = element_value(access, buffer.dtype)
+            key = ("load", load.buffer, buffer.dtype, *(key_of(i) for i in indices))
+            accesses = (access,) if access in self.state.accesses else ()
         if inside:
             if not vector and config.current().unconditional_border_loads:  # the index is clamped inside
-                read = self.define(load.dtype, read, prefix=f"ld_{load.buffer}_")
+                read = self.define(load.dtype, read, prefix=f"ld_{load.buffer}_", key=key,
+                                   refs=refs, accesses=accesses)
+                key, refs, accesses = self.state.keys[read], (read,), ()
             value = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
-            return f"({' && '.join(inside)}) ? {read} : {value}"
-        return read
+            return (f"({' && '.join(inside)}) ? {read} : {value}",
+                    ("inside", key, value, *(key_of(f) for f in inside)),
+                    (*refs, *self.state.reads_of(*inside)), accesses)
+        return read, key, refs, accesses
 
     def shifted(self, coord: Coordinate, offset: int, size: str, load: Load
                 ) -> tuple[Coordinate, str | None]:
@@ -457,12 +567,14 @@ class ExprEmitter:
         index, flag = self.index(coord, offset, size, load)
         return (index, 0), flag
 
-    def address(self, name: str, indices: list[str]) -> str:
-        """Row-major element address of ``indices`` in buffer ``name`` (a marker for staged
-        buffers)."""
+    def access(self, name: str, indices: list[str]) -> str:
+        """The element ``indices`` of buffer ``name``, row-major (of a staged buffer: a
+        marker, recorded in ``state.accesses`` for the kernel to render)."""
         if name in self.state.staged:
-            return staged_address(name, indices)
-        return row_major_address(self.graph, name, indices)
+            access = f"{c_name(name)}[KF_AT({'|'.join([name, *indices])})]"
+            self.state.accesses[access] = (name, tuple(indices))
+            return access
+        return f"{c_name(name)}[{row_major_address(self.graph, name, indices)}]"
 
     def vector_column(self, load: Load) -> tuple[str, int] | None:
         """(vector type, column) when the read is a component of an aligned vector load.
@@ -482,19 +594,22 @@ class ExprEmitter:
         return vector_type, column
 
     def vector_component(self, load: Load, row_indices: list[str], vector_type: str,
-                         column: int) -> str:
-        """Column ``column`` (from ``ix``) of the read's row, from the aligned vector load
-        (emitted once) that holds it."""
+                         column: int) -> tuple[str, str]:
+        """(the aligned vector load holding column ``column`` (from ``ix``) of the read's
+        row, emitted once; the component that is the column)."""
         width = self.state.vector_columns
         start = column // width * width
-        row = self.address(load.buffer, [*row_indices, coordinate_text(("ix", start))])
-        key = (vector_type, f"{c_name(load.buffer)}[{row}]")
-        if key not in self.state.texts:
-            name = self.fresh(f"vec_{load.buffer}_")
-            self.lines.append(f"const {vector_type} {name} = *reinterpret_cast<const "
-                              f"{vector_type}*>(&{key[1]});")
-            self.state.texts[key] = name
-        return f"{self.state.texts[key]}.{'xyzw'[column - start]}"
+        access = self.access(load.buffer, [*row_indices, coordinate_text(("ix", start))])
+        texts = (vector_type, access)
+        if texts not in self.state.texts:
+            key_of = self.state.key_of
+            self.state.texts[texts] = self.state.declare(
+                vector_type, self.fresh(f"vec_{load.buffer}_"),
+                f"*reinterpret_cast<const {vector_type}*>(&{access})",
+                ("vector", load.buffer, vector_type, start, *(key_of(i) for i in row_indices)),
+                self.state.reads_of(*row_indices),
+                (access,) if access in self.state.accesses else ())
+        return self.state.texts[texts], "xyzw"[column - start]
 
     def index(self, coord: Coordinate, offset: int, size: str, load: Load
               ) -> tuple[str, str | None]:
@@ -508,32 +623,33 @@ class ExprEmitter:
         low, high = self.state.in_range.get(base, (0, 0))
         tag = f"{'p' if total > 0 else 'm'}{abs(total)}"
         shifted = f"{base} {'+' if total > 0 else '-'} {abs(total)}"
+        state = self.state
         if low <= total <= high:
             if total == 0:
+                state.keys.setdefault(base, index_key(base, 0))
                 return base, None
             key = (base, total, "inside")
-            if key not in self.state.indices:
-                name = f"{base}_{tag}"
-                self.lines.append(f"const int {name} = {shifted};")
-                self.state.indices[key] = name
-            return self.state.indices[key], None
+            if key not in state.indices:
+                state.indices[key] = state.declare("int", f"{base}_{tag}", shifted,
+                                                   index_key(base, total))
+            return state.indices[key], None
         mode = load.boundary.mode if load.boundary else "clamp"
         key = (base, total, size, mode)
-        if key not in self.state.indices:
+        if key not in state.indices:
             function = {"clamp": "kf_clamp", "mirror": "kf_mirror", "repeat": "kf_repeat",
                         "constant": "kf_clamp"}[mode]
-            name = f"{base}_{tag}_{mode}"
-            self.lines.append(f"const int {name} = {function}({shifted}, {size});")
-            self.state.indices[key] = name
+            state.indices[key] = state.declare("int", f"{base}_{tag}_{mode}",
+                                               f"{function}({shifted}, {size})",
+                                               index_key(base, total, size, mode))
         flag = None
         if mode == "constant":
             flag_key = (base, total, size, "flag")
-            if flag_key not in self.state.indices:
-                name = f"in_{base}_{tag}"
-                self.lines.append(f"const bool {name} = kf_inside({shifted}, {size});")
-                self.state.indices[flag_key] = name
-            flag = self.state.indices[flag_key]
-        return self.state.indices[key], flag
+            if flag_key not in state.indices:
+                state.indices[flag_key] = state.declare(
+                    "bool", f"in_{base}_{tag}", f"kf_inside({shifted}, {size})",
+                    index_key(base, total, size, "flag"))
+            flag = state.indices[flag_key]
+        return state.indices[key], flag
 
 
 def row_major_address(graph: Graph, name: str, indices: list[str]) -> str:
@@ -543,15 +659,6 @@ def row_major_address(graph: Graph, name: str, indices: list[str]) -> str:
     for axis in range(1, buffer.ndim):
         address = f"({address}) * {size_var(buffer.shape[axis])} + {indices[axis]}"
     return address
-
-
-# ``KF_AT(buffer|index|index|...)``: an element of a staged buffer, rendered later
-STAGED_ADDRESS = re.compile(r"KF_AT\(([^|()]+)((?:\|[^|]+?)+)\)(?=\])")
-
-
-def staged_address(name: str, indices: list[str]) -> str:
-    """The marker of element ``indices`` of staged buffer ``name`` (see STAGED_ADDRESS)."""
-    return f"KF_AT({'|'.join([name, *indices])})"
 
 
 def param_list(graph: Graph, reads: list[str], writes: list[str], symbols: list[str],

@@ -188,14 +188,13 @@ class KernelGroup(GroupNames):
         if producer is None:
             return None
         dtype = producer.body.dtype  # type: ignore[union-attr]
-        if load.is_centered:  # the producer at this very point
-            emitter.state.evaluated.add((producer.name, emitter.coords))
-            return rounded(emitter.emit(producer.body), dtype)  # type: ignore[arg-type]
-        coords, inside = self.mapped_point(load, emitter)
-        target = emitter.at(coords)
-        target.state.evaluated.add((producer.name, target.coords))
-        return self.guarded(load, emitter, rounded(target.emit(producer.body), dtype),  # type: ignore[arg-type]
-                            inside)
+        if not load.is_centered:  # the producer where the read's boundary mode puts it
+            coords, inside = self.mapped_point(load, emitter)
+            emitter = emitter.at(coords)
+        emitter.state.evaluated.add((producer.name, emitter.coords))
+        value = emitter.emit(producer.body)  # type: ignore[arg-type]
+        value = emitter.state.wrap(rounded(value, dtype), rounded("{}", dtype), value)
+        return value if load.is_centered else self.guarded(load, emitter, value, inside)
 
     def mapped_point(self, load: Load, emitter: ExprEmitter
                      ) -> tuple[tuple[Coordinate, ...], list[str]]:
@@ -217,8 +216,12 @@ class KernelGroup(GroupNames):
         if not inside:
             return value
         constant = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
+        key_of = emitter.state.key_of
         return emitter.define(load.dtype, f"({' && '.join(inside)}) ? {value} : {constant}",
-                              prefix=f"x_{load.buffer}_")
+                              prefix=f"x_{load.buffer}_",
+                              key=("inside", key_of(value), constant,
+                                   *(key_of(flag) for flag in inside)),
+                              refs=emitter.state.reads_of(value, *inside))
 
     def store_values(self, emitter: ExprEmitter) -> list[tuple[str, str]]:
         """Evaluate every map output at the emitter's point: (buffer, C value) pairs."""
@@ -230,9 +233,12 @@ class KernelGroup(GroupNames):
 
     def store_lines(self, emitter: ExprEmitter, address: str) -> list[str]:
         """Evaluate every map output at the emitter's point and store it."""
-        return [f"{c_name(name)}[{address}] = "
-                f"{element_store(value, self.graph.buffers[name].dtype)};"
+        return [self.store_line(name, value, address)
                 for name, value in self.store_values(emitter)]
+
+    def store_line(self, name: str, value: str, address: str) -> str:
+        """The statement storing ``value`` at ``address`` of the output ``name``."""
+        return f"{c_name(name)}[{address}] = {element_store(value, self.graph.buffers[name].dtype)};"
 
 
 def _domain_count(domain: tuple[str, ...]) -> str:
@@ -262,29 +268,32 @@ def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], s
     ``ix``, alignment checked by the caller) each row of an input is one vector load and
     each row of an output one vector store.
     """
-    emitter, stores = items_emitted(group, points, sizes, in_range, vector_columns)
+    emitter, stores, _ = items_emitted(group, points, sizes, in_range, vector_columns)
     return emitter.lines + stores
 
 
 def items_emitted(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], str | None]],
                   sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]],
                   vector_columns: int = 0, staged: frozenset[str] = frozenset()
-                  ) -> tuple[ExprEmitter, list[str]]:
-    """(emitter holding the value lines, store lines) of :func:`_items_code`; reads of
-    ``staged`` buffers are left as address markers (:mod:`kfuse.codegen.marching`)."""
+                  ) -> tuple[ExprEmitter, list[str], list[str]]:
+    """(emitter holding the value statements, store lines, the values they store) of
+    :func:`_items_code`; reads of ``staged`` buffers are left as address markers
+    (:mod:`kfuse.codegen.marching`)."""
     emitter = group.emitter(points[0][0], points[0][1])
     emitter.state.in_range.update(in_range)
     emitter.state.vector_columns = vector_columns
     emitter.state.staged = staged
-    stores = []
+    stores, stored = [], []
     rows: dict[tuple, dict[str, list[str]]] = {}
     for coords, flat in points:
         point = emitter.at(coords, flat)
-        if vector_columns:
-            for name, value in group.store_values(point):
+        address = flat if flat else _flat_address(sizes, coords)
+        for name, value in group.store_values(point):
+            stored.append(value)
+            if vector_columns:
                 rows.setdefault(coords[:-1], {}).setdefault(name, []).append(value)
-        else:
-            stores += group.store_lines(point, flat if flat else _flat_address(sizes, coords))
+            else:
+                stores.append(group.store_line(name, value, address))
     for row, outputs in rows.items():
         address = _flat_address(sizes, (*row, ("ix", 0)))
         for name, values in outputs.items():
@@ -293,7 +302,7 @@ def items_emitted(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...],
             cast = ", ".join(f"({C_TYPES[dtype]}){v}" for v in values)
             stores.append(f"*reinterpret_cast<{vector_type}*>(&{c_name(name)}[{address}]) = "
                           f"{vector_type}{{{cast}}};")
-    return emitter, stores
+    return emitter, stores, stored
 
 
 def map_kernel(group: KernelGroup, form: Tiled, march: bool = False

@@ -10,11 +10,14 @@ along z as fill one wave of the device, beside the blocks of rows and columns):
 - the values a step computes that the next step needs one plane lower (input taps and
   intermediates) stay in registers: the step's code is the register tile's code for one
   plane, less every value whose counterpart one plane higher the same code computes
-  (found on the emitted statements: a value whose z indices, shifted up by one plane,
-  spell another value's statement is that value's next-step copy); each intermediate is
+  (found on the emitted statements' keys, :class:`~kfuse.codegen.cexpr.Statement`: the
+  value whose key is this value's key with every plane index one plane higher is its
+  next-step copy); each intermediate is
   computed on its newest plane only, over every row and column the step reads it at
   (``march_newest_planes_only`` of :mod:`kfuse.config`), and carried below;
-- the input planes the step still reads come from shared memory, where the block copies
+- the input planes the step still reads come from shared memory (the emitter leaves each
+  read of a staged input as a marker it records with its buffer and indices, which this
+  kernel renders as a global or a shared-memory address), where the block copies
   each plane (its rows and columns grown by the chain's reach) ``march_prefetch`` planes
   ahead with asynchronous copies (cp.async), so that the loads of many planes are in
   flight while the threads compute;
@@ -34,18 +37,21 @@ marching path does not take (width not a multiple of 4, rows not a multiple of
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from kfuse import config
-from kfuse.codegen.cexpr import STAGED_ADDRESS, c_name, indent, row_major_address, size_var
+from kfuse.codegen.cexpr import (
+    EmitState,
+    Statement,
+    c_name,
+    indent,
+    moved_key,
+    row_major_address,
+    size_var,
+)
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 from kfuse.schedule.marching import MARCH_COLUMNS, MARCH_ROWS, MARCH_THREADS_X, staged_inputs
-
-_DECLARATION = re.compile(r"^const (\w+) (\w+) = (.*);$")
-_TOKEN = re.compile(r"\b[A-Za-z_]\w*\b")
-_PLANE_INDEX = re.compile(r"^iz(?:_([pm])(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -86,88 +92,43 @@ class _Step:
 
     z_indices: list[str]  # plane indices (iz + k): every step
     thread_indices: list[str]  # row and column indices: once per thread
-    values: list[tuple[str, str, str]]  # (C type, name, text) in order
+    values: list[Statement]  # in order
     carried: dict[str, str]  # value -> the value that becomes it one step later
     needed: set[str]  # values a marching step reads (carried) or computes
-    stores: list[str]
-
-
-def _plane_offset(name: str) -> int | None:
-    """The offset of the plane index ``name`` from ``iz`` (``iz_m2``: -2; None: not one)."""
-    match = _PLANE_INDEX.match(name)
-    if match is None:
-        return None
-    sign, amount = match.groups()
-    return (int(amount) if sign == "p" else -int(amount)) if sign else 0
-
-
-def _plane_shift(name: str, z_names: set[str]) -> str | None:
-    """The plane index one plane above ``name`` (``iz_p1`` for ``iz``), if the step has it."""
-    offset = _plane_offset(name)
-    shifted = None if offset is None else _plane_name(offset + 1)
-    return shifted if shifted in z_names else None
-
-
-def _plane_name(offset: int) -> str:
-    """The emitter's name of the plane index ``iz + offset``."""
-    return "iz" if offset == 0 else f"iz_{'p' if offset > 0 else 'm'}{abs(offset)}"
 
 
 def _plane_text(offset: int) -> str:
     return "iz" if offset == 0 else f"iz {'+' if offset > 0 else '-'} {abs(offset)}"
 
 
-def _split_step(lines: list[str], index_names: set[str], stores: list[str]) -> _Step:
+def _split_step(state: EmitState, stored: list[str]) -> _Step:
     """Split one plane's statements into plane indices, per-thread indices and values, and
-    find which values the next step takes over (see the module's docstring)."""
+    find which values the next step takes over: a value whose key, moved one plane up, is
+    another value's key (see the module's docstring)."""
     z_indices, thread_indices, values = [], [], []
-    for line in lines:
-        match = _DECLARATION.match(line)
-        if match is None:
-            raise ValueError(f"marching: unexpected statement {line!r}")
-        ctype, name, text = match.groups()
-        if name in index_names:
-            (z_indices if name == "iz" or name.startswith("iz_") else thread_indices).append(line)
+    for statement in state.statements:
+        if statement.key[0] == "index":
+            (z_indices if statement.key[1] == "iz" else thread_indices).append(statement.line)
         else:
-            values.append((ctype, name, text))
-    z_names = {"iz", *(_DECLARATION.match(line).group(2) for line in z_indices)}  # type: ignore[union-attr]
-    by_text = {(ctype, text): name for ctype, name, text in values}
-    value_names = {name for _, name, _ in values}
+            values.append(statement)
+    value_names = {statement.name for statement in values}
     upper: dict[str, str] = {}  # value -> its copy one plane higher (computed by the step)
-    for ctype, name, text in values:
-        pieces, ok = [], True
-        position = 0
-        for token in _TOKEN.finditer(text):
-            word = token.group(0)
-            if word in value_names:
-                replacement = upper.get(word)
-            elif word in z_names:
-                replacement = _plane_shift(word, z_names)
-            else:
-                continue
-            if replacement is None:
-                ok = False
-                break
-            pieces += [text[position:token.start()], replacement]
-            position = token.end()
-        if ok:
-            shifted = "".join([*pieces, text[position:]])
-            other = by_text.get((ctype, shifted))
-            if other is not None and other != name:
-                upper[name] = other
-    needed = _needed(values, upper, stores)
+    for statement in values:
+        other = state.named.get(moved_key(statement.key, "iz", 1))
+        if other is not None and other != statement.name and other in value_names:
+            upper[statement.name] = other
+    needed = _needed(values, upper, stored)
     carried = {name: source for name, source in upper.items() if name in needed}
-    return _Step(z_indices, thread_indices, values, carried, needed, stores)
+    return _Step(z_indices, thread_indices, values, carried, needed)
 
 
-def _needed(values: list[tuple[str, str, str]], upper: dict[str, str], stores: list[str]
-            ) -> set[str]:
-    """The values a marching step reads, computes or hands on: the stores' values, the
+def _needed(values: list[Statement], upper: dict[str, str], stored: list[str]) -> set[str]:
+    """The values a marching step reads, computes or hands on: the stored values, the
     operands of each value it computes, and the next-step copy of each value it carries
     (a value with a copy one plane higher is carried, not computed)."""
-    operands = {name: _TOKEN.findall(text) for _, name, text in values}
+    operands = {statement.name: statement.refs for statement in values}
     needed: set[str] = set()
-    pending = [t for line in stores for t in _TOKEN.findall(line) if t in operands]
+    pending = [name for name in stored if name in operands]
     while pending:
         name = pending.pop()
         if name in needed:
@@ -211,22 +172,31 @@ def _newest_planes_only(group, emitter) -> None:
             emitter.at(coords).emit(kernels[name].body)
 
 
-def _render_addresses(text: str, graph, plane_slot: dict[str, str] | None,
-                      staged: Staging) -> str:
-    """``text`` with its staged-address markers as global addresses (``plane_slot``
-    None) or as shared-memory addresses in the staged planes."""
-    def render(match: re.Match) -> str:
-        name = match.group(1)
-        indices = match.group(2).split("|")[1:]
+def _plane_of(state: EmitState, index: str) -> int:
+    """The offset from ``iz`` of the plane index ``index`` (``iz_m2``: -2)."""
+    key = state.keys.get(index, ())
+    if key[:2] != ("index", "iz") or len(key) != 3:
+        raise ValueError(f"marching: a staged read at a plane the step does not index "
+                         f"({index})")
+    return key[2]
+
+
+def _rendered(statement: Statement, state: EmitState, graph, plane_slot: dict[int, str] | None,
+              staged: Staging) -> str:
+    """The statement's text with its reads of staged buffers from global memory
+    (``plane_slot`` None) or from the staged planes (``plane_slot``: the slot of each
+    plane offset)."""
+    text = statement.text
+    for access in statement.accesses:
+        name, indices = state.accesses[access]
         if plane_slot is None:
-            return row_major_address(graph, name, indices)
-        return (f"{plane_slot[indices[0]]} + ({indices[1]} - kf_row0) * {staged.pitch} + "
-                f"({indices[2]} - kf_column0)")
-    if plane_slot is not None:
-        for name in staged.buffers:  # the staged planes, not the array
-            text = re.sub(rf"\b{c_name(name)}\[(?=KF_AT\()", f"kf_staged_{c_name(name)}[",
-                          text)
-    return STAGED_ADDRESS.sub(render, text)
+            element = f"{c_name(name)}[{row_major_address(graph, name, list(indices))}]"
+        else:
+            element = (f"kf_staged_{c_name(name)}[{plane_slot[_plane_of(state, indices[0])]} + "
+                       f"({indices[1]} - kf_row0) * {staged.pitch} + "
+                       f"({indices[2]} - kf_column0)]")
+        text = text.replace(access, element)
+    return text
 
 
 def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpec] | None:
@@ -246,22 +216,19 @@ def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpe
     staged = staging(group)
     points = [((("iz", 0), ("iy", m), ("ix", c)), None) for m in range(rows)
               for c in range(columns)]
-    emitter, stores = items_emitted(
+    emitter, stores, stored = items_emitted(
         group, points, sizes, {"iz": (-below, above), "iy": (0, rows - 1),
                                "ix": (0, columns - 1)}, columns, frozenset(staged.buffers))
     if config.current().march_newest_planes_only:
         _newest_planes_only(group, emitter)
-    step = _split_step(emitter.lines, set(emitter.state.indices.values()), stores)
+    state = emitter.state
+    step = _split_step(state, stored)
     carried = step.carried
     # plane offsets the marching step still reads from the staged planes
-    computed = [(ctype, name, text) for ctype, name, text in step.values
-                if name in step.needed and name not in carried]
-    step_text = "\n".join(text for _, _, text in computed)
-    offsets = {_plane_offset(m.group(2).split("|")[1]) for m in
-               STAGED_ADDRESS.finditer(step_text)}
-    if None in offsets:
-        raise ValueError("marching: a staged read at a plane the step does not index")
-    plane_offsets = sorted(offsets)  # type: ignore[type-var]
+    computed = [statement for statement in step.values
+                if statement.name in step.needed and statement.name not in carried]
+    plane_offsets = sorted({_plane_of(state, state.accesses[access][1][0])
+                            for statement in computed for access in statement.accesses})
     lowest, highest = (plane_offsets[0], plane_offsets[-1]) if plane_offsets else (0, 0)
     planes = highest - lowest + 1 + prefetch
     plane_bytes = [staged.plane_elements * ITEM_SIZE[graph.buffers[name].dtype]
@@ -323,17 +290,15 @@ def marching_kernel(group, fallback: list[str]) -> tuple[KernelSource, LaunchSpe
         "};"]
 
     # -- one step: the first of a chunk from global memory, the others marching ----------
-    declared = [f"{ctype} {name};" for ctype, name, _ in step.values if name in carried]
+    declared = [f"{v.ctype} {v.name};" for v in step.values if v.name in carried]
     carry = [f"{name} = {carried[name]};" for name in _carry_order(carried)]
-    first_values = [(f"{name} = " if name in carried else f"const {ctype} {name} = ")
-                    + _render_addresses(text, graph, None, staged) + ";"
-                    for ctype, name, text in step.values]
-    slots = {_plane_name(k): f"kf_slot_{'p' if k >= 0 else 'm'}{abs(k)}" for k in plane_offsets}
-    slot_lines = [f"const int {slots[_plane_name(k)]} = ({_plane_text(k)}) % {planes} * "
-                  f"{elements};" for k in plane_offsets]
-    marching_values = [f"const {ctype} {name} = "
-                       + _render_addresses(text, graph, slots, staged) + ";"
-                       for ctype, name, text in computed]
+    first_values = [(f"{v.name} = " if v.name in carried else f"const {v.ctype} {v.name} = ")
+                    + _rendered(v, state, graph, None, staged) + ";" for v in step.values]
+    slots = {k: f"kf_slot_{'p' if k >= 0 else 'm'}{abs(k)}" for k in plane_offsets}
+    slot_lines = [f"const int {slots[k]} = ({_plane_text(k)}) % {planes} * {elements};"
+                  for k in plane_offsets]
+    marching_values = [f"const {v.ctype} {v.name} = "
+                       + _rendered(v, state, graph, slots, staged) + ";" for v in computed]
 
     single_point = [((("iz_k", 0), ("iy_k", 0), ("ix_k", 0)), None)]
     single = _items_code(group, single_point, sizes, {})
