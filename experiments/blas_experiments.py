@@ -58,9 +58,10 @@ from kfuse.apps import get_app
 from kfuse.apps.check import relative_error
 from kfuse.bench.floor import launch_bytes
 from kfuse.codegen import generate
-from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant, is_variant_text
 from kfuse.errors import KfuseError
+from kfuse.fusion.mapreduce import MapReduceGroup
 from kfuse.runtime.binding import bind
+from kfuse.schedule.forms import MapReduceVariant, is_variant_text
 from kfuse.search.variants import ImplementationSpace
 
 APPS = ("gesummv", "gemver", "sgemv", "atax", "sgemvt", "bicgk")  # most wanted first

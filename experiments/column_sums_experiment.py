@@ -33,10 +33,11 @@ from kfuse.bench.experiment import (
 )
 from kfuse.cli.arguments import POSITIVE_INT
 from kfuse.codegen import generate
-from kfuse.codegen.mapreduce import MapReduceGroup, MapReduceVariant, is_variant_text
 from kfuse.fusion.legality import split_epilogue
+from kfuse.fusion.mapreduce import MapReduceGroup
 from kfuse.fusion.plan import group_outputs, order_groups
 from kfuse.runtime import get_backend
+from kfuse.schedule.forms import MapReduceVariant, is_variant_text
 from kfuse.search.variants import ImplementationSpace
 from kfuse.tune.timing import print_rounds, time_alternating
 

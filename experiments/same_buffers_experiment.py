@@ -28,7 +28,7 @@ from kfuse.bench.experiment import (
     run_checked,
 )
 from kfuse.codegen import generate
-from kfuse.codegen.mapreduce import MapReduceGroup
+from kfuse.fusion.mapreduce import MapReduceGroup
 from kfuse.runtime import get_backend
 from kfuse.runtime.backend import VECTOR_ALIGNMENT
 from kfuse.tune.timing import print_rounds, time_alternating

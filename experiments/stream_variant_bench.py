@@ -37,7 +37,7 @@ from kfuse.bench.experiment import (
     studied_group,
 )
 from kfuse.codegen import generate
-from kfuse.codegen.mapreduce import MapReduceGroup
+from kfuse.fusion.mapreduce import MapReduceGroup
 from kfuse.runtime import get_backend
 from kfuse.search.variants import ImplementationSpace
 from kfuse.tune.timing import print_rounds, time_alternating

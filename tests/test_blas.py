@@ -21,9 +21,9 @@ from kfuse.codegen.barriers import (
     barrier_reason,
     place_barriers,
 )
-from kfuse.codegen.mapreduce import MapReduceGroup, claims
 from kfuse.errors import FusionError, ShapeError
 from kfuse.fusion.legality import group_violations, rule_same_nesting_depth
+from kfuse.fusion.mapreduce import MapReduceGroup, claims
 from kfuse.fusion.plan import check_groups
 from kfuse.runtime import get_backend
 from kfuse.schedule.forms import MapReduceVariant

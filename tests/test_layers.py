@@ -38,14 +38,8 @@ LAYERS = (
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 # (importing module, imported module): imports that still run upward, with what removes
-# them. The implementation space of map/reduce groups (kfuse.search.variants) reads each
-# group's shape, its default and normalised variants and its tiles from
-# kfuse.codegen.mapreduce's MapReduceGroup, which also lays out the kernel's shared memory:
-# its planning half moves to kfuse.schedule with the one map-reduce skeleton (issue 27,
-# item 3).
-UPWARD_DEBT = {
-    ("kfuse.search.variants", "kfuse.codegen.mapreduce"),
-}
+# them: none (the map-reduce group's planning half lives in kfuse.fusion.mapreduce).
+UPWARD_DEBT: set[tuple[str, str]] = set()
 
 
 def layer_of(module: str) -> str:

@@ -11,17 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class SharedElement:
-    """An on-chip element in the kernel's one shared array: its byte range."""
-
-    name: str
-    offset: int
-    size: int
-
-    def overlaps(self, other: SharedElement) -> bool:
-        return self.offset < other.offset + other.size and other.offset < self.offset + self.size
+from kfuse.schedule.shared_memory import SharedElement
 
 
 @dataclass(frozen=True)

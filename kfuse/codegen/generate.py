@@ -13,6 +13,7 @@ from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.program import Program
 from kfuse.codegen.specialise import specialise_kernel
 from kfuse.errors import CompileError
+from kfuse.fusion.mapreduce import claims
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import GroupSchedule, group_schedule
 
@@ -58,7 +59,7 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
     serpentine = block_order.Serpentine(graph)
     for group in groups:
         members, outputs, form = group.members, group.outputs, group.form
-        if mapreduce.claims(graph, members, form):
+        if claims(graph, members, form):
             kernel, launch = mapreduce.group_kernel(graph, members, outputs, form)
         else:
             kernel, launch = group_kernel(KernelGroup(graph, members, outputs), form, march)

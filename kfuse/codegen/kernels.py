@@ -46,65 +46,17 @@ from kfuse.codegen.program import (
 )
 from kfuse.codegen.scales import Scaled, factor_out_constants, materialise
 from kfuse.errors import FusionError
-from kfuse.ir.expr import C_TYPES, INT_RANGES, ITEM_SIZE, Expr, Load, count_operations, format_value
+from kfuse.ir.cnames import GroupNames
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Expr, Load, count_operations, format_value
 from kfuse.ir.graph import Graph, Kernel
+from kfuse.ir.reduce_ops import REDUCE_OP_CODE, identity_text, identity_value
 from kfuse.schedule import tiles
 from kfuse.schedule.forms import Form, Single, Staged, Tiled, reads_only_at_points
 from kfuse.schedule.marching import marches
 
 MAP_BLOCK_1D = 256
 REDUCE_BLOCK = 256
-REDUCE_OP_CODE = {"sum": 0, "min": 1, "max": 2}
-MAX_SYMBOL_LENGTH = 64
 REDUCE_COORDS = {0: (), 1: ("ix",), 2: ("iy", "ix"), 3: ("iz", "iy", "ix")}
-
-
-def identity_value(op: str, dtype: str) -> float:
-    """The value a reduction output starts from."""
-    if op == "sum":
-        return 0
-    if dtype in INT_RANGES:
-        low, high = INT_RANGES[dtype]
-        return high if op == "min" else low
-    return float("inf") if op == "min" else float("-inf")
-
-
-def identity_text(op: str, dtype: str) -> str:
-    if dtype in ("int32", "int64") and op != "sum":
-        prefix = "KF_INT" if dtype == "int32" else "KF_LONG"
-        return f"{prefix}_MAX" if op == "min" else f"{prefix}_MIN"
-    return format_value(identity_value(op, dtype), dtype)
-
-
-class GroupNames:
-    """What every generated kernel's group says about itself: its C name, the external
-    buffers and the parameters it reads (from ``graph``, ``members`` and ``produced``)."""
-
-    graph: Graph
-    members: tuple[Kernel, ...]
-    produced: dict[str, Kernel]
-
-    @property
-    def symbol(self) -> str:
-        names = [k.name for k in self.members]
-        text = "_".join(names)
-        if len(text) > MAX_SYMBOL_LENGTH:
-            text = "_".join(names[:3]) + f"_and_{len(names) - 3}_more"
-        return c_name(f"{self.graph.name}_{text}")
-
-    @property
-    def reads(self) -> list[str]:
-        """External buffers read by any member, in order of first use."""
-        result: list[str] = []
-        for kernel in self.members:
-            for name in kernel.reads:
-                if name not in self.produced and name not in result:
-                    result.append(name)
-        return result
-
-    @property
-    def params(self) -> list[str]:
-        return sorted({p.name for k in self.members for p in k.params})
 
 
 class KernelGroup(GroupNames):

@@ -17,7 +17,7 @@ from kfuse.codegen.program import GRID_LIMITS, GridAxis
 from kfuse.ir.expr import C_TYPES
 
 if TYPE_CHECKING:
-    from kfuse.codegen.mapreduce import Reduce
+    from kfuse.fusion.mapreduce import Reduce
 
 
 def row_total(reduce: Reduce, unroll: int, target: str, comment: str = "",

@@ -9,7 +9,7 @@ For a pipeline of map/reduce operators (BLAS-1/2 sequences):
    are only the whole-row stream (whole-column) variants (the one exception to F2: a warp
    or block owns the whole row, a block the whole column), and a row reduction with members
    over the same matrix reading it at their row (ATAX), implemented only by held rows;
-2. **implementations of a fusion**: every :class:`~kfuse.codegen.mapreduce.MapReduceVariant`
+2. **implementations of a fusion**: every :class:`~kfuse.schedule.forms.MapReduceVariant`
    (block size, tile shape, serial iterations, 16-byte accesses, how row reductions are
    combined, calling order; vector kernels also a persistent grid sized to the device),
    pruned as the paper says: duplicates, variants that cannot run
@@ -75,7 +75,6 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from kfuse.codegen.mapreduce import MapReduceGroup, claims, mapreduce_group_reason
 from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD, WARP
 from kfuse.errors import FusionError, KfuseError
 from kfuse.fusion.legality import (
@@ -84,6 +83,7 @@ from kfuse.fusion.legality import (
     is_epilogue_group,
     plan_violations,
 )
+from kfuse.fusion.mapreduce import MapReduceGroup, claims, mapreduce_group_reason
 from kfuse.fusion.plan import FusionPlan, group_outputs, make_plan
 from kfuse.ir.expr import count_operations
 from kfuse.ir.graph import Graph
