@@ -86,7 +86,7 @@ from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import (
     MapReduceGroup,
     Reduce,
-    _pad,
+    row_padding,
 )
 from kfuse.ir.expr import C_TYPES, Load
 from kfuse.ir.graph import Graph, Kernel
@@ -495,7 +495,7 @@ class _Builder(StreamBody, HeldBody):
                                   f"  if (kf_tx == 0) kf_atomic_{reduce.op}(&{reduce.var}[iy], "
                                   "kf_part);", "}"]
                 else:
-                    ld = tn + _pad(v)
+                    ld = tn + row_padding(v)
                     items = ", ".join(masked)
                     row_lines.append(f"{{ const {reduce.ctype} kf_st[{v}] = {{{items}}};  // "
                                      f"stage '{reduce.kernel.name}' in its tile")
@@ -610,7 +610,7 @@ class _Builder(StreamBody, HeldBody):
                      ) -> list[Routine]:
         """The row reduction's tile summed row by row (lane tx: row tx), then one atomic."""
         v, by = self.v, self.variant.threads[1]
-        ld = tn + _pad(v)
+        ld = tn + row_padding(v)
         tile = layout[f"tile_{reduce.var}"]
         part = layout[f"rowpart_{reduce.var}"]
         n_rows = size_var(self.group.domain[0])

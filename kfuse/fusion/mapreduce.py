@@ -297,7 +297,7 @@ class MapReduceGroup(GroupNames):
         if variant.rowsum == "smem":
             for reduce in self.row_reductions():
                 size = ITEM_SIZE[reduce.dtype]
-                tile_bytes = tm * (tn + _pad(v)) * size
+                tile_bytes = tm * (tn + row_padding(v)) * size
                 layout[f"tile_{reduce.var}"] = SharedElement(f"tile_{reduce.var}", offset,
                                                              tile_bytes)
                 offset = _align(offset + tile_bytes)
@@ -319,7 +319,7 @@ class MapReduceGroup(GroupNames):
         return max((e.offset + e.size for e in layout.values()), default=0)
 
 
-def _pad(v: int) -> int:
+def row_padding(v: int) -> int:
     """Row padding of a shared tile, in elements: one 16-byte vector (one element if V=1)."""
     return v
 

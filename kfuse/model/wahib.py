@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.errors import FusionError, KfuseError
 from kfuse.model.device import DeviceProfile
 
@@ -47,7 +48,7 @@ class Architecture:
     shared_memory_per_sm: int
     registers_per_sm: int
     bandwidth_gbps: float
-    max_registers_per_thread: int = 255
+    max_registers_per_thread: int = MAX_REGISTERS_PER_THREAD
     max_blocks_per_sm: int = 16
     max_threads_per_sm: int = 2048
     peak_gflops: float | None = None
