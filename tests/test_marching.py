@@ -265,8 +265,9 @@ def test_a_step_carries_what_it_computes_one_plane_higher():
     state.declare("float", "a", "u[KF_AT(u|iz|iy|ix)]", at_a)
     state.declare("float", "b", "u[KF_AT(u|iz_p1|iy|ix)]", at_b, ("iz_p1",))
     state.declare("float", "d", "u[KF_AT(u|iz|iy_m1_clamp|ix)]", at_d, ("iy_m1_clamp",))
-    state.declare("float", "s", "a + b", ("{} + {}", "float32", at_a, at_b), ("a", "b"))
-    state.declare("float", "r", "a * d", ("{} * {}", "float32", at_a, at_d), ("a", "d"))
+    a, b, d = ("stmt", "a"), ("stmt", "b"), ("stmt", "d")  # how keys name statements
+    state.declare("float", "s", "a + b", ("{} + {}", "float32", a, b), ("a", "b"))
+    state.declare("float", "r", "a * d", ("{} * {}", "float32", a, d), ("a", "d"))
     step = marching._split_step(state, ["s", "r"])
     # a is b one plane lower; s's copy one plane higher would need u at iz + 2; d is read
     # only at iz (its copy one plane higher is not computed)

@@ -191,11 +191,13 @@ def structural_key(node: Expr, child_keys: tuple) -> tuple:
 @dataclass(frozen=True)
 class Statement:
     """One emitted definition ``const <ctype> <name> = <text>;`` and what it is: its
-    ``key`` says how the value is made from the keys of its operands (index keys name an
-    axis, the offset from its base and the boundary mode), so that two statements with
-    equal keys compute the same value, and a statement's counterpart elsewhere (one plane
-    up, :mod:`kfuse.codegen.marching`) is the one whose key is this key moved there.
-    ``refs`` names the statements its text reads."""
+    ``key`` says how the value is made from its operands, each named by
+    :meth:`EmitState.ref_of` (an index by its axis, its offset from the axis's base and its
+    boundary mode; another statement by its name), so that two statements with equal keys
+    compute the same value, and a statement's counterpart elsewhere (one plane up,
+    :mod:`kfuse.codegen.marching`) is the one whose key is this key moved there. Keys stay
+    flat (a statement is named, not spelled out), so hashing one costs its own operands
+    only. ``refs`` names the statements its text reads."""
 
     ctype: str
     name: str
@@ -215,12 +217,24 @@ def index_key(base: str, offset: int, *mode: str) -> tuple:
     return ("index", base, offset, *mode)
 
 
-def moved_key(key: tuple, base: str, by: int) -> tuple:
-    """``key`` with every index of axis ``base`` (and coordinate along it) ``by`` further."""
+def moved_key(key: tuple, base: str, by: int, moved: Callable[[str], str | None]
+              ) -> tuple | None:
+    """``key`` with every index of axis ``base`` (and coordinate along it) ``by`` further
+    and every statement it names replaced by ``moved(name)``, the statement moved as far
+    (None where one has no such counterpart)."""
     if key and key[0] in ("index", "coord") and key[1] == base:
         return (key[0], base, key[2] + by, *key[3:])
-    return tuple(moved_key(part, base, by) if isinstance(part, tuple) else part
-                 for part in key)
+    if key and key[0] == "stmt":
+        name = moved(key[1])
+        return None if name is None else ("stmt", name)
+    parts = []
+    for part in key:
+        if isinstance(part, tuple):
+            part = moved_key(part, base, by, moved)
+            if part is None:
+                return None
+        parts.append(part)
+    return tuple(parts)
 
 
 @dataclass
@@ -261,10 +275,16 @@ class EmitState:
         self.named.setdefault(key, name)
         return name
 
-    def key_of(self, operand: str) -> tuple:
-        """The key of a C operand: its statement's, or the text itself (a constant, a
-        parameter, a coordinate)."""
-        return self.keys.get(operand) or ("text", operand)
+    def ref_of(self, operand: str) -> tuple:
+        """How a key names a C operand: an index or a coordinate (or an expression over a
+        statement) by its own key, a statement by its name, anything else (a constant, a
+        parameter) by its text."""
+        key = self.keys.get(operand)
+        if key is None:
+            return ("text", operand)
+        if key[0] in ("index", "coord") or operand in self.wrapped:
+            return key
+        return ("stmt", operand)
 
     def reads_of(self, *operands: str) -> tuple[str, ...]:
         """The statements that C operands read (themselves where they are one)."""
@@ -279,7 +299,7 @@ class EmitState:
     def wrap(self, text: str, template: str, operand: str) -> str:
         """``text`` (``template`` filled with ``operand``) as an operand with a key."""
         if text != operand:
-            self.keys.setdefault(text, (template, self.key_of(operand)))
+            self.keys.setdefault(text, (template, self.ref_of(operand)))
             self.wrapped.setdefault(text, self.reads_of(operand))
         return text
 
@@ -402,9 +422,9 @@ class ExprEmitter:
     def define_of(self, dtype: str, template: str, *operands: str) -> str:
         """:meth:`define` of ``template`` filled with ``operands`` (C operands), keyed by
         the template and the operands' keys."""
-        key_of = self.state.key_of
+        ref_of = self.state.ref_of
         return self.define(dtype, template.format(*operands),
-                           key=(template, dtype, *(key_of(o) for o in operands)),
+                           key=(template, dtype, *(ref_of(o) for o in operands)),
                            refs=self.state.reads_of(*operands))
 
     def _emit_node(self, node: Expr, args: list[str]) -> str:
@@ -461,14 +481,14 @@ class ExprEmitter:
         statements it reads, its reads of staged buffers)."""
         buffer = self.graph.buffers[load.buffer]
         pointer = c_name(load.buffer)
-        key_of = self.state.key_of
+        ref_of = self.state.ref_of
         if buffer.ndim == 0:
             return (element_value(f"{pointer}[0]", buffer.dtype), ("scalar", load.buffer),
                     (), ())
         identity = load.dims == tuple(range(len(self.domain))) and load.is_centered
         if identity and self.flat_index is not None:
             return (element_value(f"{pointer}[{self.flat_index}]", buffer.dtype),
-                    ("flat", load.buffer, key_of(self.flat_index)), (), ())
+                    ("flat", load.buffer, ref_of(self.flat_index)), (), ())
         vector = load.dims == tuple(range(len(self.domain))) and self.vector_column(load)
         indices, inside = [], []
         for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
@@ -484,21 +504,21 @@ class ExprEmitter:
         if vector:
             vector_name, component = self.vector_component(load, indices, vector[0], vector[1])
             read = f"{vector_name}.{component}"
-            key: tuple = ("component", self.state.keys[vector_name], component)
+            key: tuple = ("component", ref_of(vector_name), component)
             refs = (vector_name,)
         else:
             access = self.access(load.buffer, indices)
             read = element_value(access, buffer.dtype)
-            key = ("load", load.buffer, buffer.dtype, *(key_of(i) for i in indices))
+            key = ("load", load.buffer, buffer.dtype, *(ref_of(i) for i in indices))
             accesses = (access,) if access in self.state.accesses else ()
         if inside:
             if not vector and config.current().unconditional_border_loads:  # the index is clamped inside
                 read = self.define(load.dtype, read, prefix=f"ld_{load.buffer}_", key=key,
                                    refs=refs, accesses=accesses)
-                key, refs, accesses = self.state.keys[read], (read,), ()
+                key, refs, accesses = ref_of(read), (read,), ()
             value = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
             return (f"({' && '.join(inside)}) ? {read} : {value}",
-                    ("inside", key, value, *(key_of(f) for f in inside)),
+                    ("inside", key, value, *(ref_of(f) for f in inside)),
                     (*refs, *self.state.reads_of(*inside)), accesses)
         return read, key, refs, accesses
 
@@ -551,11 +571,11 @@ class ExprEmitter:
         access = self.access(load.buffer, [*row_indices, coordinate_text(("ix", start))])
         texts = (vector_type, access)
         if texts not in self.state.texts:
-            key_of = self.state.key_of
+            ref_of = self.state.ref_of
             self.state.texts[texts] = self.state.declare(
                 vector_type, self.fresh(f"vec_{load.buffer}_"),
                 f"*reinterpret_cast<const {vector_type}*>(&{access})",
-                ("vector", load.buffer, vector_type, start, *(key_of(i) for i in row_indices)),
+                ("vector", load.buffer, vector_type, start, *(ref_of(i) for i in row_indices)),
                 self.state.reads_of(*row_indices),
                 (access,) if access in self.state.accesses else ())
         return self.state.texts[texts], "xyzw"[column - start]

@@ -168,11 +168,11 @@ class KernelGroup(GroupNames):
         if not inside:
             return value
         constant = format_value(load.boundary.value, load.dtype)  # type: ignore[union-attr]
-        key_of = emitter.state.key_of
+        ref_of = emitter.state.ref_of
         return emitter.define(load.dtype, f"({' && '.join(inside)}) ? {value} : {constant}",
                               prefix=f"x_{load.buffer}_",
-                              key=("inside", key_of(value), constant,
-                                   *(key_of(flag) for flag in inside)),
+                              key=("inside", ref_of(value), constant,
+                                   *(ref_of(flag) for flag in inside)),
                               refs=emitter.state.reads_of(value, *inside))
 
     def store_values(self, emitter: ExprEmitter) -> list[tuple[str, str]]:

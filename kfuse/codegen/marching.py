@@ -114,7 +114,8 @@ def _split_step(state: EmitState, stored: list[str]) -> _Step:
     value_names = {statement.name for statement in values}
     upper: dict[str, str] = {}  # value -> its copy one plane higher (computed by the step)
     for statement in values:
-        other = state.named.get(moved_key(statement.key, "iz", 1))
+        moved = moved_key(statement.key, "iz", 1, upper.get)
+        other = None if moved is None else state.named.get(moved)
         if other is not None and other != statement.name and other in value_names:
             upper[statement.name] = other
     needed = _needed(values, upper, stored)
