@@ -274,3 +274,31 @@ def test_the_interior_test_of_register_tiles_is_a_warps_or_its_blocks(block_x, f
     assert conditions == ["warp_ix >= 4", "warp_ix_last + 8 <= n_img_1"]
     assert _warp_edge_test(block_x, 4, 0, 0, "n_img_1") == ([], [])
     assert _warp_edge_test(block_x, 4, 0, 4, "n")[1] == ["warp_ix_last + 8 <= n"]
+
+
+def test_statement_keys_name_their_operands_so_they_stay_flat():
+    """A chain of 3000 additions emits 3000 statements whose keys name the statement before
+    by its name: each key is a few levels deep, however long the chain (keys holding their
+    operands' keys whole made generation quadratic), and equal keys mean equal text."""
+    from kfuse.codegen.cexpr import ExprEmitter
+
+    p = kf.Pipeline("chain_keys")
+    v = p.input("v", ndim=1)
+    total = v
+    for index in range(1, 3000):
+        total = total + v.at(index % 7 - 3) * float(index % 5 + 1)
+    p.output(kf.local(total, boundary="mirror", name="s"))
+    graph = p.graph()
+    emitter = ExprEmitter(graph, (("i", 0),), graph.kernels[0].domain)
+    emitter.emit(graph.kernels[0].body)
+
+    def depth(key: object) -> int:
+        return 1 + max((depth(part) for part in key if isinstance(part, tuple)), default=0) \
+            if isinstance(key, tuple) else 0
+
+    statements = emitter.state.statements
+    assert len(statements) > 3000
+    assert max(depth(statement.key) for statement in statements) <= 3
+    texts: dict[tuple, str] = {}
+    for statement in statements:  # one text per key
+        assert texts.setdefault(statement.key, statement.text) == statement.text
