@@ -898,7 +898,9 @@ def test_cache_hit_skips_compiler(tmp_path, monkeypatch):
 
     monkeypatch.setattr(host_compiler.subprocess, "run", boom)
     assert compile_host_library(src, defines=["-DKT_X=1"]) == path
-    assert not list((tmp_path / "cpu").glob(".*tmp"))
+    # (its own temporary files: the module's background compiles of the shim's variants
+    # may be writing theirs into this folder while the test's KFUSE_CACHE_DIR is set)
+    assert not list((tmp_path / "cpu").glob(".kfuse-*tmp"))
 
 
 def test_missing_compiler_is_backend_unavailable(monkeypatch):

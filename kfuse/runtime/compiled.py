@@ -153,6 +153,7 @@ def describer(array: Any) -> Callable[[Any], tuple[tuple, int]]:
             raise BindError(f"expected an array (NumPy, CuPy or PyTorch), got "
                             f"{type(array).__name__}")
         _DESCRIBERS[type(array)] = describe
+        _NATIVE_KINDS[type(array)] = _DESCRIBER_KINDS[describe]  # (the C path's name for it)
     return describe
 
 
@@ -204,6 +205,7 @@ class Signature:
         self.outputs = tuple((name, graph.shape_of(name, bound.sizes), graph.buffers[name].dtype)
                              for name in graph.outputs)
         self.allocate = owner.arrays.allocator(family, device)  # (shape, dtype) -> array, address
+        self.current_stream = owner.arrays.stream_function(family, device)  # None: the host
         self.intermediates = tuple(
             (name, graph.shape_of(name, bound.sizes), buffer.dtype)
             for name, buffer in graph.buffers.items()
@@ -269,7 +271,7 @@ class Signature:
                 address = out_facts[name].address
             results[name] = array
             addresses.append(address)
-        stream = arrays.stream(self.family, self.device)
+        stream = self.current_stream() if self.current_stream is not None else None
         workspace = self._acquire(stream)
         try:
             self.native_launch(workspace, results, addresses, params, stream)
@@ -531,10 +533,8 @@ class CompiledPipeline:
                     tuple((name, _PARAM_CHECKS.get(dtype, "x"))
                           for name, dtype in graph.params.items()),
                     _NATIVE_KINDS, self._hot, FLOAT32_ROUNDS_TO_INFINITY)
-                self._dispatch_graph = graph
-            for kind_type, describe in list(_DESCRIBERS.items()):
-                _NATIVE_KINDS.setdefault(kind_type, _DESCRIBER_KINDS[describe])
-            native_key = dispatch.key(dict(given))
+                self._dispatch, self._dispatch_graph = dispatch, graph
+            native_key = dispatch.key(given)
             if native_key is None or native_key in self._hot:
                 return
             arrays, device = self.arrays, signature.device
@@ -542,10 +542,9 @@ class CompiledPipeline:
                 signature, self.stats, signature.outputs, signature.allocate,
                 arrays.current_device if device is not None else None,
                 -1 if device is None else device,
-                arrays.stream_function(signature.family, device), signature.native_workspaces,
+                signature.current_stream, signature.native_workspaces,
                 self._signatures, key, signature.capturable)
             signature.native_keys.append(native_key)
-            self._dispatch = dispatch
 
     # -- a new signature -------------------------------------------------------------------------
     def _compile(self, graph: Graph, given: Mapping[str, Any], facts: dict[str, ArrayFacts],

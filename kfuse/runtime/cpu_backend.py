@@ -139,9 +139,6 @@ class HostArrays:
     def address(self, array: np.ndarray) -> int:
         return array.ctypes.data
 
-    def stream(self, family: str, device: None) -> None:
-        return None
-
     def stream_function(self, family: str, device: None) -> None:
         return None  # the host has no streams
 

@@ -374,23 +374,17 @@ class CudaArrays:
     def address(self, array: Any) -> int:
         return address_of(array)
 
-    def stream(self, family: str, device: int) -> int:
+    def stream_function(self, family: str, device: int) -> Callable[[], int]:
+        """The function giving the caller's current stream (a raw pointer) for outputs of
+        ``family`` on ``device``: PyTorch's for tensors, CuPy's otherwise."""
         if family == "torch":
             torch = self._torch()
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            return raw(device) if raw else torch.cuda.current_stream(device).cuda_stream
-        return self.cupy.cuda.get_current_stream().ptr
-
-    def stream_function(self, family: str, device: int) -> Callable[[], int]:
-        """What :meth:`stream` returns, as a function of no arguments (for the C call path)."""
-        if family == "torch":
-            raw = getattr(self._torch()._C, "_cuda_getCurrentRawStream", None)
             if raw is not None:
                 return functools.partial(raw, device)
-        elif family == "cupy":
-            current = self.cupy.cuda.get_current_stream
-            return lambda: current().ptr
-        return functools.partial(self.stream, family, device)
+            return lambda: torch.cuda.current_stream(device).cuda_stream
+        current = self.cupy.cuda.get_current_stream
+        return lambda: current().ptr
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cupy.asnumpy(array)

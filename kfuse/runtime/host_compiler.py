@@ -121,6 +121,7 @@ def compile_host_library(
     defines: Sequence[str] = (),
     name_hint: str = "kfuse",
     extra_flags: Sequence[str] = (),
+    shim: bool = True,
 ) -> Path:
     """Compile CUDA C ``source`` into a shared library for the host and return its path.
 
@@ -128,6 +129,8 @@ def compile_host_library(
     switches ``KF_SHIM_FAULT_BARRIER``; ``extra_flags`` go to the compiler as they are (e.g.
     ``-g``, ``-fsanitize=thread``). ``name_hint`` labels the cached files
     ``<name_hint>-<hash>.{cu,so}``. A library already in the cache is returned without compiling.
+    ``shim``: the source includes the CPU shim (False: a source of its own, such as the C
+    call path's extension, compiled without the shim's folder or precompiled header).
 
     Raises :class:`~kfuse.errors.CompileError` (with the compiler's first lines of output and the
     path of the saved source) if compilation fails, and
@@ -139,7 +142,8 @@ def compile_host_library(
     flags = [*BASE_FLAGS, *(GCC_FLAGS if _is_gcc(version) else ()), *extra_flags,
              *(_define_flag(d) for d in defines)]
 
-    digest = compile_key(source, compiler, version, flags, (include / SHIM_HEADER).read_bytes())
+    digest = compile_key(source, compiler, version, flags,
+                         (include / SHIM_HEADER).read_bytes() if shim else b"")
 
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name_hint)[:48] or 'kfuse'}-{digest[:40]}"
     lib = cache_dir() / f"{stem}.so"
@@ -153,7 +157,8 @@ def compile_host_library(
     write_atomically(src, source.encode())
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".so.tmp", dir=out_dir)
     os.close(fd)
-    includes = [f"-I{d}" for d in (_precompiled_shim(compiler, flags, version), include) if d]
+    includes = [f"-I{d}" for d in (_precompiled_shim(compiler, flags, version), include)
+                if d] if shim else []
     cmd = [*compiler, *flags, *includes, "-x", "c++", str(src), "-x", "none", "-o", tmp]
     started = time.perf_counter()
     try:

@@ -57,7 +57,7 @@ def _built() -> ModuleType | None:
     try:
         library = compile_host_library(
             SOURCE.read_text(), name_hint=f"{MODULE_NAME}-{sysconfig.get_config_var('SOABI')}",
-            extra_flags=(f"-I{include}",))
+            extra_flags=(f"-I{include}",), shim=False)
         loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(library))
         spec = importlib.util.spec_from_file_location(MODULE_NAME, library, loader=loader)
         if spec is None:
