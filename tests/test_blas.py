@@ -341,6 +341,41 @@ def test_bicgk_variants_compute_the_reference(variant):
             assert relative_error(out[name], reference[name]) <= 1e-5, (variant, size, name)
 
 
+@pytest.mark.parametrize("variant", ["mapreduce:32x4:r2:i2:w:shuffle",
+                                     "mapreduce:32x8:r4:i1:w:smem",
+                                     "mapreduce:32x2:r1:i3:s:shuffle",
+                                     "mapreduce:128x1:r1:i1:w:stream:g4:u3:hr"])
+def test_every_matrix_form_folds_row_column_and_full_reductions_together(variant):
+    """One group with a reduction of each kind (row, column, over everything) and a stored
+    map: every form of the skeleton accumulates and combines each kind (odd sizes: masked
+    tiles, rows past the end)."""
+    cpu_or_skip()
+    p = kf.Pipeline("kinds")
+    a = p.input("A", ndim=2)
+    x = p.input("x", shape=(a.shape[1],))
+    r = p.input("r", shape=(a.shape[0],))
+    scaled = kf.point(a * 0.5 - 0.25, name="scaled")
+    q = kf.matvec(a, x, name="q")
+    s = kf.matvec_t(a, r, name="s")
+    total = kf.reduce_sum(a * a + 1.0, name="total")  # (elements past the end would add 1)
+    p.output(scaled, q, s, total)
+    graph = p.graph()
+    members = tuple(k.name for k in graph.kernels)
+    program = generate(graph, [(members, members, variant)])
+    rng = np.random.default_rng(5)
+    for rows, cols in ((67, 150), (5, 9), (37, 264)):
+        arrays = {"A": rng.standard_normal((rows, cols)).astype(np.float32),
+                  "x": rng.standard_normal(cols).astype(np.float32),
+                  "r": rng.standard_normal(rows).astype(np.float32)}
+        out = get_backend("cpu").run(graph, arrays, program=program)
+        matrix = arrays["A"].astype(np.float64)
+        expected = {"scaled": matrix * 0.5 - 0.25, "q": matrix @ arrays["x"],
+                    "s": matrix.T @ arrays["r"], "total": (matrix * matrix + 1).sum()}
+        for name, value in expected.items():
+            got = np.reshape(out[name], np.shape(value))
+            assert relative_error(got, value) <= 1e-5, (variant, rows, cols, name)
+
+
 @pytest.mark.parametrize("variant", ["mapreduce:128x1:r1:i2:w:shuffle:g3",
                                      "mapreduce:256x1:r1:i1:s:shuffle"])
 def test_vector_variants_compute_the_reference(variant):

@@ -8,22 +8,36 @@ the result). The row is still in registers: the members fed by those results (AT
 once where two kernels read it twice. Each thread keeps the same columns for every row, so
 column reductions accumulate in registers across all of the block's rows (a contiguous
 range) and are combined over the blocks with one atomic per column and block at the end.
-Part of the map-reduce generator (:mod:`kfuse.codegen.mapreduce`), whose kernel builder
-mixes this class in.
+Part of the map-reduce generator (:mod:`kfuse.codegen.mapreduce`), written through its
+skeleton (:mod:`kfuse.codegen.mapreduce_skeleton`).
 """
 
 from __future__ import annotations
 
 from kfuse.codegen.cexpr import c_name, indent, size_var
+from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.ir.expr import C_TYPES
 
 
-class HeldBody:
-    """The held-row body; the rest of the builder comes from its subclass."""
+class HeldKernel(MapReduceKernel):
+    """Blocks that hold each of their rows whole in registers."""
 
-    def held_body(self) -> tuple[list[str], tuple[GridAxis, GridAxis, GridAxis]]:
+    @property
+    def accumulation(self) -> dict[str, Accumulation]:
+        # (columns past the end are never stored: their accumulators need no mask)
+        return {"row": Accumulation("kf_racc_{var}", "identity"),
+                "col": Accumulation("kf_acc_{var}[kf_u][{element}]", "kept"),
+                "all": Accumulation("kf_acc_{var}")}
+
+    def mapping_text(self) -> str:
+        variant = self.variant
+        return (f"matrix rows held whole by blocks of {variant.threads[0]} threads, "
+                f"{variant.unroll} x {self.v} columns per thread, contiguous rows per block "
+                f"(at most {variant.blocks} blocks)")
+
+    def body(self) -> tuple[list[str], Grid]:
         """Rows held whole by blocks: core, the rows' reductions, then the fed members."""
         group, variant, v = self.group, self.variant, self.v
         threads, chunks = variant.threads[0], variant.unroll
@@ -36,12 +50,12 @@ class HeldBody:
             return (("iy", 0), ("ix", element))
 
         self.row_index, self.col_index = "[kf_u]", "[kf_u]"
-        core_code, core_values = self.points(coords_of, group.core)
+        self.address = f"(kf_index_t)iy * {n_cols} + ix"
+        core_code, core_values = self.evaluate(coords_of, group.core)
         # the fed members read each row reduction as the block's combined result
         self.held_values = {r.kernel.output: f"kf_row_{r.var}" for r in row_reductions}
-        fed_code, fed_values = self.points(coords_of, group.fed) if group.fed else ([], {})
+        fed_code, fed_values = self.evaluate(coords_of, group.fed) if group.fed else ([], {})
         self.held_values = {}
-        address = f"(kf_index_t)iy * {n_cols} + ix"
         chunk = [f"const int ix = (kf_u * {threads} + kf_tx) * {v};",
                  f"const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;",
                  "(void)kf_cols;  // (unused by some groups)"]
@@ -50,34 +64,14 @@ class HeldBody:
             return ["#pragma unroll", f"for (int kf_u = 0; kf_u < {chunks}; ++kf_u) {{",
                     *indent([*chunk, *lines], 1), "}"]
 
-        def accumulate(values: dict[str, list[str]], fed: bool) -> list[str]:
-            """Row results into the thread's partials (masked: elements past the row's end
-            read as 0), columns into their accumulators (columns past the end are never
-            stored), full reductions guarded."""
-            lines = []
-            for reduce in group.reductions:
-                if (reduce.kernel in group.fed) != fed:
-                    continue
-                combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
-                for element, value in enumerate(values[reduce.kernel.output]):
-                    item = f"({reduce.ctype}){value}"
-                    if reduce.kind == "row":
-                        lines.append(f"kf_racc_{reduce.var} = {combine}(kf_racc_{reduce.var}, "
-                                     f"{element} < kf_cols ? {item} : {reduce.identity});")
-                    elif reduce.kind == "col":
-                        lines.append(f"kf_acc_{reduce.var}[kf_u][{element}] = {combine}("
-                                     f"kf_acc_{reduce.var}[kf_u][{element}], {item});")
-                    else:
-                        lines.append(f"if ({element} < kf_cols) kf_acc_{reduce.var} = "
-                                     f"{combine}(kf_acc_{reduce.var}, {item});")
-            return lines
+        core_reductions = [r for r in group.reductions if r.kernel not in group.fed]
+        fed_reductions = [r for r in group.reductions if r.kernel in group.fed]
 
         tile_types = {name: C_TYPES[group.graph.buffers[name].dtype]
                       for name in group.tile_inputs + group.col_inputs}
         invariant = [f"{tile_types[name]} kf_col_{c_name(name)}[{chunks}][{v}];"
                      for name in group.col_inputs]
-        invariant += over_chunks([f"kf_mr_load<{v}>({c_name(name)} + ix, kf_cols, kf_vec, "
-                                  f"kf_col_{c_name(name)}[kf_u]);" for name in group.col_inputs])
+        invariant += over_chunks(self.column_vector_lines("[kf_u]", "kf_cols", "kf_vec"))
         accumulators = []
         for reduce in group.col_reductions():
             accumulators += [f"{reduce.ctype} kf_acc_{reduce.var}[{chunks}][{v}];  // partial "
@@ -85,14 +79,13 @@ class HeldBody:
                              f"for (int kf_u = 0; kf_u < {chunks}; ++kf_u)",
                              f"  for (int e = 0; e < {v}; ++e) kf_acc_{reduce.var}[kf_u][e] = "
                              f"{reduce.identity};"]
-        accumulators += [f"{r.ctype} kf_acc_{r.var} = {r.identity};  // partial {r.op} of "
-                         f"'{r.kernel.name}'" for r in group.all_reductions()]
+        accumulators += self.accumulator_lines(group.all_reductions())
         shared = [f"__shared__ {r.ctype} kf_parts_{r.var}[2][{warps}];  // '{r.kernel.name}': "
                   "each warp's part of a row, two buffers (one barrier per row)"
                   for r in row_reductions]
         load_row = [f"{tile_types[name]} kf_ld_{c_name(name)}[{chunks}][{v}];"
                     for name in group.tile_inputs]
-        load_row += over_chunks(self.tile_loads(address, "kf_cols", "kf_vec", declare=False))
+        load_row += over_chunks(self.load_lines("kf_cols", "kf_vec", declare=False))
         combine_rows = []
         for reduce in row_reductions:
             warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
@@ -120,9 +113,8 @@ class HeldBody:
             *[f"{r.ctype} kf_racc_{r.var} = {r.identity};  // this thread's part of the row's "
               f"'{r.kernel.name}'" for r in row_reductions],
             "// stage 2: the core members at each element (intermediates in registers)",
-            *over_chunks([*core_code,
-                          *self.store_lines(core_values, address, "kf_cols", "kf_vec"),
-                          *accumulate(core_values, fed=False)]),
+            *over_chunks(self.element_work(core_code, core_values, core_reductions, "kf_cols",
+                                           "kf_vec", full=False)),
             "// stage 3: the row's reductions over the block: warp shuffles, each warp's part "
             "in shared memory,",
             "// one barrier, then every warp combines the parts (every thread gets the row's "
@@ -132,10 +124,9 @@ class HeldBody:
         if group.fed:
             names = ", ".join(f"'{k.name}'" for k in group.fed)
             walk += [f"// stage 4: {names} at each element of the row still held in registers",
-                     *over_chunks([*fed_code,
-                                   *self.store_lines(fed_values, address, "kf_cols", "kf_vec",
-                                                     group.fed_stores),
-                                   *accumulate(fed_values, fed=True)])]
+                     *over_chunks(self.element_work(fed_code, fed_values, fed_reductions,
+                                                    "kf_cols", "kf_vec", False,
+                                                    group.fed_stores))]
         flush = []
         for reduce in group.col_reductions():
             flush += over_chunks([f"for (int e = 0; e < kf_cols; ++e) kf_atomic_{reduce.op}("

@@ -5,19 +5,18 @@ the end of the walk, and a warp that owns whole rows stores each result (and the
 elementwise epilogue that reads it) without atomics or a zero-fill. *Block rows* (``T x 1``
 threads) put a whole block on each row: the row's results are combined over the block's
 warps at the end (:func:`row_total`). Part of the map-reduce generator
-(:mod:`kfuse.codegen.mapreduce`), whose kernel builder mixes this class in.
+(:mod:`kfuse.codegen.mapreduce`), written through its skeleton
+(:mod:`kfuse.codegen.mapreduce_skeleton`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kfuse.codegen.cexpr import c_name, indent, size_var
+from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
+from kfuse.codegen.mapreduce_tile import tile_mapping_text
 from kfuse.codegen.program import GRID_LIMITS, GridAxis
+from kfuse.fusion.mapreduce import Reduce
 from kfuse.ir.expr import C_TYPES
-
-if TYPE_CHECKING:
-    from kfuse.fusion.mapreduce import Reduce
 
 
 def row_total(reduce: Reduce, unroll: int, target: str, comment: str = "",
@@ -38,21 +37,29 @@ def row_total(reduce: Reduce, unroll: int, target: str, comment: str = "",
             f"{target} = {over}"]
 
 
-class StreamBody:
-    """The stream body and its epilogue; the rest of the builder comes from its subclass."""
+class StreamKernel(MapReduceKernel):
+    """Warps (block rows: blocks) that walk along their own rows."""
 
-    def stream_body(self) -> tuple[list[str], tuple[GridAxis, GridAxis, GridAxis]]:
+    @property
+    def accumulation(self) -> dict[str, Accumulation]:
+        # partial row results per thread: one per chunk of a step (independent chains), or
+        # for block rows one per row (ptxas then interleaves the step's loads with their
+        # arithmetic in few registers, as in torch.compile's GEMV: more blocks per SM)
+        slot = "0" if self.variant.block_rows else "kf_u"
+        return {"row": Accumulation(f"kf_racc_{{var}}[kf_k][{slot}]", "identity"),
+                "all": Accumulation("kf_acc_{var}")}
+
+    def mapping_text(self) -> str:
+        return tile_mapping_text(self)
+
+    def body(self) -> tuple[list[str], Grid]:
         """Warps walk along their rows: every load of a step in flight, row results in
         registers until the end of the walk (no column reductions in such a group)."""
         group, variant, v = self.group, self.variant, self.v
         bx, by = variant.threads
         rows, unroll, iters = variant.rows, variant.unroll, variant.iters
         owner = "block" if variant.block_rows else "warp"
-        # partial row results per thread: one per chunk of a step (independent chains), or
-        # for block rows one per row (ptxas then interleaves the step's loads with their
-        # arithmetic in few registers, as in torch.compile's GEMV: more blocks per SM)
-        partials = 1 if variant.block_rows else unroll
-        slot = "0" if variant.block_rows else "kf_u"
+        partials = 1 if variant.block_rows else unroll  # (see accumulation)
         step = group.step(variant)
         rows_symbol, cols_symbol = group.domain
         n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
@@ -61,8 +68,8 @@ class StreamBody:
             return (("iy", 0), ("ix", element))
 
         self.row_index, self.col_index = "[kf_k][kf_u]", "[kf_u]"
-        code, values = self.points(coords_of)
-        address = f"(kf_index_t)iy * {n_cols} + ix"
+        self.address = f"(kf_index_t)iy * {n_cols} + ix"
+        code, values = self.evaluate(coords_of)
         row_reductions, all_reductions = group.row_reductions(), group.all_reductions()
         # a row past the end must not store, nor read a vector by row, nor feed a dot
         guarded = bool(group.stores or group.generic or all_reductions)
@@ -80,30 +87,16 @@ class StreamBody:
                       f"[{unroll}][{v}];" for name in group.col_inputs]
             loads += ["#pragma unroll", f"for (int kf_u = 0; kf_u < {unroll}; ++kf_u) {{",
                       *indent(chunk, 1)]
-            vectors = [f"  kf_mr_load<{v}>({c_name(name)} + ix, kf_cols, {vec}, "
-                       f"kf_col_{c_name(name)}[kf_u]);" for name in group.col_inputs]
+            vectors = indent(self.column_vector_lines("[kf_u]", "kf_cols", vec), 1)
             matrices = ["  #pragma unroll", f"  for (int kf_k = 0; kf_k < {rows}; ++kf_k) {{",
                         f"    const int iy = min(kf_row0 + kf_k, {n_rows} - 1);  // clamped: "
                         "loads stay inside",
-                        *indent(self.tile_loads(address, "kf_cols", vec, declare=False), 2),
+                        *indent(self.load_lines("kf_cols", vec, declare=False), 2),
                         "  }"] if group.tile_inputs else []
             loads += [*vectors, *matrices]
             loads.append("}")
-            accumulate = []
-            for reduce in row_reductions:
-                for element, value in enumerate(values[reduce.kernel.output]):
-                    item = (f"({reduce.ctype}){value}" if full else
-                            f"{element} < kf_cols ? ({reduce.ctype}){value} : {reduce.identity}")
-                    accumulate.append(f"kf_racc_{reduce.var}[kf_k][{slot}] = kf_combine<"
-                                      f"{reduce.code}, {reduce.ctype}>(kf_racc_{reduce.var}"
-                                      f"[kf_k][{slot}], {item});")
-            for reduce in all_reductions:
-                for element, value in enumerate(values[reduce.kernel.output]):
-                    guard = "" if full else f"if ({element} < kf_cols) "
-                    accumulate.append(f"{guard}kf_acc_{reduce.var} = kf_combine<{reduce.code}, "
-                                      f"{reduce.ctype}>(kf_acc_{reduce.var}, "
-                                      f"({reduce.ctype}){value});")
-            work = [*code, *self.store_lines(values, address, "kf_cols", vec), *accumulate]
+            work = self.element_work(code, values, row_reductions + all_reductions,
+                                     "kf_cols", vec, full)
             if guarded:
                 work = [f"if (iy < {n_rows}) {{  // the same for the whole {owner}: a "
                         f"{owner} owns its rows", *indent(work, 1), "}"]
@@ -177,9 +170,7 @@ class StreamBody:
             *indent(flush, 1),
             "}",
         ]
-        inner = [f"{r.ctype} kf_acc_{r.var} = {r.identity};  // partial {r.op} of "
-                 f"'{r.kernel.name}'" for r in all_reductions]
-        inner += walk
+        inner = [*self.accumulator_lines(all_reductions), *walk]
         for reduce in all_reductions:
             inner += self.block_atomic_lines(reduce)
         vec = self.aligned_flag(group.tile_inputs + group.stores + group.col_inputs, n_cols)
