@@ -4,7 +4,9 @@
 (``harris``, ``shi_tomasi``, ``sobel``, ``unsharp``, ``enhance``, ``night``,
 ``diffusion3d``, ``levels``) defines ``build``, ``reference``, ``make_inputs`` and its ``APP`` entry.
 The eleven BLAS-1/2 sequences of Filipovič et al. 2015 (``kfuse.apps.blas``) form a second family:
-``list_apps("blas")`` or ``list_apps("all")``; ``get_app`` finds apps of every family.
+``list_apps("blas")``; normalisations, reductions read back across their axis
+(``kfuse.apps.normalise``), a third: ``list_apps("norm")``; ``list_apps("all")`` gives every
+app and ``get_app`` finds apps of every family.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from kfuse.apps import diffusion3d, enhance, harris, levels, night, shi_tomasi, 
 from kfuse.apps.base import App
 from kfuse.apps.blas import BLAS_APPS, BlasApp
 from kfuse.apps.check import relative_error
+from kfuse.apps.normalise import NORM_APPS, NormApp
 from kfuse.errors import DslError
 
 _APPS: dict[str, App] = {
@@ -22,27 +25,30 @@ _APPS: dict[str, App] = {
 
 
 _BLAS_APPS: dict[str, App] = {app.name: app for app in BLAS_APPS}
-FAMILIES = ("image", "blas", "all")
+_NORM_APPS: dict[str, App] = {app.name: app for app in NORM_APPS}
+FAMILIES = ("image", "blas", "norm", "all")
 
 
 def list_apps(family: str = "image") -> list[App]:
     """Registered apps in a fixed order: ``image`` (Hipacc's six, then diffusion3d and
-    levels; the default), ``blas`` (Filipovič et al. 2015's eleven sequences) or ``all`` (both)."""
+    levels; the default), ``blas`` (Filipovič et al. 2015's eleven sequences), ``norm``
+    (normalisations) or ``all`` (every one)."""
     if family not in FAMILIES:
         raise DslError(f"unknown app family {family!r}; choose one of {', '.join(FAMILIES)}")
-    chosen = {"image": [_APPS], "blas": [_BLAS_APPS], "all": [_APPS, _BLAS_APPS]}[family]
+    chosen = {"image": [_APPS], "blas": [_BLAS_APPS], "norm": [_NORM_APPS],
+              "all": [_APPS, _BLAS_APPS, _NORM_APPS]}[family]
     return [app for registry in chosen for app in registry.values()]
 
 
 def get_app(name: str) -> App:
     """The app called ``name``; a :class:`~kfuse.errors.DslError` naming the choices if none."""
-    for registry in (_APPS, _BLAS_APPS):
+    for registry in (_APPS, _BLAS_APPS, _NORM_APPS):
         try:
             return registry[name]
         except (KeyError, TypeError):
             continue
-    names = ", ".join([*_APPS, *_BLAS_APPS])
+    names = ", ".join([*_APPS, *_BLAS_APPS, *_NORM_APPS])
     raise DslError(f"unknown app {name!r}; choose one of {names}") from None
 
 
-__all__ = ["App", "BlasApp", "FAMILIES", "get_app", "list_apps", "relative_error"]
+__all__ = ["App", "BlasApp", "FAMILIES", "NormApp", "get_app", "list_apps", "relative_error"]

@@ -18,6 +18,7 @@ from kfuse.codegen.cexpr import c_name, indent, size_var
 from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
+from kfuse.fusion.mapreduce import Reduce
 from kfuse.ir.expr import C_TYPES
 
 
@@ -38,7 +39,8 @@ class HeldKernel(MapReduceKernel):
                 f"(at most {variant.blocks} blocks)")
 
     def body(self) -> tuple[list[str], Grid]:
-        """Rows held whole by blocks: core, the rows' reductions, then the fed members."""
+        """Rows held whole by blocks: each phase (the core, then the members fed by the
+        row reductions of the phases before) over the row, its row reductions combined."""
         group, variant, v = self.group, self.variant, self.v
         threads, chunks = variant.threads[0], variant.unroll
         warps = threads // WARP
@@ -51,11 +53,6 @@ class HeldKernel(MapReduceKernel):
 
         self.row_index, self.col_index = "[kf_u]", "[kf_u]"
         self.address = f"(kf_index_t)iy * {n_cols} + ix"
-        core_code, core_values = self.evaluate(coords_of, group.core)
-        # the fed members read each row reduction as the block's combined result
-        self.held_values = {r.kernel.output: f"kf_row_{r.var}" for r in row_reductions}
-        fed_code, fed_values = self.evaluate(coords_of, group.fed) if group.fed else ([], {})
-        self.held_values = {}
         chunk = [f"const int ix = (kf_u * {threads} + kf_tx) * {v};",
                  f"const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;",
                  "(void)kf_cols;  // (unused by some groups)"]
@@ -63,9 +60,6 @@ class HeldKernel(MapReduceKernel):
         def over_chunks(lines: list[str]) -> list[str]:
             return ["#pragma unroll", f"for (int kf_u = 0; kf_u < {chunks}; ++kf_u) {{",
                     *indent([*chunk, *lines], 1), "}"]
-
-        core_reductions = [r for r in group.reductions if r.kernel not in group.fed]
-        fed_reductions = [r for r in group.reductions if r.kernel in group.fed]
 
         tile_types = {name: C_TYPES[group.graph.buffers[name].dtype]
                       for name in group.tile_inputs + group.col_inputs}
@@ -86,47 +80,64 @@ class HeldKernel(MapReduceKernel):
         load_row = [f"{tile_types[name]} kf_ld_{c_name(name)}[{chunks}][{v}];"
                     for name in group.tile_inputs]
         load_row += over_chunks(self.load_lines("kf_cols", "kf_vec", declare=False))
-        combine_rows = []
-        for reduce in row_reductions:
-            warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
-            combine_rows += [
-                f"kf_racc_{reduce.var} = {warp_reduce}(kf_racc_{reduce.var});",
-                f"if (kf_lane == 0) kf_parts_{reduce.var}[kf_parity][kf_warp] = "
-                f"kf_racc_{reduce.var};"]
-        combine_rows.append("__syncthreads();  // every warp's part written (the next row "
-                            "writes the other buffer)" if row_reductions else
-                            "// (no row reductions: nothing to combine)")
-        for reduce in row_reductions:
-            warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
-            combine_rows.append(f"const {reduce.ctype} kf_row_{reduce.var} = {warp_reduce}("
-                                f"kf_lane < {warps} ? kf_parts_{reduce.var}[kf_parity][kf_lane]"
-                                f" : {reduce.identity});")
-            if reduce.kernel.output in group.outputs:
-                combine_rows.append(f"if (kf_tx == 0) {reduce.var}[iy] = kf_row_{reduce.var};"
-                                    "  // one plain store per row: no fill, no atomic")
-        if row_reductions:
-            combine_rows.append("kf_parity ^= 1;")
+
+        def combine_rows(reductions: list[Reduce]) -> list[str]:
+            """The row's ``reductions`` over the block: every thread gets each result."""
+            lines = []
+            for reduce in reductions:
+                warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
+                lines += [
+                    f"kf_racc_{reduce.var} = {warp_reduce}(kf_racc_{reduce.var});",
+                    f"if (kf_lane == 0) kf_parts_{reduce.var}[kf_parity][kf_warp] = "
+                    f"kf_racc_{reduce.var};"]
+            lines.append("__syncthreads();  // every warp's part written (the next row "
+                         "writes the other buffer)" if reductions else
+                         "// (no row reductions: nothing to combine)")
+            for reduce in reductions:
+                warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
+                lines.append(f"const {reduce.ctype} kf_row_{reduce.var} = {warp_reduce}("
+                             f"kf_lane < {warps} ? kf_parts_{reduce.var}[kf_parity][kf_lane]"
+                             f" : {reduce.identity});")
+                if reduce.kernel.output in group.outputs:
+                    lines.append(f"if (kf_tx == 0) {reduce.var}[iy] = kf_row_{reduce.var};"
+                                 "  // one plain store per row: no fill, no atomic")
+            return lines
+
         walk = [
             "// stage 1: the whole row, every load in flight together "
             f"({variant.vector_bytes}-byte loads where aligned)",
             *load_row,
-            *[f"{r.ctype} kf_racc_{r.var} = {r.identity};  // this thread's part of the row's "
-              f"'{r.kernel.name}'" for r in row_reductions],
-            "// stage 2: the core members at each element (intermediates in registers)",
-            *over_chunks(self.element_work(core_code, core_values, core_reductions, "kf_cols",
-                                           "kf_vec", full=False)),
-            "// stage 3: the row's reductions over the block: warp shuffles, each warp's part "
-            "in shared memory,",
-            "// one barrier, then every warp combines the parts (every thread gets the row's "
-            "result)",
-            *combine_rows,
         ]
-        if group.fed:
-            names = ", ".join(f"'{k.name}'" for k in group.fed)
-            walk += [f"// stage 4: {names} at each element of the row still held in registers",
-                     *over_chunks(self.element_work(fed_code, fed_values, fed_reductions,
-                                                    "kf_cols", "kf_vec", False,
-                                                    group.fed_stores))]
+        for phase, kernels in enumerate(group.phases):
+            # a phase reads the row reductions of the phases before it as the block's results
+            code, values = self.evaluate(coords_of, kernels)
+            reductions = [r for r in group.reductions if r.kernel in kernels]
+            rows_here = [r for r in reductions if r.kind == "row"]
+            stores = group.stores if phase == 0 else [
+                name for name in group.fed_stores if group.produced[name] in kernels]
+            names = ", ".join(f"'{k.name}'" for k in kernels)
+            walk += [
+                *[f"{r.ctype} kf_racc_{r.var} = {r.identity};  // this thread's part of the "
+                  f"row's '{r.kernel.name}'" for r in rows_here],
+                "// stage 2: the core members at each element (intermediates in registers)"
+                if phase == 0 else f"// stage {2 * phase + 2}: {names} at each element of "
+                "the row still held in registers",
+                *over_chunks(self.element_work(code, values, reductions, "kf_cols", "kf_vec",
+                                               False, stores)),
+            ]
+            if rows_here or phase == 0:
+                walk += [
+                    f"// stage {2 * phase + 3}: the row's reductions over the block: warp "
+                    "shuffles, each warp's part in shared memory,",
+                    "// one barrier, then every warp combines the parts (every thread gets "
+                    "the row's result)",
+                    *combine_rows(rows_here)]
+                self.held_values.update(
+                    {r.kernel.output: f"kf_row_{r.var}" for r in rows_here})
+                if rows_here and not any(r.kind == "row" for r in group.reductions
+                                         if r.kernel in sum(group.phases[phase + 1:], ())):
+                    walk.append("kf_parity ^= 1;")  # (after the row's last combine)
+        self.held_values = {}
         flush = []
         for reduce in group.col_reductions():
             flush += over_chunks([f"for (int e = 0; e < kf_cols; ++e) kf_atomic_{reduce.op}("

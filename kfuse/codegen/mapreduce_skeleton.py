@@ -319,8 +319,9 @@ class MapReduceKernel:
         from :meth:`evaluate`); ``full``: every element inside (no masks)."""
         results = [*self.store_lines(values, count, vec, stores),
                    *self.accumulate(values, reductions, None if full else count)]
-        return ["// every member at each element (intermediates stay in registers)", *code,
-                "// store the maps, accumulate the reductions", *results]
+        evaluated = ["// every member at each element (intermediates stay in registers)",
+                     *code] if code else []
+        return [*evaluated, "// store the maps, accumulate the reductions", *results]
 
     def accumulator_lines(self, reductions: Sequence[Reduce]) -> list[str]:
         """Scalar accumulators set to the identity (the full reductions of every form)."""

@@ -418,11 +418,13 @@ def _reduced_vector_violations(graph: Graph, core: Sequence[str], epilogue: Sequ
 def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
                          ) -> list[Violation]:
     """Rules for a *held-row* group: its ``fed`` members iterate over the core's matrix
-    again and read the core's row reductions at their own row (ATAX's ``Aᵀ (A x)``). A
-    block that holds each whole row in registers completes the row's reductions, then goes
-    on over the same row: maps, and column or full reductions accumulated across its rows
-    (combined over blocks with atomics, so never read inside the kernel); a row reduction
-    of the fed values would need the row a second time and is refused."""
+    again and read row reductions of the group at their own row (ATAX's ``Aᵀ (A x)``, a
+    normalisation's ``x / sum(x)``). A block that holds each whole row in registers completes
+    the row's reductions, then goes on over the same row in phases
+    (:func:`held_row_phases`): maps, further row reductions of the held values (a softmax's
+    sum of exponentials after its maximum, a variance after its mean), read in turn by a
+    later phase, and column or full reductions accumulated across its rows (combined over
+    blocks with atomics, so never read inside the kernel)."""
     rule = "reduction_epilogue"
     found = []
     members = [*core, *fed]
@@ -432,10 +434,6 @@ def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
     group = set(members)
     for name in fed:
         kernel = graph.kernel_by_name[name]
-        if kernel.reduction is not None and kernel.reduction.axes == (1,):
-            found.append(Violation(rule, f"'{name}' reduces along rows values that depend on "
-                                         "a row's own reduction: that needs the row a second "
-                                         "time (only column and full reductions follow)"))
         for access in kernel.accesses:
             producer = graph.producer.get(access.buffer)
             if producer not in group:
@@ -443,7 +441,7 @@ def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
             reduction = graph.kernel_by_name[producer].reduction
             if reduction is None:
                 continue
-            if producer in fed:
+            if reduction.axes != (1,):
                 found.append(Violation(rule, f"'{name}' reads '{producer}', a reduction "
                                              "combined over blocks (a global barrier), in "
                                              "its own kernel"))
@@ -453,6 +451,31 @@ def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
                                              "another index): a block holds only its own "
                                              "rows' results"))
     return found
+
+
+def held_row_phases(graph: Graph, members: Sequence[str]) -> dict[str, int]:
+    """The phase of each member of a held-row group: 0 for the core, else one more than the
+    latest phase of a row reduction of the group it reads (through maps of the group). A
+    phase's row reductions are complete, over the block, before the next phase starts."""
+    group = set(members)
+    phases: dict[str, int] = {}
+
+    def phase(name: str) -> int:
+        if name not in phases:
+            phases[name] = 0  # (the group is acyclic: a placeholder, never read back)
+            latest = 0
+            for buffer in graph.kernel_by_name[name].reads:
+                producer = graph.producer.get(buffer)
+                if producer not in group:
+                    continue
+                reduced = graph.kernel_by_name[producer].reduction is not None
+                latest = max(latest, phase(producer) + (1 if reduced else 0))
+            phases[name] = latest
+        return phases[name]
+
+    for name in members:
+        phase(name)
+    return phases
 
 
 GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (

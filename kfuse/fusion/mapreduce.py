@@ -15,6 +15,7 @@ from kfuse.fusion.legality import (
     epilogue_kind,
     epilogue_variant_reason,
     epilogue_violations,
+    held_row_phases,
     is_epilogue_group,
     mapreduce_shape_reason,
     split_epilogue,
@@ -91,9 +92,15 @@ class MapReduceGroup(GroupNames):
         self.epilogue = tuple(graph.kernel_by_name[name] for name in epilogue)
         self.epilogue_kind = epilogue_kind(graph, members) if epilogue else None
         self.core = tuple(graph.kernel_by_name[name] for name in core)
-        # held rows: the epilogue is a second phase over the matrix (maps, column and full
-        # reductions reading the row reductions at their row), its values per point
+        # held rows: the epilogue goes on over the matrix (maps, row, column and full
+        # reductions reading the row reductions at their row), its values per point, in
+        # phases: each phase reads the row reductions of the phases before it
         self.fed = self.epilogue if self.epilogue_kind == "held" else ()
+        phase_of = held_row_phases(graph, members) if self.fed else {}
+        self.phases = tuple(
+            tuple(k for k in (self.core if phase == 0 else self.fed)
+                  if phase_of.get(k.name, 0) == phase)
+            for phase in range(max(phase_of.values(), default=0) + 1))
         self.outputs = tuple(outputs)
         self.produced = {kernel.output: kernel for kernel in self.members}
         self.domain = self.core[0].domain

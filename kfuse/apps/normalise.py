@@ -1,0 +1,201 @@
+"""Normalisations: reductions along an axis read back across that axis, as users write them.
+
+Every normalisation layer of a network, and many statistics, reduce along the rows (or the
+columns) of a matrix and then read the result back at every element of that row (column),
+together with the reduction's own input. Written with kfuse's public DSL as a user would:
+``reduce_*(..., axis=1)`` for the statistic and ``stat.at(0, dims=(0,))`` to read it back at
+each element's row (``dims=(1,)``: at its column). Each app has a float64 NumPy reference.
+
+| app            | operations (rows of ``x``: ``M x N``)                                 |
+|----------------|-----------------------------------------------------------------------|
+| rmsnorm        | ``y = x g / sqrt(mean(x²) + eps)``                                    |
+| layernorm      | ``mu = mean(x)``, ``var = mean((x - mu)²)``, ``y = (x - mu) / sqrt(var + eps) g + b`` |
+| logsoftmax     | ``m = max(x)``, ``s = sum(exp(x - m))``, ``y = x - m - log s``          |
+| crossentropy   | ``loss = -sum(t (x - m - log s))`` per row, ``t`` the target distribution |
+| colstandardise | along axis 0: ``y = (x - mean) / sqrt(var + eps)`` per column             |
+
+The row length enters as the parameter ``inv_n`` (``1 / N``, or ``1 / M`` along columns),
+which ``make_inputs`` sets from the size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import kfuse.dsl as kf
+from kfuse.apps.base import App, check_size
+from kfuse.apps.blas import bind_sizes
+
+ORIGIN = "normalisation layers (Zhang and Sennrich 2019; Ba et al. 2016) and statistics"
+EPS = 1e-5
+BENCH = (16384, 4096)   # 256 MB each way: rows of a large language model's hidden size
+LONG_ROWS = (4096, 32768)  # rows of 32 K float32 (a vocabulary): the longest held whole
+TEST = (37, 133)
+
+
+@dataclass(frozen=True)
+class NormApp(App):
+    """A normalisation: sizes bound from ``(M, N)``; the family ``norm``."""
+
+    family: str = "norm"
+
+    @property
+    def size_form(self) -> str:
+        return "a normalisation takes a size M x N"
+
+    def sizes(self, graph: Any, size: tuple[int, ...]) -> dict[str, int]:
+        return bind_sizes(graph, self.check_size(size))
+
+
+def _inputs_maker(build: Callable[..., kf.Pipeline], axis: int) -> Callable[..., tuple]:
+    """Standard normal inputs (targets: each row a random distribution), ``inv_n`` from the
+    size along ``axis``."""
+
+    def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "float32"
+                    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        graph = build(dtype).graph()
+        rows, cols = check_size(size, 2, "a normalisation takes a size M x N")
+        sizes = bind_sizes(graph, (rows, cols))
+        arrays = {}
+        for name in graph.inputs:
+            shape = graph.shape_of(name, sizes)
+            if name == "t":  # a distribution per row
+                weights = rng.random(shape)
+                arrays[name] = (weights / weights.sum(axis=1, keepdims=True)).astype(dtype)
+            elif name in ("g", "b"):
+                arrays[name] = rng.uniform(0.5, 1.5, size=shape).astype(dtype)
+            else:
+                arrays[name] = (rng.standard_normal(shape) * 2).astype(dtype)
+        params = {"inv_n": 1.0 / (cols if axis == 1 else rows)}
+        return arrays, {name: value for name, value in params.items() if name in graph.params}
+
+    return make_inputs
+
+
+def _f64(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: np.asarray(value, dtype=np.float64) for name, value in arrays.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipelines
+# ---------------------------------------------------------------------------------------------
+
+def build_rmsnorm(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
+    """RMSNorm (Zhang and Sennrich 2019): ``y = x g / sqrt(mean(x²) + eps)`` per row."""
+    p = kf.Pipeline("rmsnorm")
+    x = p.input("x", ndim=2, dtype=dtype)
+    g = p.input("g", shape=(x.shape[1],), dtype=dtype)
+    inv_n = p.param("inv_n", dtype)
+    squares = kf.reduce_sum(x * x, axis=1, name="squares")
+    scale = kf.rsqrt(squares.at(0, dims=(0,)) * inv_n + EPS)
+    y = kf.point(x * scale * g.at(0, dims=(1,)), name="y")
+    p.output(y)
+    return p
+
+
+def ref_rmsnorm(arrays, params, boundary=None):
+    a = _f64(arrays)
+    return {"y": a["x"] / np.sqrt((a["x"] ** 2).mean(axis=1, keepdims=True) + EPS) * a["g"]}
+
+
+def build_layernorm(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
+    """LayerNorm (Ba et al. 2016): the mean, the variance of the centred values, then the
+    normalised values with a gain and a bias: a chain of two row reductions."""
+    p = kf.Pipeline("layernorm")
+    x = p.input("x", ndim=2, dtype=dtype)
+    g = p.input("g", shape=(x.shape[1],), dtype=dtype)
+    b = p.input("b", shape=(x.shape[1],), dtype=dtype)
+    inv_n = p.param("inv_n", dtype)
+    total = kf.reduce_sum(x, axis=1, name="total")
+    centred = x - total.at(0, dims=(0,)) * inv_n
+    spread = kf.reduce_sum(centred * centred, axis=1, name="spread")
+    scale = kf.rsqrt(spread.at(0, dims=(0,)) * inv_n + EPS)
+    y = kf.point(centred * scale * g.at(0, dims=(1,)) + b.at(0, dims=(1,)), name="y")
+    p.output(y)
+    return p
+
+
+def ref_layernorm(arrays, params, boundary=None):
+    a = _f64(arrays)
+    centred = a["x"] - a["x"].mean(axis=1, keepdims=True)
+    var = (centred ** 2).mean(axis=1, keepdims=True)
+    return {"y": centred / np.sqrt(var + EPS) * a["g"] + a["b"]}
+
+
+def build_logsoftmax(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
+    """Log-softmax over rows: the maximum, the sum of exponentials past it, the map."""
+    p = kf.Pipeline("logsoftmax")
+    x = p.input("x", ndim=2, dtype=dtype)
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    y = kf.point(x - top.at(0, dims=(0,)) - kf.log(total.at(0, dims=(0,))), name="y")
+    p.output(y)
+    return p
+
+
+def ref_logsoftmax(arrays, params, boundary=None):
+    x = _f64(arrays)["x"]
+    top = x.max(axis=1, keepdims=True)
+    return {"y": x - top - np.log(np.exp(x - top).sum(axis=1, keepdims=True))}
+
+
+def build_crossentropy(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
+    """Cross-entropy per row of logits ``x`` against target distributions ``t``: the
+    log-softmax's two reductions, then a third row reduction of the log-probabilities."""
+    p = kf.Pipeline("crossentropy")
+    x = p.input("x", ndim=2, dtype=dtype)
+    t = p.input("t", shape=x.shape, dtype=dtype)
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    log_p = x - top.at(0, dims=(0,)) - kf.log(total.at(0, dims=(0,)))
+    loss = kf.reduce_sum(-t * log_p, axis=1, name="loss")
+    p.output(loss)
+    return p
+
+
+def ref_crossentropy(arrays, params, boundary=None):
+    a = _f64(arrays)
+    log_p = ref_logsoftmax({"x": a["x"]}, params)["y"]
+    return {"loss": -(a["t"] * log_p).sum(axis=1)}
+
+
+def build_colstandardise(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
+    """Standardise each column (along axis 0): mean, variance of the centred values, map."""
+    p = kf.Pipeline("colstandardise")
+    x = p.input("x", ndim=2, dtype=dtype)
+    inv_n = p.param("inv_n", dtype)
+    total = kf.reduce_sum(x, axis=0, name="total")
+    centred = x - total.at(0, dims=(1,)) * inv_n
+    spread = kf.reduce_sum(centred * centred, axis=0, name="spread")
+    y = kf.point(centred * kf.rsqrt(spread.at(0, dims=(1,)) * inv_n + EPS), name="y")
+    p.output(y)
+    return p
+
+
+def ref_colstandardise(arrays, params, boundary=None):
+    x = _f64(arrays)["x"]
+    centred = x - x.mean(axis=0, keepdims=True)
+    return {"y": centred / np.sqrt((centred ** 2).mean(axis=0, keepdims=True) + EPS)}
+
+
+def _app(name: str, title: str, axis: int = 1, bench: tuple[int, int] = BENCH) -> NormApp:
+    module = globals()
+    build = module[f"build_{name}"]
+    return NormApp(name=name, title=title, origin=ORIGIN, build=build,
+                   reference=module[f"ref_{name}"], make_inputs=_inputs_maker(build, axis),
+                   bench_size=bench, test_size=TEST, ndim=2, tolerance=1e-4)
+
+
+NORM_APPS: tuple[NormApp, ...] = (
+    _app("rmsnorm", "RMSNorm over rows"),
+    _app("layernorm", "LayerNorm over rows (mean, variance, map)"),
+    _app("logsoftmax", "log-softmax over rows of 32 K", bench=LONG_ROWS),
+    _app("crossentropy", "cross-entropy per row against target distributions"),
+    _app("colstandardise", "standardise each column (along axis 0)", axis=0),
+)
+
+__all__ = ["NORM_APPS", "NormApp"]

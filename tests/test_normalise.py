@@ -1,0 +1,112 @@
+"""Normalisations (issue 29): reductions along rows read back across them in one kernel.
+
+The held-row form in phases: each phase reads the row reductions of the phases before it
+(a log-softmax's maximum, then its sum of exponentials, then the map), all while the block
+holds the row in registers. The cpu backend runs the generated CUDA C against the NumPy
+references on odd sizes, fused and unfused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kfuse as kf
+from kfuse.apps import get_app, list_apps
+from kfuse.apps.check import reference_errors
+from kfuse.errors import LaunchError
+from kfuse.fusion.legality import epilogue_violations, held_row_phases
+from kfuse.fusion.mapreduce import MapReduceGroup
+
+NORM = [app.name for app in list_apps("norm")]
+ROWS = ["rmsnorm", "layernorm", "logsoftmax", "crossentropy"]  # along axis 1
+# a small block holding rows of at most 128 x 4 x 3 = 1536 columns
+SMALL_HELD = "mapreduce:128x1:r1:i1:w:stream:g3:u3:hr"
+
+
+def cpu_or_skip():
+    from kfuse.runtime.cpu_backend import CpuBackend
+    if not CpuBackend.available():
+        pytest.skip("no host C++ compiler")
+
+
+def check(name: str, plan: object, size: tuple[int, int], seed: int = 0) -> None:
+    app = get_app(name)
+    arrays, params = app.make_inputs(size, np.random.default_rng(seed), "float32")
+    pipeline = app.build()
+    if callable(plan):
+        plan = plan(pipeline)
+    outputs = pipeline.run(backend="cpu", plan=plan, **arrays, **params)
+    errors = reference_errors(app, arrays, params, outputs)
+    assert max(errors.values()) <= app.tolerance, (name, size, plan, errors)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", NORM)
+def test_normalisations_equal_numpy_planned_and_unfused(name):
+    cpu_or_skip()
+    for size in ((37, 133), (5, 7), (1, 1)):
+        check(name, "auto", size, seed=size[1])
+    check(name, "unfused", (37, 133), seed=3)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ROWS)
+def test_row_normalisations_in_one_held_kernel_at_odd_lengths(name):
+    """Rows far shorter than the block holds, of a few columns past a whole access, and
+    exactly as long as it holds (every element of every thread's accesses used)."""
+    cpu_or_skip()
+
+    def held(pipeline):
+        members = tuple(k.name for k in pipeline.graph().kernels)
+        return pipeline.fuse([members], forms=[SMALL_HELD])
+
+    for size in ((3, 5), (17, 1031), (6, 1536)):
+        check(name, held, size, seed=size[0])
+
+
+def test_rows_longer_than_the_variant_holds_are_refused_by_name():
+    cpu_or_skip()
+    app = get_app("layernorm")
+    pipeline = app.build()
+    members = tuple(k.name for k in pipeline.graph().kernels)
+    arrays, params = app.make_inputs((4, 1537), np.random.default_rng(0), "float32")
+    with pytest.raises(LaunchError, match="1536, not 1537"):
+        pipeline.run(backend="cpu", plan=pipeline.fuse([members], forms=[SMALL_HELD]),
+                     **arrays, **params)
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_row_normalisations_plan_one_kernel_at_benchmark_sizes(name):
+    app = get_app(name)
+    pipeline = app.build()
+    graph = pipeline.graph()
+    plan = pipeline.plan(sizes=app.sizes(graph, app.bench_size))
+    assert [sorted(g.members) for g in plan.groups] == [sorted(graph.kernel_by_name)], \
+        plan.explain()
+    assert ":hr" in plan.groups[0].variant
+
+
+def test_phases_follow_the_chain_of_row_reductions():
+    graph = get_app("crossentropy").build().graph()
+    members = [k.name for k in graph.kernels]
+    assert held_row_phases(graph, members) == {"top": 0, "total": 1, "loss": 2}
+    group = MapReduceGroup(graph, members, ["loss"])
+    assert [[k.name for k in phase] for phase in group.phases] == [["top"], ["total"],
+                                                                   ["loss"]]
+    assert [r.kind for r in group.reductions] == ["row", "row", "row"]
+
+
+def test_a_held_group_never_reads_a_column_reduction_of_its_own():
+    """A column sum is complete only after every block finished: a member of the same
+    held-row group reading it is refused with the reason."""
+    p = kf.Pipeline("cols_inside")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=1, name="top")
+    shifted = x - top.at(0, dims=(0,))
+    columns = kf.reduce_sum(shifted, axis=0, name="columns")
+    y = kf.point(shifted * columns.at(0, dims=(1,)), name="y")
+    p.output(y)
+    graph = p.graph()
+    reasons = [v.reason for v in epilogue_violations(graph, ["top", "columns", "y"], None)]
+    assert any("'columns', a reduction combined over blocks" in r for r in reasons), reasons
+    assert not epilogue_violations(graph, ["top", "columns"], None)
