@@ -82,7 +82,7 @@ def test_views_at_odd_addresses_on_cuda(app, size):
     assert aligned.program.array_alignment == 16
 
 
-@pytest.mark.parametrize("app", [a.name for a in list_apps("blas")])
+@pytest.mark.parametrize("app", [a.name for a in list_apps("blas") + list_apps("norm")])
 def test_blas_apps_on_cuda_match_the_reference(app):
     spec = get_app(app)
     arrays, params = spec.make_inputs(spec.test_size, np.random.default_rng(7), "float32")

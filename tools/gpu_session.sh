@@ -3,6 +3,8 @@
 # Usage (device machine, repo root): bash tools/gpu_session.sh [part]
 #   part = check  : calibrate, demo, cuda tests, every app verified at its benchmark size
 #   part = bench  : kfuse bench of every app with baselines (JSON + PNG)
+#   part = norm   : the normalisation apps on the cuda backend, then kfuse bench of them
+#                   beside torch.compile (NORM_APPS: which)
 #   part = blas   : BLAS variants per group (experiments/blas_experiments.py), then the BLAS
 #                   benchmark with cuBLAS / torch.compile baselines, autotuned per group
 #   part = sanitize : compute-sanitizer's memcheck, racecheck and synccheck over every
@@ -40,6 +42,13 @@ if [ "$part" = blas ]; then
     --json "$OUT/blas_experiments.json" 2>&1 | tee "$OUT/blas_experiments.txt" | grep -E "whole|^=="
   python3 benchmarks/blas_bench.py --rank 4 --autotune 4 --json "$OUT/blas_bench.json" 2>&1 \
     | tee "$OUT/blas_bench.txt"
+fi
+if [ "$part" = norm ]; then
+  python3 -m kfuse calibrate > "$OUT/calibrate.txt" 2>&1
+  python3 -m pytest -q tests/test_cuda_backend.py -k "blas_apps and (norm or softmax or entropy or standardise)" \
+    2>&1 | tail -3 | tee "$OUT/pytest_norm_cuda.txt"
+  python3 -m kfuse bench ${NORM_APPS:-rmsnorm layernorm logsoftmax crossentropy colstandardise} \
+    --json "$OUT/norm.json" 2>&1 | tee "$OUT/norm.txt"
 fi
 if [ "$part" = bench ]; then
   python3 -m kfuse bench $APPS --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 \
