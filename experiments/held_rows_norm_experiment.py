@@ -1,0 +1,66 @@
+"""Held rows on the normalisation apps: which block size and grid reach the floor?
+
+Each row normalisation (``rmsnorm``, ``layernorm``, ``logsoftmax``, ``crossentropy``) is one
+held-row group. This times the group under named held-row variants — threads per block
+``T`` (128 to 1024), 16- or 8-byte accesses, and a grid of as many blocks as the device
+holds at once (``resident``: contiguous rows per block) or one block per row (``rows``) —
+each checked against the planned program, beside torch.compile, in alternating rounds.
+
+Usage on the device machine (repo root)::
+
+    PYTHONPATH=. python3 experiments/held_rows_norm_experiment.py [app ...] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kfuse.bench.experiment import device_case, normalized_variants, time_sources
+from kfuse.codegen import generate
+from kfuse.fusion.mapreduce import MapReduceGroup
+from kfuse.model.device import current_profile
+from kfuse.runtime.backend import VECTOR_ALIGNMENT
+
+APPS = ("rmsnorm", "layernorm", "logsoftmax", "crossentropy")
+THREADS = (128, 256, 512, 1024)
+
+
+def variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, str]:
+    """Labelled held-row variants of ``group`` whose rows of ``cols`` fit one block."""
+    profile = current_profile()
+    texts = {}
+    for threads in THREADS:
+        for size, width in ((16, 4), (8, 2)):
+            unroll = -(-cols // (threads * width))
+            if unroll * width > 32:
+                continue  # more than 32 words a thread: registers spill
+            per_sm = max(1, min(profile.max_threads_per_sm // threads, 8))
+            access = "w" if size == 16 else "w8"
+            for grid, blocks in (("resident", per_sm * profile.sm_count), ("rows", rows)):
+                texts[f"T{threads} {size}B {grid}"] = (
+                    f"mapreduce:{threads}x1:r1:i1:{access}:stream:g{blocks}:u{unroll}:hr")
+    kept = normalized_variants(group, texts.values(), group.graph.name)
+    return {label: text for label, text in texts.items() if text in kept}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("apps", nargs="*", default=APPS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    for name in args.apps:
+        case = device_case(name)
+        members = tuple(k.name for k in case.graph.kernels)
+        group = MapReduceGroup(case.graph, members, list(case.graph.outputs))
+        rows, cols = case.sizes[group.domain[0]], case.sizes[group.domain[1]]
+        planned = case.plan.groups[0].variant if len(case.plan.groups) == 1 else "?"
+        print(f"== {name} {rows}x{cols}: planned {planned}", flush=True)
+        programs = {label: generate(case.graph, [(members, tuple(case.graph.outputs), text)],
+                                    fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
+                    for label, text in variants(group, rows, cols).items()}
+        time_sources(case, programs, args.rounds, args.runs)
+
+
+if __name__ == "__main__":
+    main()
