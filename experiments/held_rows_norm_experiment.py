@@ -5,6 +5,8 @@ held-row group. This times the group under named held-row variants — threads p
 ``T`` (128 to 1024), 16- or 8-byte accesses, and a grid of as many blocks as the device
 holds at once (``resident``: contiguous rows per block) or one block per row (``rows``) —
 each checked against the planned program, beside torch.compile, in alternating rounds.
+``--occupancy`` times the planned program instead with ``__launch_bounds__(T, k)``: at
+least ``k`` blocks per SM, which caps each thread's registers (a source patch).
 
 Usage on the device machine (repo root)::
 
@@ -14,8 +16,15 @@ Usage on the device machine (repo root)::
 from __future__ import annotations
 
 import argparse
+import re
+from dataclasses import replace
 
-from kfuse.bench.experiment import device_case, normalized_variants, time_sources
+from kfuse.bench.experiment import (
+    device_case,
+    normalized_variants,
+    planned_program,
+    time_sources,
+)
 from kfuse.codegen import generate
 from kfuse.fusion.mapreduce import MapReduceGroup
 from kfuse.model.device import current_profile
@@ -48,6 +57,7 @@ def main() -> None:
     parser.add_argument("apps", nargs="*", default=APPS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--occupancy", action="store_true")
     args = parser.parse_args()
     for name in args.apps:
         case = device_case(name)
@@ -56,6 +66,15 @@ def main() -> None:
         rows, cols = case.sizes[group.domain[0]], case.sizes[group.domain[1]]
         planned = case.plan.groups[0].variant if len(case.plan.groups) == 1 else "?"
         print(f"== {name} {rows}x{cols}: planned {planned}", flush=True)
+        if args.occupancy:
+            program = planned_program(case)
+            programs = {"planned": program}
+            for least in (4, 5, 6, 8):
+                source = re.sub(r"__launch_bounds__\((\d+)\)",
+                                rf"__launch_bounds__(\1, {least})", program.source)
+                programs[f"planned, {least} blocks/SM"] = replace(program, source=source)
+            time_sources(case, programs, args.rounds, args.runs)
+            continue
         programs = {label: generate(case.graph, [(members, tuple(case.graph.outputs), text)],
                                     fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
                     for label, text in variants(group, rows, cols).items()}

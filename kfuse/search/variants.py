@@ -154,6 +154,15 @@ WHOLE_COLUMN_FORMS = ((32, 4, 16), (32, 2, 8))
 # 0.2591; two blocks per SM (two waves) 7-10% slower, 256 threads 12-16% slower; ATAX as two
 # kernels 0.4843, BiCGK's shared-memory tile 0.2648, torch.compile 0.476.
 HELD_ROW_FORMS = ((1024, 8), (1024, 16), (512, 16))
+# Held rows with one block per row (the grid as many blocks as rows: no block walks rows, so
+# no row's combine waits with no loads of its block in flight, and finished blocks make room
+# for new ones) where the group keeps no column accumulators (one atomic per column and row
+# would be too many): the normalisations, which then take only these forms. Measured on an
+# H200 (docs/journal/benchmarks.md, session 25): rows of 4096 float32, 256 threads x 16 bytes
+# 0.1222-0.1317 ms against 0.1430-0.1721 for grids of resident blocks walking contiguous rows
+# (RMSNorm, LayerNorm, cross-entropy); rows of 32 K, 1024 x 16 bytes 0.2673 against 0.2852;
+# 128 or 512 threads, or 8-byte accesses, up to 20% slower than these two.
+HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
@@ -216,7 +225,8 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
     result: list[MapReduceVariant] = []
     held = profile is not None and sizes is not None
     if group.epilogue_kind == "held":  # held rows: the only legal implementations
-        return held_row_variants(group, profile, sizes[group.domain[1]]) if held else []
+        return held_row_variants(group, profile, sizes[group.domain[1]],
+                                 sizes[group.domain[0]]) if held else []
     if held and not group.flat and not group.epilogue and not group.stores \
             and group.row_reductions() and group.col_reductions():  # (BiCGK: A once)
         result += held_row_variants(group, profile, sizes[group.domain[1]])
@@ -270,12 +280,18 @@ def held_words(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     return group.width(variant) * variant.unroll * words * max(kept, 1)
 
 
-def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: int
-                      ) -> list[MapReduceVariant]:
-    """The held-row forms (``HELD_ROW_FORMS``) that hold rows of ``columns`` in registers,
-    each with a grid of as many blocks as the device holds at once."""
+def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: int,
+                      rows: int | None = None) -> list[MapReduceVariant]:
+    """The held-row forms that hold rows of ``columns`` in registers: given the ``rows``
+    where the group keeps no column accumulators, ``HELD_ROW_PER_ROW_FORMS`` with one block
+    per row; else ``HELD_ROW_FORMS`` with a grid of as many blocks as the device holds at
+    once."""
+    if rows is not None and not group.col_reductions():
+        forms = [(threads, size, True) for threads, size in HELD_ROW_PER_ROW_FORMS]
+    else:
+        forms = [(threads, size, False) for threads, size in HELD_ROW_FORMS]
     result = []
-    for threads, size in HELD_ROW_FORMS:
+    for threads, size, per_row in forms:
         probe = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), 1, 1, 0, size,
                                  held_rows=True)
         per_access = threads * group.width(probe)
@@ -285,7 +301,8 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
         if registers > min(MAX_REGISTERS_PER_THREAD, profile.registers_per_sm // threads):
             continue  # the row does not fit in the registers of such a block
         resident = max(1, _register_blocks(registers, threads, profile))
-        result.append(replace(variant, blocks=resident * profile.sm_count))
+        blocks = rows if per_row else resident * profile.sm_count
+        result.append(replace(variant, blocks=blocks))
     return result
 
 
