@@ -44,9 +44,22 @@ def check(name: str, plan: object, size: tuple[int, int], seed: int = 0) -> None
 @pytest.mark.parametrize("name", NORM)
 def test_normalisations_equal_numpy_planned_and_unfused(name):
     cpu_or_skip()
-    for size in ((37, 133), (5, 7), (1, 1)):
-        check(name, "auto", size, seed=size[1])
-    check(name, "unfused", (37, 133), seed=3)
+    sizes = ((37, 133), (5, 7), (1, 1)) if get_app(name).ndim == 2 else \
+        ((4099,), (7,), (1,))
+    for size in sizes:
+        check(name, "auto", size, seed=size[-1])
+    check(name, "unfused", sizes[0], seed=3)
+
+
+def test_two_statistics_of_a_vector_share_one_pass_before_the_map():
+    """Sibling full reductions (a sum and a sum of squares) are one kernel; the map that
+    reads both is the second (a reduction over everything is complete only after every
+    block finished)."""
+    app = get_app("standardise")
+    pipeline = app.build()
+    graph = pipeline.graph()
+    plan = pipeline.plan(sizes=app.sizes(graph, app.bench_size))
+    assert [sorted(g.members) for g in plan.groups] == [["squares", "total"], ["y"]]
 
 
 @pytest.mark.integration

@@ -13,6 +13,7 @@ each element's row (``dims=(1,)``: at its column). Each app has a float64 NumPy 
 | logsoftmax     | ``m = max(x)``, ``s = sum(exp(x - m))``, ``y = x - m - log s``          |
 | crossentropy   | ``loss = -sum(t (x - m - log s))`` per row, ``t`` the target distribution |
 | colstandardise | along axis 0: ``y = (x - mean) / sqrt(var + eps)`` per column             |
+| standardise    | a vector (``n``): two sums (``Σx``, ``Σx²``) in one pass, then the map        |
 
 The row length enters as the parameter ``inv_n`` (``1 / N``, or ``1 / M`` along columns),
 which ``make_inputs`` sets from the size.
@@ -35,6 +36,7 @@ EPS = 1e-5
 BENCH = (16384, 4096)   # 256 MB each way: rows of a large language model's hidden size
 LONG_ROWS = (4096, 32768)  # rows of 32 K float32 (a vocabulary): the longest held whole
 TEST = (37, 133)
+VECTOR_TEST = (4099,)
 
 
 @dataclass(frozen=True)
@@ -45,21 +47,28 @@ class NormApp(App):
 
     @property
     def size_form(self) -> str:
-        return "a normalisation takes a size M x N"
+        return size_form(self.ndim)
 
     def sizes(self, graph: Any, size: tuple[int, ...]) -> dict[str, int]:
         return bind_sizes(graph, self.check_size(size))
 
 
-def _inputs_maker(build: Callable[..., kf.Pipeline], axis: int) -> Callable[..., tuple]:
+def size_form(ndim: int) -> str:
+    """What a size of a normalisation of ``ndim`` axes looks like."""
+    return "a normalisation takes a size M x N" if ndim == 2 else \
+        "a vector's normalisation takes a size n"
+
+
+def _inputs_maker(build: Callable[..., kf.Pipeline], axis: int, ndim: int
+                  ) -> Callable[..., tuple]:
     """Standard normal inputs (targets: each row a random distribution), ``inv_n`` from the
     size along ``axis``."""
 
     def make_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "float32"
                     ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         graph = build(dtype).graph()
-        rows, cols = check_size(size, 2, "a normalisation takes a size M x N")
-        sizes = bind_sizes(graph, (rows, cols))
+        size = check_size(size, ndim, size_form(ndim))
+        sizes = bind_sizes(graph, size)
         arrays = {}
         for name in graph.inputs:
             shape = graph.shape_of(name, sizes)
@@ -70,7 +79,7 @@ def _inputs_maker(build: Callable[..., kf.Pipeline], axis: int) -> Callable[...,
                 arrays[name] = rng.uniform(0.5, 1.5, size=shape).astype(dtype)
             else:
                 arrays[name] = (rng.standard_normal(shape) * 2).astype(dtype)
-        params = {"inv_n": 1.0 / (cols if axis == 1 else rows)}
+        params = {"inv_n": 1.0 / size[axis]}
         return arrays, {name: value for name, value in params.items() if name in graph.params}
 
     return make_inputs
@@ -182,12 +191,33 @@ def ref_colstandardise(arrays, params, boundary=None):
     return {"y": centred / np.sqrt((centred ** 2).mean(axis=0, keepdims=True) + EPS)}
 
 
-def _app(name: str, title: str, axis: int = 1, bench: tuple[int, int] = BENCH) -> NormApp:
+def build_standardise(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
+    """Statistics then a map: the sum and the sum of squares of a vector (sibling
+    reductions: one pass), then ``y = (x - mean) / sqrt(var + eps)``."""
+    p = kf.Pipeline("standardise")
+    x = p.input("x", ndim=1, dtype=dtype)
+    inv_n = p.param("inv_n", dtype)
+    total = kf.reduce_sum(x, name="total")
+    squares = kf.reduce_sum(x * x, name="squares")
+    mean = total.at() * inv_n
+    y = kf.point((x - mean) * kf.rsqrt(squares.at() * inv_n - mean * mean + EPS), name="y")
+    p.output(y)
+    return p
+
+
+def ref_standardise(arrays, params, boundary=None):
+    x = _f64(arrays)["x"]
+    return {"y": (x - x.mean()) / np.sqrt(x.var() + EPS)}
+
+
+def _app(name: str, title: str, axis: int = 1, bench: tuple[int, ...] = BENCH) -> NormApp:
     module = globals()
     build = module[f"build_{name}"]
+    ndim = len(bench)
     return NormApp(name=name, title=title, origin=ORIGIN, build=build,
-                   reference=module[f"ref_{name}"], make_inputs=_inputs_maker(build, axis),
-                   bench_size=bench, test_size=TEST, ndim=2, tolerance=1e-4)
+                   reference=module[f"ref_{name}"],
+                   make_inputs=_inputs_maker(build, axis, ndim), bench_size=bench,
+                   test_size=TEST if ndim == 2 else VECTOR_TEST, ndim=ndim, tolerance=1e-4)
 
 
 NORM_APPS: tuple[NormApp, ...] = (
@@ -196,6 +226,8 @@ NORM_APPS: tuple[NormApp, ...] = (
     _app("logsoftmax", "log-softmax over rows of 32 K", bench=LONG_ROWS),
     _app("crossentropy", "cross-entropy per row against target distributions"),
     _app("colstandardise", "standardise each column (along axis 0)", axis=0),
+    _app("standardise", "standardise a vector: two sums in one pass, then a map", axis=0,
+         bench=(2**28,)),
 )
 
 __all__ = ["NORM_APPS", "NormApp"]
