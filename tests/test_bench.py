@@ -335,6 +335,16 @@ def test_device_inputs_follow_the_apps_ranges():
     assert not np.array_equal(sets[0]["x"], sets[1]["x"])
 
 
+def test_device_inputs_take_the_parameters_of_the_timed_size():
+    """A normalisation's ``1 / n`` follows the size timed, not the small probe's."""
+    from kfuse.apps import get_app
+    app = get_app("rmsnorm")
+    _, params, _ = device_inputs(app, app.build().graph(), (6, 40), None, np, 2**20)
+    assert params == {"inv_n": 1 / 40}
+    app = get_app("logsoftmax")
+    assert device_inputs(app, app.build().graph(), (6, 40), None, np, 2**20)[1] == {}
+
+
 # ---------------------------------------------------------------------------------------------
 # The PyTorch translation against the NumPy backend (CPU torch)
 # ---------------------------------------------------------------------------------------------

@@ -51,6 +51,11 @@ class App:
         surface later as a missing size symbol deep inside the graph)."""
         return check_size(size, self.ndim, self.size_form)
 
+    def parameters(self, size: tuple[int, ...]) -> dict[str, float] | None:
+        """The runtime parameters at ``size`` where they depend on it (``None``: they do not,
+        and ``make_inputs`` at any size gives them)."""
+        return None
+
     def sizes(self, graph: Any, size: tuple[int, ...]) -> dict[str, int]:
         """Size symbols of the app's graph at ``size``: every input has that shape (the BLAS
         apps bind vectors too, :class:`kfuse.apps.blas.BlasApp`)."""

@@ -44,6 +44,12 @@ class NormApp(App):
     """A normalisation: sizes bound from ``(M, N)``; the family ``norm``."""
 
     family: str = "norm"
+    axis: int = 1  # the axis the statistics run along (``inv_n`` is one over its length)
+
+    def parameters(self, size: tuple[int, ...]) -> dict[str, float] | None:
+        if "inv_n" not in self.build().graph().params:
+            return None
+        return {"inv_n": 1.0 / self.check_size(size)[self.axis]}
 
     @property
     def size_form(self) -> str:
@@ -217,7 +223,8 @@ def _app(name: str, title: str, axis: int = 1, bench: tuple[int, ...] = BENCH) -
     return NormApp(name=name, title=title, origin=ORIGIN, build=build,
                    reference=module[f"ref_{name}"],
                    make_inputs=_inputs_maker(build, axis, ndim), bench_size=bench,
-                   test_size=TEST if ndim == 2 else VECTOR_TEST, ndim=ndim, tolerance=1e-4)
+                   test_size=TEST if ndim == 2 else VECTOR_TEST, ndim=ndim, tolerance=1e-4,
+                   axis=axis)
 
 
 NORM_APPS: tuple[NormApp, ...] = (

@@ -213,6 +213,8 @@ def device_inputs(app: Any, graph, size: tuple[int, ...], sets: int | None, xp: 
     """
     probe_size = tuple(getattr(app, "test_size", None) or size)
     probe, params = app.make_inputs(probe_size, np.random.default_rng(seed), "float32")
+    sized = getattr(app, "parameters", None)
+    params = (sized(size) if sized is not None else None) or params  # (1 / n at this size)
     symbols: dict[str, int] = {}
     for name in graph.inputs:
         if len(graph.buffers[name].shape) == len(size):
