@@ -16,6 +16,9 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Normalisations and statistics (H200, 2026-11-27)", "2026-11-27-session25-norm-h200.json",
+     "kfuse bench standardise rmsnorm layernorm logsoftmax crossentropy colstandardise "
+     "--no-calls --json F"),
     ("Image and stencil apps (H200, 2026-11-27, later)", "2026-11-27-session25-bench-h200.json",
      "kfuse bench harris shi_tomasi sobel unsharp enhance night diffusion3d --json F"),
     ("Image and stencil apps (H200, 2026-11-27)", "2026-11-27-session22-bench-final-h200.json",
