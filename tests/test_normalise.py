@@ -99,6 +99,17 @@ def test_row_normalisations_plan_one_kernel_at_benchmark_sizes(name):
     assert ":hr" in plan.groups[0].variant
 
 
+def test_rows_too_long_for_a_block_are_explained():
+    app = get_app("logsoftmax")
+    pipeline = app.build()
+    graph = pipeline.graph()
+    plan = pipeline.plan(sizes=app.sizes(graph, (64, 131072)))
+    assert len(plan.groups) == 3
+    text = plan.explain()
+    assert "rows of 131072 columns do not fit a block's registers" in text, text
+    assert "rows of" not in pipeline.plan(sizes=app.sizes(graph, (64, 4096))).explain()
+
+
 def test_phases_follow_the_chain_of_row_reductions():
     graph = get_app("crossentropy").build().graph()
     members = [k.name for k in graph.kernels]

@@ -70,6 +70,8 @@ def test_every_step_in_one_staged_kernel(name):
         members = [k.name for k in pipeline.graph().kernels]
         return pipeline.fuse([members], forms=["staged"])
 
+    explained = all_steps(get_app(name).build()).explain()
+    assert "staged in shared memory over the block's tile" in explained, explained
     for boundary in BOUNDARIES:
         if boundary == "repeat":  # (the staged form reads no periodic borders)
             with pytest.raises(kfuse.FusionError, match="periodic"):

@@ -271,7 +271,8 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
         for buffer in data["buffers"]:
             fused = membership[source] is membership[target]
             if fused:
-                reason = _fused_reason(graph, source, target, buffer)
+                reason = _fused_reason(graph, source, target, buffer,
+                                       membership[source].form)
             else:
                 reason = reasons.get((source, target)) or _unfused_reason(
                     graph, membership[source].members, membership[target].members)
@@ -280,11 +281,15 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
                       unfused_predicted_time_s)
 
 
-def _fused_reason(graph: Graph, source: str, target: str, buffer: str) -> str:
+def _fused_reason(graph: Graph, source: str, target: str, buffer: str,
+                  form: Form | None = None) -> str:
     consumer = graph.kernel_by_name[target]
     radius = consumer.halo_radius(buffer)
     if radius and any(radius):
         window = "x".join(str(2 * r + 1) for r in radius)
+        if form is not None and form.name == "staged":
+            return (f"'{buffer}' is staged in shared memory over the block's tile and its "
+                    f"halo, computed once per point and read at the {window} window's taps")
         return (f"'{buffer}' stays in registers; '{source}' is recomputed at each of "
                 f"{consumer.thread_load(buffer)} taps of the {window} window")
     return f"'{buffer}' stays in a register"

@@ -306,6 +306,30 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
     return result
 
 
+def held_row_reason(group: MapReduceGroup, profile: DeviceProfile,
+                    sizes: Mapping[str, int] | None) -> str | None:
+    """Why no held-row form implements ``group`` (a row reduction read back across its row)
+    at ``sizes``; None where one does or the group needs none."""
+    if group.epilogue_kind != "held":
+        return None
+    if sizes is None:
+        return ("held rows hold rows of one known length: planned only for given sizes "
+                "(p.plan(sizes=...), or a call with arrays)")
+    rows, columns = (sizes[symbol] for symbol in group.domain)
+    if held_row_variants(group, profile, columns, rows):
+        return None
+    longest = 0
+    for threads, size in HELD_ROW_FORMS + HELD_ROW_PER_ROW_FORMS:
+        probe = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), 1, 1, 0, size,
+                                 held_rows=True)
+        words = held_words(group, probe)  # (one access of each per thread)
+        budget = min(MAX_REGISTERS_PER_THREAD, profile.registers_per_sm // threads) \
+            - HELD_BASE_REGISTERS
+        longest = max(longest, threads * group.width(probe) * max(0, budget // words))
+    return (f"rows of {columns} columns do not fit a block's registers (held rows hold at "
+            f"most {longest}): the row's reductions are complete only in another kernel")
+
+
 def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
                    ) -> list[MapReduceVariant]:
     """Drop duplicates, variants that cannot run, and dominated ones (Filipovič et al. 2015 §4).
@@ -723,16 +747,18 @@ class Implementation:
     def describe(self) -> str:
         return " | ".join(f"[{'+'.join(c.members)}] {c.variant}" for c in self.choices)
 
-    def plan(self, graph: Graph, *, unfused_predicted_time_s: float | None = None
-             ) -> FusionPlan:
-        """The fusion plan of this combination (variants set per group)."""
+    def plan(self, graph: Graph, *, unfused_predicted_time_s: float | None = None,
+             reasons: Mapping[tuple[str, str], str] | None = None) -> FusionPlan:
+        """The fusion plan of this combination (variants set per group); ``reasons``: why
+        edges were left unfused, where the space knows better than legality."""
         groups = [list(choice.members) for choice in self.choices]
         variants = {frozenset(c.members): c.variant for c in self.choices
                     if is_variant_text(c.variant)}  # (an epilogue is legal only under one)
         plan = make_plan(graph, groups, strategy="variants", model="mapreduce",
                          predicted_time_s=self.predicted_s,
                          unfused_predicted_time_s=unfused_predicted_time_s,
-                         check_resources=False, variants=variants)
+                         check_resources=False, variants=variants,
+                         reasons=dict(reasons or {}))
         chosen = {frozenset(c.members): c for c in self.choices}
         new_groups = []
         for group in plan.groups:
@@ -814,6 +840,26 @@ class ImplementationSpace:
         self.fusions = fusible_groups(graph)
         self._ranked: dict[tuple[str, ...], list[tuple[float, GroupChoice]]] = {}
 
+    def unimplemented_reasons(self) -> dict[tuple[str, str], str]:
+        """Why each edge inside a legal fusion that has no implementation at these sizes
+        (a held-row group whose rows are too long) was left unfused, keyed by (producer,
+        consumer)."""
+        reasons: dict[tuple[str, str], str] = {}
+        for members in sorted(self.fusions, key=len, reverse=True):
+            if len(members) < 2 or self.choices(members) \
+                    or mapreduce_group_reason(self.graph, members) is not None:
+                continue
+            group = MapReduceGroup(self.graph, members, group_outputs(self.graph, members))
+            reason = held_row_reason(group, self.profile, self.sizes if self.sized else None)
+            if reason is None:
+                continue
+            for name in members:
+                for buffer in self.graph.kernel_by_name[name].reads:
+                    producer = self.graph.producer.get(buffer)
+                    if producer in members:
+                        reasons.setdefault((producer, name), f"no implementation: {reason}")
+        return reasons
+
     def choices(self, members: tuple[str, ...]) -> list[GroupChoice]:
         """The fusion's implementations, best predicted first."""
         return [choice for _, choice in self._clustered_choices(members)]
@@ -880,7 +926,8 @@ def best_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
               profile: DeviceProfile | None = None) -> FusionPlan:
     """The predicted-best combination of the implementation space, as a fusion plan."""
     space = ImplementationSpace(graph, sizes, profile)
-    return space.best().plan(graph, unfused_predicted_time_s=space.unfused_time())
+    return space.best().plan(graph, unfused_predicted_time_s=space.unfused_time(),
+                             reasons=space.unimplemented_reasons())
 
 
 __all__ = ["GroupChoice", "Implementation", "ImplementationSpace", "VariantPrediction",
