@@ -52,21 +52,30 @@ def _weighted_reference(u: np.ndarray, weights: Mapping[tuple[int, ...], float],
 SMOOTH_STEPS = 4
 
 
-def build_smooth2d(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
-    """``u0 -> u1 -> .. -> u4``, each step the 3x3 binomial smoother."""
-    p = kf.Pipeline("smooth2d")
-    u = p.input("u0", ndim=2, dtype=dtype)
-    for step in range(1, SMOOTH_STEPS + 1):
-        u = kf.local(_weighted(u, SMOOTH_WEIGHTS), boundary=boundary, name=f"u{step}")
-    p.output(u)
-    return p
+def weighted_steps(name: str, ndim: int, weights: Mapping[tuple[int, ...], float],
+                   steps: int) -> tuple[Callable[..., kf.Pipeline], Callable[..., dict]]:
+    """(build, reference) of ``steps`` applications of the stencil ``weights`` (offset ->
+    weight) to ``u0``; the output is ``u<steps>``."""
+
+    def build(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
+        p = kf.Pipeline(name)
+        u = p.input("u0", ndim=ndim, dtype=dtype)
+        for step in range(1, steps + 1):
+            u = kf.local(_weighted(u, weights), boundary=boundary, name=f"u{step}")
+        p.output(u)
+        return p
+
+    def reference(arrays, params, boundary="clamp"):
+        u = as_float64(arrays)["u0"]
+        for _ in range(steps):
+            u = _weighted_reference(u, weights, boundary)
+        return {f"u{steps}": u}
+
+    build.__doc__ = f"{steps} steps of a {len(weights)}-point stencil on a {ndim}-D grid."
+    return build, reference
 
 
-def ref_smooth2d(arrays, params, boundary="clamp"):
-    u = as_float64(arrays)["u0"]
-    for _ in range(SMOOTH_STEPS):
-        u = _weighted_reference(u, SMOOTH_WEIGHTS, boundary)
-    return {f"u{SMOOTH_STEPS}": u}
+build_smooth2d, ref_smooth2d = weighted_steps("smooth2d", 2, SMOOTH_WEIGHTS, SMOOTH_STEPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,21 +143,7 @@ def ref_heat3d(arrays, params, boundary="clamp"):
     return {f"u{HEAT_STEPS}": u}
 
 
-def build_stencil27(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
-    """Two steps of a 27-point stencil, weights falling with the distance from the centre."""
-    p = kf.Pipeline("stencil27")
-    u = p.input("u0", ndim=3, dtype=dtype)
-    for step in range(1, CUBE_STEPS + 1):
-        u = kf.local(_weighted(u, CUBE_WEIGHTS), boundary=boundary, name=f"u{step}")
-    p.output(u)
-    return p
-
-
-def ref_stencil27(arrays, params, boundary="clamp"):
-    u = as_float64(arrays)["u0"]
-    for _ in range(CUBE_STEPS):
-        u = _weighted_reference(u, CUBE_WEIGHTS, boundary)
-    return {f"u{CUBE_STEPS}": u}
+build_stencil27, ref_stencil27 = weighted_steps("stencil27", 3, CUBE_WEIGHTS, CUBE_STEPS)
 
 
 def _inputs(names: tuple[str, ...], params: Mapping[str, float]) -> Callable[..., tuple]:
