@@ -31,7 +31,7 @@ import kfuse.dsl as kf
 from kfuse.apps.base import App, check_size
 from kfuse.apps.blas import bind_sizes
 
-ORIGIN = "normalisation layers (Zhang and Sennrich 2019; Ba et al. 2016) and statistics"
+ORIGIN = "normalisation layers and statistics"
 EPS = 1e-5
 BENCH = (16384, 4096)   # 256 MB each way: rows of a large language model's hidden size
 LONG_ROWS = (4096, 32768)  # rows of 32 K float32 (a vocabulary): the longest held whole

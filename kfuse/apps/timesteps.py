@@ -22,7 +22,7 @@ import numpy as np
 import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, positive_image, taps
 
-ORIGIN = "explicit time integration (temporal blocking; cf. Wahib and Maruyama 2014)"
+ORIGIN = "explicit time stepping"
 SMOOTH_WEIGHTS = {(dy, dx): (2 - abs(dy)) * (2 - abs(dx)) / 16.0
                   for dy in (-1, 0, 1) for dx in (-1, 0, 1)}
 CROSS_2D = ((-1, 0), (1, 0), (0, -1), (0, 1))
