@@ -120,6 +120,43 @@ def test_phases_follow_the_chain_of_row_reductions():
     assert [r.kind for r in group.reductions] == ["row", "row", "row"]
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("variant", [SMALL_HELD, "mapreduce:256x1:r1:i1:w:stream:g40:u2:hr"])
+def test_every_kind_of_member_in_every_phase(variant):
+    """Phase 0 a row maximum; phase 1 a stored map, a row sum of it and a sum over
+    everything; phase 2 column sums reading the row sum: each stored, on rows shorter and
+    longer than a chunk, a resident grid (blocks walk rows) and one block per row."""
+    cpu_or_skip()
+    p = kf.Pipeline("phases")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=1, name="top")
+    shifted = kf.point(kf.exp(x - top.at(0, dims=(0,))), name="shifted")
+    total = kf.reduce_sum(shifted, axis=1, name="total")
+    everything = kf.reduce_sum(x - top.at(0, dims=(0,)), name="everything")
+    columns = kf.reduce_sum(shifted / total.at(0, dims=(0,)), axis=0, name="columns")
+    p.output(top, shifted, total, everything, columns)
+    graph = p.graph()
+    members = tuple(k.name for k in graph.kernels)
+    group = MapReduceGroup(graph, members, list(graph.outputs))
+    assert [[k.name for k in phase] for phase in group.phases] == [
+        ["top"], ["shifted", "total", "everything"], ["columns"]]
+    plan = p.fuse([members], forms=[variant])
+    rng = np.random.default_rng(4)
+    for rows, cols in ((45, 37), (7, 1201)):
+        x_value = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+        out = p.run(backend="cpu", plan=plan, x=x_value)
+        v = x_value.astype(np.float64)
+        m = v.max(axis=1, keepdims=True)
+        e = np.exp(v - m)
+        expected = {"top": m[:, 0], "shifted": e, "total": e.sum(axis=1),
+                    "everything": (v - m).sum(), "columns": (e / e.sum(axis=1,
+                                                                       keepdims=True)).sum(0)}
+        for name, value in expected.items():
+            got = np.reshape(out[name], np.shape(value))
+            scale = max(np.abs(value).max(), 1.0)
+            assert np.abs(got - value).max() / scale <= 2e-5, (variant, rows, cols, name)
+
+
 def test_a_held_group_never_reads_a_column_reduction_of_its_own():
     """A column sum is complete only after every block finished: a member of the same
     held-row group reading it is refused with the reason."""
