@@ -108,6 +108,9 @@ class HeldKernel(MapReduceKernel):
             f"({variant.vector_bytes}-byte loads where aligned)",
             *load_row,
         ]
+        # the phase whose combine is the row's last: the next row writes the other buffers
+        last_combine = max((phase for phase, kernels in enumerate(group.phases)
+                            for r in row_reductions if r.kernel in kernels), default=None)
         for phase, kernels in enumerate(group.phases):
             # a phase reads the row reductions of the phases before it as the block's results
             code, values = self.evaluate(coords_of, kernels)
@@ -134,9 +137,8 @@ class HeldKernel(MapReduceKernel):
                     *combine_rows(rows_here)]
                 self.held_values.update(
                     {r.kernel.output: f"kf_row_{r.var}" for r in rows_here})
-                if rows_here and not any(r.kind == "row" for r in group.reductions
-                                         if r.kernel in sum(group.phases[phase + 1:], ())):
-                    walk.append("kf_parity ^= 1;")  # (after the row's last combine)
+                if phase == last_combine:
+                    walk.append("kf_parity ^= 1;")
         self.held_values = {}
         flush = []
         for reduce in group.col_reductions():
