@@ -21,14 +21,14 @@ which ``make_inputs`` sets from the size.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import kfuse.dsl as kf
-from kfuse.apps.base import App, check_size
+from kfuse.apps.base import App, as_float64, check_size
 from kfuse.apps.blas import bind_sizes
 
 ORIGIN = "normalisation layers and statistics"
@@ -44,12 +44,11 @@ class NormApp(App):
     """A normalisation: sizes bound from ``(M, N)``; the family ``norm``."""
 
     family: str = "norm"
-    axis: int = 1  # the axis the statistics run along (``inv_n`` is one over its length)
+    # the axis whose length ``inv_n`` is one over (None: the app takes no ``inv_n``)
+    axis: int | None = 1
 
     def parameters(self, size: tuple[int, ...]) -> dict[str, float] | None:
-        if "inv_n" not in self.build().graph().params:
-            return None
-        return {"inv_n": 1.0 / self.check_size(size)[self.axis]}
+        return size_parameters(self.check_size(size), self.axis) or None
 
     @property
     def size_form(self) -> str:
@@ -65,7 +64,12 @@ def size_form(ndim: int) -> str:
         "a vector's normalisation takes a size n"
 
 
-def _inputs_maker(build: Callable[..., kf.Pipeline], axis: int, ndim: int
+def size_parameters(size: tuple[int, ...], axis: int | None) -> dict[str, float]:
+    """The parameters that follow the size: ``inv_n``, one over the length along ``axis``."""
+    return {} if axis is None else {"inv_n": 1.0 / size[axis]}
+
+
+def _inputs_maker(build: Callable[..., kf.Pipeline], axis: int | None, ndim: int
                   ) -> Callable[..., tuple]:
     """Standard normal inputs (targets: each row a random distribution), ``inv_n`` from the
     size along ``axis``."""
@@ -85,14 +89,9 @@ def _inputs_maker(build: Callable[..., kf.Pipeline], axis: int, ndim: int
                 arrays[name] = rng.uniform(0.5, 1.5, size=shape).astype(dtype)
             else:
                 arrays[name] = (rng.standard_normal(shape) * 2).astype(dtype)
-        params = {"inv_n": 1.0 / size[axis]}
-        return arrays, {name: value for name, value in params.items() if name in graph.params}
+        return arrays, size_parameters(size, axis)
 
     return make_inputs
-
-
-def _f64(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {name: np.asarray(value, dtype=np.float64) for name, value in arrays.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,7 +112,7 @@ def build_rmsnorm(dtype: str = "float32", boundary: object = None) -> kf.Pipelin
 
 
 def ref_rmsnorm(arrays, params, boundary=None):
-    a = _f64(arrays)
+    a = as_float64(arrays)
     return {"y": a["x"] / np.sqrt((a["x"] ** 2).mean(axis=1, keepdims=True) + EPS) * a["g"]}
 
 
@@ -135,7 +134,7 @@ def build_layernorm(dtype: str = "float32", boundary: object = None) -> kf.Pipel
 
 
 def ref_layernorm(arrays, params, boundary=None):
-    a = _f64(arrays)
+    a = as_float64(arrays)
     centred = a["x"] - a["x"].mean(axis=1, keepdims=True)
     var = (centred ** 2).mean(axis=1, keepdims=True)
     return {"y": centred / np.sqrt(var + EPS) * a["g"] + a["b"]}
@@ -153,7 +152,7 @@ def build_logsoftmax(dtype: str = "float32", boundary: object = None) -> kf.Pipe
 
 
 def ref_logsoftmax(arrays, params, boundary=None):
-    x = _f64(arrays)["x"]
+    x = as_float64(arrays)["x"]
     top = x.max(axis=1, keepdims=True)
     return {"y": x - top - np.log(np.exp(x - top).sum(axis=1, keepdims=True))}
 
@@ -173,7 +172,7 @@ def build_crossentropy(dtype: str = "float32", boundary: object = None) -> kf.Pi
 
 
 def ref_crossentropy(arrays, params, boundary=None):
-    a = _f64(arrays)
+    a = as_float64(arrays)
     log_p = ref_logsoftmax({"x": a["x"]}, params)["y"]
     return {"loss": -(a["t"] * log_p).sum(axis=1)}
 
@@ -192,7 +191,7 @@ def build_colstandardise(dtype: str = "float32", boundary: object = None) -> kf.
 
 
 def ref_colstandardise(arrays, params, boundary=None):
-    x = _f64(arrays)["x"]
+    x = as_float64(arrays)["x"]
     centred = x - x.mean(axis=0, keepdims=True)
     return {"y": centred / np.sqrt((centred ** 2).mean(axis=0, keepdims=True) + EPS)}
 
@@ -212,11 +211,12 @@ def build_standardise(dtype: str = "float32", boundary: object = None) -> kf.Pip
 
 
 def ref_standardise(arrays, params, boundary=None):
-    x = _f64(arrays)["x"]
+    x = as_float64(arrays)["x"]
     return {"y": (x - x.mean()) / np.sqrt(x.var() + EPS)}
 
 
-def _app(name: str, title: str, axis: int = 1, bench: tuple[int, ...] = BENCH) -> NormApp:
+def _app(name: str, title: str, axis: int | None = 1, bench: tuple[int, ...] = BENCH
+         ) -> NormApp:
     module = globals()
     build = module[f"build_{name}"]
     ndim = len(bench)
@@ -230,8 +230,8 @@ def _app(name: str, title: str, axis: int = 1, bench: tuple[int, ...] = BENCH) -
 NORM_APPS: tuple[NormApp, ...] = (
     _app("rmsnorm", "RMSNorm over rows"),
     _app("layernorm", "LayerNorm over rows (mean, variance, map)"),
-    _app("logsoftmax", "log-softmax over rows of 32 K", bench=LONG_ROWS),
-    _app("crossentropy", "cross-entropy per row against target distributions"),
+    _app("logsoftmax", "log-softmax over rows of 32 K", axis=None, bench=LONG_ROWS),
+    _app("crossentropy", "cross-entropy per row against target distributions", axis=None),
     _app("colstandardise", "standardise each column (along axis 0)", axis=0),
     _app("standardise", "standardise a vector: two sums in one pass, then a map", axis=0,
          bench=(2**28,)),

@@ -20,6 +20,7 @@ from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import (
     Form,
     GroupSchedule,
+    Staged,
     Tiled,
     as_form,
     default_form,
@@ -287,7 +288,7 @@ def _fused_reason(graph: Graph, source: str, target: str, buffer: str,
     radius = consumer.halo_radius(buffer)
     if radius and any(radius):
         window = "x".join(str(2 * r + 1) for r in radius)
-        if form is not None and form.name == "staged":
+        if isinstance(form, Staged):
             return (f"'{buffer}' is staged in shared memory over the block's tile and its "
                     f"halo, computed once per point and read at the {window} window's taps")
         return (f"'{buffer}' stays in registers; '{source}' is recomputed at each of "

@@ -78,6 +78,7 @@ from dataclasses import dataclass, field, replace
 from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD, WARP
 from kfuse.errors import FusionError, KfuseError
 from kfuse.fusion.legality import (
+    epilogue_kind,
     epilogue_violations,
     group_violations,
     is_epilogue_group,
@@ -280,29 +281,36 @@ def held_words(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     return group.width(variant) * variant.unroll * words * max(kept, 1)
 
 
+def _held_probes(group: MapReduceGroup, rows: int | None
+                 ) -> list[tuple[MapReduceVariant, bool]]:
+    """(a held-row form with one access per thread, whether its grid has one block per row):
+    given the ``rows`` where the group keeps no column accumulators,
+    ``HELD_ROW_PER_ROW_FORMS``; else ``HELD_ROW_FORMS``."""
+    per_row = rows is not None and not group.col_reductions()
+    forms = HELD_ROW_PER_ROW_FORMS if per_row else HELD_ROW_FORMS
+    return [(MapReduceVariant((threads, 1), 1, 1, True, "stream", (), 1, 1, 0, size,
+                              held_rows=True), per_row) for threads, size in forms]
+
+
+def _held_register_budget(threads: int, profile: DeviceProfile) -> int:
+    """Registers a thread of a block of ``threads`` may take."""
+    return min(MAX_REGISTERS_PER_THREAD, profile.registers_per_sm // threads)
+
+
 def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: int,
                       rows: int | None = None) -> list[MapReduceVariant]:
-    """The held-row forms that hold rows of ``columns`` in registers: given the ``rows``
-    where the group keeps no column accumulators, ``HELD_ROW_PER_ROW_FORMS`` with one block
-    per row; else ``HELD_ROW_FORMS`` with a grid of as many blocks as the device holds at
-    once."""
-    if rows is not None and not group.col_reductions():
-        forms = [(threads, size, True) for threads, size in HELD_ROW_PER_ROW_FORMS]
-    else:
-        forms = [(threads, size, False) for threads, size in HELD_ROW_FORMS]
+    """The held-row forms (:func:`_held_probes`) that hold rows of ``columns`` in registers,
+    with one block per row or a grid of as many blocks as the device holds at once."""
     result = []
-    for threads, size, per_row in forms:
-        probe = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), 1, 1, 0, size,
-                                 held_rows=True)
-        per_access = threads * group.width(probe)
-        unroll = max(1, -(-columns // per_access))
+    for probe, per_row in _held_probes(group, rows):
+        threads = probe.threads[0]
+        unroll = max(1, -(-columns // (threads * group.width(probe))))
         variant = replace(probe, unroll=unroll)
         registers = HELD_BASE_REGISTERS + held_words(group, variant)
-        if registers > min(MAX_REGISTERS_PER_THREAD, profile.registers_per_sm // threads):
+        if registers > _held_register_budget(threads, profile):
             continue  # the row does not fit in the registers of such a block
         resident = max(1, _register_blocks(registers, threads, profile))
-        blocks = rows if per_row else resident * profile.sm_count
-        result.append(replace(variant, blocks=blocks))
+        result.append(replace(variant, blocks=rows if per_row else resident * profile.sm_count))
     return result
 
 
@@ -319,13 +327,11 @@ def held_row_reason(group: MapReduceGroup, profile: DeviceProfile,
     if held_row_variants(group, profile, columns, rows):
         return None
     longest = 0
-    for threads, size in HELD_ROW_FORMS + HELD_ROW_PER_ROW_FORMS:
-        probe = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), 1, 1, 0, size,
-                                 held_rows=True)
-        words = held_words(group, probe)  # (one access of each per thread)
-        budget = min(MAX_REGISTERS_PER_THREAD, profile.registers_per_sm // threads) \
-            - HELD_BASE_REGISTERS
-        longest = max(longest, threads * group.width(probe) * max(0, budget // words))
+    for probe, _ in _held_probes(group, rows):  # (a probe holds one access of each)
+        threads = probe.threads[0]
+        accesses = (_held_register_budget(threads, profile) - HELD_BASE_REGISTERS) \
+            // held_words(group, probe)
+        longest = max(longest, threads * group.width(probe) * max(0, accesses))
     return (f"rows of {columns} columns do not fit a block's registers (held rows hold at "
             f"most {longest}): the row's reductions are complete only in another kernel")
 
@@ -846,9 +852,9 @@ class ImplementationSpace:
         consumer)."""
         reasons: dict[tuple[str, str], str] = {}
         for members in sorted(self.fusions, key=len, reverse=True):
-            if len(members) < 2 or self.choices(members) \
+            if len(members) < 2 or epilogue_kind(self.graph, members) != "held" \
                     or mapreduce_group_reason(self.graph, members) is not None:
-                continue
+                continue  # (only held rows depend on the sizes)
             group = MapReduceGroup(self.graph, members, group_outputs(self.graph, members))
             reason = held_row_reason(group, self.profile, self.sizes if self.sized else None)
             if reason is None:
