@@ -51,7 +51,7 @@ from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Expr, Load, count_operations, form
 from kfuse.ir.graph import Graph, Kernel
 from kfuse.ir.reduce_ops import REDUCE_OP_CODE, identity_text, identity_value
 from kfuse.schedule import tiles
-from kfuse.schedule.forms import Form, Single, Staged, Tiled, reads_only_at_points
+from kfuse.schedule.forms import Form, Single, Staged, Streamed, Tiled, reads_only_at_points
 from kfuse.schedule.marching import marches
 
 MAP_BLOCK_1D = 256
@@ -582,6 +582,12 @@ def group_kernel(group: KernelGroup, form: Form | None = None, march: bool = Fal
             raise FusionError(f"group {[k.name for k in group.members]}: {reason}")
         rows, block_x, block_y = form.shape
         return staged_kernel(group, rows, block_x, block_y)
+    if isinstance(form, Streamed):
+        from kfuse.codegen.streamed import streamed_kernel
+        reason = form.why_not(group.graph, [k.name for k in group.members])
+        if reason:
+            raise FusionError(f"group {[k.name for k in group.members]}: {reason}")
+        return streamed_kernel(group, form)
     if form is not None and not isinstance(form, Tiled):
         raise FusionError(f"group {[k.name for k in group.members]}: the {form.text()} form "
                           "is not a map or stencil kernel's")

@@ -262,8 +262,8 @@ KF_DEVICE void kf_atomic_max(double* out, double v) {
     seen = atomicCAS(word, expected, (unsigned long long)__double_as_longlong(v));
   } while (seen != expected);
 }
-// Asynchronous 16-byte copies from global to shared memory, in groups (cp.async): marching
-// kernels stage input planes a few planes ahead of their use. A group's data may be read
+// Asynchronous 16-byte (and 4-byte) copies from global to shared memory, in groups (cp.async):
+// marching and streamed kernels stage input planes or rows a few ahead of their use. A group's data may be read
 // once kf_copy_async_wait<N> (at most N later groups still in flight) and a barrier have
 // passed. The host compiler queues each thread's copies and makes them at that wait, so
 // a read that comes too early sees the slot's old content there too.
@@ -272,23 +272,35 @@ KF_DEVICE void kf_copy_async16(void* shared, const void* global) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::
                "r"((unsigned)__cvta_generic_to_shared(shared)), "l"(global) : "memory");
 }
+KF_DEVICE void kf_copy_async4(void* shared, const void* global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::
+               "r"((unsigned)__cvta_generic_to_shared(shared)), "l"(global) : "memory");
+}
 KF_DEVICE void kf_copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int Pending> KF_DEVICE void kf_copy_async_wait() {
   asm volatile("cp.async.wait_group %0;" :: "n"(Pending) : "memory");
 }
 #else
+struct KfCopy {
+  void* shared;
+  const void* global;
+  std::size_t bytes;
+};
 struct KfCopyGroups {
-  std::vector<std::vector<std::pair<void*, const void*>>> groups{{}};  // the last is open
+  std::vector<std::vector<KfCopy>> groups{{}};  // the last is open
 };
 inline thread_local KfCopyGroups kf_copy_groups;
 inline void kf_copy_async16(void* shared, const void* global) {
-  kf_copy_groups.groups.back().emplace_back(shared, global);
+  kf_copy_groups.groups.back().push_back({shared, global, 16});
+}
+inline void kf_copy_async4(void* shared, const void* global) {
+  kf_copy_groups.groups.back().push_back({shared, global, 4});
 }
 inline void kf_copy_async_commit() { kf_copy_groups.groups.emplace_back(); }
 template <int Pending> inline void kf_copy_async_wait() {
   auto& groups = kf_copy_groups.groups;
   while ((int)groups.size() - 1 > Pending) {  // committed groups beyond the last Pending
-    for (auto& [shared, global] : groups.front()) std::memcpy(shared, global, 16);
+    for (auto& copy : groups.front()) std::memcpy(copy.shared, copy.global, copy.bytes);
     groups.erase(groups.begin());
   }
 }

@@ -35,7 +35,7 @@ from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
 from kfuse.errors import FusionError
 from kfuse.ir.expr import HALF_DTYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph
-from kfuse.schedule import tiles
+from kfuse.schedule import streaming, tiles
 
 VARIANT_PREFIX = "mapreduce"
 ROWSUM_MODES = ("shuffle", "smem", "stream")
@@ -136,6 +136,67 @@ class Staged(Form):
         reason = can_stage(graph, tuple(members), self.outputs_per_block)
         return f"the {self.name} implementation cannot compute it: {reason}" if reason \
             else None
+
+
+@dataclass(frozen=True)
+class Streamed(Form):
+    """A fused 2-D stencil chain whose blocks walk down the rows, every member advancing a
+    row per step (temporal blocking without recomputing rows: :mod:`kfuse.schedule.streaming`).
+    ``threads``: threads per block (each 4 columns); ``prefetch``: input rows copied ahead;
+    ``chunk_rows``: rows per block where the device's resident blocks are not known
+    (elsewhere the rows split among as many blocks as fill one wave, chunks of at least
+    ``least_rows``)."""
+
+    name: ClassVar[str] = "streamed"
+    grows: ClassVar[bool] = True
+
+    threads: int = 128
+    prefetch: int = 6
+    chunk_rows: int = 64
+    least_rows: int = 32
+
+    def __post_init__(self) -> None:
+        if self.threads < WARP or self.threads > 1024 or self.threads % WARP:
+            raise FusionError(f"streamed: {self.threads} threads is not a whole number of "
+                              "warps up to 1024")
+        if self.prefetch < 1 or self.chunk_rows < 1 or self.least_rows < 1:
+            raise FusionError("streamed: prefetch, chunk_rows and least_rows must be positive")
+
+    def text(self) -> str:
+        """``streamed``, then the fields that differ from the defaults (``streamed:t256:p8``)."""
+        defaults = Streamed()
+        parts = [self.name] + [f"{key}{getattr(self, field)}"
+                               for field, key in _STREAMED_KEYS.items()
+                               if getattr(self, field) != getattr(defaults, field)]
+        return ":".join(parts)
+
+    @classmethod
+    def parse(cls, text: str) -> Streamed:
+        """Read :meth:`text` back; a :class:`FusionError` names what is malformed."""
+        fields = {}
+        keys = {key: field for field, key in _STREAMED_KEYS.items()}
+        for part in text.split(":")[1:]:
+            match = re.fullmatch(r"([a-z])(\d+)", part)
+            if not match or match.group(1) not in keys:
+                raise FusionError(f"malformed streamed form {text!r}: its fields are "
+                                  + ", ".join(f"{k}<n> ({f})" for k, f in keys.items()))
+            fields[keys[match.group(1)]] = int(match.group(2))
+        return cls(**fields)
+
+    def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
+        reason = streaming.stream_reasons(graph, members)
+        if reason is None:
+            layout = streaming.stream_layout(graph, members)
+            if 2 * layout.halo_columns >= self.threads * streaming.STREAM_COLUMNS:
+                reason = (f"its lateral halo of {layout.halo_columns} columns each side "
+                          f"leaves no output columns to a block of {self.threads} threads")
+            else:
+                reason = streaming.shared_reason(layout, self.threads, self.prefetch)
+        return f"the {self.name} implementation cannot compute it: {reason}" if reason \
+            else None
+
+
+_STREAMED_KEYS = {"threads": "t", "prefetch": "p", "chunk_rows": "r", "least_rows": "l"}
 
 
 @dataclass(frozen=True)
@@ -365,7 +426,7 @@ def is_variant_text(variant: object) -> bool:
 
 
 FORMS: dict[str, type[Form]] = {form.name: form for form in (Single, Registers, Recompute,
-                                                              Staged)}
+                                                              Staged, Streamed)}
 
 
 def parse_form(text: str) -> Form | None:
@@ -375,6 +436,8 @@ def parse_form(text: str) -> Form | None:
         return None
     if is_variant_text(text) or text == VARIANT_PREFIX:
         return MapReduceVariant.parse(text)
+    if text.startswith(Streamed.name + ":"):
+        return Streamed.parse(text)
     form = FORMS.get(text)
     if form is None:
         raise FusionError(f"unknown implementation {text!r}: the forms are "

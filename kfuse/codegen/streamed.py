@@ -1,0 +1,341 @@
+"""Fused 2-D stencil chains walked down the rows (temporal blocking; the layout of levels,
+lags and queues is :mod:`kfuse.schedule.streaming`).
+
+A block of ``T`` threads owns ``4 T`` columns (its output columns and the chain's lateral
+halo each side) and a chunk of rows. Each iteration of its loop:
+
+1. waits for the copy of input row ``i`` (issued ``prefetch`` iterations earlier), passes
+   the one barrier of the iteration, and issues the copy of row ``i + prefetch``;
+2. fills the newest row of each queue: the thread's columns and those beside them, from
+   the input's ring of rows or a member's row of the last iteration in shared memory
+   (threads whose columns reach outside the grid map them by the readers' boundary modes);
+3. computes each member at its row ``i - lag`` and the thread's 4 columns, every read of
+   a level answered from the queues (rows near the grid's top and bottom map the row by
+   the read's boundary mode and pick the queue's row that holds it), writes the row to
+   shared memory where another member reads it at a column offset, and stores the
+   group's outputs at the rows of the block's chunk;
+4. moves every queue one row older.
+
+Reads of other arrays (1-D weights, parameters) go to memory as in the other kernels.
+"""
+
+from __future__ import annotations
+
+from kfuse.codegen.cexpr import (
+    VECTOR_TYPES,
+    ExprEmitter,
+    c_name,
+    format_value,
+    indent,
+    size_var,
+)
+from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
+from kfuse.ir.expr import C_TYPES, Load, loads
+from kfuse.schedule.forms import Streamed
+from kfuse.schedule.streaming import (
+    STREAM_COLUMNS,
+    QueueSlot,
+    StreamLayout,
+    StreamLevel,
+    stream_layout,
+)
+
+COLUMNS = STREAM_COLUMNS
+
+
+def _queue(slot: QueueSlot, age: int) -> str:
+    """The register holding ``slot``'s value ``age`` rows before the newest."""
+    column = f"{'m' if slot.column < 0 else 'c'}{abs(slot.column)}"
+    mode = "" if slot.boundary is None else f"_{slot.boundary.mode}"
+    return f"q_{c_name(slot.buffer)}_{column}{mode}_a{age}"
+
+
+def _signed(number: int) -> str:
+    """`` + n`` or `` - n`` (nothing for 0), to follow a C operand."""
+    return f" + {number}" if number > 0 else f" - {-number}" if number < 0 else ""
+
+
+def _rows(level: StreamLevel) -> str:
+    return f"rows_{c_name(level.buffer)}"
+
+
+def _value(level: StreamLevel, column: int) -> str:
+    return f"val_{c_name(level.buffer)}_{column}"
+
+
+def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
+    """The kernel of ``group`` (a :class:`~kfuse.codegen.kernels.KernelGroup`) walking its
+    rows with ``form``'s block, prefetch and chunks."""
+    graph = group.graph
+    members = [kernel.name for kernel in group.members]
+    layout = stream_layout(graph, members)
+    threads, prefetch = form.threads, form.prefetch
+    span = threads * COLUMNS
+    pitch = span + 2 * layout.pad
+    outputs_per_block = span - 2 * layout.halo_columns
+    height, width = (size_var(s) for s in group.domain)
+    halo_threads = layout.halo_columns // COLUMNS
+    columns = [slot.column for slot in layout.slots] or [0]
+    lowest, highest = min(0, *columns), max(COLUMNS - 1, *columns)
+    begin = min(level.lag - level.above for level in layout.levels)
+    end = max(level.lag + level.below for level in layout.levels)
+    ctype_of = {level.buffer: C_TYPES[graph.buffers[level.buffer].dtype]
+                for level in layout.levels}
+
+    body = [
+        "const int t = threadIdx.x;",
+        f"const int chunk = ({height} + gridDim.y - 1) / gridDim.y;",
+        "const int y0 = blockIdx.y * chunk;  // the block's rows: y0 .. y1 - 1",
+        f"if (y0 >= {height})",
+        "  return;",
+        f"const int y1 = min(y0 + chunk, {height});",
+        f"const int x0 = blockIdx.x * {outputs_per_block};  // its first output column",
+        f"const int strip = x0 - {layout.halo_columns};  // its first column (halo included)",
+        f"const int col = strip + t * {COLUMNS};  // the thread's first column",
+        f"// its columns are the block's outputs (not the halo of {layout.halo_columns} "
+        "columns each side)",
+        f"const bool owns = t >= {halo_threads} && t < {threads - halo_threads};",
+        "// every column its queues read is inside the grid (else mapped by boundary modes)",
+        f"const bool inner = col + {lowest} >= 0 && col + {highest} < {width};",
+        f"const bool vectors = {width} % {COLUMNS} == 0 && "
+        + " && ".join(f"kf_aligned({c_name(b)}, 16)" for b in _global_arrays(group, layout))
+        + ";",
+    ]
+    declarations = []
+    for level in layout.levels:
+        if level.lateral:
+            count = (prefetch + 1) if level.member is None else 2
+            what = (f"input rows, {prefetch} copied ahead" if level.member is None else
+                    "rows: this iteration's and the last")
+            declarations.append(f"__shared__ __align__(16) {ctype_of[level.buffer]} "
+                                f"{_rows(level)}[{count * pitch}];  // {count} {what}")
+    queue_names = []
+    for slot in layout.slots:
+        ctype = ctype_of[slot.buffer]
+        names = [_queue(slot, age) for age in range(slot.ages)]
+        queue_names += names
+        declarations.append(f"{ctype} {', '.join(f'{n} = 0' for n in names)};")
+    body = declarations + body
+    body += [
+        f"const int i_begin = y0 - {-begin};" if begin <= 0 else f"const int i_begin = y0 + {begin};",
+        f"const int i_end = y1 + {end};",
+        *_copy_function(group, layout, threads, prefetch, pitch),
+        f"for (int k = 0; k < {prefetch}; ++k)",
+        "  copy_rows(i_begin + k);",
+        "for (int i = i_begin; i < i_end; ++i) {",
+        f"  kf_copy_async_wait<{prefetch - 1}>();",
+        "  __syncthreads();",
+        f"  copy_rows(i + {prefetch});",
+        f"  const int ring = (i - i_begin) % {prefetch + 1} * {pitch} + {layout.pad};"
+        "  // input row i",
+        f"  const int last = ((i - i_begin) & 1 ^ 1) * {pitch} + {layout.pad};"
+        "  // members' rows of the last iteration",
+        f"  const int here = ((i - i_begin) & 1) * {pitch} + {layout.pad};"
+        "  // and of this one",
+        *indent(_fill_lines(group, layout, span), 1),
+    ]
+    for level in layout.members:
+        body += indent(_member_lines(group, layout, level), 1)
+    body += indent(_rotate_lines(layout), 1)
+    body += ["}", "kf_copy_async_wait<0>();"]
+
+    params = group.parameters()
+    launch = LaunchSpec(group.symbol, tuple(members), params, (threads, 1, 1),
+                        (GridAxis((group.domain[1],), outputs_per_block),
+                         GridAxis((group.domain[0],), form.chunk_rows, GRID_LIMITS[1],
+                                  least_per_block=form.least_rows),
+                         GridAxis()),
+                        blocks_walk=True)
+    preamble = [*group.describe(),
+                f"//   variant: streamed down the rows ({len(layout.members)} members, "
+                f"lateral halo {layout.halo_columns} columns, {prefetch} input rows ahead)"]
+    return group.source(launch_bounds(threads), params, body, preamble), launch
+
+
+def _global_arrays(group, layout: StreamLayout) -> list[str]:
+    """Arrays accessed a vector at a time: the copied inputs and the stored outputs."""
+    return [level.buffer for level in layout.inputs] + list(group.outputs)
+
+
+def _copy_function(group, layout: StreamLayout, threads: int, prefetch: int, pitch: int
+                   ) -> list[str]:
+    """``copy_rows(row)``: the thread's 4 columns of each input's row ``row`` into its ring
+    slot (16-byte copies where whole and aligned, else element by element), one group."""
+    height, width = (size_var(s) for s in group.domain)
+    lines = ["const auto copy_rows = [&](int row) {"]
+    for level in layout.inputs:
+        rows, name = _rows(level), c_name(level.buffer)
+        lines += [
+            f"  if (row >= y0 - {level.above} && row < y1 + {level.below} && row >= 0 && "
+            f"row < {height}) {{",
+            f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}"
+            f"[(row - i_begin) % {prefetch + 1} * {pitch} + {layout.pad} + t * {COLUMNS}];",
+            f"    const kf_index_t from = (kf_index_t)row * {width} + col;",
+            f"    if (vectors && col >= 0 && col + {COLUMNS} <= {width}) {{",
+            f"      kf_copy_async16(to, &{name}[from]);",
+            "    } else {",
+            f"      for (int j = 0; j < {COLUMNS}; ++j)",
+            f"        if (col + j >= 0 && col + j < {width})",
+            f"          kf_copy_async4(to + j, &{name}[from + j]);",
+            "    }",
+            "  }",
+        ]
+    return [*lines, "  kf_copy_async_commit();", "};"]
+
+
+def _fill_lines(group, layout: StreamLayout, span: int) -> list[str]:
+    """Age 0 of every queue kept from shared memory: inputs' row ``i``, members' rows of
+    the last iteration; threads whose columns reach outside the grid map them."""
+    width = size_var(group.domain[1])
+    kept = [level for level in layout.levels if level.lateral and
+            any(slot.buffer == level.buffer for slot in layout.slots)]
+    if not kept:
+        return []
+    fast, mapped = [], []
+    for level in kept:
+        rows = _rows(level)
+        base = "ring" if level.member is None else "last"
+        slots = [slot for slot in layout.slots if slot.buffer == level.buffer]
+        vector = vector_name = None
+        if any(0 <= slot.column < COLUMNS for slot in slots):
+            vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
+            vector_name = f"own_{c_name(level.buffer)}"
+            fast.append(f"const {vector} {vector_name} = *reinterpret_cast<const {vector}*>"
+                        f"(&{rows}[{base} + t * {COLUMNS}]);")
+        for slot in slots:
+            if vector_name and 0 <= slot.column < COLUMNS:
+                fast.append(f"{_queue(slot, 0)} = {vector_name}.{'xyzw'[slot.column]};")
+            else:
+                fast.append(f"{_queue(slot, 0)} = {rows}[{base} + t * {COLUMNS}"
+                            f"{_signed(slot.column)}];")
+            own = f"col{_signed(slot.column)}"
+            mode = None if slot.boundary is None else slot.boundary.mode
+            if mode in ("clamp", "mirror"):
+                index = f"min(max(kf_{mode}({own}, {width}) - strip, 0), {span - 1})"
+                mapped.append(f"{_queue(slot, 0)} = {rows}[{base} + {index}];")
+            elif mode == "constant":
+                constant = format_value(slot.boundary.value,  # type: ignore[union-attr]
+                                        group.graph.buffers[level.buffer].dtype)
+                mapped.append(f"{_queue(slot, 0)} = kf_inside({own}, {width}) ? {rows}[{base} + "
+                              f"t * {COLUMNS}{_signed(slot.column)}] : {constant};")
+            else:
+                mapped.append(f"{_queue(slot, 0)} = {rows}[{base} + t * {COLUMNS}"
+                              f"{_signed(slot.column)}];")
+    return ["// the newest row of each queue kept in shared memory",
+            "if (inner) {", *indent(fast, 1), "} else {", *indent(mapped, 1), "}"]
+
+
+def _member_lines(group, layout: StreamLayout, level: StreamLevel) -> list[str]:
+    """One member's row ``i - lag`` at the thread's columns: computed, kept in shared memory
+    where read at column offsets, stored where it is an output."""
+    graph = group.graph
+    kernel = graph.kernel_by_name[level.member]
+    height, width = (size_var(s) for s in group.domain)
+    row = f"row_{c_name(level.buffer)}"
+    ctype = C_TYPES[graph.buffers[level.buffer].dtype]
+    values = [_value(level, j) for j in range(COLUMNS)]
+    reads = [load for load in _staged_loads(layout, kernel)]
+    up = max([-load.offsets[0] for load in reads if load.offsets[0] < 0], default=0)
+    down = max([load.offsets[0] for load in reads if load.offsets[0] > 0], default=0)
+
+    def code(edge: bool) -> list[str]:
+        emitter = ExprEmitter(graph, ((row, 0), ("col", 0)), group.domain,
+                              load_hook=lambda load, em: _queue_read(layout, level, load, em,
+                                                                     edge))
+        emitter.state.in_range["col"] = (1, 0)  # a thread's columns may be outside: map all
+        results = []
+        for j in range(COLUMNS):
+            point = emitter.at(((row, 0), ("col", j)))
+            results.append(point.emit(kernel.body))  # type: ignore[arg-type]
+        return emitter.lines + [f"{v} = {r};" for v, r in zip(values, results, strict=True)]
+
+    fast = code(False)
+    lines = [f"// {level.member}: row i - {level.lag}" if level.lag >= 0 else
+             f"// {level.member}: row i + {-level.lag}",
+             "{",
+             f"  const int {row} = i - {level.lag};" if level.lag >= 0 else
+             f"  const int {row} = i + {-level.lag};",
+             f"  if ({row} >= 0 && {row} < {height}) {{"]
+    if up or down:
+        lines += [f"    if ({row} >= {up} && {row} < {height} - {down}) {{",
+                  *indent(fast, 3),
+                  "    } else {  // rows near the top or bottom: mapped by the reads' modes",
+                  *indent(code(True), 3),
+                  "    }"]
+    else:
+        lines += indent(fast, 2)
+    if level.buffer in group.outputs:
+        name = c_name(level.buffer)
+        vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
+        address = f"(kf_index_t){row} * {width} + col"
+        lines += [
+            f"    if (owns && {row} >= y0 && {row} < y1) {{  // an output: the block's rows",
+            f"      if (vectors && col + {COLUMNS} <= {width}) {{",
+            f"        *reinterpret_cast<{vector}*>(&{name}[{address}]) = "
+            f"{vector}{{{', '.join(values)}}};",
+            "      } else {",
+            *[f"        if (col + {j} < {width}) {name}[{address} + {j}] = {values[j]};"
+              for j in range(COLUMNS)],
+            "      }",
+            "    }",
+        ]
+    lines.append("  }")
+    if level.lateral:
+        vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
+        lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[here + t * {COLUMNS}]) = "
+                     f"{vector}{{{', '.join(values)}}};  // read beside it next iteration")
+    lines.append("}")
+    declared = [f"{ctype} {', '.join(f'{v} = 0' for v in values)};"]
+    return declared + lines
+
+
+def _staged_loads(layout: StreamLayout, kernel) -> list[Load]:
+    buffers = {level.buffer for level in layout.levels}
+    return [load for load in loads(kernel.body) if load.buffer in buffers and
+            load.dims == (0, 1)]
+
+
+def _queue_read(layout: StreamLayout, level: StreamLevel, load: Load, emitter: ExprEmitter,
+                edge: bool) -> str | None:
+    """The C value of a read of a level from the queues (None: not a level, read from
+    memory). ``edge``: the row may be outside the grid, mapped by the read's mode to the
+    queue's row that holds it."""
+    if load.dims != (0, 1) or not any(lv.buffer == load.buffer for lv in layout.levels):
+        return None
+    producer = layout.level(load.buffer)
+    row, _ = emitter.coords[0]
+    column = emitter.coords[1][1]
+    slot = layout.slot_of(load, column)
+    dy = load.offsets[0]
+    age = level.lag - producer.ready - dy
+    if not edge or dy == 0:
+        return _queue(slot, age)
+    mode = (load.boundary.mode if load.boundary else "clamp")
+    height = size_var(emitter.domain[0])
+    shifted = f"{row} + {dy}" if dy > 0 else f"{row} - {-dy}"
+    dtype = load.dtype
+    if mode == "constant":
+        constant = format_value(load.boundary.value, dtype)  # type: ignore[union-attr]
+        return emitter.define(dtype, f"kf_inside({shifted}, {height}) ? {_queue(slot, age)} : "
+                              f"{constant}", prefix="edge_")
+    # the mapped row's age: rows of the read's window are ages base - high .. base - low
+    base = level.lag - producer.ready
+    age_text = f"{base} + {row} - kf_{mode}({shifted}, {height})"
+    age_name = emitter.define("int32", age_text, prefix="age_")
+    ages = range(max(0, base - abs(dy)), base + abs(dy) + 1)  # rows within |dy| of the reader's
+    value = _queue(slot, ages[-1])
+    for candidate in reversed(ages[:-1]):
+        value = f"{age_name} == {candidate} ? {_queue(slot, candidate)} : ({value})"
+    return emitter.define(dtype, value, prefix="edge_")
+
+
+def _rotate_lines(layout: StreamLayout) -> list[str]:
+    """Every queue one row older; members kept in registers only take this row as age 0."""
+    lines = ["// every queue one row older"]
+    for slot in layout.slots:
+        for age in range(slot.ages - 1, 0, -1):
+            lines.append(f"{_queue(slot, age)} = {_queue(slot, age - 1)};")
+        level = layout.level(slot.buffer)
+        if level.member is not None and not level.lateral:
+            lines.append(f"{_queue(slot, 0)} = {_value(level, slot.column)};")
+    return lines
