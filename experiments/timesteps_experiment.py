@@ -9,6 +9,9 @@ alternating rounds.
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 experiments/timesteps_experiment.py [app ...] [--forms staged recompute]
+
+``--check``: instead, each form's whole chain on the cuda backend at small odd sizes in every
+boundary mode against the NumPy reference (the run compute-sanitizer checks).
 """
 
 from __future__ import annotations
@@ -29,7 +32,12 @@ def main() -> None:
     parser.add_argument("--forms", nargs="*", default=["staged"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--backend", default="cuda")
     args = parser.parse_args()
+    if args.check:
+        check(args.apps, args.forms, args.backend)
+        return
     for name in args.apps:
         case = device_case(name)
         members = tuple(k.name for k in case.graph.kernels)
@@ -49,6 +57,35 @@ def main() -> None:
                 case.graph, [(members, outputs, form)], fixed_sizes=case.sizes,
                 array_alignment=VECTOR_ALIGNMENT)
         time_sources(case, programs, args.rounds, args.runs)
+
+
+def check(names, forms, backend: str) -> None:
+    """Each form's whole chain on ``backend`` against the NumPy reference."""
+    import numpy as np
+
+    from kfuse.apps import get_app
+    from kfuse.ir.expr import BOUNDARY_MODES
+    for name in names:
+        app = get_app(name)
+        sizes = [(67, 301), (130, 41), (5, 9)] if app.ndim == 2 else [(13, 11, 9), (33, 20, 7)]
+        for mode in BOUNDARY_MODES:
+            pipeline = app.build(boundary=mode)
+            members = [k.name for k in pipeline.graph().kernels]
+            for text in forms:
+                form = as_form(text)
+                if form.why_not(pipeline.graph(), members):
+                    continue
+                plan = pipeline.fuse([members], [form])
+                for size in sizes:
+                    arrays, params = app.make_inputs(size, np.random.default_rng(sum(size)))
+                    got = pipeline.run(backend=backend, plan=plan, **arrays, **params)
+                    want = app.reference(arrays, params, boundary=mode)
+                    error = max(float(np.max(np.abs(np.asarray(got[k].get() if hasattr(
+                        got[k], "get") else got[k]) - v)) / np.max(np.abs(v)))
+                        for k, v in want.items())
+                    verdict = "ok" if error < 1e-5 else "WRONG"
+                    print(f"{name} {mode} {text} {size}: error {error:.1e} {verdict}",
+                          flush=True)
 
 
 if __name__ == "__main__":
