@@ -21,6 +21,8 @@ Reads of other arrays (1-D weights, parameters) go to memory as in the other ker
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kfuse.codegen.cexpr import (
     VECTOR_TYPES,
     ExprEmitter,
@@ -43,11 +45,31 @@ from kfuse.schedule.streaming import (
 COLUMNS = STREAM_COLUMNS
 
 
-def _queue(slot: QueueSlot, age: int) -> str:
-    """The register holding ``slot``'s value ``age`` rows before the newest."""
-    column = f"{'m' if slot.column < 0 else 'c'}{abs(slot.column)}"
-    mode = "" if slot.boundary is None else f"_{slot.boundary.mode}"
-    return f"q_{c_name(slot.buffer)}_{column}{mode}_a{age}"
+@dataclass(frozen=True)
+class Queues:
+    """The registers of the queues. A slot keeps its rows in ``ring(slot)`` registers (at
+    least its ages, a divisor of ``period``). In a generic iteration register ``r`` holds the
+    row ``r`` rows before the newest and every row moves one register on at the end; the
+    ``period`` iterations unrolled as *phases* away from the grid's top and bottom leave the
+    rows where they are and move the names instead: at phase ``p`` the row ``a`` rows before
+    the newest is in register ``(a - p) mod ring``, so after ``period`` phases every row is
+    back where a generic iteration expects it."""
+
+    layout: StreamLayout
+
+    @property
+    def period(self) -> int:
+        return max((slot.ages for slot in self.layout.slots), default=1)
+
+    def ring(self, slot: QueueSlot) -> int:
+        return min(d for d in range(slot.ages, self.period + 1) if self.period % d == 0)
+
+    def name(self, slot: QueueSlot, age: int, phase: int | None) -> str:
+        """The register holding ``slot``'s value ``age`` rows before the newest."""
+        column = f"{'m' if slot.column < 0 else 'c'}{abs(slot.column)}"
+        mode = "" if slot.boundary is None else f"_{slot.boundary.mode}"
+        register = age if phase is None else (age - phase) % self.ring(slot)
+        return f"q_{c_name(slot.buffer)}_{column}{mode}_r{register}"
 
 
 def _signed(number: int) -> str:
@@ -109,35 +131,57 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
                     "rows: this iteration's and the last")
             declarations.append(f"__shared__ __align__(16) {ctype_of[level.buffer]} "
                                 f"{_rows(level)}[{count * pitch}];  // {count} {what}")
-    queue_names = []
+    queues = Queues(layout)
     for slot in layout.slots:
-        ctype = ctype_of[slot.buffer]
-        names = [_queue(slot, age) for age in range(slot.ages)]
-        queue_names += names
-        declarations.append(f"{ctype} {', '.join(f'{n} = 0' for n in names)};")
+        names = [queues.name(slot, age, None) for age in range(queues.ring(slot))]
+        declarations.append(f"{ctype_of[slot.buffer]} {', '.join(f'{n} = 0' for n in names)};")
     body = declarations + body
+    period = queues.period
+    members_ = layout.members
+    fast_begin = max(level.lag + _reach(graph, layout, level)[0] for level in members_)
+    fast_end = min(level.lag - _reach(graph, layout, level)[1] for level in members_)
+
+    def iteration(phase: int | None) -> list[str]:
+        lines = [
+            f"kf_copy_async_wait<{prefetch - 1}>();",
+            "__syncthreads();",
+            f"copy_rows(i + {prefetch});",
+            f"const int ring = (i - i_begin) % {prefetch + 1} * {pitch} + {layout.pad};"
+            "  // input row i",
+            f"const int last = ((i - i_begin) & 1 ^ 1) * {pitch} + {layout.pad};"
+            "  // members' rows of the last iteration",
+            f"const int here = ((i - i_begin) & 1) * {pitch} + {layout.pad};"
+            "  // and of this one",
+            *_fill_lines(group, layout, queues, span, phase),
+        ]
+        for level in members_:
+            lines += _member_lines(group, layout, queues, level, phase)
+        return lines + _rotate_lines(layout, queues, phase)
+
+    phases = []
+    for phase in range(period):
+        phases += [f"{{  // phase {phase}", *indent(iteration(phase), 1), "}", "++i;"]
     body += [
-        f"const int i_begin = y0 - {-begin};" if begin <= 0 else f"const int i_begin = y0 + {begin};",
+        f"const int i_begin = y0{_signed(begin)};",
         f"const int i_end = y1 + {end};",
+        "// iterations whose members' rows are all far enough from the top and bottom rows",
+        "// to read their neighbours unmapped: i in fast_begin .. fast_end - 1",
+        f"const int fast_begin = {fast_begin}, fast_end = {height}{_signed(fast_end)};",
         *_copy_function(group, layout, threads, prefetch, pitch),
         f"for (int k = 0; k < {prefetch}; ++k)",
         "  copy_rows(i_begin + k);",
-        "for (int i = i_begin; i < i_end; ++i) {",
-        f"  kf_copy_async_wait<{prefetch - 1}>();",
-        "  __syncthreads();",
-        f"  copy_rows(i + {prefetch});",
-        f"  const int ring = (i - i_begin) % {prefetch + 1} * {pitch} + {layout.pad};"
-        "  // input row i",
-        f"  const int last = ((i - i_begin) & 1 ^ 1) * {pitch} + {layout.pad};"
-        "  // members' rows of the last iteration",
-        f"  const int here = ((i - i_begin) & 1) * {pitch} + {layout.pad};"
-        "  // and of this one",
-        *indent(_fill_lines(group, layout, span), 1),
+        "for (int i = i_begin; i < i_end;) {",
+        f"  if (i >= fast_begin && i + {period} <= fast_end) {{",
+        f"    // {period} iterations unrolled: the queues' rows stay in their registers, "
+        "their names move",
+        *indent(phases, 2),
+        "  } else {",
+        *indent(iteration(None), 2),
+        "    ++i;",
+        "  }",
+        "}",
+        "kf_copy_async_wait<0>();",
     ]
-    for level in layout.members:
-        body += indent(_member_lines(group, layout, level), 1)
-    body += indent(_rotate_lines(layout), 1)
-    body += ["}", "kf_copy_async_wait<0>();"]
 
     params = group.parameters()
     launch = LaunchSpec(group.symbol, tuple(members), params, (threads, 1, 1),
@@ -183,7 +227,8 @@ def _copy_function(group, layout: StreamLayout, threads: int, prefetch: int, pit
     return [*lines, "  kf_copy_async_commit();", "};"]
 
 
-def _fill_lines(group, layout: StreamLayout, span: int) -> list[str]:
+def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: int | None
+                ) -> list[str]:
     """Age 0 of every queue kept from shared memory: inputs' row ``i``, members' rows of
     the last iteration; threads whose columns reach outside the grid map them."""
     width = size_var(group.domain[1])
@@ -196,52 +241,60 @@ def _fill_lines(group, layout: StreamLayout, span: int) -> list[str]:
         rows = _rows(level)
         base = "ring" if level.member is None else "last"
         slots = [slot for slot in layout.slots if slot.buffer == level.buffer]
-        vector = vector_name = None
+        vector_name = None
         if any(0 <= slot.column < COLUMNS for slot in slots):
             vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
             vector_name = f"own_{c_name(level.buffer)}"
             fast.append(f"const {vector} {vector_name} = *reinterpret_cast<const {vector}*>"
                         f"(&{rows}[{base} + t * {COLUMNS}]);")
         for slot in slots:
+            newest = queues.name(slot, 0, phase)
+            own_index = f"{rows}[{base} + t * {COLUMNS}{_signed(slot.column)}]"
             if vector_name and 0 <= slot.column < COLUMNS:
-                fast.append(f"{_queue(slot, 0)} = {vector_name}.{'xyzw'[slot.column]};")
+                fast.append(f"{newest} = {vector_name}.{'xyzw'[slot.column]};")
             else:
-                fast.append(f"{_queue(slot, 0)} = {rows}[{base} + t * {COLUMNS}"
-                            f"{_signed(slot.column)}];")
+                fast.append(f"{newest} = {own_index};")
             own = f"col{_signed(slot.column)}"
             mode = None if slot.boundary is None else slot.boundary.mode
             if mode in ("clamp", "mirror"):
                 index = f"min(max(kf_{mode}({own}, {width}) - strip, 0), {span - 1})"
-                mapped.append(f"{_queue(slot, 0)} = {rows}[{base} + {index}];")
+                mapped.append(f"{newest} = {rows}[{base} + {index}];")
             elif mode == "constant":
                 constant = format_value(slot.boundary.value,  # type: ignore[union-attr]
                                         group.graph.buffers[level.buffer].dtype)
-                mapped.append(f"{_queue(slot, 0)} = kf_inside({own}, {width}) ? {rows}[{base} + "
-                              f"t * {COLUMNS}{_signed(slot.column)}] : {constant};")
+                mapped.append(f"{newest} = kf_inside({own}, {width}) ? {own_index} : "
+                              f"{constant};")
             else:
-                mapped.append(f"{_queue(slot, 0)} = {rows}[{base} + t * {COLUMNS}"
-                              f"{_signed(slot.column)}];")
+                mapped.append(f"{newest} = {own_index};")
     return ["// the newest row of each queue kept in shared memory",
             "if (inner) {", *indent(fast, 1), "} else {", *indent(mapped, 1), "}"]
 
 
-def _member_lines(group, layout: StreamLayout, level: StreamLevel) -> list[str]:
+def _reach(graph, layout: StreamLayout, level: StreamLevel) -> tuple[int, int]:
+    """Rows above and below its own that a member reads of the levels."""
+    rows = [load.offsets[0] for load in _staged_loads(graph, layout, level)]
+    return max([-dy for dy in rows if dy < 0], default=0), max([dy for dy in rows if dy > 0],
+                                                               default=0)
+
+
+def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLevel,
+                  phase: int | None) -> list[str]:
     """One member's row ``i - lag`` at the thread's columns: computed, kept in shared memory
-    where read at column offsets, stored where it is an output."""
+    where read at column offsets, stored where it is an output. ``phase`` None: a generic
+    iteration (rows outside the grid skipped, rows near its top and bottom mapped); else an
+    unrolled one, every row read inside the grid."""
     graph = group.graph
     kernel = graph.kernel_by_name[level.member]
     height, width = (size_var(s) for s in group.domain)
     row = f"row_{c_name(level.buffer)}"
     ctype = C_TYPES[graph.buffers[level.buffer].dtype]
     values = [_value(level, j) for j in range(COLUMNS)]
-    reads = [load for load in _staged_loads(layout, kernel)]
-    up = max([-load.offsets[0] for load in reads if load.offsets[0] < 0], default=0)
-    down = max([load.offsets[0] for load in reads if load.offsets[0] > 0], default=0)
+    up, down = _reach(graph, layout, level)
 
     def code(edge: bool) -> list[str]:
         emitter = ExprEmitter(graph, ((row, 0), ("col", 0)), group.domain,
-                              load_hook=lambda load, em: _queue_read(layout, level, load, em,
-                                                                     edge))
+                              load_hook=lambda load, em: _queue_read(layout, queues, level,
+                                                                     load, em, edge, phase))
         emitter.state.in_range["col"] = (1, 0)  # a thread's columns may be outside: map all
         results = []
         for j in range(COLUMNS):
@@ -249,37 +302,37 @@ def _member_lines(group, layout: StreamLayout, level: StreamLevel) -> list[str]:
             results.append(point.emit(kernel.body))  # type: ignore[arg-type]
         return emitter.lines + [f"{v} = {r};" for v, r in zip(values, results, strict=True)]
 
-    fast = code(False)
-    lines = [f"// {level.member}: row i - {level.lag}" if level.lag >= 0 else
-             f"// {level.member}: row i + {-level.lag}",
-             "{",
-             f"  const int {row} = i - {level.lag};" if level.lag >= 0 else
-             f"  const int {row} = i + {-level.lag};",
-             f"  if ({row} >= 0 && {row} < {height}) {{"]
-    if up or down:
-        lines += [f"    if ({row} >= {up} && {row} < {height} - {down}) {{",
-                  *indent(fast, 3),
-                  "    } else {  // rows near the top or bottom: mapped by the reads' modes",
-                  *indent(code(True), 3),
-                  "    }"]
+    lines = [f"// {level.member}: row i{_signed(-level.lag)}", "{",
+             f"  const int {row} = i{_signed(-level.lag)};"]
+    if phase is not None:
+        lines += indent(code(False), 1)
     else:
-        lines += indent(fast, 2)
+        lines.append(f"  if ({row} >= 0 && {row} < {height}) {{")
+        if up or down:
+            lines += [f"    if ({row} >= {up} && {row} < {height}{_signed(-down)}) {{",
+                      *indent(code(False), 3),
+                      "    } else {  // rows near the top or bottom: mapped by the reads' modes",
+                      *indent(code(True), 3),
+                      "    }"]
+        else:
+            lines += indent(code(False), 2)
     if level.buffer in group.outputs:
         name = c_name(level.buffer)
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
         address = f"(kf_index_t){row} * {width} + col"
-        lines += [
-            f"    if (owns && {row} >= y0 && {row} < y1) {{  // an output: the block's rows",
-            f"      if (vectors && col + {COLUMNS} <= {width}) {{",
-            f"        *reinterpret_cast<{vector}*>(&{name}[{address}]) = "
+        lines += indent([
+            f"if (owns && {row} >= y0 && {row} < y1) {{  // an output: the block's rows",
+            f"  if (vectors && col + {COLUMNS} <= {width}) {{",
+            f"    *reinterpret_cast<{vector}*>(&{name}[{address}]) = "
             f"{vector}{{{', '.join(values)}}};",
-            "      } else {",
-            *[f"        if (col + {j} < {width}) {name}[{address} + {j}] = {values[j]};"
+            "  } else {",
+            *[f"    if (col + {j} < {width}) {name}[{address} + {j}] = {values[j]};"
               for j in range(COLUMNS)],
-            "      }",
-            "    }",
-        ]
-    lines.append("  }")
+            "  }",
+            "}",
+        ], 1 if phase is not None else 2)
+    if phase is None:
+        lines.append("  }")
     if level.lateral:
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
         lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[here + t * {COLUMNS}]) = "
@@ -289,14 +342,15 @@ def _member_lines(group, layout: StreamLayout, level: StreamLevel) -> list[str]:
     return declared + lines
 
 
-def _staged_loads(layout: StreamLayout, kernel) -> list[Load]:
-    buffers = {level.buffer for level in layout.levels}
-    return [load for load in loads(kernel.body) if load.buffer in buffers and
-            load.dims == (0, 1)]
+def _staged_loads(graph, layout: StreamLayout, level: StreamLevel) -> list[Load]:
+    """A member's reads of the levels."""
+    buffers = {other.buffer for other in layout.levels}
+    body = graph.kernel_by_name[level.member].body
+    return [load for load in loads(body) if load.buffer in buffers and load.dims == (0, 1)]
 
 
-def _queue_read(layout: StreamLayout, level: StreamLevel, load: Load, emitter: ExprEmitter,
-                edge: bool) -> str | None:
+def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: Load,
+                emitter: ExprEmitter, edge: bool, phase: int | None) -> str | None:
     """The C value of a read of a level from the queues (None: not a level, read from
     memory). ``edge``: the row may be outside the grid, mapped by the read's mode to the
     queue's row that holds it."""
@@ -309,33 +363,38 @@ def _queue_read(layout: StreamLayout, level: StreamLevel, load: Load, emitter: E
     dy = load.offsets[0]
     age = level.lag - producer.ready - dy
     if not edge or dy == 0:
-        return _queue(slot, age)
+        return queues.name(slot, age, phase)
     mode = (load.boundary.mode if load.boundary else "clamp")
     height = size_var(emitter.domain[0])
-    shifted = f"{row} + {dy}" if dy > 0 else f"{row} - {-dy}"
+    shifted = f"{row}{_signed(dy)}"
     dtype = load.dtype
     if mode == "constant":
         constant = format_value(load.boundary.value, dtype)  # type: ignore[union-attr]
-        return emitter.define(dtype, f"kf_inside({shifted}, {height}) ? {_queue(slot, age)} : "
-                              f"{constant}", prefix="edge_")
-    # the mapped row's age: rows of the read's window are ages base - high .. base - low
+        return emitter.define(dtype, f"kf_inside({shifted}, {height}) ? "
+                              f"{queues.name(slot, age, phase)} : {constant}", prefix="edge_")
+    # the mapped row's age: rows within |dy| of the reader's are ages base - |dy| .. base + |dy|
     base = level.lag - producer.ready
-    age_text = f"{base} + {row} - kf_{mode}({shifted}, {height})"
-    age_name = emitter.define("int32", age_text, prefix="age_")
-    ages = range(max(0, base - abs(dy)), base + abs(dy) + 1)  # rows within |dy| of the reader's
-    value = _queue(slot, ages[-1])
+    age_name = emitter.define("int32", f"{base} + {row} - kf_{mode}({shifted}, {height})",
+                              prefix="age_")
+    ages = range(max(0, base - abs(dy)), base + abs(dy) + 1)
+    value = queues.name(slot, ages[-1], phase)
     for candidate in reversed(ages[:-1]):
-        value = f"{age_name} == {candidate} ? {_queue(slot, candidate)} : ({value})"
+        value = f"{age_name} == {candidate} ? {queues.name(slot, candidate, phase)} : ({value})"
     return emitter.define(dtype, value, prefix="edge_")
 
 
-def _rotate_lines(layout: StreamLayout) -> list[str]:
-    """Every queue one row older; members kept in registers only take this row as age 0."""
-    lines = ["// every queue one row older"]
+def _rotate_lines(layout: StreamLayout, queues: Queues, phase: int | None) -> list[str]:
+    """Generic iterations: every queue one row older (members kept in registers only take
+    this row as the newest). Phases: only those members' rows, into the register the next
+    phase names newest."""
+    lines = []
     for slot in layout.slots:
-        for age in range(slot.ages - 1, 0, -1):
-            lines.append(f"{_queue(slot, age)} = {_queue(slot, age - 1)};")
+        if phase is None:
+            for age in range(queues.ring(slot) - 1, 0, -1):
+                lines.append(f"{queues.name(slot, age, None)} = "
+                             f"{queues.name(slot, age - 1, None)};")
         level = layout.level(slot.buffer)
         if level.member is not None and not level.lateral:
-            lines.append(f"{_queue(slot, 0)} = {_value(level, slot.column)};")
-    return lines
+            following = None if phase is None else phase + 1
+            lines.append(f"{queues.name(slot, 0, following)} = {_value(level, slot.column)};")
+    return (["// every queue one row older"] if phase is None and lines else []) + lines
