@@ -79,3 +79,42 @@ def test_every_step_in_one_staged_kernel(name):
             continue
         check(name, boundary, all_steps, (41, 67))
     check(name, "clamp", all_steps, (3, 2))  # smaller than the steps' halo
+
+
+STREAMED_SIZES = [(41, 67), (70, 131), (3, 2), (2, 5)]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", [n for n in STEPS if get_app(n).ndim == 2])
+def test_every_step_in_one_streamed_kernel(name):
+    """Every step walked down the rows in one kernel: blocks narrower than the grid (32
+    threads, 128 columns less the halo) and chunks of 16 rows, so blocks meet across
+    columns and rows, and chunks hold iterations both near the grid's top and bottom and
+    away from them (the unrolled phases)."""
+    cpu_or_skip()
+    form = kfuse.schedule.forms.Streamed(threads=32, chunk_rows=16)
+
+    def all_steps(pipeline):
+        members = [k.name for k in pipeline.graph().kernels]
+        return pipeline.fuse([members], forms=[form])
+
+    explained = all_steps(get_app(name).build()).explain()
+    assert "walks down the rows" in explained, explained
+    for boundary in BOUNDARIES:
+        if boundary == "repeat":  # (rows and columns a block keeps exclude the far side)
+            with pytest.raises(kfuse.FusionError, match="periodic"):
+                check(name, boundary, all_steps, (41, 67))
+            continue
+        for size in STREAMED_SIZES:
+            check(name, boundary, all_steps, size)
+
+
+def test_the_planner_walks_time_steps_down_the_rows():
+    """At benchmark sizes every step of the 2-D chains is one streamed kernel."""
+    for name in [n for n in STEPS if get_app(n).ndim == 2]:
+        app = get_app(name)
+        pipeline = app.build()
+        graph = pipeline.graph()
+        shape = graph.buffers[graph.inputs[0]].shape
+        plan = pipeline.plan(sizes=dict(zip(shape, app.bench_size)))
+        assert [group.form.name for group in plan.groups] == ["streamed"], plan.explain()

@@ -39,6 +39,7 @@ from kfuse.schedule.streaming import (
     QueueSlot,
     StreamLayout,
     StreamLevel,
+    ring_slots,
     stream_layout,
 )
 
@@ -92,6 +93,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     members = [kernel.name for kernel in group.members]
     layout = stream_layout(graph, members)
     threads, prefetch = form.threads, form.prefetch
+    slots = ring_slots(prefetch)
     span = threads * COLUMNS
     pitch = span + 2 * layout.pad
     outputs_per_block = span - 2 * layout.halo_columns
@@ -122,12 +124,13 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         f"const bool vectors = {width} % {COLUMNS} == 0 && "
         + " && ".join(f"kf_aligned({c_name(b)}, 16)" for b in _global_arrays(group, layout))
         + ";",
+        f"const bool store_whole = vectors && col + {COLUMNS} <= {width};",
     ]
     declarations = []
     for level in layout.levels:
         if level.lateral:
-            count = (prefetch + 1) if level.member is None else 2
-            what = (f"input rows, {prefetch} copied ahead" if level.member is None else
+            count = slots if level.member is None else 2
+            what = (f"input rows ({prefetch} copied ahead)" if level.member is None else
                     "rows: this iteration's and the last")
             declarations.append(f"__shared__ __align__(16) {ctype_of[level.buffer]} "
                                 f"{_rows(level)}[{count * pitch}];  // {count} {what}")
@@ -146,7 +149,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             f"kf_copy_async_wait<{prefetch - 1}>();",
             "__syncthreads();",
             f"copy_rows(i + {prefetch});",
-            f"const int ring = (i - i_begin) % {prefetch + 1} * {pitch} + {layout.pad};"
+            f"const int ring = ((i - i_begin) & {slots - 1}) * {pitch} + {layout.pad};"
             "  // input row i",
             f"const int last = ((i - i_begin) & 1 ^ 1) * {pitch} + {layout.pad};"
             "  // members' rows of the last iteration",
@@ -167,7 +170,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         "// iterations whose members' rows are all far enough from the top and bottom rows",
         "// to read their neighbours unmapped: i in fast_begin .. fast_end - 1",
         f"const int fast_begin = {fast_begin}, fast_end = {height}{_signed(fast_end)};",
-        *_copy_function(group, layout, threads, prefetch, pitch),
+        *_copy_function(group, layout, slots, pitch),
         f"for (int k = 0; k < {prefetch}; ++k)",
         "  copy_rows(i_begin + k);",
         "for (int i = i_begin; i < i_end;) {",
@@ -201,21 +204,24 @@ def _global_arrays(group, layout: StreamLayout) -> list[str]:
     return [level.buffer for level in layout.inputs] + list(group.outputs)
 
 
-def _copy_function(group, layout: StreamLayout, threads: int, prefetch: int, pitch: int
-                   ) -> list[str]:
+def _copy_function(group, layout: StreamLayout, slots: int, pitch: int) -> list[str]:
     """``copy_rows(row)``: the thread's 4 columns of each input's row ``row`` into its ring
     slot (16-byte copies where whole and aligned, else element by element), one group."""
     height, width = (size_var(s) for s in group.domain)
-    lines = ["const auto copy_rows = [&](int row) {"]
+    lines = [f"const bool copy_whole = vectors && col >= 0 && col + {COLUMNS} <= {width};"]
+    for level in layout.inputs:
+        name = c_name(level.buffer)
+        lines.append(f"const int {name}_first = max(y0 - {level.above}, 0), {name}_end = "
+                     f"min(y1 + {level.below}, {height});  // its rows copied")
+    lines.append("const auto copy_rows = [&](int row) {")
     for level in layout.inputs:
         rows, name = _rows(level), c_name(level.buffer)
         lines += [
-            f"  if (row >= y0 - {level.above} && row < y1 + {level.below} && row >= 0 && "
-            f"row < {height}) {{",
+            f"  if (row >= {name}_first && row < {name}_end) {{",
             f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}"
-            f"[(row - i_begin) % {prefetch + 1} * {pitch} + {layout.pad} + t * {COLUMNS}];",
+            f"[((row - i_begin) & {slots - 1}) * {pitch} + {layout.pad} + t * {COLUMNS}];",
             f"    const kf_index_t from = (kf_index_t)row * {width} + col;",
-            f"    if (vectors && col >= 0 && col + {COLUMNS} <= {width}) {{",
+            "    if (copy_whole) {",
             f"      kf_copy_async16(to, &{name}[from]);",
             "    } else {",
             f"      for (int j = 0; j < {COLUMNS}; ++j)",
@@ -322,7 +328,7 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
         address = f"(kf_index_t){row} * {width} + col"
         lines += indent([
             f"if (owns && {row} >= y0 && {row} < y1) {{  // an output: the block's rows",
-            f"  if (vectors && col + {COLUMNS} <= {width}) {{",
+            "  if (store_whole) {",
             f"    *reinterpret_cast<{vector}*>(&{name}[{address}]) = "
             f"{vector}{{{', '.join(values)}}};",
             "  } else {",

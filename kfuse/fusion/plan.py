@@ -21,6 +21,7 @@ from kfuse.schedule.forms import (
     Form,
     GroupSchedule,
     Staged,
+    Streamed,
     Tiled,
     as_form,
     default_form,
@@ -34,8 +35,9 @@ class Group:
     the kernel is written: its form (:mod:`kfuse.schedule.forms`: ``single``, no fusion;
     ``registers``, every internal read at the point itself; ``recompute``, stencil reads of
     an intermediate evaluate its producer at each tap, in registers; ``staged``, such
-    intermediates are computed once per block into shared memory, halo included; a
-    map-reduce variant)."""
+    intermediates are computed once per block into shared memory, halo included;
+    ``streamed``, a 2-D chain walked down the rows, every member a row behind its producers;
+    a map-reduce variant)."""
 
     members: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -291,6 +293,10 @@ def _fused_reason(graph: Graph, source: str, target: str, buffer: str,
         if isinstance(form, Staged):
             return (f"'{buffer}' is staged in shared memory over the block's tile and its "
                     f"halo, computed once per point and read at the {window} window's taps")
+        if isinstance(form, Streamed):
+            return (f"'{buffer}' is computed once per point as the block walks down the rows: "
+                    f"the {window} window's rows stay in registers, its neighbours in a row "
+                    "come from shared memory")
         return (f"'{buffer}' stays in registers; '{source}' is recomputed at each of "
                 f"{consumer.thread_load(buffer)} taps of the {window} window")
     return f"'{buffer}' stays in a register"

@@ -18,7 +18,15 @@ from kfuse.analysis.operations import evaluation_points, operations_per_point
 from kfuse.ir.expr import Load, loads
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
-from kfuse.schedule.forms import Form, Single, Staged, default_form, staged_members
+from kfuse.schedule.forms import (
+    Form,
+    Single,
+    Staged,
+    Streamed,
+    default_form,
+    staged_members,
+)
+from kfuse.schedule.streaming import STREAM_COLUMNS, stream_layout
 from kfuse.schedule.tiles import is_arithmetic_heavy, register_tile
 
 FP32_LANES_PER_SM = 128
@@ -28,6 +36,11 @@ CLOCK_HZ = 1.98e9
 ARITHMETIC_EFFICIENCY = 0.8   # generated code: index math, selects, no perfect FMA pairing
 L1_BYTES_PER_CLOCK_PER_SM = 16  # sustained cached-load bandwidth per SM (an eighth of peak)
 SHARED_BYTES_PER_CLOCK_PER_SM = 128  # shared memory: 32 banks of 4 bytes per clock
+# The streamed form's loop issues its index, copy and shared-memory work beside the
+# arithmetic: measured on the H200 (docs/journal/benchmarks.md, session 26), smooth2d's
+# 4-step kernel takes 1.38x the arithmetic time alone predicts
+STREAMED_ISSUE_FACTOR = 1.38
+STREAMED_RESIDENT_BLOCKS_PER_SM = 4  # its registers (about 100 a thread) allow four
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,8 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
         form = default_form(graph, members) if len(members) > 1 else Single()
     if isinstance(form, Staged):
         return _predict_staged(graph, members, points, dram, profile, form)
+    if isinstance(form, Streamed):
+        return _predict_streamed(graph, members, outputs, sizes, profile, form)
     # the tile the generator uses: arithmetic-heavy operators keep narrow ones
     tile = register_tile("arithmetic" if is_arithmetic_heavy(kernels) else form.name,
                          len(kernels[-1].domain))
@@ -128,6 +143,41 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
     bound = max(times, key=times.__getitem__)
     return Prediction(times[bound] + profile.launch_overhead_s, dram, operations,
                       cached + shared, bound)
+
+
+def _predict_streamed(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+                      sizes: Mapping[str, int], profile: DeviceProfile, form: Streamed
+                      ) -> Prediction:
+    """Streamed form: each member once per point of the block's strip (its outputs and the
+    lateral halo) and per row of the chunk's walk (its rows and the lags); each input read
+    once and again for the rows above and below a chunk; a row of each level read beside
+    from shared memory. Chunks: as many blocks along the rows as fill one wave."""
+    layout = stream_layout(graph, members)
+    kernels = [graph.kernel_by_name[name] for name in members]
+    rows, columns = (sizes[s] for s in kernels[-1].domain)
+    points = rows * columns
+    span = form.threads * STREAM_COLUMNS
+    strip = span - 2 * layout.halo_columns
+    across = -(-columns // strip)
+    resident = STREAMED_RESIDENT_BLOCKS_PER_SM * profile.sm_count
+    chunks = max(1, min(-(-rows // form.least_rows), resident // across))
+    chunk = rows / chunks
+    walk = (chunk + max(lv.lag + lv.below for lv in layout.levels) -
+            min(lv.lag - lv.above for lv in layout.levels)) / chunk
+    dram = sum(graph.nbytes(level.buffer, sizes) * (chunk + level.above + level.below) / chunk
+               for level in layout.inputs)
+    dram += sum(graph.nbytes(name, sizes) for name in outputs)
+    operations = sum(operations_per_point(k) for k in kernels) * points * span / strip * walk
+    lateral = sum(1 for level in layout.levels if level.lateral)
+    shared = lateral * points * walk * 4 * (2 + (STREAM_COLUMNS + 2) / STREAM_COLUMNS)
+    arithmetic_rate, _ = _rates(profile)
+    shared_rate = profile.sm_count * SHARED_BYTES_PER_CLOCK_PER_SM * CLOCK_HZ
+    times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
+             "arithmetic": operations * STREAMED_ISSUE_FACTOR / arithmetic_rate,
+             "cache": shared / shared_rate}
+    bound = max(times, key=times.__getitem__)
+    return Prediction(times[bound] + profile.launch_overhead_s, int(dram), operations, shared,
+                      bound)
 
 
 def _distinct_loads(body) -> list[Load]:

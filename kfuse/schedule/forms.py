@@ -151,7 +151,7 @@ class Streamed(Form):
     grows: ClassVar[bool] = True
 
     threads: int = 128
-    prefetch: int = 6
+    prefetch: int = 3
     chunk_rows: int = 64
     least_rows: int = 32
 
@@ -544,11 +544,12 @@ def reads_only_at_points(graph: Graph, members: Sequence[str]) -> bool:
 
 def default_form(graph: Graph, members: Sequence[str]) -> Form:
     """How a group keeps its intermediates where its plan does not say (a cost estimate
-    picks staged or recompute).
+    picks recompute, or else streamed where it applies, staged otherwise).
 
     Recomputing a producer at every tap costs its evaluations per output point (shared
     between the consecutive rows a thread computes); staging costs one evaluation per
-    point plus the halo, and shared-memory traffic. Stage when recomputation would
+    point plus the halo, and shared-memory traffic; streaming down the rows (2-D chains)
+    one evaluation per point, the lateral halo and the lags. Keep when recomputation would
     evaluate producers more than :data:`STAGE_ABOVE_EVALUATIONS` times per output point
     on average.
     """
@@ -559,10 +560,11 @@ def default_form(graph: Graph, members: Sequence[str]) -> Form:
                          for name in members for access in graph.kernel_by_name[name].accesses)
     if not stencil_inside:
         return Registers()
-    if Staged().why_not(graph, members) is not None:
+    keeping = [form for form in (Streamed(), Staged()) if form.why_not(graph, members) is None]
+    if not keeping:
         return Recompute()
     outputs = group_outputs(graph, members)
     tile = tiles.register_tile("recompute", graph.kernel_by_name[members[0]].ndim)
     points = evaluation_points(graph, members, outputs, tile)
     per_output = sum(len(p) for p in points.values()) / (prod(tile) * len(members))
-    return Staged() if per_output > STAGE_ABOVE_EVALUATIONS else Recompute()
+    return keeping[0] if per_output > STAGE_ABOVE_EVALUATIONS else Recompute()

@@ -211,12 +211,18 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
 
 
 def shared_bytes(layout: StreamLayout, threads: int, prefetch: int) -> int:
-    """Shared memory of one block: a ring of ``prefetch + 1`` rows per input, two rows per
-    other level kept there."""
+    """Shared memory of one block: a ring of rows per input (``prefetch + 1`` rounded up to
+    a power of two), two rows per other level kept there."""
     pitch = threads * STREAM_COLUMNS + 2 * layout.pad
-    rows = sum(prefetch + 1 if level.member is None else 2
+    rows = sum(ring_slots(prefetch) if level.member is None else 2
                for level in layout.levels if level.lateral)
     return rows * pitch * 4
+
+
+def ring_slots(prefetch: int) -> int:
+    """Rows of an input's ring in shared memory: the rows in flight and the one read, rounded
+    up to a power of two (a slot is then a mask of the iteration)."""
+    return 1 << prefetch.bit_length()
 
 
 def shared_reason(layout: StreamLayout, threads: int, prefetch: int) -> str | None:
