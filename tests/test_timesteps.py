@@ -116,5 +116,5 @@ def test_the_planner_walks_time_steps_down_the_rows():
         pipeline = app.build()
         graph = pipeline.graph()
         shape = graph.buffers[graph.inputs[0]].shape
-        plan = pipeline.plan(sizes=dict(zip(shape, app.bench_size)))
+        plan = pipeline.plan(sizes=dict(zip(shape, app.bench_size, strict=True)))
         assert [group.form.name for group in plan.groups] == ["streamed"], plan.explain()
