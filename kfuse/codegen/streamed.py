@@ -63,14 +63,47 @@ class Queues:
         return max((slot.ages for slot in self.layout.slots), default=1)
 
     def ring(self, slot: QueueSlot) -> int:
-        return min(d for d in range(slot.ages, self.period + 1) if self.period % d == 0)
+        ages = max(other.ages for other in self.together(slot))
+        return min(d for d in range(ages, self.period + 1) if self.period % d == 0)
+
+    def together(self, slot: QueueSlot) -> list[QueueSlot]:
+        """The slots held in one vector register with ``slot`` (the thread's own 4 columns
+        of one array under one boundary mode, loaded from shared memory at once), or
+        ``slot`` alone."""
+        if not 0 <= slot.column < COLUMNS:
+            return [slot]
+        group = [other for other in self.layout.slots if other.buffer == slot.buffer and
+                 other.boundary == slot.boundary and 0 <= other.column < COLUMNS]
+        return group if len(group) == COLUMNS else [slot]
+
+    def vector(self, slot: QueueSlot, age: int, phase: int | None) -> str | None:
+        """The vector register holding ``slot``'s row ``age`` rows before the newest with
+        the thread's other columns (None: a register of its own)."""
+        if len(self.together(slot)) == 1:
+            return None
+        return self._register(slot, "v", age, phase)
 
     def name(self, slot: QueueSlot, age: int, phase: int | None) -> str:
         """The register holding ``slot``'s value ``age`` rows before the newest."""
+        vector = self.vector(slot, age, phase)
+        if vector:
+            return f"{vector}.{'xyzw'[slot.column]}"
         column = f"{'m' if slot.column < 0 else 'c'}{abs(slot.column)}"
+        return self._register(slot, column, age, phase)
+
+    def registers(self, slot: QueueSlot, phase: int | None) -> list[str]:
+        """Every register of ``slot``'s ring (its vector's, if it shares one), newest first."""
+        return [self.vector(slot, age, phase) or self.name(slot, age, phase)
+                for age in range(self.ring(slot))]
+
+    def _register(self, slot: QueueSlot, column: str, age: int, phase: int | None) -> str:
         mode = "" if slot.boundary is None else f"_{slot.boundary.mode}"
         register = age if phase is None else (age - phase) % self.ring(slot)
         return f"q_{c_name(slot.buffer)}_{column}{mode}_r{register}"
+
+    def leaders(self) -> list[QueueSlot]:
+        """One slot per register ring (the first of each vector)."""
+        return [slot for slot in self.layout.slots if self.together(slot)[0] is slot]
 
 
 def _signed(number: int) -> str:
@@ -135,9 +168,12 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             declarations.append(f"__shared__ __align__(16) {ctype_of[level.buffer]} "
                                 f"{_rows(level)}[{count * pitch}];  // {count} {what}")
     queues = Queues(layout)
-    for slot in layout.slots:
-        names = [queues.name(slot, age, None) for age in range(queues.ring(slot))]
-        declarations.append(f"{ctype_of[slot.buffer]} {', '.join(f'{n} = 0' for n in names)};")
+    for slot in queues.leaders():
+        names = queues.registers(slot, None)
+        ctype = ctype_of[slot.buffer]
+        if queues.vector(slot, 0, None):
+            ctype = VECTOR_TYPES[(graph.buffers[slot.buffer].dtype, COLUMNS)]
+        declarations.append(f"{ctype} {', '.join(f'{n} = {{}}' for n in names)};")
     body = declarations + body
     period = queues.period
     members_ = layout.members
@@ -247,18 +283,15 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: i
         rows = _rows(level)
         base = "ring" if level.member is None else "last"
         slots = [slot for slot in layout.slots if slot.buffer == level.buffer]
-        vector_name = None
-        if any(0 <= slot.column < COLUMNS for slot in slots):
-            vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
-            vector_name = f"own_{c_name(level.buffer)}"
-            fast.append(f"const {vector} {vector_name} = *reinterpret_cast<const {vector}*>"
-                        f"(&{rows}[{base} + t * {COLUMNS}]);")
+        vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
         for slot in slots:
             newest = queues.name(slot, 0, phase)
             own_index = f"{rows}[{base} + t * {COLUMNS}{_signed(slot.column)}]"
-            if vector_name and 0 <= slot.column < COLUMNS:
-                fast.append(f"{newest} = {vector_name}.{'xyzw'[slot.column]};")
-            else:
+            whole = queues.vector(slot, 0, phase)
+            if whole and slot.column == 0:  # the thread's 4 columns at once
+                fast.append(f"{whole} = *reinterpret_cast<const {vector}*>"
+                            f"(&{rows}[{base} + t * {COLUMNS}]);")
+            elif not whole:
                 fast.append(f"{newest} = {own_index};")
             own = f"col{_signed(slot.column)}"
             mode = None if slot.boundary is None else slot.boundary.mode
@@ -394,11 +427,12 @@ def _rotate_lines(layout: StreamLayout, queues: Queues, phase: int | None) -> li
     this row as the newest). Phases: only those members' rows, into the register the next
     phase names newest."""
     lines = []
+    if phase is None:
+        for slot in queues.leaders():
+            registers = queues.registers(slot, None)
+            for age in range(len(registers) - 1, 0, -1):
+                lines.append(f"{registers[age]} = {registers[age - 1]};")
     for slot in layout.slots:
-        if phase is None:
-            for age in range(queues.ring(slot) - 1, 0, -1):
-                lines.append(f"{queues.name(slot, age, None)} = "
-                             f"{queues.name(slot, age - 1, None)};")
         level = layout.level(slot.buffer)
         if level.member is not None and not level.lateral:
             following = None if phase is None else phase + 1
