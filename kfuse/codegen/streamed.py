@@ -205,7 +205,8 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         f"const int i_end = y1 + {end};",
         "// iterations whose members' rows are all far enough from the top and bottom rows",
         "// to read their neighbours unmapped: i in fast_begin .. fast_end - 1",
-        f"const int fast_begin = {fast_begin}, fast_end = {height}{_signed(fast_end)};",
+        f"const int fast_begin = {fast_begin}, "
+        f"fast_end = min({height}{_signed(fast_end)}, i_end);",
         *_copy_function(group, layout, slots, pitch),
         f"for (int k = 0; k < {prefetch}; ++k)",
         "  copy_rows(i_begin + k);",
