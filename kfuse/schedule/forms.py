@@ -151,7 +151,7 @@ class Streamed(Form):
     grows: ClassVar[bool] = True
 
     threads: int = 128
-    prefetch: int = 3
+    prefetch: int = 2
     chunk_rows: int = 64
     least_rows: int = 32
 
