@@ -343,11 +343,11 @@ def draw_plan(case: Case, pipeline: kf.Pipeline) -> Case:
 
 def _draw_form(rng: random.Random, graph: Any, members: list[str]) -> str | None:
     """A random form among those that can implement the group (None: its default)."""
-    from kfuse.schedule.forms import Recompute, Staged
+    from kfuse.schedule.forms import Recompute, Staged, Streamed
     from kfuse.search.variants import group_variants
 
     choices: list[str | None] = [None]
-    for form in (Recompute(), Staged()):
+    for form in (Recompute(), Staged(), Streamed(threads=32, chunk_rows=8)):
         if form.why_not(graph, members) is None:
             choices.append(form.text())
     try:

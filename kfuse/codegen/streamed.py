@@ -39,6 +39,7 @@ from kfuse.schedule.streaming import (
     QueueSlot,
     StreamLayout,
     StreamLevel,
+    periodic,
     ring_slots,
     stream_layout,
 )
@@ -400,6 +401,8 @@ def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: 
     if load.dims != (0, 1) or not any(lv.buffer == load.buffer for lv in layout.levels):
         return None
     producer = layout.level(load.buffer)
+    if producer.member is None and periodic(load):  # an input's far side: read from memory
+        return None
     row, _ = emitter.coords[0]
     column = emitter.coords[1][1]
     slot = layout.slot_of(load, column)

@@ -187,7 +187,11 @@ class Streamed(Form):
         reason = streaming.stream_reasons(graph, members)
         if reason is None:
             layout = streaming.stream_layout(graph, members)
-            if 2 * layout.halo_columns >= self.threads * streaming.STREAM_COLUMNS:
+            registers = streaming.queue_registers(layout)
+            if registers > streaming.QUEUE_REGISTERS:
+                reason = (f"its rows kept in registers take {registers} a thread (at most "
+                          f"{streaming.QUEUE_REGISTERS}): fewer steps per kernel fit")
+            elif 2 * layout.halo_columns >= self.threads * streaming.STREAM_COLUMNS:
                 reason = (f"its lateral halo of {layout.halo_columns} columns each side "
                           f"leaves no output columns to a block of {self.threads} threads")
             else:

@@ -93,15 +93,22 @@ def _boundary(load: Load) -> Boundary:
 
 def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
     """Per member, its reads of arrays the kernel walks down: the group's results and its
-    inputs shaped like the grid, read along the grid's axes."""
+    inputs shaped like the grid, read along the grid's axes (but for an input's periodic
+    reads at an offset, which reach the far side of the grid: those read memory)."""
     group = set(members)
     domain = graph.kernel_by_name[members[-1]].domain
     reads = {}
     for name in members:
         kernel = graph.kernel_by_name[name]
         reads[name] = [load for load in loads(kernel.body) if load.dims == (0, 1) and (
-            graph.producer.get(load.buffer) in group or graph.buffers[load.buffer].shape == domain)]
+            graph.producer.get(load.buffer) in group or (
+                graph.buffers[load.buffer].shape == domain and not periodic(load)))]
     return reads
+
+
+def periodic(load: Load) -> bool:
+    """A read at an offset with periodic boundaries (it reaches the far side of the grid)."""
+    return _boundary(load).mode == "repeat" and any(load.offsets)
 
 
 def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
@@ -125,7 +132,7 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
     for name, group_reads in reads.items():
         for producer in {load.buffer for load in group_reads}:
             taps = [load for load in group_reads if load.buffer == producer]
-            if any(_boundary(t).mode == "repeat" and any(t.offsets) for t in taps):
+            if any(periodic(t) for t in taps):
                 return (f"'{name}' reads '{producer}' with periodic boundaries, which reach the "
                         "far side of the grid, outside the rows and columns a block keeps")
             rows = [t.offsets[0] for t in taps]
@@ -137,9 +144,10 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
                         "clamped row outside the grid falls outside the rows it keeps")
         domain = kernels[-1].domain
         for load in loads(graph.kernel_by_name[name].body):
+            external = graph.producer.get(load.buffer) not in group
             if not any(load is read for read in group_reads) and (
-                    graph.producer.get(load.buffer) in group or
-                    graph.buffers[load.buffer].shape == domain):
+                    not external or (graph.buffers[load.buffer].shape == domain and not (
+                        load.dims == (0, 1) and periodic(load)))):
                 return (f"'{name}' reads '{load.buffer}' through a transposed or broadcast "
                         "index")
     return None
@@ -217,6 +225,16 @@ def shared_bytes(layout: StreamLayout, threads: int, prefetch: int) -> int:
     rows = sum(ring_slots(prefetch) if level.member is None else 2
                for level in layout.levels if level.lateral)
     return rows * pitch * 4
+
+
+# Registers a thread may give its queues: beyond, the kernel spills (a 4-step chain of 3x3
+# stencils keeps 72, four 5x5 steps 160)
+QUEUE_REGISTERS = 128
+
+
+def queue_registers(layout: StreamLayout) -> int:
+    """Registers the queues of a thread take (each slot's rows)."""
+    return sum(slot.ages for slot in layout.slots)
 
 
 def ring_slots(prefetch: int) -> int:

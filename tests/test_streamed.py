@@ -1,0 +1,109 @@
+"""The streamed form (2-D stencil chains walked down the rows) on chains drawn at random,
+against the numpy backend (the NumPy reference of the IR), on the cpu backend.
+
+Each chain: 2-4 steps of stencils (the first of radius 1 or 2) over random windows (the point always
+among them, rows above and below as often as not), each step under a random boundary mode,
+the first step and some others also reading the second input or an earlier step at
+the point, some an input
+with periodic boundaries (read from memory), one intermediate among the outputs. Blocks of
+32 threads (128 columns) and chunks of 8 rows on odd sizes, so that blocks meet across
+columns and rows and chunks hold iterations near the top and bottom and away from them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kfuse
+import kfuse.dsl as kf
+from kfuse.schedule.forms import Streamed
+
+MODES = ["clamp", "mirror", kfuse.constant(0.25)]
+SIZES = [(29, 141), (8, 9), (45, 262)]
+
+
+def cpu_or_skip():
+    from kfuse.runtime.cpu_backend import CpuBackend
+    if not CpuBackend.available():
+        pytest.skip("no host C++ compiler")
+
+
+def random_chain(seed: int, most_steps: int = 4) -> kf.Pipeline:
+    rng = np.random.default_rng(seed)
+    p = kf.Pipeline(f"chain{seed}")
+    a = p.input("a", ndim=2)
+    b = p.input("b", shape=a.shape)
+    steps = [a]
+    for step in range(min(int(rng.integers(2, 5)), most_steps)):
+        radius = int(rng.integers(1, 3)) if step == 0 else 1
+        rows = range(-radius, radius + 1) if rng.random() < 0.8 else [0]
+        window = [(dy, dx) for dy in rows for dx in range(-radius, radius + 1)
+                  if (dy, dx) == (0, 0) or rng.random() < 0.5]
+        source = steps[-1]
+        total = None
+        for dy, dx in window:
+            term = source.at(dy, dx) * float(rng.uniform(0.05, 0.3))
+            total = term if total is None else total + term
+        if step == 0:
+            total = total + 0.5 * b
+        elif rng.random() < 0.5:  # an earlier step, or the second input, at the point
+            total = total + 0.5 * (steps[int(rng.integers(len(steps)))] if rng.random() < 0.5
+                                   else b)
+        if rng.random() < 0.3:  # a periodic read of an input
+            total = total - 0.1 * b.at(1, -1, boundary="repeat")
+        mode = MODES[int(rng.integers(len(MODES)))]
+        steps.append(kf.local(total, boundary=mode, name=f"s{step}"))
+    p.output(steps[-1], steps[len(steps) // 2])
+    return p
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("seed", range(12))
+def test_random_chains_streamed_equal_numpy(seed):
+    """(A chain whose queues would take too many registers loses its last steps.)"""
+    cpu_or_skip()
+    form = Streamed(threads=32, chunk_rows=8)
+    for most_steps in (4, 3, 2):
+        pipeline = random_chain(seed, most_steps)
+        members = [k.name for k in pipeline.graph().kernels]
+        reason = form.why_not(pipeline.graph(), members)
+        if reason is None or "registers" not in reason:
+            break
+    assert reason is None, reason
+    plan = pipeline.fuse([members], forms=[form])
+    rng = np.random.default_rng(100 + seed)
+    for size in SIZES:
+        arrays = {name: rng.uniform(0.5, 2.0, size).astype(np.float32) for name in "ab"}
+        got = pipeline.run(backend="cpu", plan=plan, **arrays)
+        want = pipeline.run(backend="numpy", plan="unfused", **arrays)
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name], value, rtol=2e-5, atol=2e-5,
+                                       err_msg=f"{name} at {size}")
+
+
+def test_streamed_refuses_what_it_cannot_walk():
+    """A periodic read of an intermediate, a 3-D chain and a clamped read of rows above only
+    are refused with reasons that name them."""
+    p = kf.Pipeline("periodic")
+    u = p.input("u", ndim=2)
+    v = kf.local(u.at(-1, 0) + u.at(1, 0), name="v")
+    w = kf.local(v.at(0, 1) + v.at(1, 0), boundary="repeat", name="w")
+    p.output(w)
+    reason = Streamed().why_not(p.graph(), ["v", "w"])
+    assert reason and "'w' reads 'v' with periodic boundaries" in reason
+
+    q = kf.Pipeline("volume")
+    x = q.input("x", ndim=3)
+    y = kf.local(x.at(1, 0, 0) + x.at(-1, 0, 0), name="y")
+    z = kf.local(y.at(1, 0, 0) + y, name="z")
+    q.output(z)
+    assert "2-D" in Streamed().why_not(q.graph(), ["y", "z"])
+
+    r = kf.Pipeline("above")
+    s = r.input("s", ndim=2)
+    t = kf.local(s.at(-1, 0) * 2.0, name="t")
+    m = kf.local(t.at(-2, 0) + t.at(-1, 1), name="m")
+    r.output(m)
+    reason = Streamed().why_not(r.graph(), ["t", "m"])
+    assert reason and "'t' reads 's' at rows -1..-1" in reason
