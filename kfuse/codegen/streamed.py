@@ -74,7 +74,8 @@ class Queues:
         if not 0 <= slot.column < COLUMNS:
             return [slot]
         group = [other for other in self.layout.slots if other.buffer == slot.buffer and
-                 other.boundary == slot.boundary and 0 <= other.column < COLUMNS]
+                 other.boundary == slot.boundary and other.row == slot.row and
+                 0 <= other.column < COLUMNS]
         return group if len(group) == COLUMNS else [slot]
 
     def vector(self, slot: QueueSlot, age: int, phase: int | None) -> str | None:
@@ -99,6 +100,8 @@ class Queues:
 
     def _register(self, slot: QueueSlot, column: str, age: int, phase: int | None) -> str:
         mode = "" if slot.boundary is None else f"_{slot.boundary.mode}"
+        if slot.row:  # 3-D: a row of the plane above or below the thread's
+            column = f"{'u' if slot.row < 0 else 'd'}{abs(slot.row)}_{column}"
         register = age if phase is None else (age - phase) % self.ring(slot)
         return f"q_{c_name(slot.buffer)}_{column}{mode}_r{register}"
 
@@ -120,18 +123,55 @@ def _value(level: StreamLevel, column: int) -> str:
     return f"val_{c_name(level.buffer)}_{column}"
 
 
+@dataclass(frozen=True)
+class Block:
+    """How a block of the streamed kernel covers a plane (2-D: a row) of the grid: ``threads``
+    x ``rows`` threads, each 4 columns of one row; ``plane`` elements per shared plane
+    (rows and columns beside it included), ``me`` the C expression of the thread's first
+    element in it."""
+
+    layout: StreamLayout
+    ndim: int
+    threads: int
+    rows: int  # 1 in 2-D
+
+    @property
+    def pitch(self) -> int:
+        return self.threads * COLUMNS + 2 * self.layout.pad
+
+    @property
+    def plane(self) -> int:
+        return self.pitch * (self.rows + 2 * self.layout.pad_rows)
+
+    @property
+    def span(self) -> int:
+        return self.threads * COLUMNS
+
+    @property
+    def output_columns(self) -> int:
+        return self.span - 2 * self.layout.halo_columns
+
+    @property
+    def output_rows(self) -> int:
+        return self.rows - 2 * self.layout.halo_rows
+
+    @property
+    def chunk_axis(self) -> str:
+        """The grid axis whose blocks split the walk into chunks."""
+        return "y" if self.ndim == 2 else "z"
+
+
 def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     """The kernel of ``group`` (a :class:`~kfuse.codegen.kernels.KernelGroup`) walking its
-    rows with ``form``'s block, prefetch and chunks."""
+    rows (3-D: planes) with ``form``'s block, prefetch and chunks."""
     graph = group.graph
     members = [kernel.name for kernel in group.members]
     layout = stream_layout(graph, members)
+    ndim = len(group.domain)
+    block = Block(layout, ndim, form.threads, form.rows if ndim == 3 else 1)
     threads, prefetch = form.threads, form.prefetch
     slots = ring_slots(prefetch)
-    span = threads * COLUMNS
-    pitch = span + 2 * layout.pad
-    outputs_per_block = span - 2 * layout.halo_columns
-    height, width = (size_var(s) for s in group.domain)
+    depth, width = size_var(group.domain[0]), size_var(group.domain[-1])
     halo_threads = layout.halo_columns // COLUMNS
     columns = [slot.column for slot in layout.slots] or [0]
     lowest, highest = min(0, *columns), max(COLUMNS - 1, *columns)
@@ -139,35 +179,58 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     end = max(level.lag + level.below for level in layout.levels)
     ctype_of = {level.buffer: C_TYPES[graph.buffers[level.buffer].dtype]
                 for level in layout.levels}
+    axis = block.chunk_axis
+    walked = "rows" if ndim == 2 else "planes"
 
     body = [
         "const int t = threadIdx.x;",
-        f"const int chunk = ({height} + gridDim.y - 1) / gridDim.y;",
-        "const int y0 = blockIdx.y * chunk;  // the block's rows: y0 .. y1 - 1",
-        f"if (y0 >= {height})",
+        f"const int chunk = ({depth} + gridDim.{axis} - 1) / gridDim.{axis};",
+        f"const int y0 = blockIdx.{axis} * chunk;  // the block's {walked}: y0 .. y1 - 1",
+        f"if (y0 >= {depth})",
         "  return;",
-        f"const int y1 = min(y0 + chunk, {height});",
-        f"const int x0 = blockIdx.x * {outputs_per_block};  // its first output column",
+        f"const int y1 = min(y0 + chunk, {depth});",
+        f"const int x0 = blockIdx.x * {block.output_columns};  // its first output column",
         f"const int strip = x0 - {layout.halo_columns};  // its first column (halo included)",
         f"const int col = strip + t * {COLUMNS};  // the thread's first column",
-        f"// its columns are the block's outputs (not the halo of {layout.halo_columns} "
-        "columns each side)",
-        f"const bool owns = t >= {halo_threads} && t < {threads - halo_threads};",
-        "// every column its queues read is inside the grid (else mapped by boundary modes)",
-        f"const bool inner = col + {lowest} >= 0 && col + {highest} < {width};",
+    ]
+    inner = [f"col + {lowest} >= 0", f"col + {highest} < {width}"]
+    owns = [f"t >= {halo_threads}", f"t < {threads - halo_threads}"]
+    if ndim == 3:
+        height = size_var(group.domain[1])
+        row_offsets = [slot.row for slot in layout.slots] or [0]
+        body += [
+            f"const int r0 = blockIdx.y * {block.output_rows};  // its first output row",
+            f"const int band = r0 - {layout.halo_rows};  // its first row (halo included)",
+            "const int lrow = band + threadIdx.y;  // the thread's row of the plane",
+        ]
+        inner += [f"lrow{_signed(min(0, *row_offsets))} >= 0",
+                  f"lrow{_signed(max(0, *row_offsets))} < {height}"]
+        owns += [f"threadIdx.y >= {layout.halo_rows}",
+                 f"threadIdx.y < {block.rows - layout.halo_rows}", f"lrow < {height}"]
+    me = f"{layout.pad} + t * {COLUMNS}"
+    if ndim == 3:
+        me = f"(threadIdx.y + {layout.pad_rows}) * {block.pitch} + " + me
+    body += [
+        f"// its points are the block's outputs (not the halo of {layout.halo_columns} "
+        f"columns{f' and {layout.halo_rows} rows' if ndim == 3 else ''} each side)",
+        f"const bool owns = {' && '.join(owns)};",
+        "// every point its queues read is inside the grid (else mapped by boundary modes)",
+        f"const bool inner = {' && '.join(inner)};",
         f"const bool vectors = {width} % {COLUMNS} == 0 && "
         + " && ".join(f"kf_aligned({c_name(b)}, 16)" for b in _global_arrays(group, layout))
         + ";",
         f"const bool store_whole = vectors && col + {COLUMNS} <= {width};",
+        f"const int me = {me};  // the thread's first element in a shared "
+        f"{'row' if ndim == 2 else 'plane'}",
     ]
     declarations = []
     for level in layout.levels:
         if level.lateral:
             count = slots if level.member is None else 2
-            what = (f"input rows ({prefetch} copied ahead)" if level.member is None else
-                    "rows: this iteration's and the last")
+            what = (f"input {walked} ({prefetch} copied ahead)" if level.member is None else
+                    f"{walked}: this iteration's and the last")
             declarations.append(f"__shared__ __align__(16) {ctype_of[level.buffer]} "
-                                f"{_rows(level)}[{count * pitch}];  // {count} {what}")
+                                f"{_rows(level)}[{count * block.plane}];  // {count} {what}")
     queues = Queues(layout)
     for slot in queues.leaders():
         names = queues.registers(slot, None)
@@ -186,13 +249,12 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             f"kf_copy_async_wait<{prefetch - 1}>();",
             "__syncthreads();",
             f"copy_rows(i + {prefetch});",
-            f"const int ring = ((i - i_begin) & {slots - 1}) * {pitch} + {layout.pad};"
-            "  // input row i",
-            f"const int last = ((i - i_begin) & 1 ^ 1) * {pitch} + {layout.pad};"
-            "  // members' rows of the last iteration",
-            f"const int here = ((i - i_begin) & 1) * {pitch} + {layout.pad};"
-            "  // and of this one",
-            *_fill_lines(group, layout, queues, span, phase),
+            f"const int ring = ((i - i_begin) & {slots - 1}) * {block.plane};"
+            f"  // input {walked[:-1]} i",
+            f"const int last = ((i - i_begin) & 1 ^ 1) * {block.plane};"
+            f"  // members' {walked} of the last iteration",
+            f"const int here = ((i - i_begin) & 1) * {block.plane};  // and of this one",
+            *_fill_lines(group, layout, queues, block, phase),
         ]
         for level in members_:
             lines += _member_lines(group, layout, queues, level, phase)
@@ -204,11 +266,11 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     body += [
         f"const int i_begin = y0{_signed(begin)};",
         f"const int i_end = y1 + {end};",
-        "// iterations whose members' rows are all far enough from the top and bottom rows",
+        f"// iterations whose members' {walked} are all far enough from the first and last",
         "// to read their neighbours unmapped: i in fast_begin .. fast_end - 1",
         f"const int fast_begin = {fast_begin}, "
-        f"fast_end = min({height}{_signed(fast_end)}, i_end);",
-        *_copy_function(group, layout, slots, pitch),
+        f"fast_end = min({depth}{_signed(fast_end)}, i_end);",
+        *_copy_function(group, layout, block, slots),
         f"for (int k = 0; k < {prefetch}; ++k)",
         "  copy_rows(i_begin + k);",
         "for (int i = i_begin; i < i_end;) {",
@@ -219,7 +281,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         "  }",
         "  if (i >= i_end)",
         "    break;",
-        "  {  // one iteration that may reach the top or bottom rows",
+        f"  {{  // one iteration that may reach the first or last {walked}",
         *indent(iteration(None), 2),
         "  }",
         "  ++i;",
@@ -228,16 +290,21 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     ]
 
     params = group.parameters()
-    launch = LaunchSpec(group.symbol, tuple(members), params, (threads, 1, 1),
-                        (GridAxis((group.domain[1],), outputs_per_block),
-                         GridAxis((group.domain[0],), form.chunk_rows, GRID_LIMITS[1],
-                                  least_per_block=form.least_rows),
-                         GridAxis()),
+    chunks = GridAxis((group.domain[0],), form.chunk_rows,
+                      GRID_LIMITS[1] if ndim == 2 else GRID_LIMITS[2],
+                      least_per_block=form.least_rows)
+    grid = (GridAxis((group.domain[-1],), block.output_columns), chunks, GridAxis()) \
+        if ndim == 2 else (GridAxis((group.domain[-1],), block.output_columns),
+                           GridAxis((group.domain[1],), block.output_rows, GRID_LIMITS[1]),
+                           chunks)
+    launch = LaunchSpec(group.symbol, tuple(members), params, (threads, block.rows, 1), grid,
                         blocks_walk=True)
+    halo = f"{layout.halo_columns} columns" + (f", {layout.halo_rows} rows" if ndim == 3
+                                                else "")
     preamble = [*group.describe(),
-                f"//   variant: streamed down the rows ({len(layout.members)} members, "
-                f"lateral halo {layout.halo_columns} columns, {prefetch} input rows ahead)"]
-    return group.source(launch_bounds(threads), params, body, preamble), launch
+                f"//   variant: streamed down the {walked} ({len(layout.members)} members, "
+                f"lateral halo {halo}, {prefetch} input {walked} ahead)"]
+    return group.source(launch_bounds(threads * block.rows), params, body, preamble), launch
 
 
 def _global_arrays(group, layout: StreamLayout) -> list[str]:
@@ -245,23 +312,30 @@ def _global_arrays(group, layout: StreamLayout) -> list[str]:
     return [level.buffer for level in layout.inputs] + list(group.outputs)
 
 
-def _copy_function(group, layout: StreamLayout, slots: int, pitch: int) -> list[str]:
-    """``copy_rows(row)``: the thread's 4 columns of each input's row ``row`` into its ring
-    slot (16-byte copies where whole and aligned, else element by element), one group."""
-    height, width = (size_var(s) for s in group.domain)
+def _copy_function(group, layout: StreamLayout, block: Block, slots: int) -> list[str]:
+    """``copy_rows(i)``: the thread's 4 columns of each input's row (3-D: of its row of the
+    plane) ``i`` into its ring slot (16-byte copies where whole and aligned, else element
+    by element), one group."""
+    depth, width = size_var(group.domain[0]), size_var(group.domain[-1])
+    inside = ""
+    if block.ndim == 3:
+        height = size_var(group.domain[1])
+        inside = f" && lrow >= 0 && lrow < {height}"
     lines = [f"const bool copy_whole = vectors && col >= 0 && col + {COLUMNS} <= {width};"]
     for level in layout.inputs:
         name = c_name(level.buffer)
         lines.append(f"const int {name}_first = max(y0 - {level.above}, 0), {name}_end = "
-                     f"min(y1 + {level.below}, {height});  // its rows copied")
-    lines.append("const auto copy_rows = [&](int row) {")
+                     f"min(y1 + {level.below}, {depth});  // its {'rows' if block.ndim == 2 else 'planes'} copied")
+    lines.append("const auto copy_rows = [&](int i) {")
     for level in layout.inputs:
         rows, name = _rows(level), c_name(level.buffer)
+        start = "(kf_index_t)i" if block.ndim == 2 else \
+            f"((kf_index_t)i * {size_var(group.domain[1])} + lrow)"
         lines += [
-            f"  if (row >= {name}_first && row < {name}_end) {{",
+            f"  if (i >= {name}_first && i < {name}_end{inside}) {{",
             f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}"
-            f"[((row - i_begin) & {slots - 1}) * {pitch} + {layout.pad} + t * {COLUMNS}];",
-            f"    const kf_index_t from = (kf_index_t)row * {width} + col;",
+            f"[((i - i_begin) & {slots - 1}) * {block.plane} + me];",
+            f"    const kf_index_t from = {start} * {width} + col;",
             "    if (copy_whole) {",
             f"      kf_copy_async16(to, &{name}[from]);",
             "    } else {",
@@ -274,11 +348,11 @@ def _copy_function(group, layout: StreamLayout, slots: int, pitch: int) -> list[
     return [*lines, "  kf_copy_async_commit();", "};"]
 
 
-def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: int | None
-                ) -> list[str]:
-    """Age 0 of every queue kept from shared memory: inputs' row ``i``, members' rows of
-    the last iteration; threads whose columns reach outside the grid map them."""
-    width = size_var(group.domain[1])
+def _fill_lines(group, layout: StreamLayout, queues: Queues, block: Block,
+                phase: int | None) -> list[str]:
+    """Age 0 of every queue kept from shared memory: inputs' row (plane) ``i``, members' of
+    the last iteration; threads whose points reach outside the grid map them."""
+    width = size_var(group.domain[-1])
     kept = [level for level in layout.levels if level.lateral and
             any(slot.buffer == level.buffer for slot in layout.slots)]
     if not kept:
@@ -291,22 +365,32 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: i
         vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
         for slot in slots:
             newest = queues.name(slot, 0, phase)
-            own_index = f"{rows}[{base} + t * {COLUMNS}{_signed(slot.column)}]"
+            beside = slot.column + slot.row * block.pitch
+            own_index = f"{rows}[{base} + me{_signed(beside)}]"
             whole = queues.vector(slot, 0, phase)
             if whole and slot.column == 0:  # the thread's 4 columns at once
                 fast.append(f"{whole} = *reinterpret_cast<const {vector}*>"
-                            f"(&{rows}[{base} + t * {COLUMNS}]);")
+                            f"(&{rows}[{base} + me{_signed(slot.row * block.pitch)}]);")
             elif not whole:
                 fast.append(f"{newest} = {own_index};")
-            own = f"col{_signed(slot.column)}"
             mode = None if slot.boundary is None else slot.boundary.mode
+            own, outside = f"col{_signed(slot.column)}", []
+            index = f"min(max(kf_{mode}({own}, {width}) - strip, 0), {block.span - 1}) + " \
+                f"{layout.pad}"
+            outside.append(f"kf_inside({own}, {width})")
+            if block.ndim == 3:
+                height = size_var(group.domain[1])
+                lrow = f"lrow{_signed(slot.row)}"
+                last_row = block.rows + 2 * layout.pad_rows - 1
+                index = (f"min(max(kf_{mode}({lrow}, {height}) - band + {layout.pad_rows}, 0), "
+                         f"{last_row}) * {block.pitch} + " + index)
+                outside.append(f"kf_inside({lrow}, {height})")
             if mode in ("clamp", "mirror"):
-                index = f"min(max(kf_{mode}({own}, {width}) - strip, 0), {span - 1})"
                 mapped.append(f"{newest} = {rows}[{base} + {index}];")
             elif mode == "constant":
                 constant = format_value(slot.boundary.value,  # type: ignore[union-attr]
                                         group.graph.buffers[level.buffer].dtype)
-                mapped.append(f"{newest} = kf_inside({own}, {width}) ? {own_index} : "
+                mapped.append(f"{newest} = {' && '.join(outside)} ? {own_index} : "
                               f"{constant};")
             else:
                 mapped.append(f"{newest} = {own_index};")
@@ -329,20 +413,22 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
     unrolled one, every row read inside the grid."""
     graph = group.graph
     kernel = graph.kernel_by_name[level.member]
-    height, width = (size_var(s) for s in group.domain)
+    height, width = size_var(group.domain[0]), size_var(group.domain[-1])
+    ndim = len(group.domain)
     row = f"row_{c_name(level.buffer)}"
     ctype = C_TYPES[graph.buffers[level.buffer].dtype]
     values = [_value(level, j) for j in range(COLUMNS)]
     up, down = _reach(graph, layout, level)
 
     def code(edge: bool) -> list[str]:
-        emitter = ExprEmitter(graph, ((row, 0), ("col", 0)), group.domain,
+        lateral = (("lrow", 0),) if ndim == 3 else ()
+        emitter = ExprEmitter(graph, ((row, 0), *lateral, ("col", 0)), group.domain,
                               load_hook=lambda load, em: _queue_read(layout, queues, level,
                                                                      load, em, edge, phase))
-        emitter.state.in_range["col"] = (1, 0)  # a thread's columns may be outside: map all
+        emitter.state.in_range.update({"col": (1, 0), "lrow": (1, 0)})  # (may be outside)
         results = []
         for j in range(COLUMNS):
-            point = emitter.at(((row, 0), ("col", j)))
+            point = emitter.at(((row, 0), *lateral, ("col", j)))
             results.append(point.emit(kernel.body))  # type: ignore[arg-type]
         return emitter.lines + [f"{v} = {r};" for v, r in zip(values, results, strict=True)]
 
@@ -363,7 +449,9 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
     if level.buffer in group.outputs:
         name = c_name(level.buffer)
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
-        address = f"(kf_index_t){row} * {width} + col"
+        start = f"(kf_index_t){row}" if ndim == 2 else \
+            f"((kf_index_t){row} * {size_var(group.domain[1])} + lrow)"
+        address = f"{start} * {width} + col"
         lines += indent([
             f"if (owns && {row} >= y0 && {row} < y1) {{  // an output: the block's rows",
             "  if (store_whole) {",
@@ -379,7 +467,7 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
         lines.append("  }")
     if level.lateral:
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
-        lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[here + t * {COLUMNS}]) = "
+        lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[here + me]) = "
                      f"{vector}{{{', '.join(values)}}};  // read beside it next iteration")
     lines.append("}")
     declared = [f"{ctype} {', '.join(f'{v} = 0' for v in values)};"]
@@ -389,8 +477,11 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
 def _staged_loads(graph, layout: StreamLayout, level: StreamLevel) -> list[Load]:
     """A member's reads of the levels."""
     buffers = {other.buffer for other in layout.levels}
-    body = graph.kernel_by_name[level.member].body
-    return [load for load in loads(body) if load.buffer in buffers and load.dims == (0, 1)]
+    kernel = graph.kernel_by_name[level.member]
+    identity = tuple(range(len(kernel.domain)))
+    return [load for load in loads(kernel.body) if load.buffer in buffers and
+            load.dims == identity and not (graph.producer.get(load.buffer) is None and
+                                           periodic(load))]
 
 
 def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: Load,
@@ -398,13 +489,14 @@ def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: 
     """The C value of a read of a level from the queues (None: not a level, read from
     memory). ``edge``: the row may be outside the grid, mapped by the read's mode to the
     queue's row that holds it."""
-    if load.dims != (0, 1) or not any(lv.buffer == load.buffer for lv in layout.levels):
+    if load.dims != tuple(range(len(emitter.domain))) or \
+            not any(lv.buffer == load.buffer for lv in layout.levels):
         return None
     producer = layout.level(load.buffer)
     if producer.member is None and periodic(load):  # an input's far side: read from memory
         return None
     row, _ = emitter.coords[0]
-    column = emitter.coords[1][1]
+    column = emitter.coords[-1][1]
     slot = layout.slot_of(load, column)
     dy = load.offsets[0]
     age = level.lag - producer.ready - dy

@@ -46,14 +46,16 @@ class StreamLevel:
 
 @dataclass(frozen=True)
 class QueueSlot:
-    """Values of ``buffer`` at column ``column`` (from the thread's first) that a thread
-    keeps for its last ``ages`` rows, columns outside the grid mapped by ``boundary``
-    (None: read only at the reader's own columns)."""
+    """Values of ``buffer`` at column ``column`` (from the thread's first) and, in 3-D, row
+    ``row`` (from the thread's row of the plane) that a thread keeps for its last ``ages``
+    rows (planes), points outside the grid mapped by ``boundary`` (None: read only at the
+    reader's own points)."""
 
     buffer: str
     column: int
     boundary: Boundary | None
     ages: int
+    row: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,15 +68,18 @@ class StreamLayout:
     slots: tuple[QueueSlot, ...]
     halo_columns: int
     pad: int
+    halo_rows: int = 0  # 3-D: rows of the plane beyond the block's each side
+    pad_rows: int = 0  # 3-D: rows beside each shared plane
 
     def level(self, buffer: str) -> StreamLevel:
         return next(level for level in self.levels if level.buffer == buffer)
 
     def slot_of(self, load: Load, column: int) -> QueueSlot:
         """The slot a read of ``load`` by a thread's column ``column`` takes."""
-        wanted = column + load.offsets[1]
-        candidates = [s for s in self.slots if s.buffer == load.buffer and s.column == wanted]
-        if load.offsets[1]:
+        wanted = (column + load.offsets[-1], lateral_row(load))
+        candidates = [s for s in self.slots if s.buffer == load.buffer and
+                      (s.column, s.row) == wanted]
+        if any(load.offsets[1:]):
             return next(s for s in candidates if s.boundary == _boundary(load))
         return candidates[0]
 
@@ -91,6 +96,11 @@ def _boundary(load: Load) -> Boundary:
     return load.boundary or Boundary("clamp")
 
 
+def lateral_row(load: Load) -> int:
+    """A 3-D read's offset along the rows of the plane (0 in 2-D)."""
+    return load.offsets[1] if len(load.offsets) == 3 else 0
+
+
 def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
     """Per member, its reads of arrays the kernel walks down: the group's results and its
     inputs shaped like the grid, read along the grid's axes (but for an input's periodic
@@ -100,7 +110,8 @@ def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
     reads = {}
     for name in members:
         kernel = graph.kernel_by_name[name]
-        reads[name] = [load for load in loads(kernel.body) if load.dims == (0, 1) and (
+        identity = tuple(range(len(domain)))
+        reads[name] = [load for load in loads(kernel.body) if load.dims == identity and (
             graph.producer.get(load.buffer) in group or (
                 graph.buffers[load.buffer].shape == domain and not periodic(load)))]
     return reads
@@ -114,8 +125,9 @@ def periodic(load: Load) -> bool:
 def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
     """Why the streamed kernel cannot compute the group ``members``, or None if it can."""
     kernels = [graph.kernel_by_name[name] for name in members]
-    if len(kernels[-1].domain) != 2 or any(len(k.domain) != 2 for k in kernels):
-        return "the streamed kernel walks the rows of 2-D groups"
+    ndim = len(kernels[-1].domain)
+    if ndim not in (2, 3) or any(len(k.domain) != ndim for k in kernels):
+        return "the streamed kernel walks the rows of 2-D groups and the planes of 3-D ones"
     if any(k.reduction is not None for k in kernels):
         return "the group holds a reduction"
     reads = staged_reads(graph, members)
@@ -147,7 +159,7 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
             external = graph.producer.get(load.buffer) not in group
             if not any(load is read for read in group_reads) and (
                     not external or (graph.buffers[load.buffer].shape == domain and not (
-                        load.dims == (0, 1) and periodic(load)))):
+                        load.dims == tuple(range(ndim)) and periodic(load)))):
                 return (f"'{name}' reads '{load.buffer}' through a transposed or broadcast "
                         "index")
     return None
@@ -182,49 +194,61 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
     above = dict.fromkeys(buffers, 0)
     below = dict.fromkeys(buffers, 0)
     beside = dict.fromkeys(buffers, 0)
+    beside_rows = dict.fromkeys(buffers, 0)
     for name in reversed(members):
         own = graph.kernel_by_name[name].output
         for load in reads[name]:
-            dy, dx = load.offsets
+            dy, dx = load.offsets[0], load.offsets[-1]
             above[load.buffer] = max(above[load.buffer], above[own] + max(-dy, 0))
             below[load.buffer] = max(below[load.buffer], below[own] + max(dy, 0))
             beside[load.buffer] = max(beside[load.buffer], beside[own] + abs(dx))
-    lateral = {load.buffer for name in members for load in reads[name] if load.offsets[1]}
+            beside_rows[load.buffer] = max(beside_rows[load.buffer],
+                                           beside_rows[own] + abs(lateral_row(load)))
+    lateral = {load.buffer for name in members for load in reads[name]
+               if any(load.offsets[1:])}
     # queue slots: (buffer, column, column boundary) -> rows kept
-    ages: dict[tuple[str, int, Boundary | None], int] = {}
+    ages: dict[tuple[str, int, int, Boundary | None], int] = {}
     point_reads = []
     for name in members:
         own = graph.kernel_by_name[name].output
         for load in reads[name]:
             age = oldest_age(load, lag[own] - ready[load.buffer])
             for column in range(STREAM_COLUMNS):
-                if load.offsets[1]:
-                    key = (load.buffer, column + load.offsets[1], _boundary(load))
+                if any(load.offsets[1:]):
+                    key = (load.buffer, column + load.offsets[-1], lateral_row(load),
+                           _boundary(load))
                     ages[key] = max(ages.get(key, 0), age + 1)
                 else:
                     point_reads.append((load.buffer, column, age))
-    for buffer, column, age in point_reads:  # a point read shares a slot of its column
-        key = next((k for k in ages if k[:2] == (buffer, column)), (buffer, column, None))
+    for buffer, column, age in point_reads:  # a point read shares a slot of its point
+        key = next((k for k in ages if k[:3] == (buffer, column, 0)),
+                   (buffer, column, 0, None))
         ages[key] = max(ages.get(key, 0), age + 1)
-    slots = tuple(QueueSlot(buffer, column, boundary, count)
-                  for (buffer, column, boundary), count in ages.items())
+    slots = tuple(QueueSlot(buffer, column, boundary, count, row)
+                  for (buffer, column, row, boundary), count in ages.items())
     levels = tuple(StreamLevel(buffer, produced.get(buffer), lag[buffer], ready[buffer],
                                buffer in lateral or buffer not in produced, above[buffer],
                                below[buffer]) for buffer in buffers)
     vector = STREAM_COLUMNS
     halo = -(-max(beside.values(), default=0) // vector) * vector
-    widest = max((abs(load.offsets[1]) for name in members for load in reads[name]), default=0)
+    widest = max((abs(load.offsets[-1]) for name in members for load in reads[name]),
+                 default=0)
     pad = -(-widest // vector) * vector
-    return StreamLayout(levels, slots, halo, pad)
+    tallest = max((abs(lateral_row(load)) for name in members for load in reads[name]),
+                  default=0)
+    return StreamLayout(levels, slots, halo, pad, max(beside_rows.values(), default=0),
+                        tallest)
 
 
-def shared_bytes(layout: StreamLayout, threads: int, prefetch: int) -> int:
-    """Shared memory of one block: a ring of rows per input (``prefetch + 1`` rounded up to
-    a power of two), two rows per other level kept there."""
+def shared_bytes(layout: StreamLayout, threads: int, prefetch: int, rows: int = 1) -> int:
+    """Shared memory of one block of ``threads`` x ``rows`` threads: a ring of rows (3-D:
+    planes) per input (``prefetch + 1`` rounded up to a power of two), two per other level
+    kept there."""
     pitch = threads * STREAM_COLUMNS + 2 * layout.pad
-    rows = sum(ring_slots(prefetch) if level.member is None else 2
-               for level in layout.levels if level.lateral)
-    return rows * pitch * 4
+    plane = pitch * (rows + 2 * layout.pad_rows)
+    count = sum(ring_slots(prefetch) if level.member is None else 2
+                for level in layout.levels if level.lateral)
+    return count * plane * 4
 
 
 # Registers a thread may give its queues: beyond, the kernel spills (a 4-step chain of 3x3
@@ -243,9 +267,10 @@ def ring_slots(prefetch: int) -> int:
     return 1 << prefetch.bit_length()
 
 
-def shared_reason(layout: StreamLayout, threads: int, prefetch: int) -> str | None:
+def shared_reason(layout: StreamLayout, threads: int, prefetch: int, rows: int = 1
+                  ) -> str | None:
     """Why a block's rows do not fit the static shared memory (None: they do)."""
-    needed = shared_bytes(layout, threads, prefetch)
+    needed = shared_bytes(layout, threads, prefetch, rows)
     if needed > STATIC_SHARED_LIMIT:
         return f"its rows need {needed} bytes of shared memory per block"
     return None
