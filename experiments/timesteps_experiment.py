@@ -21,7 +21,7 @@ import argparse
 from kfuse.bench.experiment import device_case, time_sources
 from kfuse.codegen import generate
 from kfuse.runtime.backend import VECTOR_ALIGNMENT
-from kfuse.schedule.forms import as_form
+from kfuse.schedule.forms import as_form, group_outputs
 
 APPS = ("smooth2d", "wave2d", "heat3d", "stencil27")
 
@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="steps per kernel (0: all in one)")
     parser.add_argument("--backend", default="cuda")
     args = parser.parse_args()
     if args.check:
@@ -41,7 +43,6 @@ def main() -> None:
     for name in args.apps:
         case = device_case(name)
         members = tuple(k.name for k in case.graph.kernels)
-        outputs = tuple(case.graph.outputs)
         print(f"== {name} {'x'.join(map(str, case.app.bench_size))}: planned "
               f"{[g.members for g in case.plan.groups]}", flush=True)
         programs = {"planned": generate(case.graph, case.plan.kernel_groups,
@@ -49,13 +50,17 @@ def main() -> None:
                                         array_alignment=VECTOR_ALIGNMENT)}
         for text in args.forms:
             form = as_form(text)
-            reason = form.why_not(case.graph, members)
+            steps = args.steps or len(members)
+            groups = [members[k:k + steps] for k in range(0, len(members), steps)]
+            reason = next((form.why_not(case.graph, g) for g in groups
+                           if form.why_not(case.graph, g)), None)
+            label = f"{'all' if steps == len(members) else steps} steps {text}"
             if reason:
-                print(f"{name}: all steps {text}: {reason}", flush=True)
+                print(f"{name}: {label}: {reason}", flush=True)
                 continue
-            programs[f"all steps {text}"] = generate(
-                case.graph, [(members, outputs, form)], fixed_sizes=case.sizes,
-                array_alignment=VECTOR_ALIGNMENT)
+            programs[label] = generate(
+                case.graph, [(g, group_outputs(case.graph, g), form) for g in groups],
+                fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
         time_sources(case, programs, args.rounds, args.runs)
 
 

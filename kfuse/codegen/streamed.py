@@ -40,7 +40,6 @@ from kfuse.schedule.streaming import (
     StreamLayout,
     StreamLevel,
     periodic,
-    ring_slots,
     stream_layout,
 )
 
@@ -61,7 +60,7 @@ class Queues:
 
     @property
     def period(self) -> int:
-        return max((slot.ages for slot in self.layout.slots), default=1)
+        return max((slot.ages for slot in self.layout.held), default=1)
 
     def ring(self, slot: QueueSlot) -> int:
         ages = max(other.ages for other in self.together(slot))
@@ -73,7 +72,7 @@ class Queues:
         ``slot`` alone."""
         if not 0 <= slot.column < COLUMNS:
             return [slot]
-        group = [other for other in self.layout.slots if other.buffer == slot.buffer and
+        group = [other for other in self.layout.held if other.buffer == slot.buffer and
                  other.boundary == slot.boundary and other.row == slot.row and
                  0 <= other.column < COLUMNS]
         return group if len(group) == COLUMNS else [slot]
@@ -107,7 +106,7 @@ class Queues:
 
     def leaders(self) -> list[QueueSlot]:
         """One slot per register ring (the first of each vector)."""
-        return [slot for slot in self.layout.slots if self.together(slot)[0] is slot]
+        return [slot for slot in self.layout.held if self.together(slot)[0] is slot]
 
 
 def _signed(number: int) -> str:
@@ -134,6 +133,19 @@ class Block:
     ndim: int
     threads: int
     rows: int  # 1 in 2-D
+    prefetch: int = 1
+
+    def planes(self, level: StreamLevel) -> int:
+        return self.layout.planes(level, self.prefetch)
+
+    def at(self, level: StreamLevel, age: int | str, writing: bool = False) -> str:
+        """The offset of ``level``'s row (plane) ``age`` rows before its newest readable at
+        the iteration ``step`` (``writing``: the one this iteration writes)."""
+        back = "" if writing else f" - {age}" if level.member is None else \
+            f" - 1 - {age}" if age != 0 else " - 1"
+        if back == " - 0":
+            back = ""
+        return f"((step{back}) & {self.planes(level) - 1}) * {self.plane}"
 
     @property
     def pitch(self) -> int:
@@ -168,9 +180,8 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     members = [kernel.name for kernel in group.members]
     layout = stream_layout(graph, members)
     ndim = len(group.domain)
-    block = Block(layout, ndim, form.threads, form.rows if ndim == 3 else 1)
+    block = Block(layout, ndim, form.threads, form.rows if ndim == 3 else 1, form.prefetch)
     threads, prefetch = form.threads, form.prefetch
-    slots = ring_slots(prefetch)
     depth, width = size_var(group.domain[0]), size_var(group.domain[-1])
     halo_threads = layout.halo_columns // COLUMNS
     columns = [slot.column for slot in layout.slots] or [0]
@@ -223,14 +234,17 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         f"const int me = {me};  // the thread's first element in a shared "
         f"{'row' if ndim == 2 else 'plane'}",
     ]
-    declarations = []
+    declarations = ["KF_DYNAMIC_SHARED(unsigned char, kf_shared);"]
+    shared = 0
     for level in layout.levels:
         if level.lateral:
-            count = slots if level.member is None else 2
+            count = block.planes(level)
             what = (f"input {walked} ({prefetch} copied ahead)" if level.member is None else
-                    f"{walked}: this iteration's and the last")
-            declarations.append(f"__shared__ __align__(16) {ctype_of[level.buffer]} "
-                                f"{_rows(level)}[{count * block.plane}];  // {count} {what}")
+                    f"{walked} of the last iterations and this one's")
+            ctype = ctype_of[level.buffer]
+            declarations.append(f"{ctype}* const {_rows(level)} = reinterpret_cast<{ctype}*>"
+                                f"(kf_shared + {shared});  // {count} {what}")
+            shared += count * block.plane * 4
     queues = Queues(layout)
     for slot in queues.leaders():
         names = queues.registers(slot, None)
@@ -249,15 +263,11 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             f"kf_copy_async_wait<{prefetch - 1}>();",
             "__syncthreads();",
             f"copy_rows(i + {prefetch});",
-            f"const int ring = ((i - i_begin) & {slots - 1}) * {block.plane};"
-            f"  // input {walked[:-1]} i",
-            f"const int last = ((i - i_begin) & 1 ^ 1) * {block.plane};"
-            f"  // members' {walked} of the last iteration",
-            f"const int here = ((i - i_begin) & 1) * {block.plane};  // and of this one",
+            "const int step = i - i_begin;",
             *_fill_lines(group, layout, queues, block, phase),
         ]
         for level in members_:
-            lines += _member_lines(group, layout, queues, level, phase)
+            lines += _member_lines(group, layout, queues, block, level, phase)
         return lines + _rotate_lines(layout, queues, phase)
 
     phases = []
@@ -270,7 +280,8 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         "// to read their neighbours unmapped: i in fast_begin .. fast_end - 1",
         f"const int fast_begin = {fast_begin}, "
         f"fast_end = min({depth}{_signed(fast_end)}, i_end);",
-        *_copy_function(group, layout, block, slots),
+        *_positions(group, layout, block),
+        *_copy_function(group, layout, block),
         f"for (int k = 0; k < {prefetch}; ++k)",
         "  copy_rows(i_begin + k);",
         "for (int i = i_begin; i < i_end;) {",
@@ -298,7 +309,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
                            GridAxis((group.domain[1],), block.output_rows, GRID_LIMITS[1]),
                            chunks)
     launch = LaunchSpec(group.symbol, tuple(members), params, (threads, block.rows, 1), grid,
-                        blocks_walk=True)
+                        dynamic_shared_bytes=shared, blocks_walk=True)
     halo = f"{layout.halo_columns} columns" + (f", {layout.halo_rows} rows" if ndim == 3
                                                 else "")
     preamble = [*group.describe(),
@@ -312,7 +323,7 @@ def _global_arrays(group, layout: StreamLayout) -> list[str]:
     return [level.buffer for level in layout.inputs] + list(group.outputs)
 
 
-def _copy_function(group, layout: StreamLayout, block: Block, slots: int) -> list[str]:
+def _copy_function(group, layout: StreamLayout, block: Block) -> list[str]:
     """``copy_rows(i)``: the thread's 4 columns of each input's row (3-D: of its row of the
     plane) ``i`` into its ring slot (16-byte copies where whole and aligned, else element
     by element), one group."""
@@ -334,7 +345,7 @@ def _copy_function(group, layout: StreamLayout, block: Block, slots: int) -> lis
         lines += [
             f"  if (i >= {name}_first && i < {name}_end{inside}) {{",
             f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}"
-            f"[((i - i_begin) & {slots - 1}) * {block.plane} + me];",
+            f"[((i - i_begin) & {block.planes(level) - 1}) * {block.plane} + me];",
             f"    const kf_index_t from = {start} * {width} + col;",
             "    if (copy_whole) {",
             f"      kf_copy_async16(to, &{name}[from]);",
@@ -352,16 +363,15 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, block: Block,
                 phase: int | None) -> list[str]:
     """Age 0 of every queue kept from shared memory: inputs' row (plane) ``i``, members' of
     the last iteration; threads whose points reach outside the grid map them."""
-    width = size_var(group.domain[-1])
     kept = [level for level in layout.levels if level.lateral and
-            any(slot.buffer == level.buffer for slot in layout.slots)]
+            any(slot.buffer == level.buffer for slot in layout.held)]
     if not kept:
         return []
     fast, mapped = [], []
     for level in kept:
         rows = _rows(level)
-        base = "ring" if level.member is None else "last"
-        slots = [slot for slot in layout.slots if slot.buffer == level.buffer]
+        base = block.at(level, 0)
+        slots = [slot for slot in layout.held if slot.buffer == level.buffer]
         vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
         for slot in slots:
             newest = queues.name(slot, 0, phase)
@@ -374,17 +384,7 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, block: Block,
             elif not whole:
                 fast.append(f"{newest} = {own_index};")
             mode = None if slot.boundary is None else slot.boundary.mode
-            own, outside = f"col{_signed(slot.column)}", []
-            index = f"min(max(kf_{mode}({own}, {width}) - strip, 0), {block.span - 1}) + " \
-                f"{layout.pad}"
-            outside.append(f"kf_inside({own}, {width})")
-            if block.ndim == 3:
-                height = size_var(group.domain[1])
-                lrow = f"lrow{_signed(slot.row)}"
-                last_row = block.rows + 2 * layout.pad_rows - 1
-                index = (f"min(max(kf_{mode}({lrow}, {height}) - band + {layout.pad_rows}, 0), "
-                         f"{last_row}) * {block.pitch} + " + index)
-                outside.append(f"kf_inside({lrow}, {height})")
+            index, outside = _mapped(group, block, slot)
             if mode in ("clamp", "mirror"):
                 mapped.append(f"{newest} = {rows}[{base} + {index}];")
             elif mode == "constant":
@@ -398,6 +398,25 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, block: Block,
             "if (inner) {", *indent(fast, 1), "} else {", *indent(mapped, 1), "}"]
 
 
+def _mapped(group, block: Block, slot: QueueSlot) -> tuple[str, list[str]]:
+    """(where ``slot``'s point, mapped by its clamp or mirror mode, lies in a plane; the
+    tests that the unmapped point is inside the grid, for constant mode)."""
+    width = size_var(group.domain[-1])
+    layout = block.layout
+    mode = slot.boundary.mode if slot.boundary else None
+    own = f"col{_signed(slot.column)}"
+    index = f"min(max(kf_{mode}({own}, {width}) - strip, 0), {block.span - 1}) + {layout.pad}"
+    inside = [f"kf_inside({own}, {width})"]
+    if block.ndim == 3:
+        height = size_var(group.domain[1])
+        lrow = f"lrow{_signed(slot.row)}"
+        last_row = block.rows + 2 * layout.pad_rows - 1
+        index = (f"min(max(kf_{mode}({lrow}, {height}) - band + {layout.pad_rows}, 0), "
+                 f"{last_row}) * {block.pitch} + " + index)
+        inside.append(f"kf_inside({lrow}, {height})")
+    return index, inside
+
+
 def _reach(graph, layout: StreamLayout, level: StreamLevel) -> tuple[int, int]:
     """Rows above and below its own that a member reads of the levels."""
     rows = [load.offsets[0] for load in _staged_loads(graph, layout, level)]
@@ -405,8 +424,8 @@ def _reach(graph, layout: StreamLayout, level: StreamLevel) -> tuple[int, int]:
                                                                default=0)
 
 
-def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLevel,
-                  phase: int | None) -> list[str]:
+def _member_lines(group, layout: StreamLayout, queues: Queues, block: Block,
+                  level: StreamLevel, phase: int | None) -> list[str]:
     """One member's row ``i - lag`` at the thread's columns: computed, kept in shared memory
     where read at column offsets, stored where it is an output. ``phase`` None: a generic
     iteration (rows outside the grid skipped, rows near its top and bottom mapped); else an
@@ -423,8 +442,8 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
     def code(edge: bool) -> list[str]:
         lateral = (("lrow", 0),) if ndim == 3 else ()
         emitter = ExprEmitter(graph, ((row, 0), *lateral, ("col", 0)), group.domain,
-                              load_hook=lambda load, em: _queue_read(layout, queues, level,
-                                                                     load, em, edge, phase))
+                              load_hook=lambda load, em: _queue_read(
+                                  layout, queues, block, level, load, em, edge, phase))
         emitter.state.in_range.update({"col": (1, 0), "lrow": (1, 0)})  # (may be outside)
         results = []
         for j in range(COLUMNS):
@@ -467,7 +486,7 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
         lines.append("  }")
     if level.lateral:
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
-        lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[here + me]) = "
+        lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[{block.at(level, 0, writing=True)} + me]) = "
                      f"{vector}{{{', '.join(values)}}};  // read beside it next iteration")
     lines.append("}")
     declared = [f"{ctype} {', '.join(f'{v} = 0' for v in values)};"]
@@ -484,11 +503,12 @@ def _staged_loads(graph, layout: StreamLayout, level: StreamLevel) -> list[Load]
                                            periodic(load))]
 
 
-def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: Load,
-                emitter: ExprEmitter, edge: bool, phase: int | None) -> str | None:
-    """The C value of a read of a level from the queues (None: not a level, read from
-    memory). ``edge``: the row may be outside the grid, mapped by the read's mode to the
-    queue's row that holds it."""
+def _queue_read(layout: StreamLayout, queues: Queues, block: Block, level: StreamLevel,
+                load: Load, emitter: ExprEmitter, edge: bool, phase: int | None) -> str | None:
+    """The C value of a read of a level from the queues, or from its shared planes for
+    points beside the thread's that are not held (None: not a level, read from memory).
+    ``edge``: the row may be outside the grid, mapped by the read's mode to the row that
+    holds it."""
     if load.dims != tuple(range(len(emitter.domain))) or \
             not any(lv.buffer == load.buffer for lv in layout.levels):
         return None
@@ -500,25 +520,69 @@ def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: 
     slot = layout.slot_of(load, column)
     dy = load.offsets[0]
     age = level.lag - producer.ready - dy
+    dtype = load.dtype
+    constant = format_value(load.boundary.value, dtype) \
+        if load.boundary and load.boundary.mode == "constant" else None
+
+    def value(at_age: int | str) -> str:
+        if slot.held:
+            return queues.name(slot, at_age, phase)  # type: ignore[arg-type]
+        position = _position(slot)
+        read = f"{_rows(producer)}[{block.at(producer, at_age)} + {position}]"
+        if constant is not None and any(load.offsets[1:]):
+            read = f"in_{position[3:]} ? {read} : {constant}"
+        return emitter.define(dtype, read, prefix="sh_")
+
     if not edge or dy == 0:
-        return queues.name(slot, age, phase)
-    mode = (load.boundary.mode if load.boundary else "clamp")
+        return value(age)
     height = size_var(emitter.domain[0])
     shifted = f"{row}{_signed(dy)}"
-    dtype = load.dtype
-    if mode == "constant":
-        constant = format_value(load.boundary.value, dtype)  # type: ignore[union-attr]
-        return emitter.define(dtype, f"kf_inside({shifted}, {height}) ? "
-                              f"{queues.name(slot, age, phase)} : {constant}", prefix="edge_")
+    if constant is not None:
+        return emitter.define(dtype, f"kf_inside({shifted}, {height}) ? {value(age)} : "
+                              f"{constant}", prefix="edge_")
     # the mapped row's age: rows within |dy| of the reader's are ages base - |dy| .. base + |dy|
     base = level.lag - producer.ready
+    mode = load.boundary.mode if load.boundary else "clamp"
     age_name = emitter.define("int32", f"{base} + {row} - kf_{mode}({shifted}, {height})",
                               prefix="age_")
+    if not slot.held:
+        return value(age_name)
     ages = range(max(0, base - abs(dy)), base + abs(dy) + 1)
-    value = queues.name(slot, ages[-1], phase)
+    chosen = queues.name(slot, ages[-1], phase)
     for candidate in reversed(ages[:-1]):
-        value = f"{age_name} == {candidate} ? {queues.name(slot, candidate, phase)} : ({value})"
-    return emitter.define(dtype, value, prefix="edge_")
+        chosen = f"{age_name} == {candidate} ? {queues.name(slot, candidate, phase)} : ({chosen})"
+    return emitter.define(dtype, chosen, prefix="edge_")
+
+
+def _position(slot: QueueSlot) -> str:
+    """The per-thread variable holding where a point beside the thread's is in a plane."""
+    column = f"{'m' if slot.column < 0 else 'c'}{abs(slot.column)}"
+    row = f"{'u' if slot.row < 0 else 'd'}{abs(slot.row)}_" if slot.row else ""
+    mode = "" if slot.boundary is None else f"_{slot.boundary.mode}"
+    return f"at_{row}{column}{mode}"
+
+
+def _positions(group, layout: StreamLayout, block: Block) -> list[str]:
+    """Where each point beside the thread's that is read from the shared planes lies in a
+    plane, found once (mapped by the boundary mode where the thread is near the edge)."""
+    lines, seen = [], set()
+    for slot in layout.slots:
+        position = _position(slot)
+        if slot.held or position in seen:
+            continue
+        seen.add(position)
+        offset = slot.row * block.pitch + slot.column
+        mode = slot.boundary.mode if slot.boundary else None
+        index, inside = _mapped(group, block, slot)
+        if mode in ("clamp", "mirror"):
+            lines.append(f"const int {position} = inner ? me{_signed(offset)} : {index};")
+        else:
+            lines.append(f"const int {position} = me{_signed(offset)};")
+            if mode == "constant":
+                lines.append(f"const bool in_{position[3:]} = {' && '.join(inside)};")
+    if lines:
+        lines.insert(0, "// where the points beside the thread's read from the shared planes are")
+    return lines
 
 
 def _rotate_lines(layout: StreamLayout, queues: Queues, phase: int | None) -> list[str]:
@@ -531,7 +595,7 @@ def _rotate_lines(layout: StreamLayout, queues: Queues, phase: int | None) -> li
             registers = queues.registers(slot, None)
             for age in range(len(registers) - 1, 0, -1):
                 lines.append(f"{registers[age]} = {registers[age - 1]};")
-    for slot in layout.slots:
+    for slot in layout.held:
         level = layout.level(slot.buffer)
         if level.member is not None and not level.lateral:
             following = None if phase is None else phase + 1

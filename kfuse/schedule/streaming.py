@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kfuse.cuda_limits import STATIC_SHARED_LIMIT
+from kfuse.cuda_limits import DYNAMIC_SHARED_LIMIT
 from kfuse.ir.expr import ITEM_SIZE, Boundary, Load, loads
 from kfuse.ir.graph import Graph
 
@@ -56,6 +56,8 @@ class QueueSlot:
     boundary: Boundary | None
     ages: int
     row: int = 0
+    held: bool = True  # in registers (else read from the shared planes where used: 3-D
+    #                    points beside the thread's, to spare registers)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,20 @@ class StreamLayout:
 
     def level(self, buffer: str) -> StreamLevel:
         return next(level for level in self.levels if level.buffer == buffer)
+
+    @property
+    def held(self) -> tuple[QueueSlot, ...]:
+        """The slots kept in registers."""
+        return tuple(slot for slot in self.slots if slot.held)
+
+    def planes(self, level: StreamLevel, prefetch: int) -> int:
+        """Rows (planes) of ``level`` kept in shared memory: an input's ring holds the rows
+        in flight, the newest and those its readers take there; a member's, the row being
+        written, its newest and those; a power of two (a slot is a mask of the step)."""
+        oldest = max([slot.ages - 1 for slot in self.slots if slot.buffer == level.buffer and
+                      not slot.held] + [0])
+        needed = (prefetch + 1 if level.member is None else 2) + oldest
+        return 1 << (needed - 1).bit_length()
 
     def slot_of(self, load: Load, column: int) -> QueueSlot:
         """The slot a read of ``load`` by a thread's column ``column`` takes."""
@@ -224,7 +240,9 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
         key = next((k for k in ages if k[:3] == (buffer, column, 0)),
                    (buffer, column, 0, None))
         ages[key] = max(ages.get(key, 0), age + 1)
-    slots = tuple(QueueSlot(buffer, column, boundary, count, row)
+    ndim = len(graph.kernel_by_name[members[-1]].domain)
+    slots = tuple(QueueSlot(buffer, column, boundary, count, row,
+                            ndim == 2 or (row == 0 and 0 <= column < STREAM_COLUMNS))
                   for (buffer, column, row, boundary), count in ages.items())
     levels = tuple(StreamLevel(buffer, produced.get(buffer), lag[buffer], ready[buffer],
                                buffer in lateral or buffer not in produced, above[buffer],
@@ -246,8 +264,7 @@ def shared_bytes(layout: StreamLayout, threads: int, prefetch: int, rows: int = 
     kept there."""
     pitch = threads * STREAM_COLUMNS + 2 * layout.pad
     plane = pitch * (rows + 2 * layout.pad_rows)
-    count = sum(ring_slots(prefetch) if level.member is None else 2
-                for level in layout.levels if level.lateral)
+    count = sum(layout.planes(level, prefetch) for level in layout.levels if level.lateral)
     return count * plane * 4
 
 
@@ -258,19 +275,13 @@ QUEUE_REGISTERS = 128
 
 def queue_registers(layout: StreamLayout) -> int:
     """Registers the queues of a thread take (each slot's rows)."""
-    return sum(slot.ages for slot in layout.slots)
-
-
-def ring_slots(prefetch: int) -> int:
-    """Rows of an input's ring in shared memory: the rows in flight and the one read, rounded
-    up to a power of two (a slot is then a mask of the iteration)."""
-    return 1 << prefetch.bit_length()
+    return sum(slot.ages for slot in layout.held)
 
 
 def shared_reason(layout: StreamLayout, threads: int, prefetch: int, rows: int = 1
                   ) -> str | None:
-    """Why a block's rows do not fit the static shared memory (None: they do)."""
+    """Why a block's rows do not fit its shared memory (None: they do)."""
     needed = shared_bytes(layout, threads, prefetch, rows)
-    if needed > STATIC_SHARED_LIMIT:
+    if needed > DYNAMIC_SHARED_LIMIT:
         return f"its rows need {needed} bytes of shared memory per block"
     return None
