@@ -83,7 +83,7 @@ def test_random_chains_streamed_equal_numpy(seed):
 
 
 def test_streamed_refuses_what_it_cannot_walk():
-    """A periodic read of an intermediate, a 1-D chain and a clamped read of rows above only
+    """A periodic read of an intermediate, a 3-D chain and a clamped read of rows above only
     are refused with reasons that name them."""
     p = kf.Pipeline("periodic")
     u = p.input("u", ndim=2)
@@ -93,12 +93,12 @@ def test_streamed_refuses_what_it_cannot_walk():
     reason = Streamed().why_not(p.graph(), ["v", "w"])
     assert reason and "'w' reads 'v' with periodic boundaries" in reason
 
-    q = kf.Pipeline("line")
-    x = q.input("x", ndim=1)
-    y = kf.local(x.at(1) + x.at(-1), name="y")
-    z = kf.local(y.at(1) + y, name="z")
+    q = kf.Pipeline("volume")
+    x = q.input("x", ndim=3)
+    y = kf.local(x.at(1, 0, 0) + x.at(-1, 0, 0), name="y")
+    z = kf.local(y.at(1, 0, 0) + y, name="z")
     q.output(z)
-    assert "2-D groups and the planes of 3-D" in Streamed().why_not(q.graph(), ["y", "z"])
+    assert "2-D" in Streamed().why_not(q.graph(), ["y", "z"])
 
     r = kf.Pipeline("above")
     s = r.input("s", ndim=2)

@@ -109,29 +109,6 @@ def test_every_step_in_one_streamed_kernel(name):
             check(name, boundary, all_steps, size)
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("name", [n for n in STEPS if get_app(n).ndim == 3])
-def test_every_step_in_one_streamed_kernel_3d(name):
-    """Every step walked down the planes in one kernel: blocks of 8 x 12 threads (32
-    columns and 12 rows of a plane, less the halo each side), chunks of 4 planes. (The
-    27-point pair takes the host compiler long: clamp only.)"""
-    cpu_or_skip()
-    form = kfuse.schedule.forms.Streamed(threads=8, rows=12, chunk_rows=4)
-
-    def all_steps(pipeline):
-        members = [k.name for k in pipeline.graph().kernels]
-        return pipeline.fuse([members], forms=[form])
-
-    boundaries = BOUNDARIES if name == "heat3d" else ["clamp"]
-    for boundary in boundaries:
-        if boundary == "repeat":
-            with pytest.raises(kfuse.FusionError, match="periodic"):
-                check(name, boundary, all_steps, (13, 11, 9))
-            continue
-        for size in [(13, 11, 9), (20, 37, 45), (3, 2, 5)]:
-            check(name, boundary, all_steps, size)
-
-
 def test_the_planner_walks_time_steps_down_the_rows():
     """At benchmark sizes every step of the 2-D chains is one streamed kernel."""
     for name in [n for n in STEPS if get_app(n).ndim == 2]:

@@ -40,6 +40,7 @@ from kfuse.schedule.streaming import (
     StreamLayout,
     StreamLevel,
     periodic,
+    ring_slots,
     stream_layout,
 )
 
@@ -60,7 +61,7 @@ class Queues:
 
     @property
     def period(self) -> int:
-        return max((slot.ages for slot in self.layout.held), default=1)
+        return max((slot.ages for slot in self.layout.slots), default=1)
 
     def ring(self, slot: QueueSlot) -> int:
         ages = max(other.ages for other in self.together(slot))
@@ -72,9 +73,8 @@ class Queues:
         ``slot`` alone."""
         if not 0 <= slot.column < COLUMNS:
             return [slot]
-        group = [other for other in self.layout.held if other.buffer == slot.buffer and
-                 other.boundary == slot.boundary and other.row == slot.row and
-                 0 <= other.column < COLUMNS]
+        group = [other for other in self.layout.slots if other.buffer == slot.buffer and
+                 other.boundary == slot.boundary and 0 <= other.column < COLUMNS]
         return group if len(group) == COLUMNS else [slot]
 
     def vector(self, slot: QueueSlot, age: int, phase: int | None) -> str | None:
@@ -99,14 +99,12 @@ class Queues:
 
     def _register(self, slot: QueueSlot, column: str, age: int, phase: int | None) -> str:
         mode = "" if slot.boundary is None else f"_{slot.boundary.mode}"
-        if slot.row:  # 3-D: a row of the plane above or below the thread's
-            column = f"{'u' if slot.row < 0 else 'd'}{abs(slot.row)}_{column}"
         register = age if phase is None else (age - phase) % self.ring(slot)
         return f"q_{c_name(slot.buffer)}_{column}{mode}_r{register}"
 
     def leaders(self) -> list[QueueSlot]:
         """One slot per register ring (the first of each vector)."""
-        return [slot for slot in self.layout.held if self.together(slot)[0] is slot]
+        return [slot for slot in self.layout.slots if self.together(slot)[0] is slot]
 
 
 def _signed(number: int) -> str:
@@ -122,67 +120,18 @@ def _value(level: StreamLevel, column: int) -> str:
     return f"val_{c_name(level.buffer)}_{column}"
 
 
-@dataclass(frozen=True)
-class Block:
-    """How a block of the streamed kernel covers a plane (2-D: a row) of the grid: ``threads``
-    x ``rows`` threads, each 4 columns of one row; ``plane`` elements per shared plane
-    (rows and columns beside it included), ``me`` the C expression of the thread's first
-    element in it."""
-
-    layout: StreamLayout
-    ndim: int
-    threads: int
-    rows: int  # 1 in 2-D
-    prefetch: int = 1
-
-    def planes(self, level: StreamLevel) -> int:
-        return self.layout.planes(level, self.prefetch)
-
-    def at(self, level: StreamLevel, age: int | str, writing: bool = False) -> str:
-        """The offset of ``level``'s row (plane) ``age`` rows before its newest readable at
-        the iteration ``step`` (``writing``: the one this iteration writes)."""
-        back = "" if writing else f" - {age}" if level.member is None else \
-            f" - 1 - {age}" if age != 0 else " - 1"
-        if back == " - 0":
-            back = ""
-        return f"((step{back}) & {self.planes(level) - 1}) * {self.plane}"
-
-    @property
-    def pitch(self) -> int:
-        return self.threads * COLUMNS + 2 * self.layout.pad
-
-    @property
-    def plane(self) -> int:
-        return self.pitch * (self.rows + 2 * self.layout.pad_rows)
-
-    @property
-    def span(self) -> int:
-        return self.threads * COLUMNS
-
-    @property
-    def output_columns(self) -> int:
-        return self.span - 2 * self.layout.halo_columns
-
-    @property
-    def output_rows(self) -> int:
-        return self.rows - 2 * self.layout.halo_rows
-
-    @property
-    def chunk_axis(self) -> str:
-        """The grid axis whose blocks split the walk into chunks."""
-        return "y" if self.ndim == 2 else "z"
-
-
 def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     """The kernel of ``group`` (a :class:`~kfuse.codegen.kernels.KernelGroup`) walking its
-    rows (3-D: planes) with ``form``'s block, prefetch and chunks."""
+    rows with ``form``'s block, prefetch and chunks."""
     graph = group.graph
     members = [kernel.name for kernel in group.members]
     layout = stream_layout(graph, members)
-    ndim = len(group.domain)
-    block = Block(layout, ndim, form.threads, form.rows if ndim == 3 else 1, form.prefetch)
     threads, prefetch = form.threads, form.prefetch
-    depth, width = size_var(group.domain[0]), size_var(group.domain[-1])
+    slots = ring_slots(prefetch)
+    span = threads * COLUMNS
+    pitch = span + 2 * layout.pad
+    outputs_per_block = span - 2 * layout.halo_columns
+    height, width = (size_var(s) for s in group.domain)
     halo_threads = layout.halo_columns // COLUMNS
     columns = [slot.column for slot in layout.slots] or [0]
     lowest, highest = min(0, *columns), max(COLUMNS - 1, *columns)
@@ -190,61 +139,35 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     end = max(level.lag + level.below for level in layout.levels)
     ctype_of = {level.buffer: C_TYPES[graph.buffers[level.buffer].dtype]
                 for level in layout.levels}
-    axis = block.chunk_axis
-    walked = "rows" if ndim == 2 else "planes"
 
     body = [
         "const int t = threadIdx.x;",
-        f"const int chunk = ({depth} + gridDim.{axis} - 1) / gridDim.{axis};",
-        f"const int y0 = blockIdx.{axis} * chunk;  // the block's {walked}: y0 .. y1 - 1",
-        f"if (y0 >= {depth})",
+        f"const int chunk = ({height} + gridDim.y - 1) / gridDim.y;",
+        "const int y0 = blockIdx.y * chunk;  // the block's rows: y0 .. y1 - 1",
+        f"if (y0 >= {height})",
         "  return;",
-        f"const int y1 = min(y0 + chunk, {depth});",
-        f"const int x0 = blockIdx.x * {block.output_columns};  // its first output column",
+        f"const int y1 = min(y0 + chunk, {height});",
+        f"const int x0 = blockIdx.x * {outputs_per_block};  // its first output column",
         f"const int strip = x0 - {layout.halo_columns};  // its first column (halo included)",
         f"const int col = strip + t * {COLUMNS};  // the thread's first column",
-    ]
-    inner = [f"col + {lowest} >= 0", f"col + {highest} < {width}"]
-    owns = [f"t >= {halo_threads}", f"t < {threads - halo_threads}"]
-    if ndim == 3:
-        height = size_var(group.domain[1])
-        row_offsets = [slot.row for slot in layout.slots] or [0]
-        body += [
-            f"const int r0 = blockIdx.y * {block.output_rows};  // its first output row",
-            f"const int band = r0 - {layout.halo_rows};  // its first row (halo included)",
-            "const int lrow = band + threadIdx.y;  // the thread's row of the plane",
-        ]
-        inner += [f"lrow{_signed(min(0, *row_offsets))} >= 0",
-                  f"lrow{_signed(max(0, *row_offsets))} < {height}"]
-        owns += [f"threadIdx.y >= {layout.halo_rows}",
-                 f"threadIdx.y < {block.rows - layout.halo_rows}", f"lrow < {height}"]
-    me = f"{layout.pad} + t * {COLUMNS}"
-    if ndim == 3:
-        me = f"(threadIdx.y + {layout.pad_rows}) * {block.pitch} + " + me
-    body += [
-        f"// its points are the block's outputs (not the halo of {layout.halo_columns} "
-        f"columns{f' and {layout.halo_rows} rows' if ndim == 3 else ''} each side)",
-        f"const bool owns = {' && '.join(owns)};",
-        "// every point its queues read is inside the grid (else mapped by boundary modes)",
-        f"const bool inner = {' && '.join(inner)};",
+        f"// its columns are the block's outputs (not the halo of {layout.halo_columns} "
+        "columns each side)",
+        f"const bool owns = t >= {halo_threads} && t < {threads - halo_threads};",
+        "// every column its queues read is inside the grid (else mapped by boundary modes)",
+        f"const bool inner = col + {lowest} >= 0 && col + {highest} < {width};",
         f"const bool vectors = {width} % {COLUMNS} == 0 && "
         + " && ".join(f"kf_aligned({c_name(b)}, 16)" for b in _global_arrays(group, layout))
         + ";",
         f"const bool store_whole = vectors && col + {COLUMNS} <= {width};",
-        f"const int me = {me};  // the thread's first element in a shared "
-        f"{'row' if ndim == 2 else 'plane'}",
     ]
-    declarations = ["KF_DYNAMIC_SHARED(unsigned char, kf_shared);"]
-    shared = 0
+    declarations = []
     for level in layout.levels:
         if level.lateral:
-            count = block.planes(level)
-            what = (f"input {walked} ({prefetch} copied ahead)" if level.member is None else
-                    f"{walked} of the last iterations and this one's")
-            ctype = ctype_of[level.buffer]
-            declarations.append(f"{ctype}* const {_rows(level)} = reinterpret_cast<{ctype}*>"
-                                f"(kf_shared + {shared});  // {count} {what}")
-            shared += count * block.plane * 4
+            count = slots if level.member is None else 2
+            what = (f"input rows ({prefetch} copied ahead)" if level.member is None else
+                    "rows: this iteration's and the last")
+            declarations.append(f"__shared__ __align__(16) {ctype_of[level.buffer]} "
+                                f"{_rows(level)}[{count * pitch}];  // {count} {what}")
     queues = Queues(layout)
     for slot in queues.leaders():
         names = queues.registers(slot, None)
@@ -263,11 +186,16 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             f"kf_copy_async_wait<{prefetch - 1}>();",
             "__syncthreads();",
             f"copy_rows(i + {prefetch});",
-            "const int step = i - i_begin;",
-            *_fill_lines(group, layout, queues, block, phase),
+            f"const int ring = ((i - i_begin) & {slots - 1}) * {pitch} + {layout.pad};"
+            "  // input row i",
+            f"const int last = ((i - i_begin) & 1 ^ 1) * {pitch} + {layout.pad};"
+            "  // members' rows of the last iteration",
+            f"const int here = ((i - i_begin) & 1) * {pitch} + {layout.pad};"
+            "  // and of this one",
+            *_fill_lines(group, layout, queues, span, phase),
         ]
         for level in members_:
-            lines += _member_lines(group, layout, queues, block, level, phase)
+            lines += _member_lines(group, layout, queues, level, phase)
         return lines + _rotate_lines(layout, queues, phase)
 
     phases = []
@@ -276,12 +204,11 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     body += [
         f"const int i_begin = y0{_signed(begin)};",
         f"const int i_end = y1 + {end};",
-        f"// iterations whose members' {walked} are all far enough from the first and last",
+        "// iterations whose members' rows are all far enough from the top and bottom rows",
         "// to read their neighbours unmapped: i in fast_begin .. fast_end - 1",
         f"const int fast_begin = {fast_begin}, "
-        f"fast_end = min({depth}{_signed(fast_end)}, i_end);",
-        *_positions(group, layout, block),
-        *_copy_function(group, layout, block),
+        f"fast_end = min({height}{_signed(fast_end)}, i_end);",
+        *_copy_function(group, layout, slots, pitch),
         f"for (int k = 0; k < {prefetch}; ++k)",
         "  copy_rows(i_begin + k);",
         "for (int i = i_begin; i < i_end;) {",
@@ -292,7 +219,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         "  }",
         "  if (i >= i_end)",
         "    break;",
-        f"  {{  // one iteration that may reach the first or last {walked}",
+        "  {  // one iteration that may reach the top or bottom rows",
         *indent(iteration(None), 2),
         "  }",
         "  ++i;",
@@ -301,21 +228,16 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     ]
 
     params = group.parameters()
-    chunks = GridAxis((group.domain[0],), form.chunk_rows,
-                      GRID_LIMITS[1] if ndim == 2 else GRID_LIMITS[2],
-                      least_per_block=form.least_rows)
-    grid = (GridAxis((group.domain[-1],), block.output_columns), chunks, GridAxis()) \
-        if ndim == 2 else (GridAxis((group.domain[-1],), block.output_columns),
-                           GridAxis((group.domain[1],), block.output_rows, GRID_LIMITS[1]),
-                           chunks)
-    launch = LaunchSpec(group.symbol, tuple(members), params, (threads, block.rows, 1), grid,
-                        dynamic_shared_bytes=shared, blocks_walk=True)
-    halo = f"{layout.halo_columns} columns" + (f", {layout.halo_rows} rows" if ndim == 3
-                                                else "")
+    launch = LaunchSpec(group.symbol, tuple(members), params, (threads, 1, 1),
+                        (GridAxis((group.domain[1],), outputs_per_block),
+                         GridAxis((group.domain[0],), form.chunk_rows, GRID_LIMITS[1],
+                                  least_per_block=form.least_rows),
+                         GridAxis()),
+                        blocks_walk=True)
     preamble = [*group.describe(),
-                f"//   variant: streamed down the {walked} ({len(layout.members)} members, "
-                f"lateral halo {halo}, {prefetch} input {walked} ahead)"]
-    return group.source(launch_bounds(threads * block.rows), params, body, preamble), launch
+                f"//   variant: streamed down the rows ({len(layout.members)} members, "
+                f"lateral halo {layout.halo_columns} columns, {prefetch} input rows ahead)"]
+    return group.source(launch_bounds(threads), params, body, preamble), launch
 
 
 def _global_arrays(group, layout: StreamLayout) -> list[str]:
@@ -323,30 +245,23 @@ def _global_arrays(group, layout: StreamLayout) -> list[str]:
     return [level.buffer for level in layout.inputs] + list(group.outputs)
 
 
-def _copy_function(group, layout: StreamLayout, block: Block) -> list[str]:
-    """``copy_rows(i)``: the thread's 4 columns of each input's row (3-D: of its row of the
-    plane) ``i`` into its ring slot (16-byte copies where whole and aligned, else element
-    by element), one group."""
-    depth, width = size_var(group.domain[0]), size_var(group.domain[-1])
-    inside = ""
-    if block.ndim == 3:
-        height = size_var(group.domain[1])
-        inside = f" && lrow >= 0 && lrow < {height}"
+def _copy_function(group, layout: StreamLayout, slots: int, pitch: int) -> list[str]:
+    """``copy_rows(row)``: the thread's 4 columns of each input's row ``row`` into its ring
+    slot (16-byte copies where whole and aligned, else element by element), one group."""
+    height, width = (size_var(s) for s in group.domain)
     lines = [f"const bool copy_whole = vectors && col >= 0 && col + {COLUMNS} <= {width};"]
     for level in layout.inputs:
         name = c_name(level.buffer)
         lines.append(f"const int {name}_first = max(y0 - {level.above}, 0), {name}_end = "
-                     f"min(y1 + {level.below}, {depth});  // its {'rows' if block.ndim == 2 else 'planes'} copied")
-    lines.append("const auto copy_rows = [&](int i) {")
+                     f"min(y1 + {level.below}, {height});  // its rows copied")
+    lines.append("const auto copy_rows = [&](int row) {")
     for level in layout.inputs:
         rows, name = _rows(level), c_name(level.buffer)
-        start = "(kf_index_t)i" if block.ndim == 2 else \
-            f"((kf_index_t)i * {size_var(group.domain[1])} + lrow)"
         lines += [
-            f"  if (i >= {name}_first && i < {name}_end{inside}) {{",
+            f"  if (row >= {name}_first && row < {name}_end) {{",
             f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}"
-            f"[((i - i_begin) & {block.planes(level) - 1}) * {block.plane} + me];",
-            f"    const kf_index_t from = {start} * {width} + col;",
+            f"[((row - i_begin) & {slots - 1}) * {pitch} + {layout.pad} + t * {COLUMNS}];",
+            f"    const kf_index_t from = (kf_index_t)row * {width} + col;",
             "    if (copy_whole) {",
             f"      kf_copy_async16(to, &{name}[from]);",
             "    } else {",
@@ -359,62 +274,44 @@ def _copy_function(group, layout: StreamLayout, block: Block) -> list[str]:
     return [*lines, "  kf_copy_async_commit();", "};"]
 
 
-def _fill_lines(group, layout: StreamLayout, queues: Queues, block: Block,
-                phase: int | None) -> list[str]:
-    """Age 0 of every queue kept from shared memory: inputs' row (plane) ``i``, members' of
-    the last iteration; threads whose points reach outside the grid map them."""
+def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: int | None
+                ) -> list[str]:
+    """Age 0 of every queue kept from shared memory: inputs' row ``i``, members' rows of
+    the last iteration; threads whose columns reach outside the grid map them."""
+    width = size_var(group.domain[1])
     kept = [level for level in layout.levels if level.lateral and
-            any(slot.buffer == level.buffer for slot in layout.held)]
+            any(slot.buffer == level.buffer for slot in layout.slots)]
     if not kept:
         return []
     fast, mapped = [], []
     for level in kept:
         rows = _rows(level)
-        base = block.at(level, 0)
-        slots = [slot for slot in layout.held if slot.buffer == level.buffer]
+        base = "ring" if level.member is None else "last"
+        slots = [slot for slot in layout.slots if slot.buffer == level.buffer]
         vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
         for slot in slots:
             newest = queues.name(slot, 0, phase)
-            beside = slot.column + slot.row * block.pitch
-            own_index = f"{rows}[{base} + me{_signed(beside)}]"
+            own_index = f"{rows}[{base} + t * {COLUMNS}{_signed(slot.column)}]"
             whole = queues.vector(slot, 0, phase)
             if whole and slot.column == 0:  # the thread's 4 columns at once
                 fast.append(f"{whole} = *reinterpret_cast<const {vector}*>"
-                            f"(&{rows}[{base} + me{_signed(slot.row * block.pitch)}]);")
+                            f"(&{rows}[{base} + t * {COLUMNS}]);")
             elif not whole:
                 fast.append(f"{newest} = {own_index};")
+            own = f"col{_signed(slot.column)}"
             mode = None if slot.boundary is None else slot.boundary.mode
-            index, outside = _mapped(group, block, slot)
             if mode in ("clamp", "mirror"):
+                index = f"min(max(kf_{mode}({own}, {width}) - strip, 0), {span - 1})"
                 mapped.append(f"{newest} = {rows}[{base} + {index}];")
             elif mode == "constant":
                 constant = format_value(slot.boundary.value,  # type: ignore[union-attr]
                                         group.graph.buffers[level.buffer].dtype)
-                mapped.append(f"{newest} = {' && '.join(outside)} ? {own_index} : "
+                mapped.append(f"{newest} = kf_inside({own}, {width}) ? {own_index} : "
                               f"{constant};")
             else:
                 mapped.append(f"{newest} = {own_index};")
     return ["// the newest row of each queue kept in shared memory",
             "if (inner) {", *indent(fast, 1), "} else {", *indent(mapped, 1), "}"]
-
-
-def _mapped(group, block: Block, slot: QueueSlot) -> tuple[str, list[str]]:
-    """(where ``slot``'s point, mapped by its clamp or mirror mode, lies in a plane; the
-    tests that the unmapped point is inside the grid, for constant mode)."""
-    width = size_var(group.domain[-1])
-    layout = block.layout
-    mode = slot.boundary.mode if slot.boundary else None
-    own = f"col{_signed(slot.column)}"
-    index = f"min(max(kf_{mode}({own}, {width}) - strip, 0), {block.span - 1}) + {layout.pad}"
-    inside = [f"kf_inside({own}, {width})"]
-    if block.ndim == 3:
-        height = size_var(group.domain[1])
-        lrow = f"lrow{_signed(slot.row)}"
-        last_row = block.rows + 2 * layout.pad_rows - 1
-        index = (f"min(max(kf_{mode}({lrow}, {height}) - band + {layout.pad_rows}, 0), "
-                 f"{last_row}) * {block.pitch} + " + index)
-        inside.append(f"kf_inside({lrow}, {height})")
-    return index, inside
 
 
 def _reach(graph, layout: StreamLayout, level: StreamLevel) -> tuple[int, int]:
@@ -424,30 +321,28 @@ def _reach(graph, layout: StreamLayout, level: StreamLevel) -> tuple[int, int]:
                                                                default=0)
 
 
-def _member_lines(group, layout: StreamLayout, queues: Queues, block: Block,
-                  level: StreamLevel, phase: int | None) -> list[str]:
+def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLevel,
+                  phase: int | None) -> list[str]:
     """One member's row ``i - lag`` at the thread's columns: computed, kept in shared memory
     where read at column offsets, stored where it is an output. ``phase`` None: a generic
     iteration (rows outside the grid skipped, rows near its top and bottom mapped); else an
     unrolled one, every row read inside the grid."""
     graph = group.graph
     kernel = graph.kernel_by_name[level.member]
-    height, width = size_var(group.domain[0]), size_var(group.domain[-1])
-    ndim = len(group.domain)
+    height, width = (size_var(s) for s in group.domain)
     row = f"row_{c_name(level.buffer)}"
     ctype = C_TYPES[graph.buffers[level.buffer].dtype]
     values = [_value(level, j) for j in range(COLUMNS)]
     up, down = _reach(graph, layout, level)
 
     def code(edge: bool) -> list[str]:
-        lateral = (("lrow", 0),) if ndim == 3 else ()
-        emitter = ExprEmitter(graph, ((row, 0), *lateral, ("col", 0)), group.domain,
-                              load_hook=lambda load, em: _queue_read(
-                                  layout, queues, block, level, load, em, edge, phase))
-        emitter.state.in_range.update({"col": (1, 0), "lrow": (1, 0)})  # (may be outside)
+        emitter = ExprEmitter(graph, ((row, 0), ("col", 0)), group.domain,
+                              load_hook=lambda load, em: _queue_read(layout, queues, level,
+                                                                     load, em, edge, phase))
+        emitter.state.in_range["col"] = (1, 0)  # a thread's columns may be outside: map all
         results = []
         for j in range(COLUMNS):
-            point = emitter.at(((row, 0), *lateral, ("col", j)))
+            point = emitter.at(((row, 0), ("col", j)))
             results.append(point.emit(kernel.body))  # type: ignore[arg-type]
         return emitter.lines + [f"{v} = {r};" for v, r in zip(values, results, strict=True)]
 
@@ -468,9 +363,7 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, block: Block,
     if level.buffer in group.outputs:
         name = c_name(level.buffer)
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
-        start = f"(kf_index_t){row}" if ndim == 2 else \
-            f"((kf_index_t){row} * {size_var(group.domain[1])} + lrow)"
-        address = f"{start} * {width} + col"
+        address = f"(kf_index_t){row} * {width} + col"
         lines += indent([
             f"if (owns && {row} >= y0 && {row} < y1) {{  // an output: the block's rows",
             "  if (store_whole) {",
@@ -486,7 +379,7 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, block: Block,
         lines.append("  }")
     if level.lateral:
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
-        lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[{block.at(level, 0, writing=True)} + me]) = "
+        lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[here + t * {COLUMNS}]) = "
                      f"{vector}{{{', '.join(values)}}};  // read beside it next iteration")
     lines.append("}")
     declared = [f"{ctype} {', '.join(f'{v} = 0' for v in values)};"]
@@ -496,93 +389,44 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, block: Block,
 def _staged_loads(graph, layout: StreamLayout, level: StreamLevel) -> list[Load]:
     """A member's reads of the levels."""
     buffers = {other.buffer for other in layout.levels}
-    kernel = graph.kernel_by_name[level.member]
-    identity = tuple(range(len(kernel.domain)))
-    return [load for load in loads(kernel.body) if load.buffer in buffers and
-            load.dims == identity and not (graph.producer.get(load.buffer) is None and
-                                           periodic(load))]
+    body = graph.kernel_by_name[level.member].body
+    return [load for load in loads(body) if load.buffer in buffers and load.dims == (0, 1)]
 
 
-def _queue_read(layout: StreamLayout, queues: Queues, block: Block, level: StreamLevel,
-                load: Load, emitter: ExprEmitter, edge: bool, phase: int | None) -> str | None:
-    """The C value of a read of a level from the queues, or from its shared planes for
-    points beside the thread's that are not held (None: not a level, read from memory).
-    ``edge``: the row may be outside the grid, mapped by the read's mode to the row that
-    holds it."""
-    if load.dims != tuple(range(len(emitter.domain))) or \
-            not any(lv.buffer == load.buffer for lv in layout.levels):
+def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: Load,
+                emitter: ExprEmitter, edge: bool, phase: int | None) -> str | None:
+    """The C value of a read of a level from the queues (None: not a level, read from
+    memory). ``edge``: the row may be outside the grid, mapped by the read's mode to the
+    queue's row that holds it."""
+    if load.dims != (0, 1) or not any(lv.buffer == load.buffer for lv in layout.levels):
         return None
     producer = layout.level(load.buffer)
     if producer.member is None and periodic(load):  # an input's far side: read from memory
         return None
     row, _ = emitter.coords[0]
-    column = emitter.coords[-1][1]
+    column = emitter.coords[1][1]
     slot = layout.slot_of(load, column)
     dy = load.offsets[0]
     age = level.lag - producer.ready - dy
-    dtype = load.dtype
-    constant = format_value(load.boundary.value, dtype) \
-        if load.boundary and load.boundary.mode == "constant" else None
-
-    def value(at_age: int | str) -> str:
-        if slot.held:
-            return queues.name(slot, at_age, phase)  # type: ignore[arg-type]
-        position = _position(slot)
-        read = f"{_rows(producer)}[{block.at(producer, at_age)} + {position}]"
-        if constant is not None and any(load.offsets[1:]):
-            read = f"in_{position[3:]} ? {read} : {constant}"
-        return emitter.define(dtype, read, prefix="sh_")
-
     if not edge or dy == 0:
-        return value(age)
+        return queues.name(slot, age, phase)
+    mode = (load.boundary.mode if load.boundary else "clamp")
     height = size_var(emitter.domain[0])
     shifted = f"{row}{_signed(dy)}"
-    if constant is not None:
-        return emitter.define(dtype, f"kf_inside({shifted}, {height}) ? {value(age)} : "
-                              f"{constant}", prefix="edge_")
+    dtype = load.dtype
+    if mode == "constant":
+        constant = format_value(load.boundary.value, dtype)  # type: ignore[union-attr]
+        return emitter.define(dtype, f"kf_inside({shifted}, {height}) ? "
+                              f"{queues.name(slot, age, phase)} : {constant}", prefix="edge_")
     # the mapped row's age: rows within |dy| of the reader's are ages base - |dy| .. base + |dy|
     base = level.lag - producer.ready
-    mode = load.boundary.mode if load.boundary else "clamp"
     age_name = emitter.define("int32", f"{base} + {row} - kf_{mode}({shifted}, {height})",
                               prefix="age_")
-    if not slot.held:
-        return value(age_name)
     ages = range(max(0, base - abs(dy)), base + abs(dy) + 1)
-    chosen = queues.name(slot, ages[-1], phase)
+    value = queues.name(slot, ages[-1], phase)
     for candidate in reversed(ages[:-1]):
-        chosen = f"{age_name} == {candidate} ? {queues.name(slot, candidate, phase)} : ({chosen})"
-    return emitter.define(dtype, chosen, prefix="edge_")
-
-
-def _position(slot: QueueSlot) -> str:
-    """The per-thread variable holding where a point beside the thread's is in a plane."""
-    column = f"{'m' if slot.column < 0 else 'c'}{abs(slot.column)}"
-    row = f"{'u' if slot.row < 0 else 'd'}{abs(slot.row)}_" if slot.row else ""
-    mode = "" if slot.boundary is None else f"_{slot.boundary.mode}"
-    return f"at_{row}{column}{mode}"
-
-
-def _positions(group, layout: StreamLayout, block: Block) -> list[str]:
-    """Where each point beside the thread's that is read from the shared planes lies in a
-    plane, found once (mapped by the boundary mode where the thread is near the edge)."""
-    lines, seen = [], set()
-    for slot in layout.slots:
-        position = _position(slot)
-        if slot.held or position in seen:
-            continue
-        seen.add(position)
-        offset = slot.row * block.pitch + slot.column
-        mode = slot.boundary.mode if slot.boundary else None
-        index, inside = _mapped(group, block, slot)
-        if mode in ("clamp", "mirror"):
-            lines.append(f"const int {position} = inner ? me{_signed(offset)} : {index};")
-        else:
-            lines.append(f"const int {position} = me{_signed(offset)};")
-            if mode == "constant":
-                lines.append(f"const bool in_{position[3:]} = {' && '.join(inside)};")
-    if lines:
-        lines.insert(0, "// where the points beside the thread's read from the shared planes are")
-    return lines
+        value = f"{age_name} == {candidate} ? {queues.name(slot, candidate, phase)} : ({value})"
+    return emitter.define(dtype, value, prefix="edge_")
 
 
 def _rotate_lines(layout: StreamLayout, queues: Queues, phase: int | None) -> list[str]:
@@ -595,7 +439,7 @@ def _rotate_lines(layout: StreamLayout, queues: Queues, phase: int | None) -> li
             registers = queues.registers(slot, None)
             for age in range(len(registers) - 1, 0, -1):
                 lines.append(f"{registers[age]} = {registers[age - 1]};")
-    for slot in layout.held:
+    for slot in layout.slots:
         level = layout.level(slot.buffer)
         if level.member is not None and not level.lateral:
             following = None if phase is None else phase + 1

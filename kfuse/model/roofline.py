@@ -26,7 +26,7 @@ from kfuse.schedule.forms import (
     default_form,
     staged_members,
 )
-from kfuse.schedule.streaming import STREAM_COLUMNS, shared_bytes, stream_layout
+from kfuse.schedule.streaming import STREAM_COLUMNS, stream_layout
 from kfuse.schedule.tiles import is_arithmetic_heavy, register_tile
 
 FP32_LANES_PER_SM = 128
@@ -41,7 +41,6 @@ SHARED_BYTES_PER_CLOCK_PER_SM = 128  # shared memory: 32 banks of 4 bytes per cl
 # 4-step kernel takes 1.38x the arithmetic time alone predicts
 STREAMED_ISSUE_FACTOR = 1.38
 STREAMED_RESIDENT_BLOCKS_PER_SM = 4  # its registers (about 100 a thread) allow four
-SHARED_BYTES_PER_SM = 228 * 1024  # Hopper: the shared memory the blocks of an SM share
 
 
 @dataclass(frozen=True)
@@ -149,49 +148,36 @@ def _predict_staged(graph: Graph, members: Sequence[str], points: int, dram: int
 def _predict_streamed(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                       sizes: Mapping[str, int], profile: DeviceProfile, form: Streamed
                       ) -> Prediction:
-    """Streamed form: each member once per point of the block's tile of a row (3-D: plane),
-    its outputs and the lateral halo, and per row of the chunk's walk (its rows and the
-    lags); each input read once and again for the rows above and below a chunk and, in
-    3-D, for the lateral halo of the block's plane (other blocks' points: counted as DRAM
-    reads); a row of each level read beside from shared memory. Chunks: as many blocks
-    along the walk as fill one wave."""
+    """Streamed form: each member once per point of the block's strip (its outputs and the
+    lateral halo) and per row of the chunk's walk (its rows and the lags); each input read
+    once and again for the rows above and below a chunk; a row of each level read beside
+    from shared memory. Chunks: as many blocks along the rows as fill one wave."""
     layout = stream_layout(graph, members)
     kernels = [graph.kernel_by_name[name] for name in members]
-    domain = kernels[-1].domain
-    depth, columns = sizes[domain[0]], sizes[domain[-1]]
-    points = prod(sizes[s] for s in domain)
+    rows, columns = (sizes[s] for s in kernels[-1].domain)
+    points = rows * columns
     span = form.threads * STREAM_COLUMNS
     strip = span - 2 * layout.halo_columns
     across = -(-columns // strip)
-    lateral = span / strip
-    if len(domain) == 3:
-        band = form.rows - 2 * layout.halo_rows
-        across *= -(-sizes[domain[1]] // band)
-        lateral *= form.rows / band
     resident = STREAMED_RESIDENT_BLOCKS_PER_SM * profile.sm_count
-    shared = shared_bytes(layout, form.threads, form.prefetch,
-                          form.rows if len(domain) == 3 else 1)
-    resident = min(resident, profile.sm_count * max(1, SHARED_BYTES_PER_SM // max(shared, 1)))
-    chunks = max(1, min(-(-depth // form.least_rows), resident // across))
-    chunk = depth / chunks
+    chunks = max(1, min(-(-rows // form.least_rows), resident // across))
+    chunk = rows / chunks
     walk = (chunk + max(lv.lag + lv.below for lv in layout.levels) -
             min(lv.lag - lv.above for lv in layout.levels)) / chunk
-    halo_reads = lateral if len(domain) == 3 else 1.0
     dram = sum(graph.nbytes(level.buffer, sizes) * (chunk + level.above + level.below) / chunk
-               * halo_reads for level in layout.inputs)
+               for level in layout.inputs)
     dram += sum(graph.nbytes(name, sizes) for name in outputs)
-    operations = sum(operations_per_point(k) for k in kernels) * points * lateral * walk
-    kept = sum(1 for level in layout.levels if level.lateral)
-    shared_traffic = kept * points * lateral * walk * 4 * \
-        (2 + (STREAM_COLUMNS + 2) / STREAM_COLUMNS)
+    operations = sum(operations_per_point(k) for k in kernels) * points * span / strip * walk
+    lateral = sum(1 for level in layout.levels if level.lateral)
+    shared = lateral * points * walk * 4 * (2 + (STREAM_COLUMNS + 2) / STREAM_COLUMNS)
     arithmetic_rate, _ = _rates(profile)
     shared_rate = profile.sm_count * SHARED_BYTES_PER_CLOCK_PER_SM * CLOCK_HZ
     times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
              "arithmetic": operations * STREAMED_ISSUE_FACTOR / arithmetic_rate,
-             "cache": shared_traffic / shared_rate}
+             "cache": shared / shared_rate}
     bound = max(times, key=times.__getitem__)
-    return Prediction(times[bound] + profile.launch_overhead_s, int(dram), operations,
-                      shared_traffic, bound)
+    return Prediction(times[bound] + profile.launch_overhead_s, int(dram), operations, shared,
+                      bound)
 
 
 def _distinct_loads(body) -> list[Load]:

@@ -145,9 +145,7 @@ class Streamed(Form):
     ``threads``: threads per block (each 4 columns); ``prefetch``: input rows copied ahead;
     ``chunk_rows``: rows per block where the device's resident blocks are not known
     (elsewhere the rows split among as many blocks as fill one wave, chunks of at least
-    ``least_rows``); ``rows``: 3-D groups only, threads along the rows of a plane (the
-    block's threads then hold a tile of ``rows x 4 threads`` points of each plane, the
-    lateral halo of both axes included)."""
+    ``least_rows``)."""
 
     name: ClassVar[str] = "streamed"
     grows: ClassVar[bool] = True
@@ -156,15 +154,13 @@ class Streamed(Form):
     prefetch: int = 2
     chunk_rows: int = 64
     least_rows: int = 32
-    rows: int = 16
 
     def __post_init__(self) -> None:
-        if self.threads < 1 or self.threads > 1024 or (self.threads * self.rows) % WARP:
-            raise FusionError(f"streamed: {self.threads} x {self.rows} threads is not a "
-                              "whole number of warps up to 1024")
-        if self.prefetch < 1 or self.chunk_rows < 1 or self.least_rows < 1 or self.rows < 1:
-            raise FusionError("streamed: prefetch, chunk_rows, least_rows and rows must be "
-                              "positive")
+        if self.threads < WARP or self.threads > 1024 or self.threads % WARP:
+            raise FusionError(f"streamed: {self.threads} threads is not a whole number of "
+                              "warps up to 1024")
+        if self.prefetch < 1 or self.chunk_rows < 1 or self.least_rows < 1:
+            raise FusionError("streamed: prefetch, chunk_rows and least_rows must be positive")
 
     def text(self) -> str:
         """``streamed``, then the fields that differ from the defaults (``streamed:t256:p8``)."""
@@ -192,27 +188,19 @@ class Streamed(Form):
         if reason is None:
             layout = streaming.stream_layout(graph, members)
             registers = streaming.queue_registers(layout)
-            rows = self.rows if len(graph.kernel_by_name[members[-1]].domain) == 3 else 1
             if registers > streaming.QUEUE_REGISTERS:
                 reason = (f"its rows kept in registers take {registers} a thread (at most "
                           f"{streaming.QUEUE_REGISTERS}): fewer steps per kernel fit")
             elif 2 * layout.halo_columns >= self.threads * streaming.STREAM_COLUMNS:
                 reason = (f"its lateral halo of {layout.halo_columns} columns each side "
                           f"leaves no output columns to a block of {self.threads} threads")
-            elif 2 * layout.halo_rows >= rows and rows > 1:
-                reason = (f"its lateral halo of {layout.halo_rows} rows each side leaves no "
-                          f"output rows to a block of {rows} threads along them")
-            elif self.threads * rows > 1024 or (self.threads * rows) % WARP:
-                reason = (f"{self.threads} x {rows} threads is not a whole number of warps "
-                          "up to 1024")
             else:
-                reason = streaming.shared_reason(layout, self.threads, self.prefetch, rows)
+                reason = streaming.shared_reason(layout, self.threads, self.prefetch)
         return f"the {self.name} implementation cannot compute it: {reason}" if reason \
             else None
 
 
-_STREAMED_KEYS = {"threads": "t", "prefetch": "p", "chunk_rows": "r", "least_rows": "l",
-                  "rows": "y"}
+_STREAMED_KEYS = {"threads": "t", "prefetch": "p", "chunk_rows": "r", "least_rows": "l"}
 
 
 @dataclass(frozen=True)
@@ -576,9 +564,7 @@ def default_form(graph: Graph, members: Sequence[str]) -> Form:
                          for name in members for access in graph.kernel_by_name[name].accesses)
     if not stencil_inside:
         return Registers()
-    ndim = len(graph.kernel_by_name[members[-1]].domain)
-    streamed = Streamed() if ndim == 2 else Streamed(threads=32)
-    keeping = [form for form in (streamed, Staged()) if form.why_not(graph, members) is None]
+    keeping = [form for form in (Streamed(), Staged()) if form.why_not(graph, members) is None]
     if not keeping:
         return Recompute()
     outputs = group_outputs(graph, members)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kfuse.cuda_limits import DYNAMIC_SHARED_LIMIT
+from kfuse.cuda_limits import STATIC_SHARED_LIMIT
 from kfuse.ir.expr import ITEM_SIZE, Boundary, Load, loads
 from kfuse.ir.graph import Graph
 
@@ -46,18 +46,14 @@ class StreamLevel:
 
 @dataclass(frozen=True)
 class QueueSlot:
-    """Values of ``buffer`` at column ``column`` (from the thread's first) and, in 3-D, row
-    ``row`` (from the thread's row of the plane) that a thread keeps for its last ``ages``
-    rows (planes), points outside the grid mapped by ``boundary`` (None: read only at the
-    reader's own points)."""
+    """Values of ``buffer`` at column ``column`` (from the thread's first) that a thread
+    keeps for its last ``ages`` rows, columns outside the grid mapped by ``boundary``
+    (None: read only at the reader's own columns)."""
 
     buffer: str
     column: int
     boundary: Boundary | None
     ages: int
-    row: int = 0
-    held: bool = True  # in registers (else read from the shared planes where used: 3-D
-    #                    points beside the thread's, to spare registers)
 
 
 @dataclass(frozen=True)
@@ -70,32 +66,15 @@ class StreamLayout:
     slots: tuple[QueueSlot, ...]
     halo_columns: int
     pad: int
-    halo_rows: int = 0  # 3-D: rows of the plane beyond the block's each side
-    pad_rows: int = 0  # 3-D: rows beside each shared plane
 
     def level(self, buffer: str) -> StreamLevel:
         return next(level for level in self.levels if level.buffer == buffer)
 
-    @property
-    def held(self) -> tuple[QueueSlot, ...]:
-        """The slots kept in registers."""
-        return tuple(slot for slot in self.slots if slot.held)
-
-    def planes(self, level: StreamLevel, prefetch: int) -> int:
-        """Rows (planes) of ``level`` kept in shared memory: an input's ring holds the rows
-        in flight, the newest and those its readers take there; a member's, the row being
-        written, its newest and those; a power of two (a slot is a mask of the step)."""
-        oldest = max([slot.ages - 1 for slot in self.slots if slot.buffer == level.buffer and
-                      not slot.held] + [0])
-        needed = (prefetch + 1 if level.member is None else 2) + oldest
-        return 1 << (needed - 1).bit_length()
-
     def slot_of(self, load: Load, column: int) -> QueueSlot:
         """The slot a read of ``load`` by a thread's column ``column`` takes."""
-        wanted = (column + load.offsets[-1], lateral_row(load))
-        candidates = [s for s in self.slots if s.buffer == load.buffer and
-                      (s.column, s.row) == wanted]
-        if any(load.offsets[1:]):
+        wanted = column + load.offsets[1]
+        candidates = [s for s in self.slots if s.buffer == load.buffer and s.column == wanted]
+        if load.offsets[1]:
             return next(s for s in candidates if s.boundary == _boundary(load))
         return candidates[0]
 
@@ -112,11 +91,6 @@ def _boundary(load: Load) -> Boundary:
     return load.boundary or Boundary("clamp")
 
 
-def lateral_row(load: Load) -> int:
-    """A 3-D read's offset along the rows of the plane (0 in 2-D)."""
-    return load.offsets[1] if len(load.offsets) == 3 else 0
-
-
 def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
     """Per member, its reads of arrays the kernel walks down: the group's results and its
     inputs shaped like the grid, read along the grid's axes (but for an input's periodic
@@ -126,8 +100,7 @@ def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
     reads = {}
     for name in members:
         kernel = graph.kernel_by_name[name]
-        identity = tuple(range(len(domain)))
-        reads[name] = [load for load in loads(kernel.body) if load.dims == identity and (
+        reads[name] = [load for load in loads(kernel.body) if load.dims == (0, 1) and (
             graph.producer.get(load.buffer) in group or (
                 graph.buffers[load.buffer].shape == domain and not periodic(load)))]
     return reads
@@ -141,9 +114,8 @@ def periodic(load: Load) -> bool:
 def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
     """Why the streamed kernel cannot compute the group ``members``, or None if it can."""
     kernels = [graph.kernel_by_name[name] for name in members]
-    ndim = len(kernels[-1].domain)
-    if ndim not in (2, 3) or any(len(k.domain) != ndim for k in kernels):
-        return "the streamed kernel walks the rows of 2-D groups and the planes of 3-D ones"
+    if len(kernels[-1].domain) != 2 or any(len(k.domain) != 2 for k in kernels):
+        return "the streamed kernel walks the rows of 2-D groups"
     if any(k.reduction is not None for k in kernels):
         return "the group holds a reduction"
     reads = staged_reads(graph, members)
@@ -175,7 +147,7 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
             external = graph.producer.get(load.buffer) not in group
             if not any(load is read for read in group_reads) and (
                     not external or (graph.buffers[load.buffer].shape == domain and not (
-                        load.dims == tuple(range(ndim)) and periodic(load)))):
+                        load.dims == (0, 1) and periodic(load)))):
                 return (f"'{name}' reads '{load.buffer}' through a transposed or broadcast "
                         "index")
     return None
@@ -210,62 +182,49 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
     above = dict.fromkeys(buffers, 0)
     below = dict.fromkeys(buffers, 0)
     beside = dict.fromkeys(buffers, 0)
-    beside_rows = dict.fromkeys(buffers, 0)
     for name in reversed(members):
         own = graph.kernel_by_name[name].output
         for load in reads[name]:
-            dy, dx = load.offsets[0], load.offsets[-1]
+            dy, dx = load.offsets
             above[load.buffer] = max(above[load.buffer], above[own] + max(-dy, 0))
             below[load.buffer] = max(below[load.buffer], below[own] + max(dy, 0))
             beside[load.buffer] = max(beside[load.buffer], beside[own] + abs(dx))
-            beside_rows[load.buffer] = max(beside_rows[load.buffer],
-                                           beside_rows[own] + abs(lateral_row(load)))
-    lateral = {load.buffer for name in members for load in reads[name]
-               if any(load.offsets[1:])}
+    lateral = {load.buffer for name in members for load in reads[name] if load.offsets[1]}
     # queue slots: (buffer, column, column boundary) -> rows kept
-    ages: dict[tuple[str, int, int, Boundary | None], int] = {}
+    ages: dict[tuple[str, int, Boundary | None], int] = {}
     point_reads = []
     for name in members:
         own = graph.kernel_by_name[name].output
         for load in reads[name]:
             age = oldest_age(load, lag[own] - ready[load.buffer])
             for column in range(STREAM_COLUMNS):
-                if any(load.offsets[1:]):
-                    key = (load.buffer, column + load.offsets[-1], lateral_row(load),
-                           _boundary(load))
+                if load.offsets[1]:
+                    key = (load.buffer, column + load.offsets[1], _boundary(load))
                     ages[key] = max(ages.get(key, 0), age + 1)
                 else:
                     point_reads.append((load.buffer, column, age))
-    for buffer, column, age in point_reads:  # a point read shares a slot of its point
-        key = next((k for k in ages if k[:3] == (buffer, column, 0)),
-                   (buffer, column, 0, None))
+    for buffer, column, age in point_reads:  # a point read shares a slot of its column
+        key = next((k for k in ages if k[:2] == (buffer, column)), (buffer, column, None))
         ages[key] = max(ages.get(key, 0), age + 1)
-    ndim = len(graph.kernel_by_name[members[-1]].domain)
-    slots = tuple(QueueSlot(buffer, column, boundary, count, row,
-                            ndim == 2 or (row == 0 and 0 <= column < STREAM_COLUMNS))
-                  for (buffer, column, row, boundary), count in ages.items())
+    slots = tuple(QueueSlot(buffer, column, boundary, count)
+                  for (buffer, column, boundary), count in ages.items())
     levels = tuple(StreamLevel(buffer, produced.get(buffer), lag[buffer], ready[buffer],
                                buffer in lateral or buffer not in produced, above[buffer],
                                below[buffer]) for buffer in buffers)
     vector = STREAM_COLUMNS
     halo = -(-max(beside.values(), default=0) // vector) * vector
-    widest = max((abs(load.offsets[-1]) for name in members for load in reads[name]),
-                 default=0)
+    widest = max((abs(load.offsets[1]) for name in members for load in reads[name]), default=0)
     pad = -(-widest // vector) * vector
-    tallest = max((abs(lateral_row(load)) for name in members for load in reads[name]),
-                  default=0)
-    return StreamLayout(levels, slots, halo, pad, max(beside_rows.values(), default=0),
-                        tallest)
+    return StreamLayout(levels, slots, halo, pad)
 
 
-def shared_bytes(layout: StreamLayout, threads: int, prefetch: int, rows: int = 1) -> int:
-    """Shared memory of one block of ``threads`` x ``rows`` threads: a ring of rows (3-D:
-    planes) per input (``prefetch + 1`` rounded up to a power of two), two per other level
-    kept there."""
+def shared_bytes(layout: StreamLayout, threads: int, prefetch: int) -> int:
+    """Shared memory of one block: a ring of rows per input (``prefetch + 1`` rounded up to
+    a power of two), two rows per other level kept there."""
     pitch = threads * STREAM_COLUMNS + 2 * layout.pad
-    plane = pitch * (rows + 2 * layout.pad_rows)
-    count = sum(layout.planes(level, prefetch) for level in layout.levels if level.lateral)
-    return count * plane * 4
+    rows = sum(ring_slots(prefetch) if level.member is None else 2
+               for level in layout.levels if level.lateral)
+    return rows * pitch * 4
 
 
 # Registers a thread may give its queues: beyond, the kernel spills (a 4-step chain of 3x3
@@ -275,13 +234,18 @@ QUEUE_REGISTERS = 128
 
 def queue_registers(layout: StreamLayout) -> int:
     """Registers the queues of a thread take (each slot's rows)."""
-    return sum(slot.ages for slot in layout.held)
+    return sum(slot.ages for slot in layout.slots)
 
 
-def shared_reason(layout: StreamLayout, threads: int, prefetch: int, rows: int = 1
-                  ) -> str | None:
-    """Why a block's rows do not fit its shared memory (None: they do)."""
-    needed = shared_bytes(layout, threads, prefetch, rows)
-    if needed > DYNAMIC_SHARED_LIMIT:
+def ring_slots(prefetch: int) -> int:
+    """Rows of an input's ring in shared memory: the rows in flight and the one read, rounded
+    up to a power of two (a slot is then a mask of the iteration)."""
+    return 1 << prefetch.bit_length()
+
+
+def shared_reason(layout: StreamLayout, threads: int, prefetch: int) -> str | None:
+    """Why a block's rows do not fit the static shared memory (None: they do)."""
+    needed = shared_bytes(layout, threads, prefetch)
+    if needed > STATIC_SHARED_LIMIT:
         return f"its rows need {needed} bytes of shared memory per block"
     return None
