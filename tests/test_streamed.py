@@ -82,6 +82,35 @@ def test_random_chains_streamed_equal_numpy(seed):
                                        err_msg=f"{name} at {size}")
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("seed", range(4))
+def test_random_periodic_chains_streamed_equal_numpy(seed):
+    """Chains whose every read at an offset is periodic: the blocks compute the rows and
+    columns beyond the grid's edges as their wrapped copies (sizes smaller than the halo
+    wrap several times)."""
+    cpu_or_skip()
+    rng = np.random.default_rng(seed)
+    p = kf.Pipeline(f"periodic{seed}")
+    u = p.input("u", ndim=2)
+    steps = [u]
+    for step in range(3):
+        window = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+                  if (dy, dx) == (0, 0) or rng.random() < 0.6]
+        total = None
+        for dy, dx in window:
+            term = steps[-1].at(dy, dx) * float(rng.uniform(0.05, 0.3))
+            total = term if total is None else total + term
+        steps.append(kf.local(total + 0.5 * steps[0], boundary="repeat", name=f"s{step}"))
+    p.output(steps[-1])
+    members = [k.name for k in p.graph().kernels]
+    plan = p.fuse([members], forms=[Streamed(threads=32, chunk_rows=8)])
+    for size in [(29, 141), (3, 5), (2, 2)]:
+        data = rng.uniform(0.5, 2.0, size).astype(np.float32)
+        got = p.run(backend="cpu", plan=plan, u=data)["s2"]
+        want = p.run(backend="numpy", plan="unfused", u=data)["s2"]
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(size))
+
+
 def test_streamed_refuses_what_it_cannot_walk():
     """A periodic read of an intermediate, a 3-D chain and a clamped read of rows above only
     are refused with reasons that name them."""

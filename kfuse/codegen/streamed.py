@@ -207,7 +207,8 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         "// iterations whose members' rows are all far enough from the top and bottom rows",
         "// to read their neighbours unmapped: i in fast_begin .. fast_end - 1",
         f"const int fast_begin = {fast_begin}, "
-        f"fast_end = min({height}{_signed(fast_end)}, i_end);",
+        f"fast_end = min({height}{_signed(fast_end)}, i_end);" if not layout.wrapped else
+        "const int fast_begin = i_begin, fast_end = i_end;  // (periodic: no row is mapped)",
         *_copy_function(group, layout, slots, pitch),
         f"for (int k = 0; k < {prefetch}; ++k)",
         "  copy_rows(i_begin + k);",
@@ -250,24 +251,31 @@ def _copy_function(group, layout: StreamLayout, slots: int, pitch: int) -> list[
     slot (16-byte copies where whole and aligned, else element by element), one group."""
     height, width = (size_var(s) for s in group.domain)
     lines = [f"const bool copy_whole = vectors && col >= 0 && col + {COLUMNS} <= {width};"]
+    wraps = layout.wrapped
     for level in layout.inputs:
         name = c_name(level.buffer)
-        lines.append(f"const int {name}_first = max(y0 - {level.above}, 0), {name}_end = "
-                     f"min(y1 + {level.below}, {height});  // its rows copied")
+        first, end = f"y0 - {level.above}", f"y1 + {level.below}"
+        if not wraps:
+            first, end = f"max({first}, 0)", f"min({end}, {height})"
+        lines.append(f"const int {name}_first = {first}, {name}_end = {end};"
+                     "  // its rows copied" + (" (beyond the edges: wrapped)" if wraps else ""))
     lines.append("const auto copy_rows = [&](int row) {")
+    source_row = f"(row % {height} + {height}) % {height}" if wraps else "row"
     for level in layout.inputs:
         rows, name = _rows(level), c_name(level.buffer)
         lines += [
             f"  if (row >= {name}_first && row < {name}_end) {{",
             f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}"
             f"[((row - i_begin) & {slots - 1}) * {pitch} + {layout.pad} + t * {COLUMNS}];",
-            f"    const kf_index_t from = (kf_index_t)row * {width} + col;",
+            f"    const kf_index_t from = (kf_index_t)({source_row}) * {width};",
             "    if (copy_whole) {",
-            f"      kf_copy_async16(to, &{name}[from]);",
+            f"      kf_copy_async16(to, &{name}[from + col]);",
             "    } else {",
             f"      for (int j = 0; j < {COLUMNS}; ++j)",
-            f"        if (col + j >= 0 && col + j < {width})",
-            f"          kf_copy_async4(to + j, &{name}[from + j]);",
+            *([f"        kf_copy_async4(to + j, &{name}[from + ((col + j) % {width} + {width}) "
+               f"% {width}]);"] if wraps else
+              [f"        if (col + j >= 0 && col + j < {width})",
+               f"          kf_copy_async4(to + j, &{name}[from + col + j]);"]),
             "    }",
             "  }",
         ]
@@ -310,6 +318,8 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: i
                               f"{constant};")
             else:
                 mapped.append(f"{newest} = {own_index};")
+    if layout.wrapped:  # (columns beyond the edges hold their wrapped copies)
+        return ["// the newest row of each queue kept in shared memory", *fast]
     return ["// the newest row of each queue kept in shared memory",
             "if (inner) {", *indent(fast, 1), "} else {", *indent(mapped, 1), "}"]
 
@@ -348,7 +358,8 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
 
     lines = [f"// {level.member}: row i{_signed(-level.lag)}", "{",
              f"  const int {row} = i{_signed(-level.lag)};"]
-    if phase is not None:
+    guarded = phase is None and not layout.wrapped  # (wrapped: rows beyond, copies)
+    if not guarded:
         lines += indent(code(False), 1)
     else:
         lines.append(f"  if ({row} >= 0 && {row} < {height}) {{")
@@ -374,8 +385,8 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
               for j in range(COLUMNS)],
             "  }",
             "}",
-        ], 1 if phase is not None else 2)
-    if phase is None:
+        ], 2 if guarded else 1)
+    if guarded:
         lines.append("  }")
     if level.lateral:
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
@@ -401,8 +412,8 @@ def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: 
     if load.dims != (0, 1) or not any(lv.buffer == load.buffer for lv in layout.levels):
         return None
     producer = layout.level(load.buffer)
-    if producer.member is None and periodic(load):  # an input's far side: read from memory
-        return None
+    if producer.member is None and periodic(load) and not layout.wrapped:
+        return None  # an input's far side, where the group's other reads are not periodic
     row, _ = emitter.coords[0]
     column = emitter.coords[1][1]
     slot = layout.slot_of(load, column)

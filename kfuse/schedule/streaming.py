@@ -13,6 +13,8 @@ reads at a column offset writes its row to shared memory, where the threads besi
 A member lags each producer by the producer's readiness plus the rows below that it reads
 (:func:`stream_layout`), so one barrier per iteration suffices, and no row is computed
 twice: only the lateral halo (``steps x radius`` columns each side) is, once per block.
+Where every read at an offset is periodic (:func:`wrapped`), rows and columns beyond the
+grid's edges are computed as their wrapped copies, and no read is mapped.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT
-from kfuse.ir.expr import ITEM_SIZE, Boundary, Load, loads
+from kfuse.ir.expr import ITEM_SIZE, Boundary, Coord, Load, loads
 from kfuse.ir.graph import Graph
 
 STREAM_COLUMNS = 4  # columns per thread: one 16-byte vector of 4-byte elements
@@ -66,6 +68,8 @@ class StreamLayout:
     slots: tuple[QueueSlot, ...]
     halo_columns: int
     pad: int
+    wrapped: bool = False  # every read at an offset is periodic: rows and columns beyond the
+    #                        grid's edges are computed as their wrapped copies
 
     def level(self, buffer: str) -> StreamLevel:
         return next(level for level in self.levels if level.buffer == buffer)
@@ -91,18 +95,29 @@ def _boundary(load: Load) -> Boundary:
     return load.boundary or Boundary("clamp")
 
 
+def wrapped(graph: Graph, members: Sequence[str]) -> bool:
+    """Whether every read of the group at an offset is periodic (and there is one): its
+    blocks then compute the rows and columns beyond the grid's edges as their wrapped
+    copies, and no read needs mapping."""
+    offsets = [load for name in members for load in loads(graph.kernel_by_name[name].body)
+               if any(load.offsets)]
+    return bool(offsets) and all(periodic(load) for load in offsets)
+
+
 def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
     """Per member, its reads of arrays the kernel walks down: the group's results and its
     inputs shaped like the grid, read along the grid's axes (but for an input's periodic
-    reads at an offset, which reach the far side of the grid: those read memory)."""
+    reads at an offset, which reach the far side of the grid, where the group's other reads
+    are not all periodic: those read memory)."""
     group = set(members)
     domain = graph.kernel_by_name[members[-1]].domain
+    wraps = wrapped(graph, members)
     reads = {}
     for name in members:
         kernel = graph.kernel_by_name[name]
         reads[name] = [load for load in loads(kernel.body) if load.dims == (0, 1) and (
             graph.producer.get(load.buffer) in group or (
-                graph.buffers[load.buffer].shape == domain and not periodic(load)))]
+                graph.buffers[load.buffer].shape == domain and (wraps or not periodic(load))))]
     return reads
 
 
@@ -129,9 +144,18 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
                 "float32", "int32"):
             return (f"it keeps rows of 4-byte floats and integers in shared memory, not "
                     f"'{name}' ({graph.buffers[name].dtype})")
+    wraps = wrapped(graph, members)
     for name, group_reads in reads.items():
+        if wraps and any(isinstance(node, Coord) or (isinstance(node, Load) and node.dims and
+                                                     not any(node is r for r in group_reads))
+                         for node in graph.kernel_by_name[name].body.walk()):
+            return (f"'{name}' reads a coordinate or an array along the grid's axes: with "
+                    "periodic boundaries the blocks compute the points beyond the edges as "
+                    "wrapped copies, where those would differ")
         for producer in {load.buffer for load in group_reads}:
             taps = [load for load in group_reads if load.buffer == producer]
+            if wraps:
+                continue
             if any(periodic(t) for t in taps):
                 return (f"'{name}' reads '{producer}' with periodic boundaries, which reach the "
                         "far side of the grid, outside the rows and columns a block keeps")
@@ -215,7 +239,7 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
     halo = -(-max(beside.values(), default=0) // vector) * vector
     widest = max((abs(load.offsets[1]) for name in members for load in reads[name]), default=0)
     pad = -(-widest // vector) * vector
-    return StreamLayout(levels, slots, halo, pad)
+    return StreamLayout(levels, slots, halo, pad, wrapped(graph, members))
 
 
 def shared_bytes(layout: StreamLayout, threads: int, prefetch: int) -> int:
