@@ -1,0 +1,111 @@
+"""Time-stepped 2-D stencils that are not kfuse's apps: how they plan and how close to the
+floor they run, beside torch.compile.
+
+Four pipelines written as a user would (5 Jacobi sweeps of a Poisson problem, 4 passes of a
+3x3 box filter under mirrored borders, 3 steps of a doubly periodic shallow-water-like pair
+of fields, 5 explicit heat steps under a constant border), each planned by the default
+search at 8192², checked against its unfused program and timed against torch.compile in
+alternating rounds; the floor is every input read once and every output written once at
+the calibrated copy bandwidth.
+
+Usage on the device machine (repo root)::
+
+    PYTHONPATH=. python3 experiments/heldout_steps_experiment.py [--size 8192]
+"""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import numpy as np
+
+import kfuse
+import kfuse.dsl as kf
+
+
+def jacobi(steps: int = 5) -> kf.Pipeline:
+    p = kf.Pipeline("jacobi")
+    u = p.input("u", ndim=2)
+    f = p.input("f", shape=u.shape)
+    for step in range(steps):
+        u = kf.local(0.25 * (u.at(-1, 0) + u.at(1, 0) + u.at(0, -1) + u.at(0, 1)) - 0.1 * f,
+                     name=f"j{step}")
+    p.output(u)
+    return p
+
+
+def box(steps: int = 4) -> kf.Pipeline:
+    p = kf.Pipeline("box")
+    u = p.input("u", ndim=2)
+    for step in range(steps):
+        total = None
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                total = u.at(dy, dx) if total is None else total + u.at(dy, dx)
+        u = kf.local(total * (1.0 / 9.0), boundary="mirror", name=f"b{step}")
+    p.output(u)
+    return p
+
+
+def shallow(steps: int = 3) -> kf.Pipeline:
+    p = kf.Pipeline("shallow")
+    h = p.input("h", ndim=2)
+    u = p.input("u", shape=h.shape)
+    for step in range(steps):
+        h_next = kf.local(h - 0.1 * (u.at(0, 1) - u.at(0, -1))
+                          + 0.05 * (h.at(1, 0) + h.at(-1, 0) - 2.0 * h),
+                          boundary="repeat", name=f"h{step}")
+        u = kf.local(u - 0.1 * (h_next.at(0, 1) - h_next.at(0, -1)), boundary="repeat",
+                     name=f"u{step}")
+        h = h_next
+    p.output(h, u)
+    return p
+
+
+def heat(steps: int = 5) -> kf.Pipeline:
+    p = kf.Pipeline("heat")
+    u = p.input("u", ndim=2)
+    c = p.param("c")
+    for step in range(steps):
+        u = kf.local(u + c * (u.at(-1, 0) + u.at(1, 0) + u.at(0, -1) + u.at(0, 1) - 4.0 * u),
+                     boundary=kfuse.constant(0.0), name=f"t{step}")
+    p.output(u)
+    return p
+
+
+PIPELINES = (jacobi, box, shallow, heat)
+
+
+def main() -> None:
+    import cupy
+
+    from kfuse.bench.experiment import DeviceCase, planned_program, time_sources
+    from kfuse.model.device import current_profile
+    from kfuse.search import default_plan
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    profile = current_profile()
+    for build in PIPELINES:
+        graph = build().graph()
+        rng = np.random.default_rng(0)
+        shape = (args.size, args.size)
+        given = {name: cupy.asarray(rng.uniform(0.5, 2.0, shape).astype(np.float32))
+                 for name in graph.inputs} | {name: 0.1 for name in graph.params}
+        sizes = graph.bind_shapes({name: shape for name in graph.inputs})
+        plan = default_plan(graph, sizes=sizes, profile=profile)
+        case = DeviceCase(SimpleNamespace(name=graph.name), graph, given, sizes, plan)
+        floor = sum(graph.nbytes(name, sizes) for name in (*graph.inputs, *graph.outputs)) \
+            / profile.copy_bandwidth_bytes_per_s
+        print(f"== {graph.name} {args.size}²: planned "
+              f"{[(len(g.members), g.form.text()) for g in plan.groups]}, floor "
+              f"{floor * 1e3:.4f} ms", flush=True)
+        time_sources(case, {"planned": planned_program(case)}, args.rounds, args.runs)
+
+
+if __name__ == "__main__":
+    main()
