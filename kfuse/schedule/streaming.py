@@ -108,7 +108,7 @@ def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
     """Per member, its reads of arrays the kernel walks down: the group's results and its
     inputs shaped like the grid, read along the grid's axes (but for an input's periodic
     reads at an offset, which reach the far side of the grid, where the group's other reads
-    are not all periodic, and an input read only at the point: those read memory)."""
+    are not all periodic: those read memory)."""
     group = set(members)
     domain = graph.kernel_by_name[members[-1]].domain
     wraps = wrapped(graph, members)
@@ -118,10 +118,6 @@ def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
         reads[name] = [load for load in loads(kernel.body) if load.dims == (0, 1) and (
             graph.producer.get(load.buffer) in group or (
                 graph.buffers[load.buffer].shape == domain and (wraps or not periodic(load))))]
-    if not wraps:  # inputs read only at the point are read from memory at the reader's row
-        beside = {load.buffer for found in reads.values() for load in found if any(load.offsets)}
-        reads = {name: [load for load in found if graph.producer.get(load.buffer) in group or
-                        load.buffer in beside] for name, found in reads.items()}
     return reads
 
 
@@ -173,10 +169,9 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
         domain = kernels[-1].domain
         for load in loads(graph.kernel_by_name[name].body):
             external = graph.producer.get(load.buffer) not in group
-            from_memory = load.dims == (0, 1) and (periodic(load) or not any(load.offsets))
             if not any(load is read for read in group_reads) and (
-                    not external or (graph.buffers[load.buffer].shape == domain and
-                                     not from_memory)):
+                    not external or (graph.buffers[load.buffer].shape == domain and not (
+                        load.dims == (0, 1) and periodic(load)))):
                 return (f"'{name}' reads '{load.buffer}' through a transposed or broadcast "
                         "index")
     return None
