@@ -7,6 +7,8 @@ MAX_REGISTERS_PER_THREAD = 255
 # Shared memory a block may declare statically, and may use dynamically without opting in
 # (cudaFuncAttributeMaxDynamicSharedMemorySize raises the dynamic limit on newer GPUs).
 STATIC_SHARED_LIMIT = 48 * 1024
+# ... and dynamically, opted in, on Hopper (sm_90; sm_80 allows 163 KiB)
+DYNAMIC_SHARED_LIMIT = 227 * 1024
 
 # Threads of a warp.
 WARP = 32

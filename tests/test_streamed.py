@@ -111,6 +111,34 @@ def test_random_periodic_chains_streamed_equal_numpy(seed):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(size))
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", ["clamp", "mirror", "repeat", kfuse.constant(0.5)], ids=str)
+def test_an_input_every_step_reads_at_the_point_stays_in_its_ring(mode):
+    """Five Jacobi sweeps each reading the right-hand side at the point: the late sweeps
+    read rows of it many rows old, kept in its ring of rows in shared memory rather than in
+    registers (the layout says so), and the results equal NumPy's."""
+    from kfuse.schedule.streaming import stream_layout
+
+    cpu_or_skip()
+    p = kf.Pipeline("jacobi")
+    u = p.input("u", ndim=2)
+    f = p.input("f", shape=u.shape)
+    for step in range(5):
+        u = kf.local(0.25 * (u.at(-1, 0) + u.at(1, 0) + u.at(0, -1) + u.at(0, 1)) - 0.1 * f,
+                     boundary=mode, name=f"j{step}")
+    p.output(u)
+    members = [k.name for k in p.graph().kernels]
+    layout = stream_layout(p.graph(), members)
+    assert any(slot.buffer == "f" and not slot.held for slot in layout.slots), layout.slots
+    plan = p.fuse([members], forms=[Streamed(threads=32, chunk_rows=8)])
+    rng = np.random.default_rng(3)
+    for size in [(29, 141), (6, 7)]:
+        arrays = {name: rng.uniform(0.5, 2.0, size).astype(np.float32) for name in "uf"}
+        got = p.run(backend="cpu", plan=plan, **arrays)["j4"]
+        want = p.run(backend="numpy", plan="unfused", **arrays)["j4"]
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(size))
+
+
 def test_streamed_refuses_what_it_cannot_walk():
     """A periodic read of an intermediate, a 3-D chain and a clamped read of rows above only
     are refused with reasons that name them."""

@@ -40,7 +40,6 @@ from kfuse.schedule.streaming import (
     StreamLayout,
     StreamLevel,
     periodic,
-    ring_slots,
     stream_layout,
 )
 
@@ -61,7 +60,7 @@ class Queues:
 
     @property
     def period(self) -> int:
-        return max((slot.ages for slot in self.layout.slots), default=1)
+        return max((slot.ages for slot in self.layout.held), default=1)
 
     def ring(self, slot: QueueSlot) -> int:
         ages = max(other.ages for other in self.together(slot))
@@ -73,7 +72,7 @@ class Queues:
         ``slot`` alone."""
         if not 0 <= slot.column < COLUMNS:
             return [slot]
-        group = [other for other in self.layout.slots if other.buffer == slot.buffer and
+        group = [other for other in self.layout.held if other.buffer == slot.buffer and
                  other.boundary == slot.boundary and 0 <= other.column < COLUMNS]
         return group if len(group) == COLUMNS else [slot]
 
@@ -104,7 +103,7 @@ class Queues:
 
     def leaders(self) -> list[QueueSlot]:
         """One slot per register ring (the first of each vector)."""
-        return [slot for slot in self.layout.slots if self.together(slot)[0] is slot]
+        return [slot for slot in self.layout.held if self.together(slot)[0] is slot]
 
 
 def _signed(number: int) -> str:
@@ -127,7 +126,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     members = [kernel.name for kernel in group.members]
     layout = stream_layout(graph, members)
     threads, prefetch = form.threads, form.prefetch
-    slots = ring_slots(prefetch)
+    rings = {level.buffer: layout.ring_rows(level.buffer, prefetch) for level in layout.inputs}
     span = threads * COLUMNS
     pitch = span + 2 * layout.pad
     outputs_per_block = span - 2 * layout.halo_columns
@@ -160,14 +159,17 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         + ";",
         f"const bool store_whole = vectors && col + {COLUMNS} <= {width};",
     ]
-    declarations = []
+    declarations = ["KF_DYNAMIC_SHARED(unsigned char, kf_shared);"]
+    shared = 0
     for level in layout.levels:
         if level.lateral:
-            count = slots if level.member is None else 2
+            count = rings[level.buffer] if level.member is None else 2
             what = (f"input rows ({prefetch} copied ahead)" if level.member is None else
                     "rows: this iteration's and the last")
-            declarations.append(f"__shared__ __align__(16) {ctype_of[level.buffer]} "
-                                f"{_rows(level)}[{count * pitch}];  // {count} {what}")
+            ctype = ctype_of[level.buffer]
+            declarations.append(f"{ctype}* const {_rows(level)} = reinterpret_cast<{ctype}*>"
+                                f"(kf_shared + {shared});  // {count} {what}")
+            shared += count * pitch * 4
     queues = Queues(layout)
     for slot in queues.leaders():
         names = queues.registers(slot, None)
@@ -186,8 +188,9 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             f"kf_copy_async_wait<{prefetch - 1}>();",
             "__syncthreads();",
             f"copy_rows(i + {prefetch});",
-            f"const int ring = ((i - i_begin) & {slots - 1}) * {pitch} + {layout.pad};"
-            "  // input row i",
+            *[f"const int ring_{c_name(level.buffer)} = ((i - i_begin) & "
+              f"{rings[level.buffer] - 1}) * {pitch} + {layout.pad};  // input row i"
+              for level in layout.inputs if level.lateral],
             f"const int last = ((i - i_begin) & 1 ^ 1) * {pitch} + {layout.pad};"
             "  // members' rows of the last iteration",
             f"const int here = ((i - i_begin) & 1) * {pitch} + {layout.pad};"
@@ -195,7 +198,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             *_fill_lines(group, layout, queues, span, phase),
         ]
         for level in members_:
-            lines += _member_lines(group, layout, queues, level, phase)
+            lines += _member_lines(group, layout, queues, (rings, pitch), level, phase)
         return lines + _rotate_lines(layout, queues, phase)
 
     phases = []
@@ -209,7 +212,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         f"const int fast_begin = {fast_begin}, "
         f"fast_end = min({height}{_signed(fast_end)}, i_end);" if not layout.wrapped else
         "const int fast_begin = i_begin, fast_end = i_end;  // (periodic: no row is mapped)",
-        *_copy_function(group, layout, slots, pitch),
+        *_copy_function(group, layout, rings, pitch),
         f"for (int k = 0; k < {prefetch}; ++k)",
         "  copy_rows(i_begin + k);",
         "for (int i = i_begin; i < i_end;) {",
@@ -234,7 +237,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
                          GridAxis((group.domain[0],), form.chunk_rows, GRID_LIMITS[1],
                                   least_per_block=form.least_rows),
                          GridAxis()),
-                        blocks_walk=True)
+                        dynamic_shared_bytes=shared, blocks_walk=True)
     preamble = [*group.describe(),
                 f"//   variant: streamed down the rows ({len(layout.members)} members, "
                 f"lateral halo {layout.halo_columns} columns, {prefetch} input rows ahead)"]
@@ -246,7 +249,8 @@ def _global_arrays(group, layout: StreamLayout) -> list[str]:
     return [level.buffer for level in layout.inputs] + list(group.outputs)
 
 
-def _copy_function(group, layout: StreamLayout, slots: int, pitch: int) -> list[str]:
+def _copy_function(group, layout: StreamLayout, rings: dict[str, int], pitch: int
+                   ) -> list[str]:
     """``copy_rows(row)``: the thread's 4 columns of each input's row ``row`` into its ring
     slot (16-byte copies where whole and aligned, else element by element), one group."""
     height, width = (size_var(s) for s in group.domain)
@@ -266,7 +270,8 @@ def _copy_function(group, layout: StreamLayout, slots: int, pitch: int) -> list[
         lines += [
             f"  if (row >= {name}_first && row < {name}_end) {{",
             f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}"
-            f"[((row - i_begin) & {slots - 1}) * {pitch} + {layout.pad} + t * {COLUMNS}];",
+            f"[((row - i_begin) & {rings[level.buffer] - 1}) * {pitch} + {layout.pad} + "
+            f"t * {COLUMNS}];",
             f"    const kf_index_t from = (kf_index_t)({source_row}) * {width};",
             "    if (copy_whole) {",
             f"      kf_copy_async16(to, &{name}[from + col]);",
@@ -288,14 +293,14 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: i
     the last iteration; threads whose columns reach outside the grid map them."""
     width = size_var(group.domain[1])
     kept = [level for level in layout.levels if level.lateral and
-            any(slot.buffer == level.buffer for slot in layout.slots)]
+            any(slot.buffer == level.buffer for slot in layout.held)]
     if not kept:
         return []
     fast, mapped = [], []
     for level in kept:
         rows = _rows(level)
-        base = "ring" if level.member is None else "last"
-        slots = [slot for slot in layout.slots if slot.buffer == level.buffer]
+        base = f"ring_{c_name(level.buffer)}" if level.member is None else "last"
+        slots = [slot for slot in layout.held if slot.buffer == level.buffer]
         vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
         for slot in slots:
             newest = queues.name(slot, 0, phase)
@@ -331,8 +336,9 @@ def _reach(graph, layout: StreamLayout, level: StreamLevel) -> tuple[int, int]:
                                                                default=0)
 
 
-def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLevel,
-                  phase: int | None) -> list[str]:
+def _member_lines(group, layout: StreamLayout, queues: Queues,
+                  ring: tuple[dict[str, int], int],
+                  level: StreamLevel, phase: int | None) -> list[str]:
     """One member's row ``i - lag`` at the thread's columns: computed, kept in shared memory
     where read at column offsets, stored where it is an output. ``phase`` None: a generic
     iteration (rows outside the grid skipped, rows near its top and bottom mapped); else an
@@ -347,8 +353,8 @@ def _member_lines(group, layout: StreamLayout, queues: Queues, level: StreamLeve
 
     def code(edge: bool) -> list[str]:
         emitter = ExprEmitter(graph, ((row, 0), ("col", 0)), group.domain,
-                              load_hook=lambda load, em: _queue_read(layout, queues, level,
-                                                                     load, em, edge, phase))
+                              load_hook=lambda load, em: _queue_read(
+                                  layout, queues, ring, level, load, em, edge, phase))
         emitter.state.in_range["col"] = (1, 0)  # a thread's columns may be outside: map all
         results = []
         for j in range(COLUMNS):
@@ -404,11 +410,13 @@ def _staged_loads(graph, layout: StreamLayout, level: StreamLevel) -> list[Load]
     return [load for load in loads(body) if load.buffer in buffers and load.dims == (0, 1)]
 
 
-def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: Load,
-                emitter: ExprEmitter, edge: bool, phase: int | None) -> str | None:
-    """The C value of a read of a level from the queues (None: not a level, read from
-    memory). ``edge``: the row may be outside the grid, mapped by the read's mode to the
-    queue's row that holds it."""
+def _queue_read(layout: StreamLayout, queues: Queues, ring: tuple[dict[str, int], int],
+                level: StreamLevel, load: Load, emitter: ExprEmitter, edge: bool,
+                phase: int | None) -> str | None:
+    """The C value of a read of a level from the queues, or from an input's ring (``ring``:
+    its rows and their pitch) for the rows not held in registers (None: not a level, read
+    from memory). ``edge``: the row may be outside the grid, mapped by the read's mode to
+    the row that holds it."""
     if load.dims != (0, 1) or not any(lv.buffer == load.buffer for lv in layout.levels):
         return None
     producer = layout.level(load.buffer)
@@ -419,8 +427,23 @@ def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: 
     slot = layout.slot_of(load, column)
     dy = load.offsets[0]
     age = level.lag - producer.ready - dy
+
+    def value(at_age: int | str) -> str:
+        if slot.held:
+            return queues.name(slot, at_age, phase)  # type: ignore[arg-type]
+        rings, pitch = ring  # the thread's 4 columns of the ring's row at_age before the newest
+        rows = rings[producer.buffer]
+        vector = VECTOR_TYPES[(load.dtype, COLUMNS)]
+        text = (f"*reinterpret_cast<const {vector}*>(&{_rows(producer)}[((i - i_begin - "
+                f"{at_age}) & {rows - 1}) * {pitch} + {layout.pad} + t * {COLUMNS}])")
+        state = emitter.state
+        if (vector, text) not in state.texts:
+            state.texts[(vector, text)] = state.declare(vector, emitter.fresh("kept_"), text,
+                                                        ("text", vector, text))
+        return f"{state.texts[(vector, text)]}.{'xyzw'[slot.column]}"
+
     if not edge or dy == 0:
-        return queues.name(slot, age, phase)
+        return value(age)
     mode = (load.boundary.mode if load.boundary else "clamp")
     height = size_var(emitter.domain[0])
     shifted = f"{row}{_signed(dy)}"
@@ -428,11 +451,13 @@ def _queue_read(layout: StreamLayout, queues: Queues, level: StreamLevel, load: 
     if mode == "constant":
         constant = format_value(load.boundary.value, dtype)  # type: ignore[union-attr]
         return emitter.define(dtype, f"kf_inside({shifted}, {height}) ? "
-                              f"{queues.name(slot, age, phase)} : {constant}", prefix="edge_")
+                              f"{value(age)} : {constant}", prefix="edge_")
     # the mapped row's age: rows within |dy| of the reader's are ages base - |dy| .. base + |dy|
     base = level.lag - producer.ready
     age_name = emitter.define("int32", f"{base} + {row} - kf_{mode}({shifted}, {height})",
                               prefix="age_")
+    if not slot.held:
+        return value(age_name)
     ages = range(max(0, base - abs(dy)), base + abs(dy) + 1)
     value = queues.name(slot, ages[-1], phase)
     for candidate in reversed(ages[:-1]):
@@ -450,7 +475,7 @@ def _rotate_lines(layout: StreamLayout, queues: Queues, phase: int | None) -> li
             registers = queues.registers(slot, None)
             for age in range(len(registers) - 1, 0, -1):
                 lines.append(f"{registers[age]} = {registers[age - 1]};")
-    for slot in layout.slots:
+    for slot in layout.held:
         level = layout.level(slot.buffer)
         if level.member is not None and not level.lateral:
             following = None if phase is None else phase + 1

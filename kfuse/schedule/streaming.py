@@ -22,11 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kfuse.cuda_limits import STATIC_SHARED_LIMIT
+from kfuse.cuda_limits import DYNAMIC_SHARED_LIMIT
 from kfuse.ir.expr import ITEM_SIZE, Boundary, Coord, Load, loads
 from kfuse.ir.graph import Graph
 
 STREAM_COLUMNS = 4  # columns per thread: one 16-byte vector of 4-byte elements
+# An input read only at the point, kept for more rows than this (a late step reading it),
+# stays in its ring in shared memory rather than in registers
+HELD_ROWS = 3
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class QueueSlot:
     column: int
     boundary: Boundary | None
     ages: int
+    held: bool = True  # in registers; else (an input's own columns kept for many rows)
+    #                    read from its ring of rows in shared memory where used
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,19 @@ class StreamLayout:
 
     def level(self, buffer: str) -> StreamLevel:
         return next(level for level in self.levels if level.buffer == buffer)
+
+    @property
+    def held(self) -> tuple[QueueSlot, ...]:
+        """The slots kept in registers."""
+        return tuple(slot for slot in self.slots if slot.held)
+
+    def ring_rows(self, buffer: str, prefetch: int) -> int:
+        """Rows of an input's ring in shared memory: the rows in flight, the newest and the
+        older ones read there, rounded up to a power of two (a slot is then a mask of the
+        iteration)."""
+        oldest = max([slot.ages - 1 for slot in self.slots
+                      if slot.buffer == buffer and not slot.held] + [0])
+        return 1 << (prefetch + oldest).bit_length()
 
     def slot_of(self, load: Load, column: int) -> QueueSlot:
         """The slot a read of ``load`` by a thread's column ``column`` takes."""
@@ -230,7 +248,12 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
     for buffer, column, age in point_reads:  # a point read shares a slot of its column
         key = next((k for k in ages if k[:2] == (buffer, column)), (buffer, column, None))
         ages[key] = max(ages.get(key, 0), age + 1)
-    slots = tuple(QueueSlot(buffer, column, boundary, count)
+    # an input's own columns kept for many rows stay in its ring in shared memory
+    long_kept = {(buffer, boundary) for (buffer, column, boundary), count in ages.items()
+                 if buffer not in produced and boundary is None and
+                 0 <= column < STREAM_COLUMNS and count > HELD_ROWS}
+    slots = tuple(QueueSlot(buffer, column, boundary, count,
+                            not (0 <= column < STREAM_COLUMNS and (buffer, boundary) in long_kept))
                   for (buffer, column, boundary), count in ages.items())
     levels = tuple(StreamLevel(buffer, produced.get(buffer), lag[buffer], ready[buffer],
                                buffer in lateral or buffer not in produced, above[buffer],
@@ -243,10 +266,10 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
 
 
 def shared_bytes(layout: StreamLayout, threads: int, prefetch: int) -> int:
-    """Shared memory of one block: a ring of rows per input (``prefetch + 1`` rounded up to
-    a power of two), two rows per other level kept there."""
+    """Shared memory of one block: a ring of rows per input (:meth:`StreamLayout.ring_rows`),
+    two rows per other level kept there."""
     pitch = threads * STREAM_COLUMNS + 2 * layout.pad
-    rows = sum(ring_slots(prefetch) if level.member is None else 2
+    rows = sum(layout.ring_rows(level.buffer, prefetch) if level.member is None else 2
                for level in layout.levels if level.lateral)
     return rows * pitch * 4
 
@@ -257,19 +280,13 @@ QUEUE_REGISTERS = 128
 
 
 def queue_registers(layout: StreamLayout) -> int:
-    """Registers the queues of a thread take (each slot's rows)."""
-    return sum(slot.ages for slot in layout.slots)
-
-
-def ring_slots(prefetch: int) -> int:
-    """Rows of an input's ring in shared memory: the rows in flight and the one read, rounded
-    up to a power of two (a slot is then a mask of the iteration)."""
-    return 1 << prefetch.bit_length()
+    """Registers the queues of a thread take (each held slot's rows)."""
+    return sum(slot.ages for slot in layout.held)
 
 
 def shared_reason(layout: StreamLayout, threads: int, prefetch: int) -> str | None:
-    """Why a block's rows do not fit the static shared memory (None: they do)."""
+    """Why a block's rows do not fit its shared memory (None: they do)."""
     needed = shared_bytes(layout, threads, prefetch)
-    if needed > STATIC_SHARED_LIMIT:
+    if needed > DYNAMIC_SHARED_LIMIT:
         return f"its rows need {needed} bytes of shared memory per block"
     return None
