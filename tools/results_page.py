@@ -17,7 +17,7 @@ PAGE = ROOT / "docs" / "results.md"
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
     ("Time-stepped stencils, one streamed kernel (H100, 2026-11-27)",
-     "2026-11-27-session26-h100-steps-final.json", "kfuse bench smooth2d wave2d --json F"),
+     "2026-11-27-session26-h100-steps-last.json", "kfuse bench smooth2d wave2d --json F"),
     ("Normalisations (H100, 2026-11-27)", "2026-11-27-session26-h100-norm.json",
      "kfuse bench rmsnorm layernorm logsoftmax crossentropy colstandardise --json F"),
     ("Normalisations and statistics (H200, 2026-11-27)", "2026-11-27-session25-norm-h200.json",
