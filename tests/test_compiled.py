@@ -226,20 +226,38 @@ def test_a_fresh_process_with_a_warm_cache_plans_and_compiles_nothing(cache, tmp
     assert runs[0]["sum"] == runs[1]["sum"]
 
 
-def test_corrupt_cache_entries_are_rebuilt(cache, rng):
+def test_corrupt_cache_entries_are_rebuilt(cache, rng, tmp_path):
+    """A stored program truncated and its library emptied: a new process generates and
+    compiles them again, and computes the right values. (The library is replaced by an empty
+    file rather than truncated in place: this process has it loaded, and a mapped library
+    truncated under it faults.)"""
     cpu_or_skip()
-    from kfuse.runtime.cpu_backend import CpuLoadedProgram
-
     x = rng.random((11, 13), dtype=np.float32)
     blur_pipeline().compile(backend="cpu")(x=x, s=1.0)
     for path in (cache / "programs").glob("*.json"):
         path.write_text("{ truncated")
-    for path in (cache / "cpu").glob("*.so"):
-        path.write_bytes(b"")
-    CpuLoadedProgram._loaded.clear()  # as in a new process
-    again = blur_pipeline().compile(backend="cpu")
-    assert_matches(again(x=x, s=1.0), reference(blur_pipeline(), {"x": x, "s": 1.0}))
-    assert again.stats.generated == 1 and again.stats.compiles == 1
+    for path in (cache / "cpu").glob("blur_scaled*.so"):
+        empty = path.with_suffix(".empty")
+        empty.write_bytes(b"")
+        os.replace(empty, path)
+    np.save(tmp_path / "x.npy", x)
+    script = tmp_path / "again.py"
+    script.write_text(
+        "import json, sys, numpy as np\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_compiled import blur_pipeline\n"
+        f"x = np.load({str(tmp_path / 'x.npy')!r})\n"
+        "again = blur_pipeline().compile(backend='cpu')\n"
+        "out = again(x=x, s=1.0)['sharp']\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, out)\n"
+        "print(json.dumps(again.stats.as_dict()))\n")
+    environment = {**os.environ, "KFUSE_CACHE_DIR": str(cache)}
+    stats = json.loads(subprocess.run([sys.executable, str(script)], env=environment,
+                                      capture_output=True, text=True, check=True,
+                                      timeout=600).stdout)
+    assert stats["generated"] == 1 and stats["compiles"] == 1, stats
+    assert_matches({"sharp": np.load(tmp_path / "out.npy")},
+                   reference(blur_pipeline(), {"x": x, "s": 1.0}))
 
 
 def test_the_cache_folder_is_bounded_least_recently_used_first(cache, monkeypatch):
