@@ -1,5 +1,6 @@
 # The streamed form on the GPU: correctness in every boundary mode (and under
-# compute-sanitizer with SANITIZE=1), SASS histogram of the smooth2d kernel, timings.
+# compute-sanitizer with SANITIZE=1), SASS histogram of the smooth2d kernel, timings, and
+# with NCU=1 ncu's full report of smooth2d's kernel and its executed instructions per point.
 export PYTHONPATH=$PWD KFUSE_CACHE_DIR=/tmp/kc PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 FORMS="${FORMS:-streamed streamed:t64 streamed:p3}"
@@ -26,3 +27,26 @@ for name in smooth2d wave2d; do
   echo "$name SASS: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' $OUT/$name.sass) instructions;" $(grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+[A-Z0-9_.]+' $OUT/$name.sass | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -12 | awk '{printf "%s %s, ", $2, $1}')
 done
 python3 experiments/timesteps_experiment.py ${APPS:-smooth2d wave2d} --forms $FORMS --rounds 3 --runs 20 2>&1 | tee $OUT/timing.txt
+if [ "${NCU:-0}" = 1 ]; then
+  timeout 400 ncu --kernel-name regex:smooth2d_u1_u2_u3_u4 --launch-skip 2 --launch-count 1 \
+    --set full --import-source yes -o $OUT/smooth2d python3 experiments/timesteps_experiment.py \
+    smooth2d --forms streamed --rounds 1 --runs 2 > $OUT/ncu_log.txt 2>&1
+  ncu --import $OUT/smooth2d.ncu-rep --print-details all > $OUT/ncu_details.txt 2>&1
+  ncu --import $OUT/smooth2d.ncu-rep --page source --csv --print-source sass > $OUT/sass.csv 2>&1
+  grep -E "Issue Slots Busy|SM Frequency|Duration|No Eligible|Stall|Occupancy" $OUT/ncu_details.txt | head -30
+  python3 - $OUT/sass.csv <<'PY'
+import csv, collections, sys
+rows = list(csv.reader(open(sys.argv[1])))
+hdr = rows[1]; data = rows[2:]
+ie = hdr.index("Instructions Executed"); src = hdr.index("Source")
+ops = collections.Counter()
+for r in data:
+    if r[ie].isdigit():
+        words = r[src].split()
+        op = words[1] if words[0].startswith("@") else words[0]
+        ops[op.split(".")[0]] += int(r[ie])
+total = sum(ops.values())
+print("executed per point", round(total * 32 / 8192**2, 1),
+      {k: round(v * 32 / 8192**2, 1) for k, v in ops.most_common(14)})
+PY
+fi

@@ -575,18 +575,16 @@ def group_kernel(group: KernelGroup, form: Form | None = None, march: bool = Fal
         raise NotImplementedError("opaque user kernels arrive with the BLAS issue")
     if group.reduction is not None:
         return reduce_kernel(group)
-    if isinstance(form, Staged):
-        from kfuse.codegen.staged import staged_kernel
+    if isinstance(form, (Staged, Streamed)):  # (forms that keep intermediates on chip)
         reason = form.why_not(group.graph, [k.name for k in group.members])
         if reason:
             raise FusionError(f"group {[k.name for k in group.members]}: {reason}")
+    if isinstance(form, Staged):
+        from kfuse.codegen.staged import staged_kernel
         rows, block_x, block_y = form.shape
         return staged_kernel(group, rows, block_x, block_y)
     if isinstance(form, Streamed):
         from kfuse.codegen.streamed import streamed_kernel
-        reason = form.why_not(group.graph, [k.name for k in group.members])
-        if reason:
-            raise FusionError(f"group {[k.name for k in group.members]}: {reason}")
         return streamed_kernel(group, form)
     if form is not None and not isinstance(form, Tiled):
         raise FusionError(f"group {[k.name for k in group.members]}: the {form.text()} form "

@@ -32,14 +32,13 @@ from kfuse.codegen.cexpr import (
     size_var,
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
-from kfuse.ir.expr import C_TYPES, Load, loads
+from kfuse.ir.expr import C_TYPES, Load
 from kfuse.schedule.forms import Streamed
 from kfuse.schedule.streaming import (
     STREAM_COLUMNS,
     QueueSlot,
     StreamLayout,
     StreamLevel,
-    periodic,
     stream_layout,
 )
 
@@ -180,8 +179,8 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     body = declarations + body
     period = queues.period
     members_ = layout.members
-    fast_begin = max(level.lag + _reach(graph, layout, level)[0] for level in members_)
-    fast_end = min(level.lag - _reach(graph, layout, level)[1] for level in members_)
+    fast_begin = max(level.lag + layout.reach(level.member)[0] for level in members_)
+    fast_end = min(level.lag - layout.reach(level.member)[1] for level in members_)
 
     def iteration(phase: int | None) -> list[str]:
         lines = [
@@ -329,13 +328,6 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: i
             "if (inner) {", *indent(fast, 1), "} else {", *indent(mapped, 1), "}"]
 
 
-def _reach(graph, layout: StreamLayout, level: StreamLevel) -> tuple[int, int]:
-    """Rows above and below its own that a member reads of the levels."""
-    rows = [load.offsets[0] for load in _staged_loads(graph, layout, level)]
-    return max([-dy for dy in rows if dy < 0], default=0), max([dy for dy in rows if dy > 0],
-                                                               default=0)
-
-
 def _member_lines(group, layout: StreamLayout, queues: Queues,
                   ring: tuple[dict[str, int], int],
                   level: StreamLevel, phase: int | None) -> list[str]:
@@ -349,7 +341,7 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
     row = f"row_{c_name(level.buffer)}"
     ctype = C_TYPES[graph.buffers[level.buffer].dtype]
     values = [_value(level, j) for j in range(COLUMNS)]
-    up, down = _reach(graph, layout, level)
+    up, down = layout.reach(level.member)
 
     def code(edge: bool) -> list[str]:
         emitter = ExprEmitter(graph, ((row, 0), ("col", 0)), group.domain,
@@ -403,13 +395,6 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
     return declared + lines
 
 
-def _staged_loads(graph, layout: StreamLayout, level: StreamLevel) -> list[Load]:
-    """A member's reads of the levels."""
-    buffers = {other.buffer for other in layout.levels}
-    body = graph.kernel_by_name[level.member].body
-    return [load for load in loads(body) if load.buffer in buffers and load.dims == (0, 1)]
-
-
 def _queue_read(layout: StreamLayout, queues: Queues, ring: tuple[dict[str, int], int],
                 level: StreamLevel, load: Load, emitter: ExprEmitter, edge: bool,
                 phase: int | None) -> str | None:
@@ -417,11 +402,9 @@ def _queue_read(layout: StreamLayout, queues: Queues, ring: tuple[dict[str, int]
     its rows and their pitch) for the rows not held in registers (None: not a level, read
     from memory). ``edge``: the row may be outside the grid, mapped by the read's mode to
     the row that holds it."""
-    if load.dims != (0, 1) or not any(lv.buffer == load.buffer for lv in layout.levels):
+    if not layout.staged(level.member, load):  # (an input's far side, a 1-D array...)
         return None
     producer = layout.level(load.buffer)
-    if producer.member is None and periodic(load) and not layout.wrapped:
-        return None  # an input's far side, where the group's other reads are not periodic
     row, _ = emitter.coords[0]
     column = emitter.coords[1][1]
     slot = layout.slot_of(load, column)
@@ -459,10 +442,10 @@ def _queue_read(layout: StreamLayout, queues: Queues, ring: tuple[dict[str, int]
     if not slot.held:
         return value(age_name)
     ages = range(max(0, base - abs(dy)), base + abs(dy) + 1)
-    value = queues.name(slot, ages[-1], phase)
+    chosen = queues.name(slot, ages[-1], phase)
     for candidate in reversed(ages[:-1]):
-        value = f"{age_name} == {candidate} ? {queues.name(slot, candidate, phase)} : ({value})"
-    return emitter.define(dtype, value, prefix="edge_")
+        chosen = f"{age_name} == {candidate} ? {queues.name(slot, candidate, phase)} : ({chosen})"
+    return emitter.define(dtype, chosen, prefix="edge_")
 
 
 def _rotate_lines(layout: StreamLayout, queues: Queues, phase: int | None) -> list[str]:

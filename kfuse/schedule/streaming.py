@@ -19,8 +19,8 @@ grid's edges are computed as their wrapped copies, and no read is mapped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from kfuse.cuda_limits import DYNAMIC_SHARED_LIMIT
 from kfuse.ir.expr import ITEM_SIZE, Boundary, Coord, Load, loads
@@ -75,9 +75,21 @@ class StreamLayout:
     pad: int
     wrapped: bool = False  # every read at an offset is periodic: rows and columns beyond the
     #                        grid's edges are computed as their wrapped copies
+    # per member, its reads of the levels (:func:`staged_reads`); the rest read memory
+    reads: Mapping[str, tuple[Load, ...]] = field(default_factory=dict, compare=False)
 
     def level(self, buffer: str) -> StreamLevel:
         return next(level for level in self.levels if level.buffer == buffer)
+
+    def staged(self, member: str, load: Load) -> bool:
+        """Whether ``member``'s read ``load`` (or one equal to it) is of a level."""
+        return any(read_key(load) == read_key(read) for read in self.reads[member])
+
+    def reach(self, member: str) -> tuple[int, int]:
+        """Rows above and below its own that ``member`` reads of the levels."""
+        rows = [load.offsets[0] for load in self.reads[member]]
+        return max([-dy for dy in rows if dy < 0], default=0), \
+            max([dy for dy in rows if dy > 0], default=0)
 
     @property
     def held(self) -> tuple[QueueSlot, ...]:
@@ -111,6 +123,11 @@ class StreamLayout:
 
 def _boundary(load: Load) -> Boundary:
     return load.boundary or Boundary("clamp")
+
+
+def read_key(load: Load) -> tuple:
+    """What makes two reads the same read (code generation may rebuild a body's nodes)."""
+    return (load.buffer, load.offsets, load.dims, load.boundary)
 
 
 def wrapped(graph: Graph, members: Sequence[str]) -> bool:
@@ -170,10 +187,8 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
             return (f"'{name}' reads a coordinate or an array along the grid's axes: with "
                     "periodic boundaries the blocks compute the points beyond the edges as "
                     "wrapped copies, where those would differ")
-        for producer in {load.buffer for load in group_reads}:
+        for producer in ({load.buffer for load in group_reads} if not wraps else ()):
             taps = [load for load in group_reads if load.buffer == producer]
-            if wraps:
-                continue
             if any(periodic(t) for t in taps):
                 return (f"'{name}' reads '{producer}' with periodic boundaries, which reach the "
                         "far side of the grid, outside the rows and columns a block keeps")
@@ -262,7 +277,8 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
     halo = -(-max(beside.values(), default=0) // vector) * vector
     widest = max((abs(load.offsets[1]) for name in members for load in reads[name]), default=0)
     pad = -(-widest // vector) * vector
-    return StreamLayout(levels, slots, halo, pad, wrapped(graph, members))
+    return StreamLayout(levels, slots, halo, pad, wrapped(graph, members),
+                        {name: tuple(found) for name, found in reads.items()})
 
 
 def shared_bytes(layout: StreamLayout, threads: int, prefetch: int) -> int:
