@@ -14,11 +14,11 @@ import kfuse as kf
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import reference_errors
 from kfuse.errors import LaunchError
-from kfuse.fusion.legality import epilogue_violations, held_row_phases
+from kfuse.fusion.legality import epilogue_violations, held_row_phases, online_rescaled_sums
 from kfuse.fusion.mapreduce import MapReduceGroup
 
 NORM = [app.name for app in list_apps("norm")]
-ROWS = ["rmsnorm", "layernorm", "logsoftmax", "crossentropy"]  # along axis 1
+ROWS = ["rmsnorm", "layernorm", "logsoftmax", "softmax", "crossentropy"]  # along axis 1
 # a small block holding rows of at most 128 x 4 x 3 = 1536 columns
 SMALL_HELD = "mapreduce:128x1:r1:i1:w:stream:g3:u3:hr"
 
@@ -99,15 +99,126 @@ def test_row_normalisations_plan_one_kernel_at_benchmark_sizes(name):
     assert ":hr" in plan.groups[0].variant
 
 
-def test_rows_too_long_for_a_block_are_explained():
+def test_rows_too_long_for_a_block_go_in_segments():
+    """Rows longer than any block holds plan as one kernel holding them in segments, the
+    sum of exponentials in the maximum's pass (online rescaling), and the explanation says
+    so; a group with column reductions cannot take segments and stays split, with the
+    reason."""
     app = get_app("logsoftmax")
     pipeline = app.build()
     graph = pipeline.graph()
     plan = pipeline.plan(sizes=app.sizes(graph, (64, 131072)))
-    assert len(plan.groups) == 3
+    assert len(plan.groups) == 1 and ":sg" in plan.groups[0].variant, plan.explain()
     text = plan.explain()
-    assert "rows of 131072 columns do not fit a block's registers" in text, text
-    assert "rows of" not in pipeline.plan(sizes=app.sizes(graph, (64, 4096))).explain()
+    assert "'total' goes in the same pass over the row's segments as 'top'" in text, text
+    assert ":sg" not in pipeline.plan(sizes=app.sizes(graph, (64, 4096))).groups[0].variant
+    p = kf.Pipeline("long_columns")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=1, name="top")
+    columns = kf.reduce_sum(x - top.at(0, dims=(0,)), axis=0, name="columns")
+    p.output(columns)
+    graph = p.graph()
+    plan = p.plan(sizes={"x.0": 64, "x.1": 131072})
+    assert len(plan.groups) == 2
+    assert "rows held in segments cannot keep the column reductions" in plan.explain(), \
+        plan.explain()
+
+
+# a small block holding 64 x 4 x 2 = 512 columns at a time
+SMALL_SEGMENTS = "mapreduce:64x1:r1:i1:w:stream:g3:u2:hr:sg"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ROWS)
+@pytest.mark.parametrize("variant", [SMALL_SEGMENTS, "mapreduce:64x1:r1:i1:s:stream:g4:u1:hr:sg"])
+def test_rows_in_segments_at_odd_lengths(name, variant):
+    """Rows of one partial segment, several with a partial last one, and a whole number of
+    segments; vector and scalar accesses; blocks walking rows."""
+    cpu_or_skip()
+
+    def segments(pipeline):
+        members = tuple(k.name for k in pipeline.graph().kernels)
+        return pipeline.fuse([members], forms=[variant])
+
+    for size in ((3, 5), (5, 1001), (4, 1024), (2, 2999)):
+        check(name, segments, size, seed=size[1])
+
+
+def test_online_rescaling_is_recognised_only_where_it_holds():
+    """A sum of exp(e - m), m a row maximum of the group read at its row and e reading no
+    result of m's pass, through maps of the group too; not a product past the exponential,
+    nor a shifted value reading a result of the maximum's own pass."""
+    graph = get_app("logsoftmax").build().graph()
+    members = [k.name for k in graph.kernels]
+    assert online_rescaled_sums(graph, members) == {"total": "top"}
+    group = MapReduceGroup(graph, members, ["y"])
+    assert [[k.name for k in phase] for phase in group.segment_phases] == [
+        ["top", "total"], ["y"]]
+    assert [[k.name for k in phase] for phase in group.phases] == [["top"], ["total"], ["y"]]
+
+    p = kf.Pipeline("online_kinds")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=1, name="top")
+    mean = kf.reduce_sum(x, axis=1, name="mean")
+    shifted = kf.point(x - top.at(0, dims=(0,)), name="shifted")
+    through = kf.reduce_sum(kf.exp(shifted), axis=1, name="through")
+    scaled = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))) * 2.0, axis=1, name="scaled")
+    same_pass = kf.reduce_sum(kf.exp(x * mean.at(0, dims=(0,)) - top.at(0, dims=(0,))),
+                              axis=1, name="same_pass")
+    p.output(through, scaled, same_pass)
+    graph = p.graph()
+    members = [k.name for k in graph.kernels]
+    assert online_rescaled_sums(graph, members) == {"through": "top"}
+
+
+@pytest.mark.integration
+def test_every_kind_of_member_in_every_pass():
+    """Pass 1 a row maximum with a sum of exponentials past it (online) and a full sum; pass
+    2 a stored map and a row sum reading both; pass 3 a map reading that sum: on rows of one
+    and of several segments, blocks walking rows."""
+    cpu_or_skip()
+    p = kf.Pipeline("passes")
+    x = p.input("x", ndim=2)
+    w = p.input("w", shape=(x.shape[1],))
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    everything = kf.reduce_sum(x * x, name="everything")
+    prob = kf.point(kf.exp(x - top.at(0, dims=(0,))) / total.at(0, dims=(0,)), name="prob")
+    spread = kf.reduce_sum(prob * w.at(0, dims=(1,)), axis=1, name="spread")
+    y = kf.point(x * spread.at(0, dims=(0,)), name="y")
+    p.output(top, total, everything, prob, spread, y)
+    graph = p.graph()
+    members = tuple(k.name for k in graph.kernels)
+    group = MapReduceGroup(graph, members, list(graph.outputs))
+    assert [[k.name for k in phase] for phase in group.segment_phases] == [
+        ["top", "everything", "total"], ["prob", "spread"], ["y"]]
+    plan = p.fuse([members], forms=[SMALL_SEGMENTS])
+    rng = np.random.default_rng(5)
+    for rows, cols in ((9, 37), (7, 1201)):
+        x_value = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+        w_value = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+        out = p.run(backend="cpu", plan=plan, x=x_value, w=w_value)
+        v = x_value.astype(np.float64)
+        m = v.max(axis=1, keepdims=True)
+        e = np.exp(v - m)
+        s = e.sum(axis=1, keepdims=True)
+        spread_value = (e / s * w_value).sum(axis=1)
+        expected = {"top": m[:, 0], "total": s[:, 0], "everything": (v * v).sum(),
+                    "prob": e / s, "spread": spread_value, "y": v * spread_value[:, None]}
+        for name, value in expected.items():
+            got = np.reshape(out[name], np.shape(value))
+            scale = max(np.abs(value).max(), 1.0)
+            assert np.abs(got - value).max() / scale <= 2e-5, (rows, cols, name)
+
+
+def test_segments_refuse_column_reductions_by_name():
+    p = kf.Pipeline("segment_columns")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=1, name="top")
+    columns = kf.reduce_sum(x - top.at(0, dims=(0,)), axis=0, name="columns")
+    p.output(columns)
+    with pytest.raises(kf.KfuseError, match="column reductions \\['columns'\\]"):
+        p.fuse([("top", "columns")], forms=[SMALL_SEGMENTS])
 
 
 def test_phases_follow_the_chain_of_row_reductions():

@@ -11,6 +11,7 @@ each element's row (``dims=(1,)``: at its column). Each app has a float64 NumPy 
 | rmsnorm        | ``y = x g / sqrt(mean(x²) + eps)``                                    |
 | layernorm      | ``mu = mean(x)``, ``var = mean((x - mu)²)``, ``y = (x - mu) / sqrt(var + eps) g + b`` |
 | logsoftmax     | ``m = max(x)``, ``s = sum(exp(x - m))``, ``y = x - m - log s``          |
+| softmax        | ``y = exp(x - m) / s`` over rows of a 128 K vocabulary: held in segments  |
 | crossentropy   | ``loss = -sum(t (x - m - log s))`` per row, ``t`` the target distribution |
 | colstandardise | along axis 0: ``y = (x - mean) / sqrt(var + eps)`` per column             |
 | standardise    | a vector (``n``): two sums (``Σx``, ``Σx²``) in one pass, then the map        |
@@ -35,6 +36,7 @@ ORIGIN = "normalisation layers and statistics"
 EPS = 1e-5
 BENCH = (16384, 4096)   # 256 MB each way: rows of a large language model's hidden size
 LONG_ROWS = (4096, 32768)  # rows of 32 K float32 (a vocabulary): the longest held whole
+VOCABULARY_ROWS = (1024, 128256)  # rows of a 128 K vocabulary: longer than a block holds
 TEST = (37, 133)
 VECTOR_TEST = (4099,)
 
@@ -157,6 +159,24 @@ def ref_logsoftmax(arrays, params, boundary=None):
     return {"y": x - top - np.log(np.exp(x - top).sum(axis=1, keepdims=True))}
 
 
+def build_softmax(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
+    """Softmax over rows: the maximum and the sum of exponentials past it (one pass over
+    rows held in segments, by online rescaling), then the map."""
+    p = kf.Pipeline("softmax")
+    x = p.input("x", ndim=2, dtype=dtype)
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    y = kf.point(kf.exp(x - top.at(0, dims=(0,))) / total.at(0, dims=(0,)), name="y")
+    p.output(y)
+    return p
+
+
+def ref_softmax(arrays, params, boundary=None):
+    x = as_float64(arrays)["x"]
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return {"y": e / e.sum(axis=1, keepdims=True)}
+
+
 def build_crossentropy(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """Cross-entropy per row of logits ``x`` against target distributions ``t``: the
     log-softmax's two reductions, then a third row reduction of the log-probabilities."""
@@ -231,6 +251,7 @@ NORM_APPS: tuple[NormApp, ...] = (
     _app("rmsnorm", "RMSNorm over rows"),
     _app("layernorm", "LayerNorm over rows (mean, variance, map)"),
     _app("logsoftmax", "log-softmax over rows of 32 K", axis=None, bench=LONG_ROWS),
+    _app("softmax", "softmax over rows of a 128 K vocabulary", axis=None, bench=VOCABULARY_ROWS),
     _app("crossentropy", "cross-entropy per row against target distributions", axis=None),
     _app("colstandardise", "standardise each column (along axis 0)", axis=0),
     _app("standardise", "standardise a vector: two sums in one pass, then a map", axis=0,

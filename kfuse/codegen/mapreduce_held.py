@@ -8,11 +8,18 @@ the result). The row is still in registers: the members fed by those results (AT
 once where two kernels read it twice. Each thread keeps the same columns for every row, so
 column reductions accumulate in registers across all of the block's rows (a contiguous
 range) and are combined over the blocks with one atomic per column and block at the end.
+Rows longer than a block holds go in *segments* (``segmented`` variants): each phase is a
+pass over the row, a segment at a time (the first pass from DRAM, the later ones again,
+mostly from L2, each walking back from the segment still in registers); a sum of
+exponentials past a row maximum goes in the maximum's pass, its thread's part rescaled
+whenever the running maximum grows (Milakov and Gimelshein 2018's online normaliser).
 Part of the map-reduce generator (:mod:`kfuse.codegen.mapreduce`), written through its
 skeleton (:mod:`kfuse.codegen.mapreduce_skeleton`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from kfuse.codegen.cexpr import c_name, indent, size_var
 from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
@@ -20,6 +27,16 @@ from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import Reduce
 from kfuse.ir.expr import C_TYPES
+from kfuse.ir.graph import Kernel
+
+RESCALE_HELPER = r"""#ifndef KF_RESCALE_HELPER
+#define KF_RESCALE_HELPER
+// The factor that moves a sum of exp(e - from) to exp(e - to), to >= from (1 where equal:
+// a running maximum still at the identity).
+template <typename T> KF_DEVICE T kf_rescale(T from, T to) {
+  return from == to ? T(1) : T(exp(from - to));
+}
+#endif  // KF_RESCALE_HELPER"""
 
 
 class HeldKernel(MapReduceKernel):
@@ -34,9 +51,14 @@ class HeldKernel(MapReduceKernel):
 
     def mapping_text(self) -> str:
         variant = self.variant
-        return (f"matrix rows held whole by blocks of {variant.threads[0]} threads, "
+        held = "in segments" if variant.segmented else "whole"
+        return (f"matrix rows held {held} by blocks of {variant.threads[0]} threads, "
                 f"{variant.unroll} x {self.v} columns per thread, contiguous rows per block "
                 f"(at most {variant.blocks} blocks)")
+
+    def helpers(self) -> tuple[str, ...]:
+        return (*super().helpers(), RESCALE_HELPER) if self.group.online \
+            and self.variant.segmented else super().helpers()
 
     def body(self) -> tuple[list[str], Grid]:
         """Rows held whole by blocks: each phase (the core, then the members fed by the
@@ -47,25 +69,23 @@ class HeldKernel(MapReduceKernel):
         rows_symbol, cols_symbol = group.domain
         n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
         row_reductions = group.row_reductions()
-
-        def coords_of(element: int) -> tuple:
-            return (("iy", 0), ("ix", element))
+        segmented = variant.segmented
+        segment = threads * v * chunks  # columns a block holds at once
 
         self.row_index, self.col_index = "[kf_u]", "[kf_u]"
         self.address = f"(kf_index_t)iy * {n_cols} + ix"
-        chunk = [f"const int ix = (kf_u * {threads} + kf_tx) * {v};",
-                 f"const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;",
-                 "(void)kf_cols;  // (unused by some groups)"]
-
-        def over_chunks(lines: list[str]) -> list[str]:
-            return ["#pragma unroll", f"for (int kf_u = 0; kf_u < {chunks}; ++kf_u) {{",
-                    *indent([*chunk, *lines], 1), "}"]
+        first = f"kf_base + (kf_u * {threads} + kf_tx) * {v}" if segmented \
+            else f"(kf_u * {threads} + kf_tx) * {v}"
+        self.chunk = [f"const int ix = {first};",
+                      f"const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;",
+                      "(void)kf_cols;  // (unused by some groups)"]
 
         tile_types = {name: C_TYPES[group.graph.buffers[name].dtype]
                       for name in group.tile_inputs + group.col_inputs}
-        invariant = [f"{tile_types[name]} kf_col_{c_name(name)}[{chunks}][{v}];"
-                     for name in group.col_inputs]
-        invariant += over_chunks(self.column_vector_lines("[kf_u]", "kf_cols", "kf_vec"))
+        column_arrays = [f"{tile_types[name]} kf_col_{c_name(name)}[{chunks}][{v}];"
+                         for name in group.col_inputs]
+        invariant = [*column_arrays, *self.over_chunks(
+            self.column_vector_lines("[kf_u]", "kf_cols", "kf_vec"))]
         accumulators = []
         for reduce in group.col_reductions():
             accumulators += [f"{reduce.ctype} kf_acc_{reduce.var}[{chunks}][{v}];  // partial "
@@ -77,73 +97,15 @@ class HeldKernel(MapReduceKernel):
         shared = [f"__shared__ {r.ctype} kf_parts_{r.var}[2][{warps}];  // '{r.kernel.name}': "
                   "each warp's part of a row, two buffers (one barrier per row)"
                   for r in row_reductions]
-        load_row = [f"{tile_types[name]} kf_ld_{c_name(name)}[{chunks}][{v}];"
-                    for name in group.tile_inputs]
-        load_row += over_chunks(self.load_lines("kf_cols", "kf_vec", declare=False))
-
-        def combine_rows(reductions: list[Reduce]) -> list[str]:
-            """The row's ``reductions`` over the block: every thread gets each result."""
-            lines = []
-            for reduce in reductions:
-                warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
-                lines += [
-                    f"kf_racc_{reduce.var} = {warp_reduce}(kf_racc_{reduce.var});",
-                    f"if (kf_lane == 0) kf_parts_{reduce.var}[kf_parity][kf_warp] = "
-                    f"kf_racc_{reduce.var};"]
-            lines.append("__syncthreads();  // every warp's part written (the next row "
-                         "writes the other buffer)" if reductions else
-                         "// (no row reductions: nothing to combine)")
-            for reduce in reductions:
-                warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
-                lines.append(f"const {reduce.ctype} kf_row_{reduce.var} = {warp_reduce}("
-                             f"kf_lane < {warps} ? kf_parts_{reduce.var}[kf_parity][kf_lane]"
-                             f" : {reduce.identity});")
-                if reduce.kernel.output in group.outputs:
-                    lines.append(f"if (kf_tx == 0) {reduce.var}[iy] = kf_row_{reduce.var};"
-                                 "  // one plain store per row: no fill, no atomic")
-            return lines
-
-        walk = [
-            "// stage 1: the whole row, every load in flight together "
-            f"({variant.vector_bytes}-byte loads where aligned)",
-            *load_row,
-        ]
-        # the phase whose combine is the row's last: the next row writes the other buffers
-        last_combine = max((phase for phase, kernels in enumerate(group.phases)
-                            for r in row_reductions if r.kernel in kernels), default=None)
-        for phase, kernels in enumerate(group.phases):
-            # a phase reads the row reductions of the phases before it as the block's results
-            code, values = self.evaluate(coords_of, kernels)
-            reductions = [r for r in group.reductions if r.kernel in kernels]
-            rows_here = [r for r in reductions if r.kind == "row"]
-            stores = group.stores if phase == 0 else [
-                name for name in group.fed_stores if group.produced[name] in kernels]
-            names = ", ".join(f"'{k.name}'" for k in kernels)
-            walk += [
-                *[f"{r.ctype} kf_racc_{r.var} = {r.identity};  // this thread's part of the "
-                  f"row's '{r.kernel.name}'" for r in rows_here],
-                "// stage 2: the core members at each element (intermediates in registers)"
-                if phase == 0 else f"// stage {2 * phase + 2}: {names} at each element of "
-                "the row still held in registers",
-                *over_chunks(self.element_work(code, values, reductions, "kf_cols", "kf_vec",
-                                               False, stores)),
-            ]
-            if rows_here or phase == 0:
-                walk += [
-                    f"// stage {2 * phase + 3}: the row's reductions over the block: warp "
-                    "shuffles, each warp's part in shared memory,",
-                    "// one barrier, then every warp combines the parts (every thread gets "
-                    "the row's result)",
-                    *combine_rows(rows_here)]
-                self.held_values.update(
-                    {r.kernel.output: f"kf_row_{r.var}" for r in rows_here})
-                if phase == last_combine:
-                    walk.append("kf_parity ^= 1;")
+        loaded = [f"{tile_types[name]} kf_ld_{c_name(name)}[{chunks}][{v}];"
+                  for name in group.tile_inputs]
+        walk = self.segmented_walk(loaded + column_arrays) if segmented \
+            else self.held_walk(loaded)
         self.held_values = {}
         flush = []
         for reduce in group.col_reductions():
-            flush += over_chunks([f"for (int e = 0; e < kf_cols; ++e) kf_atomic_{reduce.op}("
-                                  f"&{reduce.var}[ix + e], kf_acc_{reduce.var}[kf_u][e]);"])
+            flush += self.over_chunks([f"for (int e = 0; e < kf_cols; ++e) kf_atomic_{reduce.op}("
+                                       f"&{reduce.var}[ix + e], kf_acc_{reduce.var}[kf_u][e]);"])
         for reduce in group.all_reductions():
             flush += self.block_atomic_lines(reduce)
         vec = self.aligned_flag(group.tile_inputs + group.stores + group.fed_stores
@@ -151,17 +113,27 @@ class HeldKernel(MapReduceKernel):
         body = [
             f"// held rows: the block's {threads} threads hold each of its rows whole, {chunks} "
             f"x {v} column(s) per thread",
-            f"// (rows of at most {threads * v * chunks} columns), and keep the same columns "
+            f"// (rows of at most {segment} columns), and keep the same columns "
             "for every row: a contiguous range of rows per block",
+        ] if not segmented else [
+            f"// held rows in segments: the block's {threads} threads hold {segment} columns "
+            f"of a row at a time ({chunks} x {v} per thread);",
+            "// each phase is a pass over the row's segments (the first from DRAM, the later "
+            "ones again, from L2",
+            "// where the row is still there), a contiguous range of rows per block",
+        ]
+        body += [
             "const int kf_tx = threadIdx.x, kf_lane = kf_tx & 31, kf_warp = kf_tx >> 5;",
             "(void)kf_lane; (void)kf_warp;",
             f"const bool kf_vec = {vec};  // {variant.vector_bytes}-byte accesses where "
             "aligned",
             *shared,
         ]
-        if group.col_inputs:
+        if group.col_inputs and not segmented:
             body += ["// stage 0: vectors indexed by column, loaded once per block and kept "
                      "for every row", *invariant]
+        if segmented:
+            body.append(f"const int kf_segments = ({n_cols} + {segment - 1}) / {segment};")
         body += [
             *accumulators,
             f"const int kf_rows_per_block = ({n_rows} + gridDim.x - 1) / gridDim.x;",
@@ -177,6 +149,183 @@ class HeldKernel(MapReduceKernel):
         if flush:
             body += ["// stage 5: combine over the blocks: one atomic per column and block "
                      "(a full reduction: per block)", *flush]
-        self.size_limits = ((cols_symbol, threads * v * chunks),)
+        if not segmented:
+            self.size_limits = ((cols_symbol, segment),)
         grid = (GridAxis((rows_symbol,), 1, variant.blocks), GridAxis(), GridAxis())
         return body, grid
+
+    # -- pieces of the walk -----------------------------------------------------------------
+    def over_chunks(self, lines: list[str]) -> list[str]:
+        """``lines`` at each of the thread's chunks of the row (``ix``: its first column)."""
+        return ["#pragma unroll", f"for (int kf_u = 0; kf_u < {self.variant.unroll}; ++kf_u) {{",
+                *indent([*self.chunk, *lines], 1), "}"]
+
+    def evaluate_at_row(self, kernels: Sequence[Kernel]) -> tuple[list[str], dict]:
+        """Code and values of ``kernels`` at the thread's elements of row ``iy``."""
+        return self.evaluate(lambda element: (("iy", 0), ("ix", element)), kernels)
+
+    def phase_stores(self, phase: int, kernels: Sequence[Kernel]) -> list[str]:
+        """The maps ``kernels`` store (the core's stored maps in phase 0)."""
+        group = self.group
+        return group.stores if phase == 0 else [
+            name for name in group.fed_stores if group.produced[name] in kernels]
+
+    def combine_rows(self, reductions: Sequence[Reduce]) -> list[str]:
+        """The row's ``reductions`` over the block: every thread gets each result."""
+        group = self.group
+        warps = self.variant.threads[0] // WARP
+        lines = []
+        for reduce in reductions:
+            warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
+            lines += [
+                f"kf_racc_{reduce.var} = {warp_reduce}(kf_racc_{reduce.var});",
+                f"if (kf_lane == 0) kf_parts_{reduce.var}[kf_parity][kf_warp] = "
+                f"kf_racc_{reduce.var};"]
+        lines.append("__syncthreads();  // every warp's part written (the next row "
+                     "writes the other buffer)" if reductions else
+                     "// (no row reductions: nothing to combine)")
+        for reduce in reductions:
+            warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
+            lines.append(f"const {reduce.ctype} kf_row_{reduce.var} = {warp_reduce}("
+                         f"kf_lane < {warps} ? kf_parts_{reduce.var}[kf_parity][kf_lane]"
+                         f" : {reduce.identity});")
+            if reduce.kernel.output in group.outputs:
+                lines.append(f"if (kf_tx == 0) {reduce.var}[iy] = kf_row_{reduce.var};"
+                             "  // one plain store per row: no fill, no atomic")
+        return lines
+
+    def held_walk(self, loaded: list[str]) -> list[str]:
+        """One row held whole: loaded once, then each phase over the values in registers."""
+        group, variant = self.group, self.variant
+        row_reductions = group.row_reductions()
+        walk = [
+            "// stage 1: the whole row, every load in flight together "
+            f"({variant.vector_bytes}-byte loads where aligned)",
+            *loaded,
+            *self.over_chunks(self.load_lines("kf_cols", "kf_vec", declare=False)),
+        ]
+        # the phase whose combine is the row's last: the next row writes the other buffers
+        last_combine = max((phase for phase, kernels in enumerate(group.phases)
+                            for r in row_reductions if r.kernel in kernels), default=None)
+        for phase, kernels in enumerate(group.phases):
+            # a phase reads the row reductions of the phases before it as the block's results
+            code, values = self.evaluate_at_row(kernels)
+            reductions = [r for r in group.reductions if r.kernel in kernels]
+            rows_here = [r for r in reductions if r.kind == "row"]
+            names = ", ".join(f"'{k.name}'" for k in kernels)
+            walk += [
+                *[f"{r.ctype} kf_racc_{r.var} = {r.identity};  // this thread's part of the "
+                  f"row's '{r.kernel.name}'" for r in rows_here],
+                "// stage 2: the core members at each element (intermediates in registers)"
+                if phase == 0 else f"// stage {2 * phase + 2}: {names} at each element of "
+                "the row still held in registers",
+                *self.over_chunks(self.element_work(code, values, reductions, "kf_cols",
+                                                    "kf_vec", False,
+                                                    self.phase_stores(phase, kernels))),
+            ]
+            if rows_here or phase == 0:
+                walk += [
+                    f"// stage {2 * phase + 3}: the row's reductions over the block: warp "
+                    "shuffles, each warp's part in shared memory,",
+                    "// one barrier, then every warp combines the parts (every thread gets "
+                    "the row's result)",
+                    *self.combine_rows(rows_here)]
+                self.held_values.update(
+                    {r.kernel.output: f"kf_row_{r.var}" for r in rows_here})
+                if phase == last_combine:
+                    walk.append("kf_parity ^= 1;")
+        return walk
+
+    def segmented_walk(self, loaded: list[str]) -> list[str]:
+        """One row in segments: each phase a pass over them, a sum of exponentials past a
+        row maximum in the maximum's pass, rescaled as the thread's maximum grows."""
+        group = self.group
+        graph = group.graph
+        phases = group.segment_phases
+        row_reductions = group.row_reductions()
+        last_combine = max((phase for phase, kernels in enumerate(phases)
+                            for r in row_reductions if r.kernel in kernels), default=None)
+        walk = [*loaded, "int kf_kept = -1;  // the segment whose values are in registers",
+                "(void)kf_kept;"]
+        kept: list[str] = []  # the inputs the previous pass loaded
+        for phase, kernels in enumerate(phases):
+            rescaled = [k for k in kernels if k.name in group.online]
+            plain = [k for k in kernels if k.name not in group.online]
+            reductions = [r for r in group.reductions if r.kernel in plain]
+            sums = [r for r in group.reductions if r.kernel in rescaled]
+            maxima = {k.name: graph.kernel_by_name[group.online[k.name]] for k in rescaled}
+            running = {c_name(m.output): m for m in maxima.values()}  # (each maximum once)
+            rows_here = [r for r in reductions if r.kind == "row"]
+            inputs = group.phase_inputs(kernels)
+            backward = phase % 2 == 1
+            names = ", ".join(f"'{k.name}'" for k in kernels)
+            loads = []
+            for name in inputs:
+                target = f"kf_ld_{c_name(name)}[kf_u]" if name in group.tile_inputs \
+                    else f"kf_col_{c_name(name)}[kf_u]"
+                address = self.address if name in group.tile_inputs else "ix"
+                load = (f"kf_mr_load<{self.v}>({c_name(name)} + {address}, kf_cols, kf_vec, "
+                        f"{target});")
+                loads.append(f"if (kf_s != kf_kept) {load}" if name in kept else load)
+            code, values = self.evaluate_at_row(plain)
+            work = self.element_work(code, values, reductions, "kf_cols", "kf_vec", False,
+                                     self.phase_stores(phase, plain))
+            segment_lines = [
+                f"const int kf_s = {'kf_segments - 1 - kf_k' if backward else 'kf_k'};",
+                f"const int kf_base = kf_s * {self.variant.threads[0] * self.v * self.variant.unroll};",
+                *[f"const {self._ctype(m)} kf_prev_{var} = kf_racc_{var};  // the thread's "
+                  "maximum before this segment" for var, m in running.items()],
+                "// the segment's loads, all in flight together",
+                *self.over_chunks(loads),
+                *self.over_chunks(work),
+            ]
+            if rescaled:
+                # the sums read the thread's running maximum, not the block's
+                self.held_values.update({m.output: f"kf_racc_{var}"
+                                         for var, m in running.items()})
+                code, values = self.evaluate_at_row(rescaled)
+                segment_lines += [
+                    "// the sums of exponentials past the running maximum: rescaled where "
+                    "it grew, then this segment's terms",
+                    *[f"kf_racc_{r.var} *= kf_rescale(kf_prev_{c_name(maxima[r.kernel.name].output)}, "
+                      f"kf_racc_{c_name(maxima[r.kernel.name].output)});" for r in sums],
+                    *self.over_chunks(self.element_work(code, values, sums, "kf_cols",
+                                                        "kf_vec", False, [])),
+                ]
+                for m in running.values():  # (read as the block's result hereafter)
+                    del self.held_values[m.output]
+            walk += [
+                *[f"{r.ctype} kf_racc_{r.var} = {r.identity};  // this thread's part of the "
+                  f"row's '{r.kernel.name}'" for r in rows_here + sums],
+                f"// pass {phase + 1}: {names} over the row's segments "
+                f"({'last to first: the last is still in registers' if backward else 'first to last'})",
+                "for (int kf_k = 0; kf_k < kf_segments; ++kf_k) {",
+                *indent(segment_lines, 1),
+                "}",
+                f"kf_kept = {'0' if backward else 'kf_segments - 1'};",
+            ]
+            kept = inputs
+            if rows_here or sums or phase == 0:
+                walk += [
+                    f"// pass {phase + 1}'s row reductions over the block (warp shuffles, "
+                    "each warp's part in shared memory, one barrier)",
+                    *[f"const {self._ctype(m)} kf_own_{var} = kf_racc_{var};  // this "
+                      "thread's maximum, before the block's" for var, m in running.items()],
+                    *self.combine_rows(rows_here)]
+                self.held_values.update(
+                    {r.kernel.output: f"kf_row_{r.var}" for r in rows_here})
+                if sums:
+                    walk += [
+                        "// each thread's sum moved to the block's maximum, then combined",
+                        *[f"kf_racc_{r.var} *= kf_rescale(kf_own_"
+                          f"{c_name(maxima[r.kernel.name].output)}, kf_row_"
+                          f"{c_name(maxima[r.kernel.name].output)});" for r in sums],
+                        *self.combine_rows(sums)]
+                    self.held_values.update(
+                        {r.kernel.output: f"kf_row_{r.var}" for r in sums})
+                if phase == last_combine:
+                    walk.append("kf_parity ^= 1;")
+        return walk
+
+    def _ctype(self, kernel: Kernel) -> str:
+        return C_TYPES[self.group.graph.buffers[kernel.output].dtype]

@@ -170,9 +170,13 @@ class MapReduceKernel:
         params = self.parameters()
         body, grid = self.body()
         threads = self.variant.threads[0] * self.variant.threads[1]
-        kernel = KernelSource((HELPERS, "", *self.describe()), self.group.symbol,
+        kernel = KernelSource((*self.helpers(), "", *self.describe()), self.group.symbol,
                               launch_bounds(threads), params, tuple(indent(body, 1)))
         return kernel, self.launch(params, grid)
+
+    def helpers(self) -> tuple[str, ...]:
+        """The device helpers the kernel calls, written before it."""
+        return (HELPERS,)
 
     def describe(self) -> list[str]:
         """The comment before the kernel: the members, their roles and the form."""

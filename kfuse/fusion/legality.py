@@ -10,7 +10,7 @@ together.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -18,6 +18,7 @@ import networkx as nx
 from kfuse.analysis.order import Reachability
 from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.errors import FusionError
+from kfuse.ir.expr import Binary, Expr, Load, Unary, loads, transform
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import Form, MapReduceVariant, as_form, half_reason, is_variant_text
 
@@ -353,7 +354,28 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
             what = "column" if kind == "col" else "row"
             found.append(Violation(rule, f"a {what} reduction feeds {list(epilogue)} in its "
                                          f"own kernel: {reason}"))
+        elif kind == "held" and _segmented(variant):
+            reason = segment_reason(graph, members)
+            if reason:
+                found.append(Violation(rule, f"variant {variant}: {reason}"))
     return found
+
+
+def segment_reason(graph: Graph, members: Sequence[str]) -> str | None:
+    """Why a held-row group cannot hold its rows in segments (``None``: it can)."""
+    columns = [name for name in members if graph.kernel_by_name[name].reduction is not None
+               and graph.kernel_by_name[name].reduction.axes == (0,)]
+    if columns:
+        return (f"rows held in segments cannot keep the column reductions {columns} (a "
+                "thread's columns change with the segment)")
+    return None
+
+
+def _segmented(variant: object) -> bool:
+    """Whether ``variant`` (a held-row variant or its text) holds rows in segments."""
+    if isinstance(variant, MapReduceVariant):
+        return variant.segmented
+    return MapReduceVariant.parse(str(variant)).segmented
 
 
 def _reduced_vector_violations(graph: Graph, core: Sequence[str], epilogue: Sequence[str],
@@ -453,11 +475,15 @@ def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
     return found
 
 
-def held_row_phases(graph: Graph, members: Sequence[str]) -> dict[str, int]:
+def held_row_phases(graph: Graph, members: Sequence[str],
+                    online: Mapping[str, str] | None = None) -> dict[str, int]:
     """The phase of each member of a held-row group: 0 for the core, else one more than the
     latest phase of a row reduction of the group it reads (through maps of the group). A
-    phase's row reductions are complete, over the block, before the next phase starts."""
+    phase's row reductions are complete, over the block, before the next phase starts.
+    ``online`` (:func:`online_rescaled_sums`): sums that go in the phase of the maximum they
+    read (its running value rescales them)."""
     group = set(members)
+    online = online or {}
     phases: dict[str, int] = {}
 
     def phase(name: str) -> int:
@@ -469,13 +495,69 @@ def held_row_phases(graph: Graph, members: Sequence[str]) -> dict[str, int]:
                 if producer not in group:
                     continue
                 reduced = graph.kernel_by_name[producer].reduction is not None
-                latest = max(latest, phase(producer) + (1 if reduced else 0))
+                step = 0 if online.get(name) == producer else int(reduced)
+                latest = max(latest, phase(producer) + step)
             phases[name] = latest
         return phases[name]
 
     for name in members:
         phase(name)
     return phases
+
+
+def _inlined_body(graph: Graph, members: Sequence[str], name: str) -> Expr:
+    """``name``'s body with the group's maps read at the point replaced by their bodies."""
+    group = set(members)
+
+    def rewrite(node: Expr) -> Expr | None:
+        if not isinstance(node, Load) or not node.is_centered:
+            return None
+        producer = graph.producer.get(node.buffer)
+        if producer not in group:
+            return None
+        kernel = graph.kernel_by_name[producer]
+        if kernel.reduction is not None or node.dims != tuple(range(len(kernel.domain))):
+            return None
+        return _inlined_body(graph, members, producer)
+
+    return transform(graph.kernel_by_name[name].body, rewrite)  # type: ignore[arg-type]
+
+
+def online_rescaled_sums(graph: Graph, members: Sequence[str]) -> dict[str, str]:
+    """Row sums of exponentials past a row maximum of the group (``sum(exp(e - m))``, ``m``
+    the maximum read at its row, ``e`` reading only row results complete before ``m``'s
+    phase), each to its maximum: computed in the maximum's pass with a running maximum that
+    rescales the sum whenever it grows (Milakov and Gimelshein 2018, the online normaliser
+    of softmax), so rows held in segments are read once for both."""
+    phases = held_row_phases(graph, members)
+    group = set(members)
+    found = {}
+    for name in members:
+        kernel = graph.kernel_by_name[name]
+        if kernel.reduction is None or kernel.reduction.op != "sum" \
+                or kernel.reduction.axes != (1,):
+            continue
+        body = _inlined_body(graph, members, name)
+        if not (isinstance(body, Unary) and body.op == "exp" and isinstance(body.x, Binary)
+                and body.x.op == "sub" and isinstance(body.x.b, Load)):
+            continue
+        top = body.x.b
+        producer = graph.producer.get(top.buffer)
+        if producer not in group or top.dims != (0,) or not top.is_centered:
+            continue
+        reduction = graph.kernel_by_name[producer].reduction
+        if reduction is None or reduction.op != "max" or reduction.axes != (1,) \
+                or top.dtype != body.dtype:
+            continue
+        complete = True  # the shifted value reads no row result of the maximum's phase
+        for load in loads(body.x.a):
+            source = graph.producer.get(load.buffer)
+            if source in group and graph.kernel_by_name[source].reduction is not None \
+                    and phases[source] >= phases[producer]:
+                complete = False
+        if complete:
+            found[name] = producer
+    return found
 
 
 GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (

@@ -18,6 +18,8 @@ from kfuse.fusion.legality import (
     held_row_phases,
     is_epilogue_group,
     mapreduce_shape_reason,
+    online_rescaled_sums,
+    segment_reason,
     split_epilogue,
 )
 from kfuse.ir.cnames import GroupNames, c_name
@@ -96,11 +98,12 @@ class MapReduceGroup(GroupNames):
         # reductions reading the row reductions at their row), its values per point, in
         # phases: each phase reads the row reductions of the phases before it
         self.fed = self.epilogue if self.epilogue_kind == "held" else ()
-        phase_of = held_row_phases(graph, members) if self.fed else {}
-        self.phases = tuple(
-            tuple(k for k in (self.core if phase == 0 else self.fed)
-                  if phase_of.get(k.name, 0) == phase)
-            for phase in range(max(phase_of.values(), default=0) + 1))
+        self.phases = self._phases(held_row_phases(graph, members) if self.fed else {})
+        # rows held in segments: each phase a pass over the row, a sum of exponentials past a
+        # row maximum in the maximum's pass (online rescaling)
+        self.online = online_rescaled_sums(graph, members) if self.fed else {}
+        self.segment_phases = self._phases(
+            held_row_phases(graph, members, self.online) if self.fed else {})
         self.outputs = tuple(outputs)
         self.produced = {kernel.output: kernel for kernel in self.members}
         self.domain = self.core[0].domain
@@ -157,6 +160,31 @@ class MapReduceGroup(GroupNames):
         sized = self.tile_inputs + self.col_inputs + self.stores + self.fed_stores
         sizes = {ITEM_SIZE[graph.buffers[name].dtype] for name in sized}
         self.item_size = sizes.pop() if len(sizes) == 1 else None
+
+    def _phases(self, phase_of: dict[str, int]) -> tuple[tuple[Kernel, ...], ...]:
+        """The members by phase (``phase_of``: each member's; absent: 0), the core first."""
+        return tuple(
+            tuple(k for k in (*self.core, *self.fed) if phase_of.get(k.name, 0) == phase)
+            for phase in range(max(phase_of.values(), default=0) + 1))
+
+    def phase_inputs(self, kernels: Sequence[Kernel]) -> list[str]:
+        """The matrices and column vectors ``kernels`` read at the point, directly or
+        through maps of the group (a reduction of the group is read as its result): what a
+        pass of rows held in segments loads."""
+        found: set[str] = set()
+        seen: set[str] = set()
+        stack = [k.body for k in kernels]
+        while stack:
+            for node in stack.pop().walk():  # type: ignore[union-attr]
+                if not isinstance(node, Load):
+                    continue
+                producer = self.produced.get(node.buffer)
+                if producer is None:
+                    found.add(node.buffer)
+                elif producer.reduction is None and producer.name not in seen:
+                    seen.add(producer.name)
+                    stack.append(producer.body)
+        return [name for name in self.tile_inputs + self.col_inputs if name in found]
 
     # -- naming -------------------------------------------------------------------------------
 
@@ -241,6 +269,10 @@ class MapReduceGroup(GroupNames):
         if not variant.blocks:
             raise FusionError(f"variant {variant}: held rows need a grid of at most B blocks "
                               "(':gB'), each taking a contiguous range of rows")
+        reason = segment_reason(self.graph, [k.name for k in self.members]) \
+            if variant.segmented else None
+        if reason:
+            raise FusionError(f"variant {variant}: {reason}")
         return replace(variant, rows=1, iters=1, order=(), span=0)
 
     def _normalize_stream(self, variant: MapReduceVariant) -> MapReduceVariant:

@@ -15,11 +15,18 @@ from functools import cached_property
 import networkx as nx
 
 from kfuse.errors import FusionError
-from kfuse.fusion.legality import Violation, group_violations, plan_violations, quotient_graph
+from kfuse.fusion.legality import (
+    Violation,
+    group_violations,
+    online_rescaled_sums,
+    plan_violations,
+    quotient_graph,
+)
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import (
     Form,
     GroupSchedule,
+    MapReduceVariant,
     Staged,
     Streamed,
     Tiled,
@@ -275,7 +282,7 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
             fused = membership[source] is membership[target]
             if fused:
                 reason = _fused_reason(graph, source, target, buffer,
-                                       membership[source].form)
+                                       membership[source].form, membership[source].members)
             else:
                 reason = reasons.get((source, target)) or _unfused_reason(
                     graph, membership[source].members, membership[target].members)
@@ -285,8 +292,15 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
 
 
 def _fused_reason(graph: Graph, source: str, target: str, buffer: str,
-                  form: Form | None = None) -> str:
+                  form: Form | None = None, members: Sequence[str] = ()) -> str:
     consumer = graph.kernel_by_name[target]
+    if isinstance(form, MapReduceVariant) and form.segmented \
+            and graph.kernel_by_name[source].reduction is not None:
+        if online_rescaled_sums(graph, members).get(target) == source:
+            return (f"'{target}' goes in the same pass over the row's segments as "
+                    f"'{buffer}', its sum rescaled as the running maximum grows (online)")
+        return (f"'{buffer}' is complete after a pass over the row's segments; the next "
+                "pass reads the row again (from L2 where it is still there)")
     radius = consumer.halo_radius(buffer)
     if radius and any(radius):
         window = "x".join(str(2 * r + 1) for r in radius)

@@ -245,6 +245,13 @@ class MapReduceVariant(Form):
     accumulate in registers over all the block's rows (each thread keeps its own columns),
     one atomic per column and block at the end. Blocks take contiguous row ranges of a grid
     of at most ``blocks`` blocks.
+
+    ``segmented`` (held rows only): rows of any length, held a segment of ``T x V x unroll``
+    columns at a time. Each phase of the group is a pass over the row's segments (the
+    first from DRAM, later ones read again, mostly from L2, walking back so that a pass
+    starts on the segment still in registers); a sum of exponentials past a row maximum
+    goes in the maximum's pass by online rescaling (Milakov and Gimelshein 2018). Groups
+    without column reductions (whose accumulators keep fixed columns).
     """
 
     name: ClassVar[str] = VARIANT_PREFIX
@@ -261,6 +268,7 @@ class MapReduceVariant(Form):
     vector_bytes: int = 16
     whole_columns: bool = False
     held_rows: bool = False
+    segmented: bool = False
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -289,6 +297,8 @@ class MapReduceVariant(Form):
         if self.held_rows and (not self.block_rows or self.span):
             raise FusionError("variant: held rows are block rows (stream, T x 1 threads, T a "
                               "power of two above 32) without column spans")
+        if self.segmented and not self.held_rows:
+            raise FusionError("variant: segments belong to held rows (':hr:sg')")
 
     def text(self) -> str:
         """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
@@ -306,6 +316,8 @@ class MapReduceVariant(Form):
             parts.append("wc")
         if self.held_rows:
             parts.append("hr")
+        if self.segmented:
+            parts.append("sg")
         if self.order:
             parts.append("o=" + ",".join(self.order))
         return ":".join(parts)
@@ -337,11 +349,14 @@ class MapReduceVariant(Form):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
         blocks, unroll, span, whole_columns, held_rows = 0, 1, 0, False, False
+        segmented = False
         for extra in parts[6:]:
             if extra == "wc":
                 whole_columns = True
             elif extra == "hr":
                 held_rows = True
+            elif extra == "sg":
+                segmented = True
             elif extra.startswith("o="):
                 order = tuple(n for n in extra[2:].split(",") if n)
             elif re.fullmatch(r"g\d+", extra):
@@ -354,7 +369,7 @@ class MapReduceVariant(Form):
                 raise FusionError(f"malformed map-reduce variant {text!r}")
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
                    int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
-                   span, int(access.group(1) or 16), whole_columns, held_rows)
+                   span, int(access.group(1) or 16), whole_columns, held_rows, segmented)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
         return half_reason(graph, members, "map-reduce")

@@ -83,10 +83,11 @@ from kfuse.fusion.legality import (
     group_violations,
     is_epilogue_group,
     plan_violations,
+    segment_reason,
 )
 from kfuse.fusion.mapreduce import MapReduceGroup, claims, mapreduce_group_reason
 from kfuse.fusion.plan import FusionPlan, group_outputs, make_plan
-from kfuse.ir.expr import count_operations
+from kfuse.ir.expr import ITEM_SIZE, count_operations
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile, current_profile
 from kfuse.schedule.forms import MapReduceVariant, is_variant_text
@@ -164,6 +165,13 @@ HELD_ROW_FORMS = ((1024, 8), (1024, 16), (512, 16))
 # (RMSNorm, LayerNorm, cross-entropy); rows of 32 K, 1024 x 16 bytes 0.2673 against 0.2852;
 # 128 or 512 threads, or 8-byte accesses, up to 20% slower than these two.
 HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
+# Held rows in segments: rows longer than those forms hold, in a group without column
+# reductions, one block per row holding a segment of T x V x unroll columns at a time, as
+# (threads, vector bytes, largest unroll; fewer where the words a thread keeps do not fit).
+HELD_SEGMENT_FORMS = ((1024, 16, 4), (512, 16, 8))
+# registers besides the segment's words (more than held rows keep: the passes, the segment's
+# addresses; ptxas spilled LayerNorm's 1024 x 16 bytes x 4 segment at 16 + 48)
+SEGMENT_BASE_REGISTERS = 24
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
@@ -311,6 +319,23 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
             continue  # the row does not fit in the registers of such a block
         resident = max(1, _register_blocks(registers, threads, profile))
         result.append(replace(variant, blocks=rows if per_row else resident * profile.sm_count))
+    if not result and rows is not None and segment_reason(
+            group.graph, [k.name for k in group.members]) is None:
+        result = held_segment_variants(group, profile, rows)
+    return result
+
+
+def held_segment_variants(group: MapReduceGroup, profile: DeviceProfile, rows: int
+                          ) -> list[MapReduceVariant]:
+    """The forms of :data:`HELD_SEGMENT_FORMS` whose segments fit a thread's registers."""
+    result = []
+    for threads, size, most in HELD_SEGMENT_FORMS:
+        probe = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), rows, 1, 0, size,
+                                 held_rows=True, segmented=True)
+        room = _held_register_budget(threads, profile) - SEGMENT_BASE_REGISTERS
+        unroll = min(most, room // held_words(group, probe))
+        if unroll >= 1:
+            result.append(replace(probe, unroll=unroll))
     return result
 
 
@@ -332,8 +357,11 @@ def held_row_reason(group: MapReduceGroup, profile: DeviceProfile,
         accesses = (_held_register_budget(threads, profile) - HELD_BASE_REGISTERS) \
             // held_words(group, probe)
         longest = max(longest, threads * group.width(probe) * max(0, accesses))
+    segments = segment_reason(group.graph, [k.name for k in group.members])
+    segments = f"; {segments}" if segments else ""
     return (f"rows of {columns} columns do not fit a block's registers (held rows hold at "
-            f"most {longest}): the row's reductions are complete only in another kernel")
+            f"most {longest}{segments}): the row's reductions are complete only in another "
+            "kernel")
 
 
 def prune_variants(group: MapReduceGroup, variants: Sequence[MapReduceVariant]
@@ -519,6 +547,11 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     else:  # the stream mapping: registers fitted to ptxas, efficiency further down
         registers = matrix_registers(group, variant)
         per_sm = max(1, min(per_sm, _register_blocks(registers, threads, profile)))
+    if variant.segmented:  # passes after the first read the row again, from L2 where it is
+        again, hit = _segment_rereads(group, variant, sizes, profile,
+                                      per_sm * profile.sm_count)
+        dram += again * (1.0 - hit)
+        l2 += again * hit
     operations = 0.0
     for kernel in group.members:
         counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
@@ -580,6 +613,30 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
                              row_form_distance(group, variant, profile) if stream else None)
 
 
+def _segment_rereads(group: MapReduceGroup, variant: MapReduceVariant,
+                     sizes: Mapping[str, int], profile: DeviceProfile, resident: int
+                     ) -> tuple[float, float]:
+    """(bytes the passes after the first read again, the share of them L2 serves) for rows
+    held in segments: a pass reads again what an earlier one read, but for the segment still
+    in registers where the pass just before read it too; L2
+    keeps the rows of the resident blocks while they fit half of it."""
+    rows, columns = (sizes[s] for s in group.domain)
+    segments = max(1, math.ceil(columns / group.step(variant)))
+    again = 0.0
+    read: set[str] = set()
+    kept: list[str] = []  # (what the pass before loaded: its last segment is in registers)
+    for kernels in group.segment_phases:
+        inputs = [name for name in group.phase_inputs(kernels) if name in group.tile_inputs]
+        again += sum(rows * columns * ITEM_SIZE[group.graph.buffers[name].dtype]
+                     * (1 - 1 / segments if name in kept else 1)
+                     for name in inputs if name in read)
+        read.update(inputs)
+        kept = inputs
+    row_bytes = columns * (group.item_size or 4) * max(1, len(group.tile_inputs))
+    hit = min(1.0, profile.l2_bytes / 2 / max(1.0, min(rows, resident) * row_bytes))
+    return again, hit
+
+
 OTHER_STREAM_FORM = 100.0  # warp rows, where the device measured a block-row form
 
 
@@ -617,7 +674,8 @@ def matrix_registers(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     matrices = max(1, len(group.tile_inputs)) + len(group.stores)
     chunks = variant.unroll
     if variant.held_rows:  # the row, column vectors and accumulators, all kept
-        return min(MAX_REGISTERS_PER_THREAD, HELD_BASE_REGISTERS + held_words(group, variant))
+        base = SEGMENT_BASE_REGISTERS if variant.segmented else HELD_BASE_REGISTERS
+        return min(MAX_REGISTERS_PER_THREAD, base + held_words(group, variant))
     if variant.block_rows:
         loaded = chunks * v * words * (variant.rows * matrices + len(group.col_inputs))
         return min(MAX_REGISTERS_PER_THREAD, int(math.ceil(BLOCK_ROW_BASE_REGISTERS
