@@ -91,6 +91,25 @@ def test_blas_apps_on_cuda_match_the_reference(app):
     assert max(errors.values()) <= spec.tolerance, errors
 
 
+SEGMENT_VARIANTS = ["mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg",
+                    "mapreduce:128x1:r1:i1:s:stream:g3:u2:hr:sg"]
+
+
+@pytest.mark.parametrize("variant", SEGMENT_VARIANTS)
+@pytest.mark.parametrize("app", ["logsoftmax", "softmax", "crossentropy", "layernorm"])
+def test_rows_in_segments_on_cuda_match_the_reference(app, variant):
+    """Rows of several segments and a partial last one (every pass, online rescaling)."""
+    spec = get_app(app)
+    pipeline = spec.build()
+    members = tuple(k.name for k in pipeline.graph().kernels)
+    plan = pipeline.fuse([members], forms=[variant])
+    for size in ((9, 40003), (3, 1001)):
+        arrays, params = spec.make_inputs(size, np.random.default_rng(size[0]), "float32")
+        outputs = pipeline.run(backend="cuda", plan=plan, **arrays, **params)
+        errors = reference_errors(spec, arrays, params, outputs)
+        assert max(errors.values()) <= spec.tolerance, (size, errors)
+
+
 NAMED_VARIANTS = [  # (app, the group, variant): block rows, 8-byte accesses, plain maps
     ("sgemv", ("z_prod", "z"), "mapreduce:512x1:r1:i1:w8:stream:u16"),
     ("gesummv", ("Ax", "Bx", "y"), "mapreduce:1024x1:r1:i1:w8:stream:u8"),

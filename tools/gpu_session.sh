@@ -4,7 +4,8 @@
 #   part = check  : calibrate, demo, cuda tests, every app verified at its benchmark size
 #   part = bench  : kfuse bench of every app with baselines (JSON + PNG)
 #   part = norm   : the normalisation apps on the cuda backend, then kfuse bench of them
-#                   beside torch.compile (NORM_APPS: which)
+#                   beside torch.compile (NORM_APPS: which), and of rows longer than a block
+#                   holds (LONG=0: not), racecheck over rows held in segments
 #   part = blas   : BLAS variants per group (experiments/blas_experiments.py), then the BLAS
 #                   benchmark with cuBLAS / torch.compile baselines, autotuned per group
 #   part = sanitize : compute-sanitizer's memcheck, racecheck and synccheck over every
@@ -45,10 +46,21 @@ if [ "$part" = blas ]; then
 fi
 if [ "$part" = norm ]; then
   python3 -m kfuse calibrate > "$OUT/calibrate.txt" 2>&1
-  python3 -m pytest -q tests/test_cuda_backend.py -k "blas_apps and (norm or softmax or entropy or standardise)" \
+  python3 -m pytest -q tests/test_cuda_backend.py -k "segments or (blas_apps and (norm or softmax or entropy or standardise))" \
     2>&1 | tail -3 | tee "$OUT/pytest_norm_cuda.txt"
-  python3 -m kfuse bench ${NORM_APPS:-rmsnorm layernorm logsoftmax crossentropy colstandardise} \
+  python3 -m kfuse bench ${NORM_APPS:-rmsnorm layernorm logsoftmax softmax crossentropy colstandardise} \
     --json "$OUT/norm.json" 2>&1 | tee "$OUT/norm.txt"
+  # rows longer than a block holds (held in segments), beside torch.compile (LONG=0: none)
+  if [ "${LONG:-1}" = 1 ]; then
+    for spec in "logsoftmax 512x131072" "crossentropy 512x131072" "rmsnorm 1024x65536" \
+                "layernorm 1024x65536"; do
+      set -- $spec
+      python3 -m kfuse bench "$1" --size "$2" --no-calls 2>&1 | tee -a "$OUT/norm_long.txt"
+    done
+    compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -x \
+      tests/test_cuda_backend.py -k "segments and layernorm" 2>&1 | tail -4 \
+      | tee "$OUT/segments_racecheck.txt"
+  fi
 fi
 if [ "$part" = bench ]; then
   python3 -m kfuse bench $APPS --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 \
