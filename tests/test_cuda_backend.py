@@ -92,7 +92,8 @@ def test_blas_apps_on_cuda_match_the_reference(app):
 
 
 SEGMENT_VARIANTS = ["mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg",
-                    "mapreduce:128x1:r1:i1:s:stream:g3:u2:hr:sg"]
+                    "mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg:st2",
+                    "mapreduce:128x1:r1:i1:s:stream:g3:u2:hr:sg:st5"]
 
 
 @pytest.mark.parametrize("variant", SEGMENT_VARIANTS)

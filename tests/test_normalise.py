@@ -130,7 +130,9 @@ SMALL_SEGMENTS = "mapreduce:64x1:r1:i1:w:stream:g3:u2:hr:sg"
 
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ROWS)
-@pytest.mark.parametrize("variant", [SMALL_SEGMENTS, "mapreduce:64x1:r1:i1:s:stream:g4:u1:hr:sg"])
+@pytest.mark.parametrize("variant", [SMALL_SEGMENTS, "mapreduce:64x1:r1:i1:s:stream:g4:u1:hr:sg",
+                                     "mapreduce:64x1:r1:i1:w:stream:g3:u2:hr:sg:st2",
+                                     "mapreduce:64x1:r1:i1:s:stream:g4:u1:hr:sg:st9"])
 def test_rows_in_segments_at_odd_lengths(name, variant):
     """Rows of one partial segment, several with a partial last one, and a whole number of
     segments; vector and scalar accesses; blocks walking rows."""

@@ -26,7 +26,7 @@ from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import Reduce
-from kfuse.ir.expr import C_TYPES
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE
 from kfuse.ir.graph import Kernel
 
 RESCALE_HELPER = r"""#ifndef KF_RESCALE_HELPER
@@ -134,6 +134,7 @@ class HeldKernel(MapReduceKernel):
                      "for every row", *invariant]
         if segmented:
             body.append(f"const int kf_segments = ({n_cols} + {segment - 1}) / {segment};")
+            body += self.stash_lines()
         body += [
             *accumulators,
             f"const int kf_rows_per_block = ({n_rows} + gridDim.x - 1) / gridDim.x;",
@@ -236,6 +237,51 @@ class HeldKernel(MapReduceKernel):
                     walk.append("kf_parity ^= 1;")
         return walk
 
+    def stash_lines(self) -> list[str]:
+        """The stash's pointers into dynamic shared memory, one region per stashed input."""
+        group, variant = self.group, self.variant
+        if not variant.stash:
+            return []
+        lines = ["KF_DYNAMIC_SHARED(unsigned char, kf_shared);"]
+        offset = 0
+        for name in group.stashed_inputs():
+            ctype = C_TYPES[group.graph.buffers[name].dtype]
+            lines.append(f"{ctype}* const kf_stash_{c_name(name)} = reinterpret_cast<{ctype}*>("
+                         f"kf_shared + {offset});  // the first {variant.stash} segments of "
+                         f"'{name}' (each thread its own elements), for the later passes")
+            offset += variant.stash * group.step(variant) \
+                * ITEM_SIZE[group.graph.buffers[name].dtype]
+        self.dynamic_shared_bytes = offset
+        return lines
+
+    def input_loads(self, inputs: Sequence[str], kept: Sequence[str], first: set[str]
+                    ) -> list[str]:
+        """The loads of a pass's ``inputs`` at the thread's chunk ``kf_u`` of segment
+        ``kf_s``: from the stash where a pass before kept it there (``first``: the inputs
+        this pass reads first, and stashes), none where it is the segment in registers
+        (``kept``: the inputs the pass before loaded)."""
+        group, variant, v = self.group, self.variant, self.v
+        stashed = group.stashed_inputs() if variant.stash else []
+        threads, chunks = variant.threads[0], variant.unroll
+        slot = f"((kf_s * {chunks} + kf_u) * {threads} + kf_tx) * {v}"
+        lines = []
+        for name in inputs:
+            var = c_name(name)
+            column = name not in group.tile_inputs
+            target = f"kf_col_{var}[kf_u]" if column else f"kf_ld_{var}[kf_u]"
+            address = "ix" if column else self.address
+            load = [f"kf_mr_load<{v}>({var} + {address}, kf_cols, kf_vec, {target});"]
+            if name in stashed and name in first:
+                load.append(f"if (kf_s < {variant.stash}) kf_mr_store<{v}>(kf_stash_{var} + "
+                            f"{slot}, {v}, true, {target});  // kept for the later passes")
+            elif name in stashed:
+                load = [f"if (kf_s < {variant.stash}) kf_mr_load<{v}>(kf_stash_{var} + "
+                        f"{slot}, {v}, true, {target});  // from the stash",
+                        f"else {load[0]}"]
+            lines += ["if (kf_s != kf_kept) {  // (the segment still in registers: no load)",
+                      *indent(load, 1), "}"] if name in kept else load
+        return lines
+
     def segmented_walk(self, loaded: list[str]) -> list[str]:
         """One row in segments: each phase a pass over them, a sum of exponentials past a
         row maximum in the maximum's pass, rescaled as the thread's maximum grows."""
@@ -248,6 +294,7 @@ class HeldKernel(MapReduceKernel):
         walk = [*loaded, "int kf_kept = -1;  // the segment whose values are in registers",
                 "(void)kf_kept;"]
         kept: list[str] = []  # the inputs the previous pass loaded
+        read: set[str] = set()  # the inputs the passes so far loaded
         for phase, kernels in enumerate(phases):
             rescaled = [k for k in kernels if k.name in group.online]
             plain = [k for k in kernels if k.name not in group.online]
@@ -259,14 +306,8 @@ class HeldKernel(MapReduceKernel):
             inputs = group.phase_inputs(kernels)
             backward = phase % 2 == 1
             names = ", ".join(f"'{k.name}'" for k in kernels)
-            loads = []
-            for name in inputs:
-                target = f"kf_ld_{c_name(name)}[kf_u]" if name in group.tile_inputs \
-                    else f"kf_col_{c_name(name)}[kf_u]"
-                address = self.address if name in group.tile_inputs else "ix"
-                load = (f"kf_mr_load<{self.v}>({c_name(name)} + {address}, kf_cols, kf_vec, "
-                        f"{target});")
-                loads.append(f"if (kf_s != kf_kept) {load}" if name in kept else load)
+            loads = self.input_loads(inputs, kept, set(inputs) - read)
+            read.update(inputs)
             code, values = self.evaluate_at_row(plain)
             work = self.element_work(code, values, reductions, "kf_cols", "kf_vec", False,
                                      self.phase_stores(phase, plain))

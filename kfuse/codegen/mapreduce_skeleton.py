@@ -144,6 +144,7 @@ class MapReduceKernel:
         # (size symbol, largest value) the kernel can run at (held rows: the row's columns)
         self.size_limits: tuple[tuple[str, int], ...] = ()
         self.address = "i"  # the C offset of the thread's first element in a matrix (vector)
+        self.dynamic_shared_bytes = 0  # (held rows in segments: their stash)
 
     # -- the form ---------------------------------------------------------------------------
     @property
@@ -219,7 +220,8 @@ class MapReduceKernel:
         return LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                           (self.variant.threads[0], self.variant.threads[1], 1), grid, initial,
                           size_limits=self.size_limits,
-                          blocks_walk=bool(self.variant.blocks) or self.variant.whole_columns)
+                          blocks_walk=bool(self.variant.blocks) or self.variant.whole_columns,
+                          dynamic_shared_bytes=self.dynamic_shared_bytes)
 
     def aligned_flag(self, buffers: Sequence[str], stride: str | None,
                      known: bool = False) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
+from kfuse.cuda_limits import DYNAMIC_SHARED_LIMIT, STATIC_SHARED_LIMIT, WARP
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import (
     epilogue_kind,
@@ -186,6 +186,21 @@ class MapReduceGroup(GroupNames):
                     stack.append(producer.body)
         return [name for name in self.tile_inputs + self.col_inputs if name in found]
 
+    def stashed_inputs(self) -> list[str]:
+        """The matrices more than one pass over rows held in segments reads (what a stash
+        keeps in shared memory)."""
+        passes = [self.phase_inputs(kernels) for kernels in self.segment_phases]
+        return [name for name in self.tile_inputs
+                if sum(name in inputs for inputs in passes) > 1]
+
+    def stash_bytes(self, variant: MapReduceVariant, segments: int | None = None) -> int:
+        """Shared memory of ``segments`` (default: the variant's stash) of the stashed
+        inputs."""
+        count = variant.stash if segments is None else segments
+        per_segment = self.step(variant) * sum(ITEM_SIZE[self.graph.buffers[name].dtype]
+                                               for name in self.stashed_inputs())
+        return count * per_segment
+
     # -- naming -------------------------------------------------------------------------------
 
     def row_reductions(self) -> list[Reduce]:
@@ -273,6 +288,9 @@ class MapReduceGroup(GroupNames):
             if variant.segmented else None
         if reason:
             raise FusionError(f"variant {variant}: {reason}")
+        if self.stash_bytes(variant) > DYNAMIC_SHARED_LIMIT:
+            raise FusionError(f"variant {variant}: its stash takes {self.stash_bytes(variant)} "
+                              f"bytes of shared memory, more than {DYNAMIC_SHARED_LIMIT}")
         return replace(variant, rows=1, iters=1, order=(), span=0)
 
     def _normalize_stream(self, variant: MapReduceVariant) -> MapReduceVariant:

@@ -251,7 +251,10 @@ class MapReduceVariant(Form):
     first from DRAM, later ones read again, mostly from L2, walking back so that a pass
     starts on the segment still in registers); a sum of exponentials past a row maximum
     goes in the maximum's pass by online rescaling (Milakov and Gimelshein 2018). Groups
-    without column reductions (whose accumulators keep fixed columns).
+    without column reductions (whose accumulators keep fixed columns). ``stash``: the first
+    this many segments of each input a later pass reads again are kept in (dynamic) shared
+    memory by the pass that first reads them, each thread its own elements (no barrier):
+    with the segment in registers, a row of ``stash + 1`` segments is read from DRAM once.
     """
 
     name: ClassVar[str] = VARIANT_PREFIX
@@ -269,6 +272,7 @@ class MapReduceVariant(Form):
     whole_columns: bool = False
     held_rows: bool = False
     segmented: bool = False
+    stash: int = 0
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -299,6 +303,9 @@ class MapReduceVariant(Form):
                               "power of two above 32) without column spans")
         if self.segmented and not self.held_rows:
             raise FusionError("variant: segments belong to held rows (':hr:sg')")
+        if self.stash < 0 or (self.stash and not self.segmented):
+            raise FusionError("variant: a stash of segments belongs to rows held in segments "
+                              "(':hr:sg:stN', N >= 0)")
 
     def text(self) -> str:
         """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
@@ -318,6 +325,8 @@ class MapReduceVariant(Form):
             parts.append("hr")
         if self.segmented:
             parts.append("sg")
+        if self.stash:
+            parts.append(f"st{self.stash}")
         if self.order:
             parts.append("o=" + ",".join(self.order))
         return ":".join(parts)
@@ -349,7 +358,7 @@ class MapReduceVariant(Form):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
         blocks, unroll, span, whole_columns, held_rows = 0, 1, 0, False, False
-        segmented = False
+        segmented, stash = False, 0
         for extra in parts[6:]:
             if extra == "wc":
                 whole_columns = True
@@ -357,6 +366,8 @@ class MapReduceVariant(Form):
                 held_rows = True
             elif extra == "sg":
                 segmented = True
+            elif re.fullmatch(r"st\d+", extra):
+                stash = int(extra[2:])
             elif extra.startswith("o="):
                 order = tuple(n for n in extra[2:].split(",") if n)
             elif re.fullmatch(r"g\d+", extra):
@@ -369,7 +380,8 @@ class MapReduceVariant(Form):
                 raise FusionError(f"malformed map-reduce variant {text!r}")
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
                    int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
-                   span, int(access.group(1) or 16), whole_columns, held_rows, segmented)
+                   span, int(access.group(1) or 16), whole_columns, held_rows, segmented,
+                   stash)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
         return half_reason(graph, members, "map-reduce")

@@ -172,6 +172,9 @@ HELD_SEGMENT_FORMS = ((1024, 16, 4), (512, 16, 8))
 # registers besides the segment's words (more than held rows keep: the passes, the segment's
 # addresses; ptxas spilled LayerNorm's 1024 x 16 bytes x 4 segment at 16 + 48)
 SEGMENT_BASE_REGISTERS = 24
+# shared memory a stash of segments may take (the dynamic limit, less what the row
+# reductions' parts and the runtime keep)
+STASH_LIMIT = 224 * 1024
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
@@ -321,21 +324,28 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
         result.append(replace(variant, blocks=rows if per_row else resident * profile.sm_count))
     if not result and rows is not None and segment_reason(
             group.graph, [k.name for k in group.members]) is None:
-        result = held_segment_variants(group, profile, rows)
+        result = held_segment_variants(group, profile, rows, columns)
     return result
 
 
-def held_segment_variants(group: MapReduceGroup, profile: DeviceProfile, rows: int
-                          ) -> list[MapReduceVariant]:
-    """The forms of :data:`HELD_SEGMENT_FORMS` whose segments fit a thread's registers."""
+def held_segment_variants(group: MapReduceGroup, profile: DeviceProfile, rows: int,
+                          columns: int) -> list[MapReduceVariant]:
+    """The forms of :data:`HELD_SEGMENT_FORMS` whose segments fit a thread's registers, each
+    with as many of the row's segments stashed in shared memory as fit."""
     result = []
     for threads, size, most in HELD_SEGMENT_FORMS:
         probe = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), rows, 1, 0, size,
                                  held_rows=True, segmented=True)
         room = _held_register_budget(threads, profile) - SEGMENT_BASE_REGISTERS
         unroll = min(most, room // held_words(group, probe))
-        if unroll >= 1:
-            result.append(replace(probe, unroll=unroll))
+        if unroll < 1:
+            continue
+        variant = replace(probe, unroll=unroll)
+        per_segment = group.stash_bytes(variant, 1)
+        if per_segment:
+            segments = math.ceil(columns / group.step(variant))
+            variant = replace(variant, stash=min(segments, STASH_LIMIT // per_segment))
+        result.append(variant)
     return result
 
 
@@ -524,7 +534,7 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
             atomics += sizes[group.domain[1]] * row_blocks * len(group.col_reductions())
     serial += blocks * len(group.all_reductions())
     # occupancy: threads, shared memory, registers
-    shared = group.shared_bytes(variant)
+    shared = group.shared_bytes(variant) + group.stash_bytes(variant)
     per_sm = min(MAX_BLOCKS_PER_SM, profile.max_threads_per_sm // threads)
     if shared:
         per_sm = min(per_sm, profile.shared_memory_per_sm // (shared + 1024))
@@ -622,14 +632,18 @@ def _segment_rereads(group: MapReduceGroup, variant: MapReduceVariant,
     keeps the rows of the resident blocks while they fit half of it."""
     rows, columns = (sizes[s] for s in group.domain)
     segments = max(1, math.ceil(columns / group.step(variant)))
+    stashed = min(variant.stash, segments)
     again = 0.0
     read: set[str] = set()
     kept: list[str] = []  # (what the pass before loaded: its last segment is in registers)
     for kernels in group.segment_phases:
         inputs = [name for name in group.phase_inputs(kernels) if name in group.tile_inputs]
-        again += sum(rows * columns * ITEM_SIZE[group.graph.buffers[name].dtype]
-                     * (1 - 1 / segments if name in kept else 1)
-                     for name in inputs if name in read)
+        for name in inputs:
+            if name in read:  # the segments neither stashed nor still in registers
+                on_chip = stashed if name in group.stashed_inputs() else 0
+                on_chip += name in kept and on_chip < segments
+                again += rows * columns * ITEM_SIZE[group.graph.buffers[name].dtype] \
+                    * (segments - on_chip) / segments
         read.update(inputs)
         kept = inputs
     row_bytes = columns * (group.item_size or 4) * max(1, len(group.tile_inputs))
