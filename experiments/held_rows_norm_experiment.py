@@ -7,10 +7,14 @@ holds at once (``resident``: contiguous rows per block) or one block per row (``
 each checked against the planned program, beside torch.compile, in alternating rounds.
 ``--occupancy`` times the planned program instead with ``__launch_bounds__(T, k)``: at
 least ``k`` blocks per SM, which caps each thread's registers (a source patch).
+``--size MxN`` with rows longer than a block holds times rows held in segments instead:
+``T`` threads, ``unroll`` accesses per segment, no stash, the most segments that fit shared
+memory, or half as many (two blocks per SM).
 
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 experiments/held_rows_norm_experiment.py [app ...] [--rounds 3]
+        [--size 1024x65536]
 """
 
 from __future__ import annotations
@@ -52,15 +56,43 @@ def variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, str]:
     return {label: text for label, text in texts.items() if text in kept}
 
 
+def segment_variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, str]:
+    """Labelled variants holding rows of ``cols`` in segments."""
+    from kfuse.schedule.forms import MapReduceVariant
+    from kfuse.search.variants import STASH_LIMIT
+
+    texts = {}
+    for threads in (256, 512, 1024):
+        for unroll in (1, 2, 4, 8):
+            base = f"mapreduce:{threads}x1:r1:i1:w:stream:g{rows}:u{unroll}:hr:sg"
+            variant = MapReduceVariant.parse(base)
+            if unroll * 4 * max(1, len(group.tile_inputs) + len(group.col_inputs)) > 48:
+                continue
+            per_segment = group.stash_bytes(variant, 1)
+            most = min(-(-cols // group.step(variant)), STASH_LIMIT // per_segment) \
+                if per_segment else 0
+            for label, stash in (("none", 0), ("most", most), ("half", most // 2)):
+                text = f"{base}:st{stash}" if stash else base
+                texts[f"T{threads} u{unroll} stash {label} ({stash})"] = text
+    kept = normalized_variants(group, texts.values(), group.graph.name)
+    labels: dict[str, str] = {}
+    for label, text in texts.items():  # (each text once)
+        if text in kept and text not in labels.values():
+            labels[label] = text
+    return labels
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("apps", nargs="*", default=APPS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--occupancy", action="store_true")
+    parser.add_argument("--size", help="MxN (default: the app's benchmark size)")
     args = parser.parse_args()
+    size = tuple(int(n) for n in args.size.split("x")) if args.size else None
     for name in args.apps:
-        case = device_case(name)
+        case = device_case(name, size=size)
         members = tuple(k.name for k in case.graph.kernels)
         group = MapReduceGroup(case.graph, members, list(case.graph.outputs))
         rows, cols = case.sizes[group.domain[0]], case.sizes[group.domain[1]]
@@ -75,9 +107,11 @@ def main() -> None:
                 programs[f"planned, {least} blocks/SM"] = replace(program, source=source)
             time_sources(case, programs, args.rounds, args.runs)
             continue
+        named = segment_variants(group, rows, cols) if ":sg" in planned \
+            else variants(group, rows, cols)
         programs = {label: generate(case.graph, [(members, tuple(case.graph.outputs), text)],
                                     fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
-                    for label, text in variants(group, rows, cols).items()}
+                    for label, text in named.items()}
         time_sources(case, programs, args.rounds, args.runs)
 
 
