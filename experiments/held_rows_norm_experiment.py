@@ -59,7 +59,6 @@ def variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, str]:
 def segment_variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, str]:
     """Labelled variants holding rows of ``cols`` in segments."""
     from kfuse.schedule.forms import MapReduceVariant
-    from kfuse.search.variants import STASH_LIMIT
 
     texts = {}
     for threads in (256, 512, 1024):
@@ -69,7 +68,7 @@ def segment_variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, s
             if unroll * 4 * max(1, len(group.tile_inputs) + len(group.col_inputs)) > 48:
                 continue
             per_segment = group.stash_bytes(variant, 1)
-            most = min(-(-cols // group.step(variant)), STASH_LIMIT // per_segment) \
+            most = min(-(-cols // group.step(variant)), 224 * 1024 // per_segment) \
                 if per_segment else 0
             for label, stash in (("none", 0), ("most", most), ("half", most // 2)):
                 text = f"{base}:st{stash}" if stash else base

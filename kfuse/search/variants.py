@@ -168,13 +168,17 @@ HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
 # Held rows in segments: rows longer than those forms hold, in a group without column
 # reductions, one block per row holding a segment of T x V x unroll columns at a time, as
 # (threads, vector bytes, largest unroll; fewer where the words a thread keeps do not fit).
-HELD_SEGMENT_FORMS = ((1024, 16, 4), (512, 16, 8))
+# Measured on an H200 (docs/journal/benchmarks.md, session 27), RMSNorm 1024 x 65536 and
+# log-softmax 512 x 131072: 1024 x 16 bytes x 2 with 3 segments stashed 0.1709 / 0.1882 ms;
+# x 4 0.1735-0.1768 / 0.1917-0.1985; 512 threads 0.186-0.232 / 0.194-0.257; 256 threads
+# 0.199-0.384 / 0.202-0.417; stashing 224 KB rather than 96 slower (0.1772 / 0.1964).
+HELD_SEGMENT_FORMS = ((1024, 16, 2),)
 # registers besides the segment's words (more than held rows keep: the passes, the segment's
 # addresses; ptxas spilled LayerNorm's 1024 x 16 bytes x 4 segment at 16 + 48)
 SEGMENT_BASE_REGISTERS = 24
-# shared memory a stash of segments may take (the dynamic limit, less what the row
-# reductions' parts and the runtime keep)
-STASH_LIMIT = 224 * 1024
+# shared memory a stash of segments may take (measured above: about half of what a block
+# may take was faster than all of it)
+STASH_LIMIT = 100 * 1024
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
