@@ -9,7 +9,8 @@ each checked against the planned program, beside torch.compile, in alternating r
 least ``k`` blocks per SM, which caps each thread's registers (a source patch).
 ``--size MxN`` with rows longer than a block holds times rows held in segments instead:
 ``T`` threads, ``unroll`` accesses per segment, no stash, the most segments that fit shared
-memory, or half as many (two blocks per SM).
+memory, or half as many (two blocks per SM); column standardisation's held columns
+(strips, threads, rows per segment, stash) the same way.
 
 Usage on the device machine (repo root)::
 
@@ -81,6 +82,26 @@ def segment_variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, s
     return labels
 
 
+def column_variants(group: MapReduceGroup, rows: int) -> dict[str, str]:
+    """Labelled held-column variants: strips of 8 to 32 columns, 128 to 512 threads, 2 to 8
+    rows per thread and segment, no stash or the most that fits 100 KB."""
+    from kfuse.schedule.forms import MapReduceVariant
+
+    texts = {}
+    for across, down in ((2, 128), (4, 64), (4, 128), (8, 32), (8, 64), (2, 256)):
+        for unroll in (2, 4, 8):
+            base = f"mapreduce:{across}x{down}:r1:i1:w:shuffle:u{unroll}:hc"
+            variant = MapReduceVariant.parse(base)
+            per_segment = group.stash_bytes(variant, 1)
+            most = min(-(-rows // group.tile(variant)[0]), 100 * 1024 // per_segment) \
+                if per_segment else 0
+            for label, stash in (("none", 0), ("most", most)):
+                text = f"{base}:st{stash}" if stash else base
+                texts[f"{across}x{down} u{unroll} stash {label} ({stash})"] = text
+    kept = normalized_variants(group, texts.values(), group.graph.name)
+    return {label: text for label, text in texts.items() if text in kept}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("apps", nargs="*", default=APPS)
@@ -106,8 +127,12 @@ def main() -> None:
                 programs[f"planned, {least} blocks/SM"] = replace(program, source=source)
             time_sources(case, programs, args.rounds, args.runs)
             continue
-        named = segment_variants(group, rows, cols) if ":sg" in planned \
-            else variants(group, rows, cols)
+        if ":hc" in planned:
+            named = column_variants(group, rows)
+        elif ":sg" in planned:
+            named = segment_variants(group, rows, cols)
+        else:
+            named = variants(group, rows, cols)
         programs = {label: generate(case.graph, [(members, tuple(case.graph.outputs), text)],
                                     fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
                     for label, text in named.items()}

@@ -111,6 +111,21 @@ def test_rows_in_segments_on_cuda_match_the_reference(app, variant):
         assert max(errors.values()) <= spec.tolerance, (size, errors)
 
 
+@pytest.mark.parametrize("variant", ["mapreduce:2x128:r1:i1:w:shuffle:u8:hc:st3",
+                                     "mapreduce:8x32:r1:i1:s:shuffle:u2:hc"])
+def test_held_columns_on_cuda_match_the_reference(variant):
+    """Columns of several segments of rows and a partial last one, a partial last strip."""
+    spec = get_app("colstandardise")
+    pipeline = spec.build()
+    members = tuple(k.name for k in pipeline.graph().kernels)
+    plan = pipeline.fuse([members], forms=[variant])
+    for size in ((40003, 9), (1001, 37)):
+        arrays, params = spec.make_inputs(size, np.random.default_rng(size[1]), "float32")
+        outputs = pipeline.run(backend="cuda", plan=plan, **arrays, **params)
+        errors = reference_errors(spec, arrays, params, outputs)
+        assert max(errors.values()) <= spec.tolerance, (size, errors)
+
+
 NAMED_VARIANTS = [  # (app, the group, variant): block rows, 8-byte accesses, plain maps
     ("sgemv", ("z_prod", "z"), "mapreduce:512x1:r1:i1:w8:stream:u16"),
     ("gesummv", ("Ax", "Bx", "y"), "mapreduce:1024x1:r1:i1:w8:stream:u8"),

@@ -68,6 +68,7 @@ from collections.abc import Sequence
 
 from kfuse.codegen.mapreduce_flat import FlatKernel
 from kfuse.codegen.mapreduce_held import HeldKernel
+from kfuse.codegen.mapreduce_held_columns import HeldColumnsKernel
 from kfuse.codegen.mapreduce_skeleton import HELPERS, MapReduceKernel
 from kfuse.codegen.mapreduce_stream import StreamKernel
 from kfuse.codegen.mapreduce_tile import TileKernel
@@ -83,6 +84,8 @@ def form_of(group: MapReduceGroup, variant: MapReduceVariant) -> type[MapReduceK
         return FlatKernel
     if variant.held_rows:
         return HeldKernel
+    if variant.held_columns:
+        return HeldColumnsKernel
     if variant.rowsum == "stream":
         return StreamKernel
     return TileKernel

@@ -71,6 +71,7 @@ class HeldKernel(MapReduceKernel):
         row_reductions = group.row_reductions()
         segmented = variant.segmented
         segment = threads * v * chunks  # columns a block holds at once
+        self.segment_extent = segment
 
         self.row_index, self.col_index = "[kf_u]", "[kf_u]"
         self.address = f"(kf_index_t)iy * {n_cols} + ix"
@@ -171,6 +172,24 @@ class HeldKernel(MapReduceKernel):
         return group.stores if phase == 0 else [
             name for name in group.fed_stores if group.produced[name] in kernels]
 
+    # -- what rows and columns held in segments differ in -----------------------------------
+    held_kind = "row"  # the kind of reduction a pass completes and later passes read
+    walked = "the row's segments"  # what a pass walks
+
+    def thread_slot(self) -> str:
+        """The C index of the thread in its block (its elements' place in the stash)."""
+        return "kf_tx"
+
+    def accumulator_declaration(self, reduce: Reduce) -> str:
+        return (f"{reduce.ctype} kf_racc_{reduce.var} = {reduce.identity};  // this thread's "
+                f"part of the row's '{reduce.kernel.name}'")
+
+    def combine(self, reductions: Sequence[Reduce]) -> tuple[list[str], dict[str, str]]:
+        """Lines combining ``reductions`` over the block, and the C value (``{element}``: of
+        the thread's element) of each result the later passes read."""
+        return self.combine_rows(reductions), {r.kernel.output: f"kf_row_{r.var}"
+                                               for r in reductions}
+
     def combine_rows(self, reductions: Sequence[Reduce]) -> list[str]:
         """The row's ``reductions`` over the block: every thread gets each result."""
         group = self.group
@@ -212,7 +231,7 @@ class HeldKernel(MapReduceKernel):
             # a phase reads the row reductions of the phases before it as the block's results
             code, values = self.evaluate_at_row(kernels)
             reductions = [r for r in group.reductions if r.kernel in kernels]
-            rows_here = [r for r in reductions if r.kind == "row"]
+            rows_here = [r for r in reductions if r.kind == self.held_kind]
             names = ", ".join(f"'{k.name}'" for k in kernels)
             walk += [
                 *[f"{r.ctype} kf_racc_{r.var} = {r.identity};  // this thread's part of the "
@@ -249,7 +268,7 @@ class HeldKernel(MapReduceKernel):
             lines.append(f"{ctype}* const kf_stash_{c_name(name)} = reinterpret_cast<{ctype}*>("
                          f"kf_shared + {offset});  // the first {variant.stash} segments of "
                          f"'{name}' (each thread its own elements), for the later passes")
-            offset += variant.stash * group.step(variant) \
+            offset += variant.stash * group.segment_elements(variant) \
                 * ITEM_SIZE[group.graph.buffers[name].dtype]
         self.dynamic_shared_bytes = offset
         return lines
@@ -262,8 +281,8 @@ class HeldKernel(MapReduceKernel):
         (``kept``: the inputs the pass before loaded)."""
         group, variant, v = self.group, self.variant, self.v
         stashed = group.stashed_inputs() if variant.stash else []
-        threads, chunks = variant.threads[0], variant.unroll
-        slot = f"((kf_s * {chunks} + kf_u) * {threads} + kf_tx) * {v}"
+        threads, chunks = variant.threads[0] * variant.threads[1], variant.unroll
+        slot = f"((kf_s * {chunks} + kf_u) * {threads} + {self.thread_slot()}) * {v}"
         lines = []
         for name in inputs:
             var = c_name(name)
@@ -288,9 +307,9 @@ class HeldKernel(MapReduceKernel):
         group = self.group
         graph = group.graph
         phases = group.segment_phases
-        row_reductions = group.row_reductions()
+        held = [r for r in group.reductions if r.kind == self.held_kind]
         last_combine = max((phase for phase, kernels in enumerate(phases)
-                            for r in row_reductions if r.kernel in kernels), default=None)
+                            for r in held if r.kernel in kernels), default=None)
         walk = [*loaded, "int kf_kept = -1;  // the segment whose values are in registers",
                 "(void)kf_kept;"]
         kept: list[str] = []  # the inputs the previous pass loaded
@@ -302,7 +321,7 @@ class HeldKernel(MapReduceKernel):
             sums = [r for r in group.reductions if r.kernel in rescaled]
             maxima = {k.name: graph.kernel_by_name[group.online[k.name]] for k in rescaled}
             running = {c_name(m.output): m for m in maxima.values()}  # (each maximum once)
-            rows_here = [r for r in reductions if r.kind == "row"]
+            rows_here = [r for r in reductions if r.kind == self.held_kind]
             inputs = group.phase_inputs(kernels)
             backward = phase % 2 == 1
             names = ", ".join(f"'{k.name}'" for k in kernels)
@@ -313,7 +332,7 @@ class HeldKernel(MapReduceKernel):
                                      self.phase_stores(phase, plain))
             segment_lines = [
                 f"const int kf_s = {'kf_segments - 1 - kf_k' if backward else 'kf_k'};",
-                f"const int kf_base = kf_s * {self.variant.threads[0] * self.v * self.variant.unroll};",
+                f"const int kf_base = kf_s * {self.segment_extent};",
                 *[f"const {self._ctype(m)} kf_prev_{var} = kf_racc_{var};  // the thread's "
                   "maximum before this segment" for var, m in running.items()],
                 "// the segment's loads, all in flight together",
@@ -336,9 +355,8 @@ class HeldKernel(MapReduceKernel):
                 for m in running.values():  # (read as the block's result hereafter)
                     del self.held_values[m.output]
             walk += [
-                *[f"{r.ctype} kf_racc_{r.var} = {r.identity};  // this thread's part of the "
-                  f"row's '{r.kernel.name}'" for r in rows_here + sums],
-                f"// pass {phase + 1}: {names} over the row's segments "
+                *[self.accumulator_declaration(r) for r in rows_here + sums],
+                f"// pass {phase + 1}: {names} over {self.walked} "
                 f"({'last to first: the last is still in registers' if backward else 'first to last'})",
                 "for (int kf_k = 0; kf_k < kf_segments; ++kf_k) {",
                 *indent(segment_lines, 1),
@@ -348,13 +366,14 @@ class HeldKernel(MapReduceKernel):
             kept = inputs
             if rows_here or sums or phase == 0:
                 walk += [
-                    f"// pass {phase + 1}'s row reductions over the block (warp shuffles, "
-                    "each warp's part in shared memory, one barrier)",
+                    f"// pass {phase + 1}'s {'row' if self.held_kind == 'row' else 'column'} "
+                    "reductions over the block (warp shuffles, each warp's part in shared "
+                    "memory, one barrier)",
                     *[f"const {self._ctype(m)} kf_own_{var} = kf_racc_{var};  // this "
-                      "thread's maximum, before the block's" for var, m in running.items()],
-                    *self.combine_rows(rows_here)]
-                self.held_values.update(
-                    {r.kernel.output: f"kf_row_{r.var}" for r in rows_here})
+                      "thread's maximum, before the block's" for var, m in running.items()]]
+                lines, results = self.combine(rows_here)
+                walk += lines
+                self.held_values.update(results)
                 if sums:
                     walk += [
                         "// each thread's sum moved to the block's maximum, then combined",

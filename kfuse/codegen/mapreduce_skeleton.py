@@ -139,7 +139,8 @@ class MapReduceKernel:
         self.row_index = ""  # matrices: tile loads are kept per row of the thread ("[kf_k]")
         self.col_index = ""  # column vectors kept per chunk of the thread ("[kf_u]")
         self.names_used = 0  # C names the point code took (the epilogue's continue after them)
-        # held rows: C values answering reads of the row reductions (the fed members' phase)
+        # held rows (columns): C values answering reads of the row (column) reductions in the
+        # later phases ("{element}": the thread's element)
         self.held_values: dict[str, str] = {}
         # (size symbol, largest value) the kernel can run at (held rows: the row's columns)
         self.size_limits: tuple[tuple[str, int], ...] = ()
@@ -196,8 +197,10 @@ class MapReduceKernel:
                 if reduce.kernel is kernel:
                     role = f"{reduce.op}-reduction {kinds[reduce.kind]}"
             if kernel in group.fed:
-                role = (f"{'map' if kernel.reduction is None else role}, fed by the row "
-                        "reductions at its row (held rows)")
+                fed_by = ("the column reductions at its column (held columns)"
+                          if group.epilogue_kind == "held_col"
+                          else "the row reductions at its row (held rows)")
+                role = f"{'map' if kernel.reduction is None else role}, fed by {fed_by}"
             lines.append(f"{prefix}{role}" + (f", written at {comment_text(kernel.where)}"
                                               if kernel.where else ""))
         lines.append(f"//   {self.mapping_text()}")
@@ -260,13 +263,13 @@ class MapReduceKernel:
     def hook(self, load: Load, emitter: ExprEmitter) -> str | None:
         """Answer a read: intermediates evaluated in registers, tiles and invariants loaded."""
         group = self.group
-        if load.buffer in self.held_values:
-            return self.held_values[load.buffer]
+        element = emitter.coords[-1][1]
+        if load.buffer in self.held_values:  # ({element}: a result per column of the thread)
+            return self.held_values[load.buffer].replace("{element}", str(element))
         producer = group.produced.get(load.buffer)
         if producer is not None:
             emitter.state.evaluated.add((producer.name, emitter.coords))
             return emitter.emit(producer.body)  # type: ignore[arg-type]
-        element = emitter.coords[-1][1]
         if load.dims == tuple(range(group.ndim)) and load.buffer in group.tile_inputs:
             return f"kf_ld_{c_name(load.buffer)}{self.row_index}[{element}]"
         if group.ndim == 2 and load.dims == (1,) and load.buffer in group.col_inputs \

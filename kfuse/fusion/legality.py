@@ -208,7 +208,12 @@ EPILOGUE_OWNERS = {
             "has a column's reduction complete inside one block"),
     "held": ("only a held-row variant (':hr': the block holds each whole row in registers) "
              "has a row's reduction complete while the row is still on chip"),
+    "held_col": ("only a held-column variant (':hc': one block walks every row of its strip "
+                 "of columns, a pass per phase) has a column's reduction complete in the "
+                 "block"),
 }
+# the axis a held group's reductions fold, and the one its members read their results along
+HELD_AXES = {"held": ((1,), (0,)), "held_col": ((0,), (1,))}
 
 
 def split_epilogue(graph: Graph, members: Sequence[str]
@@ -245,7 +250,8 @@ def epilogue_kind(graph: Graph, members: Sequence[str]) -> str | None:
     """``"row"`` when the group's epilogue is a map over the reduced vector reading only row
     reductions of its core (``alpha A x + beta y``), ``"col"`` when only column reductions
     (``beta Aᵀ y + z``); ``"held"`` when it iterates over the core's matrix again and reads
-    only row reductions (ATAX's ``Aᵀ (A x)``: a second phase over each row); ``None``
+    only row reductions (ATAX's ``Aᵀ (A x)``: a second phase over each row), ``"held_col"``
+    when it does so reading only column reductions (a column standardisation); ``None``
     otherwise (no epilogue, or other reads: :func:`epilogue_violations` says what is
     wrong)."""
     core, epilogue = split_epilogue(graph, members)
@@ -264,7 +270,7 @@ def epilogue_kind(graph: Graph, members: Sequence[str]) -> str | None:
     over_matrix = [graph.kernel_by_name[name].domain == domain and len(domain) == 2
                    for name in epilogue]
     if all(over_matrix):
-        return "held" if kinds == {"row"} else None
+        return "held" if kinds == {"row"} else "held_col"
     return kinds.pop() if not any(over_matrix) else None
 
 
@@ -274,7 +280,8 @@ def epilogue_variant_reason(variant: object, kind: str = "row") -> str | None:
     has whole rows in one warp or block, a whole-column variant whole columns in one block,
     a held-row variant whole rows still in registers)."""
     need = EPILOGUE_OWNERS[kind]
-    wanted = {"row": "stream", "col": "whole-column", "held": "held-row"}[kind]
+    wanted = {"row": "stream", "col": "whole-column", "held": "held-row",
+              "held_col": "held-column"}[kind]
     if isinstance(variant, MapReduceVariant):
         parsed = variant
     elif isinstance(variant, Form) or not is_variant_text(variant):
@@ -290,6 +297,10 @@ def epilogue_variant_reason(variant: object, kind: str = "row") -> str | None:
             return None
         return (f"variant {variant} combines column results of several blocks with atomics "
                 f"(a global barrier before the epilogue); {need}")
+    if kind == "held_col":
+        if parsed.held_columns:
+            return None
+        return (f"variant {variant} does not walk every row of its columns; {need}")
     if kind == "held":
         if parsed.held_rows:
             return None
@@ -342,8 +353,8 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
                                      f"matrix map/reduce group: {shape}"))
         return found
     kind = epilogue_kind(graph, members)
-    if kind == "held":
-        found += _held_row_violations(graph, core, epilogue)
+    if kind in HELD_AXES:
+        found += _held_violations(graph, core, epilogue, kind)
     else:
         found += _reduced_vector_violations(graph, core, epilogue, kind)
     if len(core) > 1:
@@ -351,10 +362,10 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
     if variant is not None and not found and kind is not None:
         reason = epilogue_variant_reason(variant, kind)
         if reason:
-            what = "column" if kind == "col" else "row"
+            what = "column" if kind in ("col", "held_col") else "row"
             found.append(Violation(rule, f"a {what} reduction feeds {list(epilogue)} in its "
                                          f"own kernel: {reason}"))
-        elif kind == "held" and _segmented(variant):
+        elif kind == "held" and _segmented(variant):  # (held columns: always segmented)
             reason = segment_reason(graph, members)
             if reason:
                 found.append(Violation(rule, f"variant {variant}: {reason}"))
@@ -437,23 +448,34 @@ def _reduced_vector_violations(graph: Graph, core: Sequence[str], epilogue: Sequ
     return found
 
 
-def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
-                         ) -> list[Violation]:
-    """Rules for a *held-row* group: its ``fed`` members iterate over the core's matrix
-    again and read row reductions of the group at their own row (ATAX's ``Aᵀ (A x)``, a
-    normalisation's ``x / sum(x)``). A block that holds each whole row in registers completes
-    the row's reductions, then goes on over the same row in phases
+def _held_violations(graph: Graph, core: Sequence[str], fed: Sequence[str], kind: str
+                     ) -> list[Violation]:
+    """Rules for a *held-row* group (``kind`` ``"held"``): its ``fed`` members iterate over
+    the core's matrix again and read row reductions of the group at their own row (ATAX's
+    ``Aᵀ (A x)``, a normalisation's ``x / sum(x)``). A block that holds each whole row in
+    registers completes the row's reductions, then goes on over the same row in phases
     (:func:`held_row_phases`): maps, further row reductions of the held values (a softmax's
     sum of exponentials after its maximum, a variance after its mean), read in turn by a
     later phase, and column or full reductions accumulated across its rows (combined over
-    blocks with atomics, so never read inside the kernel)."""
+    blocks with atomics, so never read inside the kernel). A *held-column* group
+    (``"held_col"``) is the same along the columns: column reductions read at their own
+    column, a block per strip of columns walking every row in each phase; it keeps no row
+    reductions (another block holds the rest of each row)."""
     rule = "reduction_epilogue"
     found = []
     members = [*core, *fed]
     shape = mapreduce_shape_reason(graph, members)
     if shape is not None:
         found.append(Violation(rule, f"{members} is not one matrix map/reduce group: {shape}"))
+    folded, read_along = HELD_AXES[kind]
+    what = "row" if kind == "held" else "column"
     group = set(members)
+    if kind == "held_col":
+        for name in members:
+            reduction = graph.kernel_by_name[name].reduction
+            if reduction is not None and reduction.axes == (1,):
+                found.append(Violation(rule, f"'{name}' reduces along rows: a block holding "
+                                             "a strip of columns has only part of each row"))
     for name in fed:
         kernel = graph.kernel_by_name[name]
         for access in kernel.accesses:
@@ -463,15 +485,15 @@ def _held_row_violations(graph: Graph, core: Sequence[str], fed: Sequence[str]
             reduction = graph.kernel_by_name[producer].reduction
             if reduction is None:
                 continue
-            if reduction.axes != (1,):
+            if reduction.axes != folded:
                 found.append(Violation(rule, f"'{name}' reads '{producer}', a reduction "
                                              "combined over blocks (a global barrier), in "
                                              "its own kernel"))
-            elif access.dims != (0,) or not access.is_point:
-                found.append(Violation(rule, f"'{name}' reads the row reduction "
-                                             f"'{access.buffer}' at another row (an offset or "
-                                             "another index): a block holds only its own "
-                                             "rows' results"))
+            elif access.dims != read_along or not access.is_point:
+                found.append(Violation(rule, f"'{name}' reads the {what} reduction "
+                                             f"'{access.buffer}' at another {what} (an offset "
+                                             "or another index): a block holds only its own "
+                                             f"{what}s' results"))
     return found
 
 

@@ -97,7 +97,7 @@ class MapReduceGroup(GroupNames):
         # held rows: the epilogue goes on over the matrix (maps, row, column and full
         # reductions reading the row reductions at their row), its values per point, in
         # phases: each phase reads the row reductions of the phases before it
-        self.fed = self.epilogue if self.epilogue_kind == "held" else ()
+        self.fed = self.epilogue if self.epilogue_kind in ("held", "held_col") else ()
         self.phases = self._phases(held_row_phases(graph, members) if self.fed else {})
         # rows held in segments: each phase a pass over the row, a sum of exponentials past a
         # row maximum in the maximum's pass (online rescaling)
@@ -197,9 +197,15 @@ class MapReduceGroup(GroupNames):
         """Shared memory of ``segments`` (default: the variant's stash) of the stashed
         inputs."""
         count = variant.stash if segments is None else segments
-        per_segment = self.step(variant) * sum(ITEM_SIZE[self.graph.buffers[name].dtype]
-                                               for name in self.stashed_inputs())
+        per_segment = self.segment_elements(variant) * sum(
+            ITEM_SIZE[self.graph.buffers[name].dtype] for name in self.stashed_inputs())
         return count * per_segment
+
+    def segment_elements(self, variant: MapReduceVariant) -> int:
+        """Elements of one matrix a block holds at once, held in segments (rows: a segment
+        of a row; columns: a segment of rows of the strip)."""
+        threads = variant.threads[0] * variant.threads[1]
+        return threads * self.width(variant) * variant.unroll
 
     # -- naming -------------------------------------------------------------------------------
 
@@ -219,6 +225,9 @@ class MapReduceGroup(GroupNames):
             # columns), one block per SM of a 132-SM H100/H200
             return MapReduceVariant((1024, 1), 1, 1, True, "stream", (), 132, 8, 0, 8,
                                     held_rows=True)
+        if self.epilogue_kind == "held_col":  # a block per strip of 16 columns
+            return MapReduceVariant((4, 64), 1, 1, True, "shuffle", unroll=8,
+                                    held_columns=True)
         if self.epilogue_kind == "col":  # only blocks owning whole columns
             return MapReduceVariant((32, 16), 2, 1, True, "shuffle", vector_bytes=8,
                                     whole_columns=True)
@@ -238,6 +247,8 @@ class MapReduceGroup(GroupNames):
                 raise FusionError(f"variant {variant}: whole columns and held rows belong to "
                                   "matrix kernels")
             return replace(variant, rows=1, rowsum="shuffle", order=(), unroll=1, span=0)
+        if variant.held_columns:
+            return self._normalize_held_columns(variant)
         if bx != WARP and variant.rowsum != "stream":
             raise FusionError(f"variant {variant}: a matrix kernel takes 32 x N threads (T x 1 "
                               "only in the stream mapping)")
@@ -293,6 +304,17 @@ class MapReduceGroup(GroupNames):
                               f"bytes of shared memory, more than {DYNAMIC_SHARED_LIMIT}")
         return replace(variant, rows=1, iters=1, order=(), span=0)
 
+    def _normalize_held_columns(self, variant: MapReduceVariant) -> MapReduceVariant:
+        """Held columns: a block per strip of columns walking all of its rows; only for a
+        group whose members read its column reductions back (and no row reductions)."""
+        if self.epilogue_kind != "held_col":
+            raise FusionError(f"variant {variant}: held columns are for column reductions "
+                              "read back at every element of their column")
+        if self.stash_bytes(variant) > DYNAMIC_SHARED_LIMIT:
+            raise FusionError(f"variant {variant}: its stash takes {self.stash_bytes(variant)} "
+                              f"bytes of shared memory, more than {DYNAMIC_SHARED_LIMIT}")
+        return replace(variant, rows=1, iters=1, order=(), span=0, blocks=0)
+
     def _normalize_stream(self, variant: MapReduceVariant) -> MapReduceVariant:
         """The stream mapping: no column reductions (a warp walks along its rows, so no
         thread keeps a column); the span rounded up to a whole number of steps."""
@@ -316,7 +338,7 @@ class MapReduceGroup(GroupNames):
     def stored_columns(self, variant: MapReduceVariant) -> bool:
         """True when the column reductions are written with plain stores: one block walks
         every row of its columns (a whole-column variant)."""
-        return not self.flat and variant.whole_columns
+        return not self.flat and (variant.whole_columns or variant.held_columns)
 
     def atomic_reductions(self, variant: MapReduceVariant) -> list[Reduce]:
         """The reductions combined with atomics (their outputs are filled first)."""
@@ -339,6 +361,8 @@ class MapReduceGroup(GroupNames):
             return (1, variant.threads[0] * v)
         if variant.rowsum == "stream":
             return (variant.threads[1] * variant.rows, self.step(variant))
+        if variant.held_columns:  # a segment of the strip
+            return (variant.threads[1] * variant.unroll, variant.threads[0] * v)
         return (variant.threads[1] * variant.rows, WARP * v)
 
     # -- shared memory (interval allocation, Filipovič et al. 2015 §3.4) --------------------------------------
@@ -347,6 +371,14 @@ class MapReduceGroup(GroupNames):
         if self.flat or variant.rowsum == "stream":
             return {}
         v = self.width(variant)
+        if variant.held_columns:  # each warp's part of the strip's column results
+            across, down = variant.threads
+            layout = {}
+            for index, reduce in enumerate(self.col_reductions()):
+                size = across * down // WARP * across * v * ITEM_SIZE[reduce.dtype]
+                layout[f"cparts_{reduce.var}"] = SharedElement(f"cparts_{reduce.var}",
+                                                               _align(size) * index, size)
+            return layout
         bx, by = variant.threads
         tm, tn = self.tile(variant)
         layout: dict[str, SharedElement] = {}

@@ -294,13 +294,15 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
 def _fused_reason(graph: Graph, source: str, target: str, buffer: str,
                   form: Form | None = None, members: Sequence[str] = ()) -> str:
     consumer = graph.kernel_by_name[target]
-    if isinstance(form, MapReduceVariant) and form.segmented \
+    if isinstance(form, MapReduceVariant) and (form.segmented or form.held_columns) \
             and graph.kernel_by_name[source].reduction is not None:
         if online_rescaled_sums(graph, members).get(target) == source:
             return (f"'{target}' goes in the same pass over the row's segments as "
                     f"'{buffer}', its sum rescaled as the running maximum grows (online)")
-        return (f"'{buffer}' is complete after a pass over the row's segments; the next "
-                "pass reads the row again (from L2 where it is still there)")
+        walked = "every row of the block's strip of columns" if form.held_columns \
+            else "the row's segments"
+        return (f"'{buffer}' is complete in the block after a pass over {walked}; the next "
+                "pass reads them again (from shared memory or L2 where they still are)")
     radius = consumer.halo_radius(buffer)
     if radius and any(radius):
         window = "x".join(str(2 * r + 1) for r in radius)

@@ -255,6 +255,12 @@ class MapReduceVariant(Form):
     this many segments of each input a later pass reads again are kept in (dynamic) shared
     memory by the pass that first reads them, each thread its own elements (no barrier):
     with the segment in registers, a row of ``stash + 1`` segments is read from DRAM once.
+
+    ``held_columns``: the same along the columns (a column reduction read back at every
+    element of its column): each block owns a strip of ``threads[0] x V`` columns and walks
+    every row of it in segments of ``threads[1] x unroll`` rows, a pass per phase, its
+    column reductions combined over the block's rows of threads at the end of each pass
+    (``threads[0]`` a power of two up to 32); ``stash`` as for rows.
     """
 
     name: ClassVar[str] = VARIANT_PREFIX
@@ -273,6 +279,7 @@ class MapReduceVariant(Form):
     held_rows: bool = False
     segmented: bool = False
     stash: int = 0
+    held_columns: bool = False
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -288,8 +295,10 @@ class MapReduceVariant(Form):
         if self.unroll < 1 or self.span < 0:
             raise FusionError("variant: unroll must be positive and span 0 (whole rows) or "
                               "positive")
-        if self.rowsum != "stream" and (self.unroll != 1 or self.span):
-            raise FusionError("variant: unroll and span belong to the stream mapping")
+        if self.rowsum != "stream" and (self.unroll != 1 and not self.held_columns
+                                        or self.span):
+            raise FusionError("variant: unroll belongs to the stream mapping and held "
+                              "columns, span to the stream mapping")
         if self.vector_bytes not in VECTOR_BYTES:
             raise FusionError(f"variant: vector accesses are of {VECTOR_BYTES} bytes")
         if self.whole_columns and self.rowsum == "stream":
@@ -303,9 +312,14 @@ class MapReduceVariant(Form):
                               "power of two above 32) without column spans")
         if self.segmented and not self.held_rows:
             raise FusionError("variant: segments belong to held rows (':hr:sg')")
-        if self.stash < 0 or (self.stash and not self.segmented):
+        if self.stash < 0 or (self.stash and not (self.segmented or self.held_columns)):
             raise FusionError("variant: a stash of segments belongs to rows held in segments "
-                              "(':hr:sg:stN', N >= 0)")
+                              "(':hr:sg:stN', N >= 0) and held columns (':hc:stN')")
+        if self.held_columns and (bx > WARP or bx & (bx - 1) or self.held_rows
+                                  or self.rowsum != "shuffle" or self.whole_columns):
+            raise FusionError(f"variant: held columns take {bx}x{by} threads: the first a "
+                              "power of two up to 32 (threads across the strip), the "
+                              "mapping 'shuffle', no held rows or whole columns")
 
     def text(self) -> str:
         """The variant as a plan's variant string (``mapreduce:32x8:r4:i8:w:shuffle``)."""
@@ -325,6 +339,8 @@ class MapReduceVariant(Form):
             parts.append("hr")
         if self.segmented:
             parts.append("sg")
+        if self.held_columns:
+            parts.append("hc")
         if self.stash:
             parts.append(f"st{self.stash}")
         if self.order:
@@ -358,7 +374,7 @@ class MapReduceVariant(Form):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
         blocks, unroll, span, whole_columns, held_rows = 0, 1, 0, False, False
-        segmented, stash = False, 0
+        segmented, stash, held_columns = False, 0, False
         for extra in parts[6:]:
             if extra == "wc":
                 whole_columns = True
@@ -366,6 +382,8 @@ class MapReduceVariant(Form):
                 held_rows = True
             elif extra == "sg":
                 segmented = True
+            elif extra == "hc":
+                held_columns = True
             elif re.fullmatch(r"st\d+", extra):
                 stash = int(extra[2:])
             elif extra.startswith("o="):
@@ -381,7 +399,7 @@ class MapReduceVariant(Form):
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
                    int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
                    span, int(access.group(1) or 16), whole_columns, held_rows, segmented,
-                   stash)
+                   stash, held_columns)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
         return half_reason(graph, members, "map-reduce")

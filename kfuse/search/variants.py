@@ -179,6 +179,12 @@ SEGMENT_BASE_REGISTERS = 24
 # shared memory a stash of segments may take (measured above: about half of what a block
 # may take was faster than all of it)
 STASH_LIMIT = 100 * 1024
+# Held columns (a column reduction read back at every element of its column): a block per
+# strip of columns walking every row of it, a pass per phase, as (threads across the strip,
+# threads down it, vector bytes): strips of 16 columns (64-byte rows, whole sectors) give
+# 4096 columns 256 blocks; unroll: rows per thread and segment (fewer where they do not fit).
+HELD_COLUMN_FORMS = ((4, 64, 16), (4, 128, 16), (8, 32, 16), (2, 128, 16))
+HELD_COLUMN_UNROLL = 8
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
@@ -243,6 +249,8 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
     if group.epilogue_kind == "held":  # held rows: the only legal implementations
         return held_row_variants(group, profile, sizes[group.domain[1]],
                                  sizes[group.domain[0]]) if held else []
+    if group.epilogue_kind == "held_col":  # held columns: likewise
+        return held_column_variants(group, profile, sizes[group.domain[0]] if sizes else None)
     if held and not group.flat and not group.epilogue and not group.stores \
             and group.row_reductions() and group.col_reductions():  # (BiCGK: A once)
         result += held_row_variants(group, profile, sizes[group.domain[1]])
@@ -329,6 +337,30 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
     if not result and rows is not None and segment_reason(
             group.graph, [k.name for k in group.members]) is None:
         result = held_segment_variants(group, profile, rows, columns)
+    return result
+
+
+def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
+                         rows: int | None) -> list[MapReduceVariant]:
+    """The forms of :data:`HELD_COLUMN_FORMS` whose segments fit a thread's registers, each
+    with as many segments of its strip stashed in shared memory as fit (for ``rows``
+    known)."""
+    result = []
+    for across, down, size in HELD_COLUMN_FORMS:
+        probe = MapReduceVariant((across, down), 1, 1, True, "shuffle", vector_bytes=size,
+                                 held_columns=True)
+        budget = _held_register_budget(across * down, profile) if profile is not None \
+            else MAX_REGISTERS_PER_THREAD
+        unroll = min(HELD_COLUMN_UNROLL, (budget - SEGMENT_BASE_REGISTERS)
+                     // held_words(group, probe))
+        if unroll < 1:
+            continue
+        variant = replace(probe, unroll=unroll)
+        per_segment = group.stash_bytes(variant, 1)
+        if per_segment and rows is not None:
+            segments = math.ceil(rows / group.tile(variant)[0])
+            variant = replace(variant, stash=min(segments, STASH_LIMIT // per_segment))
+        result.append(variant)
     return result
 
 
@@ -502,8 +534,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     else:
         rows, cols = (sizes[s] for s in group.domain)
         col_blocks = math.ceil(cols / tile_cols)
-        row_blocks = 1 if variant.whole_columns else math.ceil(rows / (tile_rows
-                                                                     * variant.iters))
+        row_blocks = 1 if variant.whole_columns or variant.held_columns \
+            else math.ceil(rows / (tile_rows * variant.iters))
         if stream:  # one block per row group and span; a step of columns per iteration
             col_blocks = math.ceil(cols / variant.span) if variant.span else 1
         blocks = col_blocks * row_blocks
@@ -545,6 +577,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     tile_inputs = len(group.tile_inputs)
     if not stream:  # vectors and the tile mapping (their choices were checked on an H200)
         rows_in_flight = variant.rows if not group.flat else min(variant.iters, 4)
+        if variant.held_columns:
+            rows_in_flight = variant.unroll
         base = PLAIN_MAP_BASE_REGISTERS if group.flat and not group.reductions \
             else BASE_REGISTERS
         registers = (base + v * rows_in_flight * (tile_inputs + len(group.stores))
@@ -561,8 +595,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     else:  # the stream mapping: registers fitted to ptxas, efficiency further down
         registers = matrix_registers(group, variant)
         per_sm = max(1, min(per_sm, _register_blocks(registers, threads, profile)))
-    if variant.segmented:  # passes after the first read the row again, from L2 where it is
-        again, hit = _segment_rereads(group, variant, sizes, profile,
+    if variant.segmented or variant.held_columns:  # passes after the first read again,
+        again, hit = _segment_rereads(group, variant, sizes, profile,  # from L2 where they are
                                       per_sm * profile.sm_count)
         dram += again * (1.0 - hit)
         l2 += again * hit
@@ -635,7 +669,13 @@ def _segment_rereads(group: MapReduceGroup, variant: MapReduceVariant,
     in registers where the pass just before read it too; L2
     keeps the rows of the resident blocks while they fit half of it."""
     rows, columns = (sizes[s] for s in group.domain)
-    segments = max(1, math.ceil(columns / group.step(variant)))
+    if variant.held_columns:  # (a strip of columns walked along its rows)
+        strip = group.tile(variant)[1]
+        segments = max(1, math.ceil(rows / group.tile(variant)[0]))
+        units, unit_elements = math.ceil(columns / strip), rows * strip
+    else:
+        segments = max(1, math.ceil(columns / group.step(variant)))
+        units, unit_elements = rows, columns
     stashed = min(variant.stash, segments)
     again = 0.0
     read: set[str] = set()
@@ -650,8 +690,8 @@ def _segment_rereads(group: MapReduceGroup, variant: MapReduceVariant,
                     * (segments - on_chip) / segments
         read.update(inputs)
         kept = inputs
-    row_bytes = columns * (group.item_size or 4) * max(1, len(group.tile_inputs))
-    hit = min(1.0, profile.l2_bytes / 2 / max(1.0, min(rows, resident) * row_bytes))
+    unit_bytes = unit_elements * (group.item_size or 4) * max(1, len(group.tile_inputs))
+    hit = min(1.0, profile.l2_bytes / 2 / max(1.0, min(units, resident) * unit_bytes))
     return again, hit
 
 
