@@ -284,3 +284,100 @@ def test_a_held_group_never_reads_a_column_reduction_of_its_own():
     reasons = [v.reason for v in epilogue_violations(graph, ["top", "columns", "y"], None)]
     assert any("'columns', a reduction combined over blocks" in r for r in reasons), reasons
     assert not epilogue_violations(graph, ["top", "columns"], None)
+
+
+# held columns: strips of 2 x 4 (or 4 x 1) columns, 32 x 2 rows a segment
+HELD_COLUMNS = ["mapreduce:2x32:r1:i1:w:shuffle:u2:hc",
+                "mapreduce:4x16:r1:i1:s:shuffle:u3:hc",
+                "mapreduce:2x32:r1:i1:w:shuffle:u2:hc:st3"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("variant", HELD_COLUMNS)
+def test_column_standardisation_in_one_held_column_kernel(variant):
+    """Columns of one partial segment and of several, strips cut by the last column, a
+    single element; vector and scalar accesses; a stash of the first segments."""
+    cpu_or_skip()
+
+    def held(pipeline):
+        members = tuple(k.name for k in pipeline.graph().kernels)
+        return pipeline.fuse([members], forms=[variant])
+
+    for size in ((5, 3), (1001, 37), (257, 129), (1, 1)):
+        check("colstandardise", held, size, seed=size[0])
+
+
+@pytest.mark.integration
+def test_every_kind_of_member_in_held_columns():
+    """Pass 1 a column maximum, a stored map reading a vector along the columns and a full
+    sum; pass 2 a column sum of exponentials past the maximum weighted by a vector along
+    the rows; pass 3 the map reading it: against NumPy on strips and segments cut short."""
+    cpu_or_skip()
+    p = kf.Pipeline("column_passes")
+    x = p.input("x", ndim=2)
+    r = p.input("r", shape=(x.shape[0],))
+    c = p.input("c", shape=(x.shape[1],))
+    top = kf.reduce_max(x, axis=0, name="top")
+    scaled = kf.point(x * c.at(0, dims=(1,)), name="scaled")
+    everything = kf.reduce_sum(x * x, name="everything")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(1,))) * r.at(0, dims=(0,)), axis=0,
+                          name="total")
+    y = kf.point(x / total.at(0, dims=(1,)), name="y")
+    p.output(top, scaled, everything, total, y)
+    graph = p.graph()
+    members = tuple(k.name for k in graph.kernels)
+    group = MapReduceGroup(graph, members, list(graph.outputs))
+    assert group.epilogue_kind == "held_col"
+    assert [[k.name for k in phase] for phase in group.segment_phases] == [
+        ["top", "scaled", "everything"], ["total"], ["y"]]
+    rng = np.random.default_rng(6)
+    for variant in HELD_COLUMNS[::2]:
+        plan = p.fuse([members], forms=[variant])
+        for rows, cols in ((9, 5), (301, 23)):
+            x_value = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+            r_value = rng.uniform(0.5, 1.5, rows).astype(np.float32)
+            c_value = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+            out = p.run(backend="cpu", plan=plan, x=x_value, r=r_value, c=c_value)
+            v = x_value.astype(np.float64)
+            m = v.max(axis=0)
+            t = (np.exp(v - m) * r_value[:, None]).sum(axis=0)
+            expected = {"top": m, "scaled": v * c_value, "everything": (v * v).sum(),
+                        "total": t, "y": v / t}
+            for name, value in expected.items():
+                got = np.reshape(out[name], np.shape(value))
+                scale = max(np.abs(value).max(), 1.0)
+                assert np.abs(got - value).max() / scale <= 2e-5, (variant, rows, cols, name)
+
+
+def test_held_columns_refuse_row_reductions_and_other_reads():
+    """A block holding a strip of columns has part of each row: a row reduction in the group
+    is refused by name, as is a column result read at another column."""
+    p = kf.Pipeline("columns_refused")
+    x = p.input("x", ndim=2)
+    total = kf.reduce_sum(x, axis=0, name="total")
+    rows = kf.reduce_sum(x, axis=1, name="rows")
+    y = kf.point(x - total.at(0, dims=(1,)), name="y")
+    shifted = kf.local(x - total.at(1, dims=(1,)), name="shifted")
+    p.output(rows, y, shifted)
+    graph = p.graph()
+    reasons = [v.reason for v in epilogue_violations(graph, ["total", "rows", "y"], None)]
+    assert any("'rows' reduces along rows" in r for r in reasons), reasons
+    reasons = [v.reason for v in epilogue_violations(graph, ["total", "shifted"], None)]
+    assert any("at another column" in r for r in reasons), reasons
+    assert not epilogue_violations(graph, ["total", "y"], "mapreduce:8x64:r1:i1:w:shuffle:u8:hc")
+    reasons = [v.reason for v in epilogue_violations(graph, ["total", "y"],
+                                                     "mapreduce:32x8:r4:i8:w:shuffle")]
+    assert any("held-column variant" in r for r in reasons), reasons
+
+
+def test_column_standardisation_plans_one_kernel():
+    """At the benchmark size (columns longer than registers hold: segments) and where a
+    column of the strip fits in registers (read once); the explanation says how."""
+    app = get_app("colstandardise")
+    pipeline = app.build()
+    graph = pipeline.graph()
+    for size, unroll in ((app.bench_size, ":u8:"), ((2048, 32768), ":u8:")):
+        plan = pipeline.plan(sizes=app.sizes(graph, size))
+        assert len(plan.groups) == 1 and ":hc" in plan.groups[0].variant, plan.explain()
+        assert unroll in plan.groups[0].variant, plan.groups[0].variant
+    assert "after a pass over every row of the block's strip of columns" in plan.explain()

@@ -181,10 +181,16 @@ SEGMENT_BASE_REGISTERS = 24
 STASH_LIMIT = 100 * 1024
 # Held columns (a column reduction read back at every element of its column): a block per
 # strip of columns walking every row of it, a pass per phase, as (threads across the strip,
-# threads down it, vector bytes): strips of 16 columns (64-byte rows, whole sectors) give
-# 4096 columns 256 blocks; unroll: rows per thread and segment (fewer where they do not fit).
-HELD_COLUMN_FORMS = ((4, 64, 16), (4, 128, 16), (8, 32, 16), (2, 128, 16))
-HELD_COLUMN_UNROLL = 8
+# threads down it). Measured on an H100 (docs/journal/benchmarks.md, session 27), column
+# standardisation: 16384 x 4096, 8 x 64 threads (strips of 32 columns) x 8 rows per segment
+# 0.364 ms (three kernels 0.372, torch.compile 0.370), 8 x 64 x 4 0.366, other strips and
+# threads 0.37-0.69, stashing no faster; 2048 x 32768, the strip's columns whole in registers
+# (2 x 256 x 8 rows: read once) 0.239 (three kernels 0.374, torch.compile 0.245), segments
+# with a stash 0.27-0.35. So: the column whole in registers where it fits
+# (HELD_COLUMN_WHOLE_FORMS, at most HELD_COLUMN_WHOLE_UNROLL rows a thread), else segments.
+HELD_COLUMN_WHOLE_FORMS = ((2, 256), (4, 128), (8, 64))
+HELD_COLUMN_WHOLE_UNROLL = 16
+HELD_COLUMN_SEGMENT_FORM = (8, 64, 8)
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
@@ -298,8 +304,13 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
 
 def held_words(group: MapReduceGroup, variant: MapReduceVariant) -> int:
     """32-bit words a thread of a held-row variant keeps: its share of the row of each
-    matrix, of each column vector and of each column accumulator."""
+    matrix, of each column vector and of each column accumulator (held columns: its rows
+    of each matrix and column vector, one accumulator per column and reduction)."""
     words = (group.item_size or 4) // 4 or 1
+    if variant.held_columns:
+        loaded = len(group.tile_inputs) + len(group.col_inputs)
+        return group.width(variant) * words * (variant.unroll * max(loaded, 1)
+                                               + len(group.col_reductions()))
     kept = len(group.tile_inputs) + len(group.col_inputs) + len(group.col_reductions())
     return group.width(variant) * variant.unroll * words * max(kept, 1)
 
@@ -342,26 +353,25 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
 
 def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
                          rows: int | None) -> list[MapReduceVariant]:
-    """The forms of :data:`HELD_COLUMN_FORMS` whose segments fit a thread's registers, each
-    with as many segments of its strip stashed in shared memory as fit (for ``rows``
-    known)."""
-    result = []
-    for across, down, size in HELD_COLUMN_FORMS:
-        probe = MapReduceVariant((across, down), 1, 1, True, "shuffle", vector_bytes=size,
+    """The held-column form: for ``rows`` known, the first of
+    :data:`HELD_COLUMN_WHOLE_FORMS` holding a whole column of the strip in registers (read
+    once) where one fits, else :data:`HELD_COLUMN_SEGMENT_FORM` (segments of rows, a pass
+    per phase)."""
+    def variant(across: int, down: int, unroll: int) -> MapReduceVariant | None:
+        probe = MapReduceVariant((across, down), 1, 1, True, "shuffle", unroll=unroll,
                                  held_columns=True)
         budget = _held_register_budget(across * down, profile) if profile is not None \
             else MAX_REGISTERS_PER_THREAD
-        unroll = min(HELD_COLUMN_UNROLL, (budget - SEGMENT_BASE_REGISTERS)
-                     // held_words(group, probe))
-        if unroll < 1:
-            continue
-        variant = replace(probe, unroll=unroll)
-        per_segment = group.stash_bytes(variant, 1)
-        if per_segment and rows is not None:
-            segments = math.ceil(rows / group.tile(variant)[0])
-            variant = replace(variant, stash=min(segments, STASH_LIMIT // per_segment))
-        result.append(variant)
-    return result
+        fits = SEGMENT_BASE_REGISTERS + held_words(group, probe) <= budget
+        return probe if fits else None
+
+    for across, down in HELD_COLUMN_WHOLE_FORMS if rows is not None else ():
+        unroll = math.ceil(rows / down)
+        found = variant(across, down, unroll) if unroll <= HELD_COLUMN_WHOLE_UNROLL else None
+        if found:
+            return [found]  # (the first that fits: in the order measured fastest)
+    found = variant(*HELD_COLUMN_SEGMENT_FORM)
+    return [found] if found else []
 
 
 def held_segment_variants(group: MapReduceGroup, profile: DeviceProfile, rows: int,
