@@ -16,6 +16,14 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Normalisations: rows in segments, held columns (H100, 2026-11-27, session 27)",
+     "2026-11-27-session27-final-h100-norm.json",
+     "kfuse bench rmsnorm layernorm logsoftmax softmax crossentropy colstandardise --json F"),
+    ("Time-stepped stencils, one streamed kernel (H200, 2026-11-27, session 27)",
+     "2026-11-27-session27-steps-h200.json",
+     "kfuse bench smooth2d wave2d heat3d stencil27 --json F"),
+    ("Normalisations (H200, 2026-11-27, session 27)", "2026-11-27-session27-norm-h200.json",
+     "kfuse bench rmsnorm layernorm logsoftmax softmax crossentropy colstandardise --json F"),
     ("Time-stepped stencils, one streamed kernel (H100, 2026-11-27)",
      "2026-11-27-session26-h100-steps-last.json", "kfuse bench smooth2d wave2d --json F"),
     ("Normalisations (H100, 2026-11-27)", "2026-11-27-session26-h100-norm.json",

@@ -168,17 +168,21 @@ HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
 # Held rows in segments: rows longer than those forms hold, in a group without column
 # reductions, one block per row holding a segment of T x V x unroll columns at a time, as
 # (threads, vector bytes, largest unroll; fewer where the words a thread keeps do not fit).
-# Measured on an H200 (docs/journal/benchmarks.md, session 27), RMSNorm 1024 x 65536 and
-# log-softmax 512 x 131072: 1024 x 16 bytes x 2 with 3 segments stashed 0.1709 / 0.1882 ms;
-# x 4 0.1735-0.1768 / 0.1917-0.1985; 512 threads 0.186-0.232 / 0.194-0.257; 256 threads
-# 0.199-0.384 / 0.202-0.417; stashing 224 KB rather than 96 slower (0.1772 / 0.1964).
+# Measured (docs/journal/benchmarks.md, session 27), RMSNorm 1024 x 65536 and log-softmax
+# 512 x 131072 on an H200: 1024 x 16 bytes x 2 0.171-0.186 / 0.188-0.197 ms, x 4
+# 0.174-0.186 / 0.192-0.213, 512 threads 0.186-0.232 / 0.194-0.257, 256 threads 0.199-0.384
+# / 0.202-0.417; on an H100, RMSNorm and LayerNorm 1024 x 65536: 1024 x 16 bytes x 2 with
+# 224 KB stashed 0.2165 / 0.2470 (torch.compile 0.2179 / 0.2398), 96 KB 0.2299 / 0.2717,
+# none 0.2592 / 0.2681; 512 or 256 threads 0.243-0.467.
 HELD_SEGMENT_FORMS = ((1024, 16, 2),)
 # registers besides the segment's words (more than held rows keep: the passes, the segment's
 # addresses; ptxas spilled LayerNorm's 1024 x 16 bytes x 4 segment at 16 + 48)
 SEGMENT_BASE_REGISTERS = 24
-# shared memory a stash of segments may take (measured above: about half of what a block
-# may take was faster than all of it)
-STASH_LIMIT = 100 * 1024
+# shared memory a stash of segments may take: about all a block may. Measured above, the H100
+# (50 MB of L2) ran 6-10% faster with 224 KB than with 96; the H200 (60 MB, whose L2 serves
+# more of the passes read again) 4% slower (RMSNorm 0.1772 against 0.1709 ms, log-softmax
+# 0.1964 against 0.1882): the smaller loss.
+STASH_LIMIT = 224 * 1024
 # Held columns (a column reduction read back at every element of its column): a block per
 # strip of columns walking every row of it, a pass per phase, as (threads across the strip,
 # threads down it). Measured on an H100 (docs/journal/benchmarks.md, session 27), column
