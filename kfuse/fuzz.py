@@ -29,6 +29,7 @@ import numpy as np
 
 import kfuse.dsl as kf
 from kfuse.errors import KfuseError
+from kfuse.fusion.legality import epilogue_kind, segment_reason
 from kfuse.fusion.plan import check_groups, make_plan
 from kfuse.ir.expr import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES
 from kfuse.runtime.numpy_backend import numpy_dtype
@@ -341,6 +342,12 @@ def draw_plan(case: Case, pipeline: kf.Pipeline) -> Case:
                    forms=tuple(forms))
 
 
+# rows held in segments by small blocks (several segments even on the fuzzer's small rows;
+# with a stash of two)
+SMALL_SEGMENTS = ("mapreduce:64x1:r1:i1:w:stream:g3:u1:hr:sg",
+                  "mapreduce:64x1:r1:i1:s:stream:g2:u1:hr:sg:st2")
+
+
 def _draw_form(rng: random.Random, graph: Any, members: list[str]) -> str | None:
     """A random form among those that can implement the group (None: its default)."""
     from kfuse.schedule.forms import Recompute, Staged, Streamed
@@ -354,6 +361,9 @@ def _draw_form(rng: random.Random, graph: Any, members: list[str]) -> str | None
         choices += [v for v in group_variants(graph, members) if v != "auto"][:40]
     except KfuseError:
         pass
+    if len(members) > 1 and epilogue_kind(graph, members) == "held" \
+            and segment_reason(graph, members) is None:
+        choices += list(SMALL_SEGMENTS)  # (held rows whole need sizes; segments take any)
     return rng.choice(choices)
 
 

@@ -91,36 +91,28 @@ def test_blas_apps_on_cuda_match_the_reference(app):
     assert max(errors.values()) <= spec.tolerance, errors
 
 
-SEGMENT_VARIANTS = ["mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg",
-                    "mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg:st2",
-                    "mapreduce:128x1:r1:i1:s:stream:g3:u2:hr:sg:st5"]
+# (app, variant, sizes): rows held in segments (several, a partial last one; every pass,
+# online rescaling, stashes) and held columns (segments of rows, a partial last strip)
+SEGMENT_CASES = [
+    *[(app, variant, ((9, 40003), (3, 1001)))
+      for app in ("logsoftmax", "softmax", "crossentropy", "layernorm")
+      for variant in ("mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg",
+                      "mapreduce:1024x1:r1:i1:w:stream:g40:u2:hr:sg:st7",
+                      "mapreduce:128x1:r1:i1:s:stream:g3:u2:hr:sg:st5")],
+    *[("colstandardise", variant, ((40003, 9), (1001, 37)))
+      for variant in ("mapreduce:2x128:r1:i1:w:shuffle:u8:hc:st3",
+                      "mapreduce:8x32:r1:i1:s:shuffle:u2:hc")],
+]
 
 
-@pytest.mark.parametrize("variant", SEGMENT_VARIANTS)
-@pytest.mark.parametrize("app", ["logsoftmax", "softmax", "crossentropy", "layernorm"])
-def test_rows_in_segments_on_cuda_match_the_reference(app, variant):
-    """Rows of several segments and a partial last one (every pass, online rescaling)."""
+@pytest.mark.parametrize("app, variant, sizes", SEGMENT_CASES)
+def test_rows_in_segments_and_held_columns_on_cuda_match_the_reference(app, variant, sizes):
     spec = get_app(app)
     pipeline = spec.build()
     members = tuple(k.name for k in pipeline.graph().kernels)
     plan = pipeline.fuse([members], forms=[variant])
-    for size in ((9, 40003), (3, 1001)):
+    for size in sizes:
         arrays, params = spec.make_inputs(size, np.random.default_rng(size[0]), "float32")
-        outputs = pipeline.run(backend="cuda", plan=plan, **arrays, **params)
-        errors = reference_errors(spec, arrays, params, outputs)
-        assert max(errors.values()) <= spec.tolerance, (size, errors)
-
-
-@pytest.mark.parametrize("variant", ["mapreduce:2x128:r1:i1:w:shuffle:u8:hc:st3",
-                                     "mapreduce:8x32:r1:i1:s:shuffle:u2:hc"])
-def test_held_columns_on_cuda_match_the_reference(variant):
-    """Columns of several segments of rows and a partial last one, a partial last strip."""
-    spec = get_app("colstandardise")
-    pipeline = spec.build()
-    members = tuple(k.name for k in pipeline.graph().kernels)
-    plan = pipeline.fuse([members], forms=[variant])
-    for size in ((40003, 9), (1001, 37)):
-        arrays, params = spec.make_inputs(size, np.random.default_rng(size[1]), "float32")
         outputs = pipeline.run(backend="cuda", plan=plan, **arrays, **params)
         errors = reference_errors(spec, arrays, params, outputs)
         assert max(errors.values()) <= spec.tolerance, (size, errors)

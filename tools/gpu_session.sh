@@ -46,7 +46,7 @@ if [ "$part" = blas ]; then
 fi
 if [ "$part" = norm ]; then
   python3 -m kfuse calibrate > "$OUT/calibrate.txt" 2>&1
-  python3 -m pytest -q tests/test_cuda_backend.py -k "segments or held_columns or (blas_apps and (norm or softmax or entropy or standardise))" \
+  python3 -m pytest -q tests/test_cuda_backend.py -k "segments or (blas_apps and (norm or softmax or entropy or standardise))" \
     2>&1 | tail -3 | tee "$OUT/pytest_norm_cuda.txt"
   python3 -m kfuse bench ${NORM_APPS:-rmsnorm layernorm logsoftmax softmax crossentropy colstandardise} \
     --json "$OUT/norm.json" 2>&1 | tee "$OUT/norm.txt"

@@ -73,18 +73,11 @@ class HeldKernel(MapReduceKernel):
         segment = threads * v * chunks  # columns a block holds at once
         self.segment_extent = segment
 
-        self.row_index, self.col_index = "[kf_u]", "[kf_u]"
-        self.address = f"(kf_index_t)iy * {n_cols} + ix"
         first = f"kf_base + (kf_u * {threads} + kf_tx) * {v}" if segmented \
             else f"(kf_u * {threads} + kf_tx) * {v}"
-        self.chunk = [f"const int ix = {first};",
-                      f"const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;",
-                      "(void)kf_cols;  // (unused by some groups)"]
-
-        tile_types = {name: C_TYPES[group.graph.buffers[name].dtype]
-                      for name in group.tile_inputs + group.col_inputs}
-        column_arrays = [f"{tile_types[name]} kf_col_{c_name(name)}[{chunks}][{v}];"
-                         for name in group.col_inputs]
+        self.map_chunks([f"const int ix = {first};",
+                         f"const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;"])
+        loaded, column_arrays = self.held_arrays()
         invariant = [*column_arrays, *self.over_chunks(
             self.column_vector_lines("[kf_u]", "kf_cols", "kf_vec"))]
         accumulators = []
@@ -98,8 +91,6 @@ class HeldKernel(MapReduceKernel):
         shared = [f"__shared__ {r.ctype} kf_parts_{r.var}[2][{warps}];  // '{r.kernel.name}': "
                   "each warp's part of a row, two buffers (one barrier per row)"
                   for r in row_reductions]
-        loaded = [f"{tile_types[name]} kf_ld_{c_name(name)}[{chunks}][{v}];"
-                  for name in group.tile_inputs]
         walk = self.segmented_walk(loaded + column_arrays) if segmented \
             else self.held_walk(loaded)
         self.held_values = {}
@@ -109,8 +100,7 @@ class HeldKernel(MapReduceKernel):
                                        f"&{reduce.var}[ix + e], kf_acc_{reduce.var}[kf_u][e]);"])
         for reduce in group.all_reductions():
             flush += self.block_atomic_lines(reduce)
-        vec = self.aligned_flag(group.tile_inputs + group.stores + group.fed_stores
-                                + group.col_inputs, n_cols)
+        vec = self.held_vector_flag()
         body = [
             f"// held rows: the block's {threads} threads hold each of its rows whole, {chunks} "
             f"x {v} column(s) per thread",
@@ -157,6 +147,31 @@ class HeldKernel(MapReduceKernel):
         return body, grid
 
     # -- pieces of the walk -----------------------------------------------------------------
+    def map_chunks(self, chunk: list[str]) -> None:
+        """The thread's chunk ``kf_u`` at row ``iy``, columns from ``ix`` (``chunk``: the lines
+        that set them and ``kf_cols``, the columns inside); matrices row-major."""
+        self.row_index, self.col_index = "[kf_u]", "[kf_u]"
+        self.address = f"(kf_index_t)iy * {size_var(self.group.domain[1])} + ix"
+        self.chunk = [*chunk, "(void)kf_cols;  // (unused by some groups)"]
+
+    def held_vector_flag(self) -> str:
+        """C condition for vector accesses to every matrix and column vector the kernel
+        reads or stores (pointers aligned, rows a whole number of vectors)."""
+        group = self.group
+        return self.aligned_flag(group.tile_inputs + group.stores + group.fed_stores
+                                 + group.col_inputs, size_var(group.domain[1]))
+
+    def held_arrays(self) -> tuple[list[str], list[str]]:
+        """Declarations of the registers a thread keeps its chunks in: of each matrix read at
+        the point (``kf_ld_*``), and of each vector read along the columns (``kf_col_*``)."""
+        group, v, chunks = self.group, self.v, self.variant.unroll
+
+        def arrays(prefix: str, names: list[str]) -> list[str]:
+            return [f"{C_TYPES[group.graph.buffers[name].dtype]} {prefix}{c_name(name)}"
+                    f"[{chunks}][{v}];" for name in names]
+
+        return arrays("kf_ld_", group.tile_inputs), arrays("kf_col_", group.col_inputs)
+
     def over_chunks(self, lines: list[str]) -> list[str]:
         """``lines`` at each of the thread's chunks of the row (``ix``: its first column)."""
         return ["#pragma unroll", f"for (int kf_u = 0; kf_u < {self.variant.unroll}; ++kf_u) {{",

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kfuse.codegen.cexpr import c_name, indent, size_var
+from kfuse.codegen.cexpr import indent, size_var
 from kfuse.codegen.mapreduce_held import HeldKernel
 from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import Reduce
-from kfuse.ir.expr import C_TYPES
 
 COLUMN_HELPER = r"""#ifndef KF_COLUMN_HELPER
 #define KF_COLUMN_HELPER
@@ -109,24 +108,15 @@ class HeldColumnsKernel(HeldKernel):
         n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
         strip = across * v
         self.segment_extent = down * chunks  # rows a block holds at once
-        self.row_index, self.col_index = "[kf_u]", "[kf_u]"
-        self.address = f"(kf_index_t)iy * {n_cols} + ix"
-        self.chunk = [f"const int iy = kf_base + kf_u * {down} + kf_ty;",
-                      f"const int ix = kf_strip + kf_tx * {v};",
-                      f"const int kf_cols = iy < {n_rows} && ix < {n_cols} ? "
-                      f"min({v}, {n_cols} - ix) : 0;",
-                      "(void)kf_cols;  // (unused by some groups)"]
-        types = {name: C_TYPES[group.graph.buffers[name].dtype]
-                 for name in group.tile_inputs + group.col_inputs}
-        loaded = [f"{types[name]} kf_ld_{c_name(name)}[{chunks}][{v}];"
-                  for name in group.tile_inputs]
-        loaded += [f"{types[name]} kf_col_{c_name(name)}[{chunks}][{v}];"
-                   for name in group.col_inputs]
+        self.map_chunks([f"const int iy = kf_base + kf_u * {down} + kf_ty;",
+                         f"const int ix = kf_strip + kf_tx * {v};",
+                         f"const int kf_cols = iy < {n_rows} && ix < {n_cols} ? "
+                         f"min({v}, {n_cols} - ix) : 0;"])
+        loaded, column_arrays = self.held_arrays()
         shared = [f"__shared__ {r.ctype} kf_cparts_{r.var}[{warps}][{strip}];  // "
                   f"'{r.kernel.name}': each warp's part of the strip's columns"
                   for r in group.col_reductions()]
-        vec = self.aligned_flag(group.tile_inputs + group.stores + group.fed_stores
-                                + group.col_inputs, n_cols)
+        vec = self.held_vector_flag()
         body = [
             f"// held columns: the block's {across} x {down} threads own a strip of {strip} "
             f"columns ({v} per thread) and walk",
@@ -148,7 +138,7 @@ class HeldColumnsKernel(HeldKernel):
             "int kf_parity = 0;  // (one strip per block: each part is written once)",
             "(void)kf_parity;",
             "{",
-            *indent(self.segmented_walk(loaded), 1),
+            *indent(self.segmented_walk(loaded + column_arrays), 1),
             "}",
         ]
         self.held_values = {}
