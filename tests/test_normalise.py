@@ -14,7 +14,12 @@ import kfuse as kf
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import reference_errors
 from kfuse.errors import LaunchError
-from kfuse.fusion.legality import epilogue_violations, held_row_phases, online_rescaled_sums
+from kfuse.fusion.legality import (
+    epilogue_violations,
+    held_row_phases,
+    online_centred_sums,
+    online_rescaled_sums,
+)
 from kfuse.fusion.mapreduce import MapReduceGroup
 
 NORM = [app.name for app in list_apps("norm")]
@@ -381,3 +386,59 @@ def test_column_standardisation_plans_one_kernel():
         assert len(plan.groups) == 1 and ":hc" in plan.groups[0].variant, plan.explain()
         assert unroll in plan.groups[0].variant, plan.groups[0].variant
     assert "after a pass over every row of the block's strip of columns" in plan.explain()
+
+
+def test_online_centring_is_recognised_only_where_it_holds():
+    """A sum of squares of values centred by a centre read from the sum of the same values
+    along the same axis goes in that sum's pass; other squares and centres do not."""
+    for name in ("layernorm", "colstandardise"):
+        graph = get_app(name).build().graph()
+        members = [k.name for k in graph.kernels]
+        found = online_centred_sums(graph, members)
+        assert list(found) == ["spread"] and found["spread"].total == "total", found
+        group = MapReduceGroup(graph, members, ["y"])
+        assert [[k.name for k in phase] for phase in group.segment_phases] == [
+            ["total", "spread"], ["y"]]
+    p = kf.Pipeline("centring_kinds")
+    x = p.input("x", ndim=2)
+    total = kf.reduce_sum(x, axis=1, name="total")
+    mean = total.at(0, dims=(0,)) * 0.5
+    other = kf.reduce_sum((x * 2.0 - mean) * (x * 2.0 - mean), axis=1, name="other")
+    mixed = kf.reduce_sum((x - mean) * (x + mean), axis=1, name="mixed")
+    varying = kf.reduce_sum((x - x * mean) * (x - x * mean), axis=1, name="varying")
+    good = kf.reduce_sum((x - mean) * (x - mean), axis=1, name="good")
+    p.output(other, mixed, varying, good)
+    graph = p.graph()
+    assert list(online_centred_sums(graph, [k.name for k in graph.kernels])) == ["good"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("variant", [SMALL_SEGMENTS, HELD_COLUMNS[0]])
+def test_online_centring_keeps_its_precision_far_from_zero(variant):
+    """Values of mean 1000 and spread 1 (where a sum of squares less the squared sum loses
+    every digit): the centred sums of squares and the normalised values, stored, against
+    float64, for rows in segments and held columns."""
+    cpu_or_skip()
+    axis = 0 if ":hc" in variant else 1
+    p = kf.Pipeline("centring_precision")
+    x = p.input("x", ndim=2)
+    inv_n = p.param("inv_n")
+    total = kf.reduce_sum(x, axis=axis, name="total")
+    centred = x - total.at(0, dims=(1 - axis,)) * inv_n
+    spread = kf.reduce_sum(centred * centred, axis=axis, name="spread")
+    y = kf.point(centred * kf.rsqrt(spread.at(0, dims=(1 - axis,)) * inv_n + 1e-5), name="y")
+    p.output(spread, y)
+    graph = p.graph()
+    members = tuple(k.name for k in graph.kernels)
+    assert list(MapReduceGroup(graph, members, ["spread", "y"]).centred) == ["spread"]
+    plan = p.fuse([members], forms=[variant])
+    rng = np.random.default_rng(8)
+    for shape in ((7, 1201), (1201, 7)):
+        x_value = (1000.0 + rng.standard_normal(shape)).astype(np.float32)
+        out = p.run(backend="cpu", plan=plan, x=x_value, inv_n=1.0 / shape[axis])
+        v = x_value.astype(np.float64)
+        c = v - v.mean(axis=axis, keepdims=True)
+        squares = (c * c).sum(axis=axis)
+        assert np.abs(out["spread"] - squares).max() / squares.max() <= 1e-3, shape
+        expected = c / np.sqrt((c * c).mean(axis=axis, keepdims=True) + 1e-5)
+        assert np.abs(out["y"] - expected).max() <= 2e-3, shape

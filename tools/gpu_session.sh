@@ -52,13 +52,14 @@ if [ "$part" = norm ]; then
     --json "$OUT/norm.json" 2>&1 | tee "$OUT/norm.txt"
   # rows longer than a block holds (held in segments), beside torch.compile (LONG=0: none)
   if [ "${LONG:-1}" = 1 ]; then
-    for spec in "logsoftmax 512x131072" "crossentropy 512x131072" "rmsnorm 1024x65536" \
-                "layernorm 1024x65536"; do
+    for spec in ${LONG_APPS:-"logsoftmax 512x131072" "crossentropy 512x131072" \
+                "rmsnorm 1024x65536" "layernorm 1024x65536" "colstandardise 2048x32768"}; do
       set -- $spec
       python3 -m kfuse bench "$1" --size "$2" --no-calls 2>&1 | tee -a "$OUT/norm_long.txt"
     done
     compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -x \
-      tests/test_cuda_backend.py -k "segments and layernorm" 2>&1 | tail -4 \
+      tests/test_cuda_backend.py -k "segments and (layernorm or colstandardise)" 2>&1 \
+      | tail -4 \
       | tee "$OUT/segments_racecheck.txt"
   fi
 fi

@@ -20,13 +20,14 @@ skeleton (:mod:`kfuse.codegen.mapreduce_skeleton`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from kfuse.codegen.cexpr import c_name, indent, size_var
 from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import Reduce
-from kfuse.ir.expr import C_TYPES, ITEM_SIZE
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Binary, Load
 from kfuse.ir.graph import Kernel
 
 RESCALE_HELPER = r"""#ifndef KF_RESCALE_HELPER
@@ -37,6 +38,11 @@ template <typename T> KF_DEVICE T kf_rescale(T from, T to) {
   return from == to ? T(1) : T(exp(from - to));
 }
 #endif  // KF_RESCALE_HELPER"""
+
+
+def at(template: str, element: int) -> str:
+    """A value template's C value at the thread's element ``element``."""
+    return template.replace("{element}", str(element))
 
 
 class HeldKernel(MapReduceKernel):
@@ -90,7 +96,7 @@ class HeldKernel(MapReduceKernel):
         accumulators += self.accumulator_lines(group.all_reductions())
         shared = [f"__shared__ {r.ctype} kf_parts_{r.var}[2][{warps}];  // '{r.kernel.name}': "
                   "each warp's part of a row, two buffers (one barrier per row)"
-                  for r in row_reductions]
+                  for r in row_reductions + self.centring_reductions()]
         walk = self.segmented_walk(loaded + column_arrays) if segmented \
             else self.held_walk(loaded)
         self.held_values = {}
@@ -331,7 +337,9 @@ class HeldKernel(MapReduceKernel):
         read: set[str] = set()  # the inputs the passes so far loaded
         for phase, kernels in enumerate(phases):
             rescaled = [k for k in kernels if k.name in group.online]
-            plain = [k for k in kernels if k.name not in group.online]
+            centred = [k for k in kernels if k.name in group.centred]
+            plain = [k for k in kernels
+                     if k.name not in group.online and k.name not in group.centred]
             reductions = [r for r in group.reductions if r.kernel in plain]
             sums = [r for r in group.reductions if r.kernel in rescaled]
             maxima = {k.name: graph.kernel_by_name[group.online[k.name]] for k in rescaled}
@@ -369,8 +377,12 @@ class HeldKernel(MapReduceKernel):
                 ]
                 for m in running.values():  # (read as the block's result hereafter)
                     del self.held_values[m.output]
+            folds = {k.name: self.centring_folds(k) for k in centred}
+            if centred:
+                segment_lines += self.centred_segment_lines(centred, folds)
             walk += [
                 *[self.accumulator_declaration(r) for r in rows_here + sums],
+                *[line for k in centred for line in self.centring_declarations(k, folds)],
                 f"// pass {phase + 1}: {names} over {self.walked} "
                 f"({'last to first: the last is still in registers' if backward else 'first to last'})",
                 "for (int kf_k = 0; kf_k < kf_segments; ++kf_k) {",
@@ -398,9 +410,124 @@ class HeldKernel(MapReduceKernel):
                         *self.combine_rows(sums)]
                     self.held_values.update(
                         {r.kernel.output: f"kf_row_{r.var}" for r in sums})
+                if centred:
+                    walk += self.centred_results(centred, folds)
                 if phase == last_combine:
                     walk.append("kf_parity ^= 1;")
         return walk
+
+    # -- online centring ---------------------------------------------------------------------
+    def centring_folds(self, kernel: Kernel) -> tuple[Reduce, Reduce]:
+        """The two block-wide sums a centred sum of squares ``kernel`` takes: its total over
+        the first segment (for the shift), and the squares about the shift."""
+        group = self.group
+        total = group.graph.kernel_by_name[group.centred[kernel.name].total]
+        dtype = group.graph.buffers[kernel.output].dtype
+        shift = replace(total, name=f"{total.name}_shift", writes=(f"{total.output}_shift",))
+        squares = replace(kernel, name=f"{kernel.name}_squares",
+                          writes=(f"{kernel.output}_squares",))
+        return (Reduce(shift, self.held_kind, "sum", dtype),
+                Reduce(squares, self.held_kind, "sum", dtype))
+
+    def centring_reductions(self) -> list[Reduce]:
+        """Every block-wide sum the group's centred sums take (their shared parts)."""
+        if not (self.variant.segmented or self.variant.held_columns):
+            return []
+        group = self.group
+        return [fold for name in group.centred
+                for fold in self.centring_folds(group.graph.kernel_by_name[name])]
+
+    @property
+    def elements(self) -> int:
+        """Results a thread keeps per reduction (one per row; one per column of its own)."""
+        return 1
+
+    def shift_value(self, kernel: Kernel) -> str:
+        """The C value of ``kernel``'s shift at the thread's element ``{element}``."""
+        return f"kf_shift_{c_name(kernel.output)}" + ("[{element}]" if self.elements > 1
+                                                        else "")
+
+    def centring_declarations(self, kernel: Kernel, folds: dict) -> list[str]:
+        size = f"[{self.elements}]" if self.elements > 1 else ""
+        return [f"{self._ctype(kernel)} kf_shift_{c_name(kernel.output)}{size};  // the "
+                f"first segment's mean: '{kernel.name}' sums the squares about it",
+                *[self.accumulator_declaration(fold) for fold in folds[kernel.name]]]
+
+    def centred_segment_lines(self, centred: Sequence[Kernel], folds: dict) -> list[str]:
+        """In each segment of the pass: at the first, the shifts (the block's means of the
+        values over it); then the squares of the values about them."""
+        group = self.group
+        count = f"min({self.segment_extent}, {self.held_length})"
+        lines = ["if (kf_k == 0) {  // the shifts: the first segment's means (a branch every "
+                 "thread of the block takes)"]
+        for kernel in centred:
+            shift = folds[kernel.name][0]
+            total = group.graph.kernel_by_name[group.centred[kernel.name].total]
+            combined, results = self.combine([shift])
+            means = [f"{at(self.shift_value(kernel), e)} = "
+                     f"{at(results[shift.kernel.output], e)} / ({shift.ctype}){count};"
+                     for e in range(self.elements)]
+            lines += indent([*self.copy_accumulator(shift.var, c_name(total.output)),
+                             *combined, *means], 1)
+        lines.append("}")
+        squared = []
+        for kernel in centred:
+            marker = f"{kernel.output} shift"  # (no array of a pipeline has such a name)
+            self.held_values[marker] = self.shift_value(kernel)
+            dtype = group.graph.buffers[kernel.output].dtype
+            difference = Binary("sub", group.centred[kernel.name].value,
+                                Load(marker, dtype, (0,) * group.ndim, (0,)), dtype)
+            squared.append(replace(folds[kernel.name][1].kernel,
+                                   body=Binary("mul", difference, difference, dtype)))
+        code, values = self.evaluate_at_row(squared)
+        for kernel in centred:
+            del self.held_values[f"{kernel.output} shift"]
+        return [*lines, "// the squares about the shifts",
+                *self.over_chunks(self.element_work(
+                    code, values, [folds[k.name][1] for k in centred], "kf_cols", "kf_vec",
+                    False, []))]
+
+    def centred_results(self, centred: Sequence[Kernel], folds: dict) -> list[str]:
+        """After the pass: the squares about the shifts combined over the block, then moved
+        to their centres: ``b + 2 (k - c)(s - n k) + n (k - c)²``."""
+        group = self.group
+        combined, results = self.combine([folds[k.name][1] for k in centred])
+        lines = ["// the sums of squares about the shifts, moved to their centres", *combined]
+        code, values = self.evaluate_at_row(
+            [replace(k, body=group.centred[k.name].centre) for k in centred])
+        finals = []
+        for kernel in centred:
+            var, ctype = c_name(kernel.output), self._ctype(kernel)
+            n = f"({ctype}){self.held_length}"
+            total = group.graph.kernel_by_name[group.centred[kernel.name].total]
+            lines.append(f"{ctype} kf_centred_{var}[{self.elements}];")
+            for e in range(self.elements):
+                k = at(self.shift_value(kernel), e)
+                b = at(results[folds[kernel.name][1].kernel.output], e)
+                s = at(self.held_values[total.output], e)
+                c = values[kernel.output][e]
+                finals.append(f"kf_centred_{var}[{e}] = {b} + 2 * ({k} - {c}) * ({s} - {n} * "
+                              f"{k}) + {n} * ({k} - {c}) * ({k} - {c});")
+        lines += ["{", *indent([*code, *finals], 1), "}"]
+        for kernel in centred:
+            value = f"kf_centred_{c_name(kernel.output)}" + (
+                "[{element}]" if self.elements > 1 else "[0]")
+            self.held_values[kernel.output] = value
+            if kernel.output in group.outputs:
+                lines += self.store_result(kernel, value)
+        return lines
+
+    def copy_accumulator(self, target: str, source: str) -> list[str]:
+        return [f"kf_racc_{target} = kf_racc_{source};"]
+
+    @property
+    def held_length(self) -> str:
+        """The C length of what a pass walks (a row's columns)."""
+        return size_var(self.group.domain[1])
+
+    def store_result(self, kernel: Kernel, value: str) -> list[str]:
+        return [f"if (kf_tx == 0) {c_name(kernel.output)}[iy] = {value};  // one plain "
+                "store per row"]
 
     def _ctype(self, kernel: Kernel) -> str:
         return C_TYPES[self.group.graph.buffers[kernel.output].dtype]

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kfuse.codegen.cexpr import indent, size_var
+from kfuse.codegen.cexpr import c_name, indent, size_var
 from kfuse.codegen.mapreduce_held import HeldKernel
 from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import Reduce
+from kfuse.ir.graph import Kernel
 
 COLUMN_HELPER = r"""#ifndef KF_COLUMN_HELPER
 #define KF_COLUMN_HELPER
@@ -99,6 +100,25 @@ class HeldColumnsKernel(HeldKernel):
                              f"kf_colres_{var}[e];  // one plain store per column")
         return lines, {r.kernel.output: f"kf_colres_{r.var}[{{element}}]" for r in reductions}
 
+    @property
+    def elements(self) -> int:
+        return self.v
+
+    @property
+    def held_length(self) -> str:
+        return size_var(self.group.domain[0])
+
+    def copy_accumulator(self, target: str, source: str) -> list[str]:
+        return [f"for (int e = 0; e < {self.v}; ++e) kf_cacc_{target}[e] = "
+                f"kf_cacc_{source}[e];"]
+
+    def store_result(self, kernel: Kernel, value: str) -> list[str]:
+        v, n_cols = self.v, size_var(self.group.domain[1])
+        first = f"kf_strip + kf_tx * {v}"
+        return ["if (kf_ty == 0) {  // one plain store per column"] + [
+            f"  if ({first} + {e} < {n_cols}) {c_name(kernel.output)}[{first} + {e}] = "
+            f"{value.replace('{element}', str(e))};" for e in range(v)] + ["}"]
+
     def body(self) -> tuple[list[str], Grid]:
         group, variant, v = self.group, self.variant, self.v
         across, down = variant.threads
@@ -115,7 +135,7 @@ class HeldColumnsKernel(HeldKernel):
         loaded, column_arrays = self.held_arrays()
         shared = [f"__shared__ {r.ctype} kf_cparts_{r.var}[{warps}][{strip}];  // "
                   f"'{r.kernel.name}': each warp's part of the strip's columns"
-                  for r in group.col_reductions()]
+                  for r in group.col_reductions() + self.centring_reductions()]
         vec = self.held_vector_flag()
         body = [
             f"// held columns: the block's {across} x {down} threads own a strip of {strip} "

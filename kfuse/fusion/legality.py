@@ -18,7 +18,8 @@ import networkx as nx
 from kfuse.analysis.order import Reachability
 from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.errors import FusionError
-from kfuse.ir.expr import Binary, Expr, Load, Unary, loads, transform
+from kfuse.ir.expr import Binary, Coord, Expr, Load, Unary, loads, transform
+from kfuse.ir.fingerprint import canonical
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import Form, MapReduceVariant, as_form, half_reason, is_variant_text
 
@@ -543,6 +544,69 @@ def _inlined_body(graph: Graph, members: Sequence[str], name: str) -> Expr:
         return _inlined_body(graph, members, producer)
 
     return transform(graph.kernel_by_name[name].body, rewrite)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class CentredSum:
+    """A sum of squares of centred values, ``sum((e - c)²)``, ``c`` read from the group's sum
+    ``total`` of the same ``e`` (along the same axis): ``value`` is ``e``, ``centre`` is
+    ``c`` (it reads ``total`` and nothing that varies along the axis)."""
+
+    total: str
+    value: Expr
+    centre: Expr
+
+
+def online_centred_sums(graph: Graph, members: Sequence[str]) -> dict[str, CentredSum]:
+    """Sums of squares of values centred by a centre read from another sum of the group over
+    the same values along the same axis (a variance after its mean: ``sum((x - mean)²)``,
+    ``mean = sum(x) / n``), each to what it needs: computed in the pass of that sum, as the
+    sum of squares about the first segment's mean, moved to the centre once the sum is
+    complete (``q = b + 2 (k - c)(s - n k) + n (k - c)²``: shifted data, no cancellation where
+    the shift is near the mean), so rows or columns held in segments are read once for both."""
+    phases = held_row_phases(graph, members)
+    group = set(members)
+    kind = epilogue_kind(graph, members)
+    if kind not in HELD_AXES:
+        return {}
+    folded, read_along = HELD_AXES[kind]
+    bodies = {name: canonical(_inlined_body(graph, members, name)) for name in members
+              if graph.kernel_by_name[name].reduction is not None}
+    found = {}
+    for name in members:
+        kernel = graph.kernel_by_name[name]
+        if kernel.reduction is None or kernel.reduction.op != "sum" \
+                or kernel.reduction.axes != folded:
+            continue
+        body = _inlined_body(graph, members, name)
+        if not (isinstance(body, Binary) and body.op == "mul"
+                and canonical(body.a) == canonical(body.b) and isinstance(body.a, Binary)
+                and body.a.op == "sub"):
+            continue
+        value, centre = body.a.a, body.a.b
+        totals = [graph.producer.get(load.buffer) for load in loads(centre)]
+        total = totals[0] if totals else None
+        if total not in group or total == name:
+            continue
+        reduction = graph.kernel_by_name[total].reduction
+        if reduction is None or reduction.op != "sum" or reduction.axes != folded \
+                or bodies.get(total) != canonical(value):
+            continue
+        fine = True  # the centre: results complete before the total's pass, params, numbers
+        for load in loads(centre):
+            source = graph.producer.get(load.buffer)
+            if source not in group or load.dims != read_along or not load.is_centered \
+                    or graph.kernel_by_name[source].reduction is None \
+                    or (source != total and phases[source] >= phases[total]):
+                fine = False
+        for load in loads(value):  # the value: nothing of the total's pass or later
+            source = graph.producer.get(load.buffer)
+            if source in group and graph.kernel_by_name[source].reduction is not None \
+                    and phases[source] >= phases[total]:
+                fine = False
+        if fine and not any(isinstance(node, Coord) for node in centre.walk()):
+            found[name] = CentredSum(total, value, centre)
+    return found
 
 
 def online_rescaled_sums(graph: Graph, members: Sequence[str]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from kfuse.fusion.legality import (
     held_row_phases,
     is_epilogue_group,
     mapreduce_shape_reason,
+    online_centred_sums,
     online_rescaled_sums,
     segment_reason,
     split_epilogue,
@@ -101,9 +102,17 @@ class MapReduceGroup(GroupNames):
         self.phases = self._phases(held_row_phases(graph, members) if self.fed else {})
         # rows held in segments: each phase a pass over the row, a sum of exponentials past a
         # row maximum in the maximum's pass (online rescaling)
+        # (and a sum of squares centred by another sum in that sum's pass: online centring)
         self.online = online_rescaled_sums(graph, members) if self.fed else {}
-        self.segment_phases = self._phases(
-            held_row_phases(graph, members, self.online) if self.fed else {})
+        self.centred = online_centred_sums(graph, members) if self.fed else {}
+        merged = {**self.online, **{name: c.total for name, c in self.centred.items()}}
+        phase_of = held_row_phases(graph, members, merged) if self.fed else {}
+        # (merged only where nothing else puts the sum in a later pass)
+        self.online = {name: top for name, top in self.online.items()
+                       if phase_of[name] == phase_of[top]}
+        self.centred = {name: c for name, c in self.centred.items()
+                        if phase_of[name] == phase_of[c.total]}
+        self.segment_phases = self._phases(phase_of)
         self.outputs = tuple(outputs)
         self.produced = {kernel.output: kernel for kernel in self.members}
         self.domain = self.core[0].domain

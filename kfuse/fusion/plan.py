@@ -18,6 +18,7 @@ from kfuse.errors import FusionError
 from kfuse.fusion.legality import (
     Violation,
     group_violations,
+    online_centred_sums,
     online_rescaled_sums,
     plan_violations,
     quotient_graph,
@@ -299,6 +300,11 @@ def _fused_reason(graph: Graph, source: str, target: str, buffer: str,
         if online_rescaled_sums(graph, members).get(target) == source:
             return (f"'{target}' goes in the same pass over the row's segments as "
                     f"'{buffer}', its sum rescaled as the running maximum grows (online)")
+        centred = online_centred_sums(graph, members).get(target)
+        if centred is not None and centred.total == source:
+            return (f"'{target}' goes in the same pass as '{buffer}': its squares about the "
+                    f"first segment's mean, moved to the centre once '{buffer}' is complete "
+                    "(online centring)")
         walked = "every row of the block's strip of columns" if form.held_columns \
             else "the row's segments"
         return (f"'{buffer}' is complete in the block after a pass over {walked}; the next "
