@@ -5,7 +5,8 @@
 #   part = bench  : kfuse bench of every app with baselines (JSON + PNG)
 #   part = norm   : the normalisation apps on the cuda backend, then kfuse bench of them
 #                   beside torch.compile (NORM_APPS: which), and of rows longer than a block
-#                   holds (LONG=0: not), racecheck over rows held in segments
+#                   holds (LONG=0: not; LONG_APPS="app:MxN ...": which), racecheck over rows
+#                   held in segments and held columns
 #   part = blas   : BLAS variants per group (experiments/blas_experiments.py), then the BLAS
 #                   benchmark with cuBLAS / torch.compile baselines, autotuned per group
 #   part = sanitize : compute-sanitizer's memcheck, racecheck and synccheck over every
@@ -52,10 +53,10 @@ if [ "$part" = norm ]; then
     --json "$OUT/norm.json" 2>&1 | tee "$OUT/norm.txt"
   # rows longer than a block holds (held in segments), beside torch.compile (LONG=0: none)
   if [ "${LONG:-1}" = 1 ]; then
-    for spec in ${LONG_APPS:-"logsoftmax 512x131072" "crossentropy 512x131072" \
-                "rmsnorm 1024x65536" "layernorm 1024x65536" "colstandardise 2048x32768"}; do
-      set -- $spec
-      python3 -m kfuse bench "$1" --size "$2" --no-calls 2>&1 | tee -a "$OUT/norm_long.txt"
+    for spec in ${LONG_APPS:-logsoftmax:512x131072 crossentropy:512x131072 \
+                rmsnorm:1024x65536 layernorm:1024x65536 colstandardise:2048x32768}; do
+      python3 -m kfuse bench "${spec%%:*}" --size "${spec#*:}" --no-calls 2>&1 \
+        | tee -a "$OUT/norm_long.txt"
     done
     compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m pytest -q -x \
       tests/test_cuda_backend.py -k "segments and (layernorm or colstandardise)" 2>&1 \
