@@ -398,7 +398,8 @@ class HeldKernel(MapReduceKernel):
                     "memory, one barrier)",
                     *[f"const {self._ctype(m)} kf_own_{var} = kf_racc_{var};  // this "
                       "thread's maximum, before the block's" for var, m in running.items()]]
-                lines, results = self.combine(rows_here)
+                squares = [folds[k.name][1] for k in centred]  # (with them: one barrier)
+                lines, results = self.combine(rows_here + squares)
                 walk += lines
                 self.held_values.update(results)
                 if sums:
@@ -411,7 +412,7 @@ class HeldKernel(MapReduceKernel):
                     self.held_values.update(
                         {r.kernel.output: f"kf_row_{r.var}" for r in sums})
                 if centred:
-                    walk += self.centred_results(centred, folds)
+                    walk += self.centred_results(centred, folds, results)
                 if phase == last_combine:
                     walk.append("kf_parity ^= 1;")
         return walk
@@ -487,12 +488,13 @@ class HeldKernel(MapReduceKernel):
                     code, values, [folds[k.name][1] for k in centred], "kf_cols", "kf_vec",
                     False, []))]
 
-    def centred_results(self, centred: Sequence[Kernel], folds: dict) -> list[str]:
-        """After the pass: the squares about the shifts combined over the block, then moved
-        to their centres: ``b + 2 (k - c)(s - n k) + n (k - c)²``."""
+    def centred_results(self, centred: Sequence[Kernel], folds: dict,
+                        results: dict[str, str]) -> list[str]:
+        """After the pass (the squares about the shifts combined over the block, their
+        ``results``): each sum of squares moved to its centre, ``b + 2 (k - c)(s - n k) +
+        n (k - c)²``."""
         group = self.group
-        combined, results = self.combine([folds[k.name][1] for k in centred])
-        lines = ["// the sums of squares about the shifts, moved to their centres", *combined]
+        lines = ["// the sums of squares about the shifts, moved to their centres"]
         code, values = self.evaluate_at_row(
             [replace(k, body=group.centred[k.name].centre) for k in centred])
         finals = []
