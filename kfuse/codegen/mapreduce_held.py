@@ -370,8 +370,8 @@ class HeldKernel(MapReduceKernel):
                 segment_lines += [
                     "// the sums of exponentials past the running maximum: rescaled where "
                     "it grew, then this segment's terms",
-                    *[f"kf_racc_{r.var} *= kf_rescale(kf_prev_{c_name(maxima[r.kernel.name].output)}, "
-                      f"kf_racc_{c_name(maxima[r.kernel.name].output)});" for r in sums],
+                    *[f"kf_racc_{r.var} *= kf_rescale(kf_prev_{top}, kf_racc_{top});"
+                      for r, top in ((r, c_name(maxima[r.kernel.name].output)) for r in sums)],
                     *self.over_chunks(self.element_work(code, values, sums, "kf_cols",
                                                         "kf_vec", False, [])),
                 ]
@@ -383,8 +383,9 @@ class HeldKernel(MapReduceKernel):
             walk += [
                 *[self.accumulator_declaration(r) for r in rows_here + sums],
                 *[line for k in centred for line in self.centring_declarations(k, folds)],
-                f"// pass {phase + 1}: {names} over {self.walked} "
-                f"({'last to first: the last is still in registers' if backward else 'first to last'})",
+                f"// pass {phase + 1}: {names} over {self.walked} ("
+                + ("last to first: the last is still in registers)" if backward
+                   else "first to last)"),
                 "for (int kf_k = 0; kf_k < kf_segments; ++kf_k) {",
                 *indent(segment_lines, 1),
                 "}",
