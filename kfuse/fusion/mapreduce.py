@@ -308,9 +308,7 @@ class MapReduceGroup(GroupNames):
             if variant.segmented else None
         if reason:
             raise FusionError(f"variant {variant}: {reason}")
-        if self.stash_bytes(variant) > DYNAMIC_SHARED_LIMIT:
-            raise FusionError(f"variant {variant}: its stash takes {self.stash_bytes(variant)} "
-                              f"bytes of shared memory, more than {DYNAMIC_SHARED_LIMIT}")
+        self._check_stash(variant)
         return replace(variant, rows=1, iters=1, order=(), span=0)
 
     def _normalize_held_columns(self, variant: MapReduceVariant) -> MapReduceVariant:
@@ -319,10 +317,15 @@ class MapReduceGroup(GroupNames):
         if self.epilogue_kind != "held_col":
             raise FusionError(f"variant {variant}: held columns are for column reductions "
                               "read back at every element of their column")
+        self._check_stash(variant)
+        return replace(variant, rows=1, iters=1, order=(), span=0, blocks=0)
+
+    def _check_stash(self, variant: MapReduceVariant) -> None:
+        """A FusionError where the variant's stash of segments exceeds a block's shared
+        memory."""
         if self.stash_bytes(variant) > DYNAMIC_SHARED_LIMIT:
             raise FusionError(f"variant {variant}: its stash takes {self.stash_bytes(variant)} "
                               f"bytes of shared memory, more than {DYNAMIC_SHARED_LIMIT}")
-        return replace(variant, rows=1, iters=1, order=(), span=0, blocks=0)
 
     def _normalize_stream(self, variant: MapReduceVariant) -> MapReduceVariant:
         """The stream mapping: no column reductions (a warp walks along its rows, so no

@@ -278,12 +278,18 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
             built[index] = replace(group, form=replace(group.form, tile=tile))
     decisions = []
     membership = {name: g for g in built for name in g.members}
+    merged_passes: dict[int, tuple[dict, dict]] = {}  # (online sums of each segmented group)
     for source, target, data in graph.order_dag().edges(data=True):
         for buffer in data["buffers"]:
             fused = membership[source] is membership[target]
             if fused:
-                reason = _fused_reason(graph, source, target, buffer,
-                                       membership[source].form, membership[source].members)
+                group = membership[source]
+                if id(group) not in merged_passes and isinstance(group.form, MapReduceVariant) \
+                        and (group.form.segmented or group.form.held_columns):
+                    merged_passes[id(group)] = (online_rescaled_sums(graph, group.members),
+                                                online_centred_sums(graph, group.members))
+                reason = _fused_reason(graph, source, target, buffer, group.form,
+                                       merged_passes.get(id(group), ({}, {})))
             else:
                 reason = reasons.get((source, target)) or _unfused_reason(
                     graph, membership[source].members, membership[target].members)
@@ -293,14 +299,17 @@ def make_plan(graph: Graph, groups: Sequence[Sequence[str]], *, strategy: str = 
 
 
 def _fused_reason(graph: Graph, source: str, target: str, buffer: str,
-                  form: Form | None = None, members: Sequence[str] = ()) -> str:
+                  form: Form | None = None, merged: tuple[dict, dict] = ({}, {})) -> str:
+    """Why the edge is fused, in words; ``merged``: the group's online rescaled and centred
+    sums (:func:`online_rescaled_sums`, :func:`online_centred_sums`), for segmented forms."""
     consumer = graph.kernel_by_name[target]
     if isinstance(form, MapReduceVariant) and (form.segmented or form.held_columns) \
             and graph.kernel_by_name[source].reduction is not None:
-        if online_rescaled_sums(graph, members).get(target) == source:
+        rescaled, centred_sums = merged
+        if rescaled.get(target) == source:
             return (f"'{target}' goes in the same pass over the row's segments as "
                     f"'{buffer}', its sum rescaled as the running maximum grows (online)")
-        centred = online_centred_sums(graph, members).get(target)
+        centred = centred_sums.get(target)
         if centred is not None and centred.total == source:
             return (f"'{target}' goes in the same pass as '{buffer}': its squares about the "
                     f"first segment's mean, moved to the centre once '{buffer}' is complete "
