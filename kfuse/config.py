@@ -64,6 +64,10 @@ class Config:
     # Points per thread of flat kernels with special functions (pow, exp, division...),
     # which keep a thread busy after its loads return: more points keep more in flight.
     items_per_thread_special: int = 16
+    # The cpu backend runs every kernel on copies of its arrays between guard zones and
+    # raises a LaunchError naming the operator where a kernel writes outside an array or
+    # into one it does not write (a user kernel's declarations); slow, for tests.
+    check_writes: bool = False
 
     def key(self) -> tuple[tuple[str, object], ...]:
         """Every switch and its value: part of a stored program's key."""

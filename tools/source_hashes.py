@@ -6,7 +6,8 @@ search, on the stored device profile) and ``unfused``: the program as the cpu ba
 generates it (sizes as arguments) and as the GPU path does (sizes compiled in, arrays
 aligned; 3-D apps with and without marching). Each source is hashed as it is and after
 normalising whitespace and comments, so that a change of formatting shows apart from a
-change of code.
+change of code, and its kernels alone (after the prelude), so that a change of the prelude
+shows apart from a change of the kernels.
 
     PYTHONPATH=. python3 tools/source_hashes.py --write tools/source_hashes.json
     PYTHONPATH=. python3 tools/source_hashes.py --check tools/source_hashes.json
@@ -27,6 +28,12 @@ def normalised(source: str) -> str:
     source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
     source = re.sub(r"//[^\n]*", " ", source)
     return " ".join(source.split())
+
+
+def kernels_of(source: str) -> str:
+    """``source`` after the prelude (the kernels alone)."""
+    marker = "===== end of kfuse prelude ====="
+    return source.split(marker, 1)[-1]
 
 
 def digest(text: str) -> str:
@@ -67,7 +74,8 @@ def main() -> int:
     parser.add_argument("--dump", help="also write each source into this folder")
     options = parser.parse_args()
     found = sources()
-    hashes = {name: {"exact": digest(text), "normalised": digest(normalised(text))}
+    hashes = {name: {"exact": digest(text), "normalised": digest(normalised(text)),
+                     "kernels": digest(normalised(kernels_of(text)))}
               for name, text in found.items()}
     if options.dump:
         from pathlib import Path
@@ -92,6 +100,8 @@ def main() -> int:
             print(f"{name}: {'new' if old is None else 'gone'}")
         elif old["normalised"] == new["normalised"]:
             print(f"{name}: formatting only")
+        elif old.get("kernels") == new["kernels"]:
+            print(f"{name}: prelude only")
         else:
             print(f"{name}: CODE CHANGED")
     print(f"{len(hashes)} sources, {differ} differ")

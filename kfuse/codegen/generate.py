@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from kfuse import config
-from kfuse.codegen import block_order, mapreduce
+from kfuse.codegen import block_order, mapreduce, user
 from kfuse.codegen.kernels import KernelGroup, group_kernel
 from kfuse.codegen.prelude import PRELUDE
 from kfuse.codegen.program import Program
@@ -45,7 +45,7 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
     if config.current().march is not None:
         march = config.current().march
     if groups is None:
-        groups = [((k.name,), (k.output,)) for k in graph.topological_kernels()]
+        groups = [((k.name,), k.writes) for k in graph.topological_kernels()]
     groups = [group_schedule(group) for group in groups]
     fused = sum(1 for group in groups if len(group.members) > 1)
     known = [] if array_alignment == 1 else [
@@ -59,7 +59,14 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
     serpentine = block_order.Serpentine(graph)
     for group in groups:
         members, outputs, form = group.members, group.outputs, group.form
-        if claims(graph, members, form):
+        opaque = [graph.kernel_by_name[m] for m in members
+                  if graph.kernel_by_name[m].kind == "opaque"]
+        if opaque:
+            if len(members) > 1:
+                raise CompileError(f"group {list(members)}: user kernel '{opaque[0].name}' "
+                                   "runs alone (it is not fused vertically)")
+            kernel, launch = user.user_kernel(graph, opaque[0])
+        elif claims(graph, members, form):
             kernel, launch = mapreduce.group_kernel(graph, members, outputs, form)
         else:
             kernel, launch = group_kernel(KernelGroup(graph, members, outputs), form, march)

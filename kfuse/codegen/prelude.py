@@ -10,6 +10,10 @@ PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
   // GPU (NVRTC or nvcc)
   #define KF_BAR_SYNC(id, count) asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory")
   #define KF_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
+  // the dynamic shared memory from byte `offset` on (kernels side by side in one block)
+  #define KF_DYNAMIC_SHARED_AT(type, name, offset) \
+    extern __shared__ __align__(16) unsigned char kf_dynamic_shared_bytes[]; \
+    type* const name = reinterpret_cast<type*>(kf_dynamic_shared_bytes + (offset))
 #else
   // Host C++ compiler: every CUDA thread of a block is a real thread (kfuse CPU shim)
   #include "kfuse_cpu_shim.h"
@@ -190,30 +194,43 @@ template <int OP, typename T> KF_DEVICE T kf_combine(T a, T b) {
   return kf_max(a, b);
 }
 
-// The block index of a kernel that visits its blocks last-first (kfuse.codegen.block_order):
-// its first blocks read what the kernel before it left in L2.
-KF_DEVICE uint3 kf_reversed_block() {
-  return uint3{gridDim.x - 1 - blockIdx.x, gridDim.y - 1 - blockIdx.y, gridDim.z - 1 - blockIdx.z};
-}
-
-// Reduce a value over the whole thread block; the result is valid in thread 0.
-template <int OP, typename T> KF_DEVICE T kf_block_reduce(T value, T identity) {
-  __shared__ T kf_warp_partials[32];
-  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  const int threads = blockDim.x * blockDim.y * blockDim.z;
-  const int lane = tid & 31, warp = tid >> 5;
-  for (int delta = 16; delta > 0; delta >>= 1)
-    value = kf_combine<OP, T>(value, __shfl_down_sync(0xffffffffu, value, delta));
-  if (lane == 0) kf_warp_partials[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < (threads + 31) / 32 ? kf_warp_partials[lane] : identity;
-    for (int delta = 16; delta > 0; delta >>= 1)
-      value = kf_combine<OP, T>(value, __shfl_down_sync(0xffffffffu, value, delta));
+// The block helpers below read threadIdx, blockIdx and their sizes and synchronise the
+// block: a kernel that runs beside another in one block (kfuse.codegen.horizontal) defines
+// them again under its own names, where those words mean its part of the block.
+#define KF_BLOCK_HELPERS(reversed_block, block_reduce)                                      \
+  /* The block index of a kernel that visits its blocks last-first                        \
+     (kfuse.codegen.block_order): its first blocks read what the kernel before it left    \
+     in L2. */                                                                             \
+  KF_DEVICE uint3 reversed_block() {                                                       \
+    return uint3{gridDim.x - 1 - blockIdx.x, gridDim.y - 1 - blockIdx.y,                   \
+                 gridDim.z - 1 - blockIdx.z};                                              \
+  }                                                                                        \
+  /* Reduce a value over the whole thread block; the result is valid in thread 0. */      \
+  template <int OP, typename T> KF_DEVICE T block_reduce(T value, T identity) {            \
+    __shared__ T kf_warp_partials[32];                                                     \
+    const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);   \
+    const int threads = blockDim.x * blockDim.y * blockDim.z;                              \
+    const int lane = tid & 31, warp = tid >> 5;                                            \
+    for (int delta = 16; delta > 0; delta >>= 1)                                           \
+      value = kf_combine<OP, T>(value, __shfl_down_sync(0xffffffffu, value, delta));       \
+    if (lane == 0) kf_warp_partials[warp] = value;                                         \
+    __syncthreads();                                                                       \
+    if (warp == 0) {                                                                       \
+      value = lane < (threads + 31) / 32 ? kf_warp_partials[lane] : identity;             \
+      for (int delta = 16; delta > 0; delta >>= 1)                                         \
+        value = kf_combine<OP, T>(value, __shfl_down_sync(0xffffffffu, value, delta));     \
+    }                                                                                      \
+    __syncthreads(); /* kf_warp_partials may be reused by the next call */                 \
+    return value;                                                                          \
   }
-  __syncthreads();  // kf_warp_partials may be reused by the next call
-  return value;
-}
+KF_BLOCK_HELPERS(kf_reversed_block, kf_block_reduce)
+
+// A user kernel's array argument, whatever pointer type its function declares for it
+// (const or not, __half* for a float16 array): kfuse passes the array's address.
+struct kf_any_pointer {
+  void* address;
+  template <typename T> KF_DEVICE operator T*() const { return static_cast<T*>(address); }
+};
 
 // Atomic combiners into an output element that was initialised with the identity.
 KF_DEVICE void kf_atomic_sum(float* out, float v) { atomicAdd(out, v); }

@@ -72,12 +72,16 @@ class GridAxis:
     # once, the axis takes as many as fill that one wave beside the other axes' blocks, with
     # chunks of at least this many items (fewer, longer chunks: kfuse.codegen.marching)
     least_per_block: int = 0
+    # > 0: exactly this many blocks, whatever the sizes (a user kernel's grid-stride loop)
+    fixed_blocks: int = 0
 
     def extent(self, sizes: Mapping[str, int]) -> int:
         """Items along the axis (the product of its symbols' sizes)."""
         return prod(sizes[s] for s in self.symbols) if self.symbols else 1
 
     def blocks(self, sizes: Mapping[str, int]) -> int:
+        if self.fixed_blocks:
+            return self.fixed_blocks
         extent = self.extent(sizes)
         needed = -(-extent // self.per_block)
         if self.covering and needed > self.cap:

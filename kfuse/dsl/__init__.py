@@ -44,6 +44,7 @@ from kfuse.dsl.functions import (
 )
 from kfuse.dsl.ops import convolve, local, point, reduce, reduce_max, reduce_min, reduce_sum
 from kfuse.dsl.pipeline import Array, Pipeline
+from kfuse.dsl.user import read, size, user_kernel, written
 
 __all__ = [
     "Array", "Pipeline", "abs", "astype", "ceil", "clamp", "constant", "convolve", "coord",
@@ -53,4 +54,6 @@ __all__ = [
     # BLAS-1/2 (kfuse.dsl.blas)
     "Transposed", "along", "asum", "axpby", "axpy", "dot", "geam", "gemv", "ger", "matvec",
     "matvec_t", "nrm2", "outer", "scal",
+    # user CUDA kernels (kfuse.dsl.user)
+    "read", "size", "user_kernel", "written",
 ]

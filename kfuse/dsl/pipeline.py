@@ -432,7 +432,7 @@ class Pipeline:
                    for name, array in self._arrays.items()}
         kernels = tuple(
             Kernel(k.name, k.kind, tuple(self._find(s) for s in k.domain), k.body, k.writes,
-                   k.reduction, k.opaque, k.where)
+                   k.reduction, k.opaque and k.opaque.with_sizes_named(self._find), k.where)
             for k in self._kernels
         )
         graph = Graph(self.name, buffers, kernels, tuple(self._inputs), tuple(self._outputs),

@@ -124,7 +124,8 @@ def rule_no_opaque(graph: Graph, members: Sequence[str]) -> str | None:
     """Opaque user kernels keep their own launch and are not fused vertically."""
     opaque = [n for n in members if graph.kernel_by_name[n].kind == "opaque"]
     if opaque and len(members) > 1:
-        return f"'{opaque[0]}' is an opaque user kernel"
+        return (f"'{opaque[0]}' is a user CUDA kernel, which runs alone: what it computes "
+                "between its declared reads and writes is not known to kfuse")
     return None
 
 

@@ -12,9 +12,20 @@ from kfuse.ir.expr import (
     Select,
     Unary,
 )
-from kfuse.ir.graph import Access, Buffer, Graph, Kernel, OpaqueSpec, Reduction
+from kfuse.ir.graph import (
+    Access,
+    Buffer,
+    Graph,
+    Kernel,
+    OpaqueSpec,
+    Reduction,
+    UserAccess,
+    UserArgument,
+    UserGridAxis,
+)
 
 __all__ = [
     "Access", "Binary", "Boundary", "Buffer", "Cast", "Const", "Coord", "Expr", "Graph",
-    "Kernel", "Load", "OpaqueSpec", "Param", "Reduction", "Select", "Unary",
+    "Kernel", "Load", "OpaqueSpec", "Param", "Reduction", "Select", "Unary", "UserAccess",
+    "UserArgument", "UserGridAxis",
 ]

@@ -94,15 +94,77 @@ class Reduction:
     axes: tuple[int, ...]
 
 
+USER_PATTERNS = ("elementwise", "stencil", "whole")
+USER_ARGUMENT_ROLES = ("input", "output", "size", "param", "constant")
+
+
+@dataclass(frozen=True)
+class UserAccess:
+    """How a user kernel reads or writes one array: ``elementwise`` (thread i touches element
+    i), ``stencil`` (within ``radius`` of it, per axis) or ``whole`` (anywhere)."""
+
+    buffer: str
+    pattern: str = "whole"
+    radius: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class UserArgument:
+    """One parameter of a user kernel's function, in order: an array it reads (``input``) or
+    writes (``output``), a size symbol (``size``, passed as int), a runtime parameter of the
+    pipeline (``param``) or a constant (``constant``: ``ref`` is its C literal)."""
+
+    role: str
+    ref: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class UserGridAxis:
+    """Blocks along one grid axis of a user kernel: ``blocks`` (> 0) exactly, or
+    ceil(product of the ``symbols``' sizes / ``per_block``)."""
+
+    symbols: tuple[str, ...] = ()
+    per_block: int = 1
+    blocks: int = 0
+
+
 @dataclass(frozen=True)
 class OpaqueSpec:
-    """A user CUDA kernel: its source, entry point and declared reads and writes."""
+    """A user CUDA kernel: its source, entry point, parameters, declared reads and writes,
+    launch shape and cost; ``reference`` computes its writes with NumPy (the truth the
+    ``numpy`` backend runs; not part of what the kernel is)."""
 
     source: str
     entry: str
-    reads: tuple[str, ...]
-    writes: tuple[str, ...]
+    arguments: tuple[UserArgument, ...]
+    reads: tuple[UserAccess, ...]
+    writes: tuple[UserAccess, ...]
     block: tuple[int, int, int] = (256, 1, 1)
+    grid: tuple[UserGridAxis, UserGridAxis, UserGridAxis] = (
+        UserGridAxis(), UserGridAxis(), UserGridAxis())
+    dynamic_shared_bytes: int = 0
+    any_block: bool = False  # correct at any 1-D block of whole warps (HFuse's "tunable")
+    operations_per_thread: float = 0.0  # arithmetic per thread, for the cost models
+    reference: Callable[..., Any] | None = field(default=None, compare=False)
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    def with_sizes_named(self, name: Callable[[str], str]) -> OpaqueSpec:
+        """The same kernel with every size symbol it names replaced by ``name(symbol)`` (the
+        DSL's symbols once unified with others)."""
+        from dataclasses import replace
+
+        def rename(symbols: str) -> str:
+            return "*".join(name(s) for s in symbols.split("*")) if symbols != "1" else symbols
+
+        arguments = tuple(replace(a, ref=rename(a.ref)) if a.role == "size" else a
+                          for a in self.arguments)
+        grid = tuple(replace(axis, symbols=tuple(name(s) for s in axis.symbols))
+                     for axis in self.grid)
+        return replace(self, arguments=arguments, grid=grid)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -136,7 +198,8 @@ class Kernel:
         """Reads grouped per (buffer, dims), in order of first appearance."""
         if self.body is None:
             assert self.opaque is not None
-            return tuple(Access(name, (), ((),), (None,)) for name in self.opaque.reads)
+            return tuple(Access(access.buffer, (), ((),), (None,))
+                         for access in self.opaque.reads)
         grouped: dict[tuple[str, tuple[int, ...]], list[Load]] = {}
         for load in loads(self.body):
             grouped.setdefault((load.buffer, load.dims), []).append(load)
@@ -156,7 +219,9 @@ class Kernel:
     @cached_property
     def params(self) -> tuple[Param, ...]:
         if self.body is None:
-            return ()
+            assert self.opaque is not None
+            return tuple(Param(argument.ref, argument.dtype)
+                         for argument in self.opaque.arguments if argument.role == "param")
         unique = {p.name: p for p in params(self.body)}
         return tuple(unique[name] for name in sorted(unique))
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from kfuse import config
 from kfuse.errors import BindError, DtypeError, OutOfMemory, ShapeError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.expr import FLOAT32_ROUNDS_TO_INFINITY
@@ -257,10 +258,12 @@ class Signature:
             with arrays.on_device(self.device):
                 return self(given, addresses, params, out, out_facts)
         copies = []
+        passed = dict(given)  # the arrays the kernels get, by name
         for name, index in self.copied:  # not contiguous, or host memory for the GPU
             copy = arrays.contiguous(given[name], self.device)
             copies.append(copy)  # kept until the launches are enqueued
             addresses[index] = arrays.address(copy)
+            passed[name] = copy
         results = {}
         for name, shape, dtype in self.outputs:
             array = out.get(name) if out else None
@@ -274,7 +277,9 @@ class Signature:
         stream = self.current_stream() if self.current_stream is not None else None
         workspace = self._acquire(stream)
         try:
-            self.native_launch(workspace, results, addresses, params, stream)
+            self.native_launch(workspace, results, addresses, params, stream,
+                               {**workspace.buffers, **passed, **results}
+                               if config.current().check_writes else None)
         finally:
             self._release(stream, workspace)
         if self.family == "numpy" and arrays.captures:  # computed on the GPU: copied back
@@ -282,16 +287,22 @@ class Signature:
         return results
 
     def native_launch(self, workspace: Workspace, results: dict[str, Any], addresses: list[int],
-                      params: tuple, stream: Any) -> None:
+                      params: tuple, stream: Any, buffers: Mapping[str, Any] | None = None
+                      ) -> None:
         """Launch on ``workspace`` (held by this call): write the call's addresses and
         parameters into its argument blocks, then replay a CUDA graph or launch (the C
-        call path's calls come here for what it leaves to Python)."""
+        call path's calls come here for what it leaves to Python). ``buffers``: every
+        array the kernels get, by name (checked launches: :mod:`kfuse.config`'s
+        ``check_writes``)."""
         for slot, index in workspace.array_slots:
             slot.value = addresses[index]
         for slot, index in workspace.param_slots:
             slot.value = params[index]
-        if not (self.capturable and self._replayed(workspace, results, addresses, params,
-                                                    stream)):
+        if buffers is not None:
+            self.loaded.enqueue(workspace.launches, buffers, stream, self.schedule,
+                                workspace.side)
+        elif not (self.capturable and self._replayed(workspace, results, addresses, params,
+                                                      stream)):
             self.loaded.enqueue(workspace.launches, self._fill_buffers(workspace, results),
                                 stream, self.schedule, workspace.side)
 
@@ -430,7 +441,8 @@ class CompiledPipeline:
 
     def __call__(self, out: Any = None, **given: Any) -> dict[str, Any]:
         try:
-            if out is None and self._dispatch is not None:
+            if out is None and self._dispatch is not None \
+                    and not config.current().check_writes:
                 done = self._dispatch(given)  # None: the C path leaves the call to Python
                 if done is not None:
                     return done
@@ -509,7 +521,8 @@ class CompiledPipeline:
                 except KeyError:  # let go by another thread meanwhile: it still runs
                     pass
         results = signature(given, addresses, tuple(params), out, out_facts)
-        if self.native and not out and signature.native_ready:
+        if self.native and not out and signature.native_ready \
+                and not config.current().check_writes:
             self._make_native(graph, given, key, signature)
         return results
 

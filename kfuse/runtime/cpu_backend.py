@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kfuse import config
 from kfuse.codegen.program import LaunchSpec, Program
 from kfuse.errors import BackendUnavailable, BindError, LaunchError
 from kfuse.runtime.backend import POISON, CompiledBackend, Executable, LoadedProgram
@@ -70,6 +71,18 @@ class CpuLoadedProgram(LoadedProgram):
     def current_stream(self) -> None:
         return None
 
+    def enqueue(self, launches, buffers, stream, schedule=None, side=None) -> None:
+        """Launch in order (the host has no streams); under the ``check_writes`` switch of
+        :mod:`kfuse.config`, every kernel on guarded copies of its arrays
+        (:func:`checked_launch`)."""
+        if not config.current().check_writes:
+            super().enqueue(launches, buffers, stream, schedule, side)
+            return
+        for launch in launches:
+            for name, value in launch.fills:
+                self.fill(buffers[name], value, stream)
+            checked_launch(launch, buffers, lambda bound=launch: self.launch(bound, stream))
+
     def launch(self, launch: BoundLaunch, stream: Any) -> None:
         spec = launch.spec
         status = launch.function((ctypes.c_uint * 3)(*launch.grid),
@@ -99,6 +112,48 @@ class CpuLoadedProgram(LoadedProgram):
 
     def fill(self, buffer: np.ndarray, value: float, stream: Any) -> None:
         buffer.fill(value)
+
+
+GUARD_BYTES = 4096  # bytes before and after each array a checked launch watches
+GUARD_BYTE = 0xA5
+
+
+def checked_launch(launch: BoundLaunch, buffers: Mapping[str, np.ndarray],
+                   run: Callable[[], None]) -> None:
+    """``run()`` the launch on copies of its arrays, each between two guard zones, and
+    refuse, naming the kernel's operators, a write into a guard zone (outside the array) or
+    into an array the kernel does not write (a user kernel's declarations: kf.written);
+    what it writes is copied back."""
+    operators = ", ".join(launch.spec.operators)
+    outputs = {p.ref for p in launch.spec.params if p.role == "output"}
+    copies: list[tuple[object, str, int, np.ndarray]] = []
+    for slot, name in launch.arguments.buffer_slots:
+        data = buffers[name].reshape(-1).view(np.uint8)
+        guarded = np.full(data.size + 2 * GUARD_BYTES, GUARD_BYTE, dtype=np.uint8)
+        guarded[GUARD_BYTES:GUARD_BYTES + data.size] = data
+        copies.append((slot, name, slot.value, guarded))
+        slot.value = guarded.ctypes.data + GUARD_BYTES
+    try:
+        run()
+    finally:
+        for slot, _, address, _ in copies:
+            slot.value = address
+    for _, name, _, guarded in copies:
+        size = guarded.size - 2 * GUARD_BYTES
+        for zone, place in ((guarded[:GUARD_BYTES], "before"),
+                            (guarded[GUARD_BYTES + size:], "after")):
+            if np.any(zone != GUARD_BYTE):
+                raise LaunchError(f"kernel '{launch.spec.symbol}' wrote outside array "
+                                  f"'{name}' (in the {GUARD_BYTES} bytes {place} it)",
+                                  operator=operators)
+        inside = guarded[GUARD_BYTES:GUARD_BYTES + size]
+        data = buffers[name].reshape(-1).view(np.uint8)
+        if name in outputs:
+            data[:] = inside
+        elif not np.array_equal(inside, data):
+            raise LaunchError(f"kernel '{launch.spec.symbol}' wrote into '{name}', which it "
+                              "does not declare as written (declare it with kf.written)",
+                              operator=operators)
 
 
 class HostArrays:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kfuse.errors import DtypeError
+from kfuse.errors import BackendUnavailable, DtypeError, ShapeError
 from kfuse.ir.expr import (
     HALF_DTYPES,
     Binary,
@@ -104,8 +104,43 @@ class NumpyEvaluator:
                    for name, dtype in self.graph.params.items()}
         sizes = self.graph.bind_shapes({n: values[n].shape for n in self.graph.inputs})
         for kernel in self.graph.topological_kernels():
-            values[kernel.output] = self.run_kernel(kernel, values, scalars, sizes)
+            if kernel.kind == "opaque":
+                values.update(self.run_user_kernel(kernel, values, scalars, sizes))
+            else:
+                values[kernel.output] = self.run_kernel(kernel, values, scalars, sizes)
         return values
+
+    def run_user_kernel(self, kernel: Kernel, values: Mapping[str, np.ndarray],
+                        scalars: Mapping[str, np.ndarray], sizes: Mapping[str, int]
+                        ) -> dict[str, np.ndarray]:
+        """What a user kernel writes, by its NumPy reference (called with the arrays it
+        reads and its parameters, in the order of its arguments)."""
+        spec = kernel.opaque
+        assert spec is not None
+        if spec.reference is None:
+            raise BackendUnavailable(
+                f"operator '{kernel.name}' is a user CUDA kernel without a NumPy reference: "
+                "give user_kernel(..., numpy=function) to run it on the numpy backend (or "
+                "verify against a compiled backend)", operator=kernel.name, where=kernel.where)
+        given = [values[a.ref] if a.role == "input" else scalars[a.ref][()]
+                 for a in spec.arguments if a.role in ("input", "param")]
+        result = spec.reference(*given)
+        results = result if isinstance(result, tuple) else (result,)
+        if len(results) != len(kernel.writes):
+            raise ShapeError(f"its numpy= reference returned {len(results)} arrays for the "
+                             f"{len(kernel.writes)} it writes ({', '.join(kernel.writes)})",
+                             operator=kernel.name, where=kernel.where)
+        written = {}
+        for name, value in zip(kernel.writes, results, strict=True):
+            buffer = self.graph.buffers[name]
+            shape = tuple(sizes[s] for s in buffer.shape)
+            value = np.asarray(value)
+            if value.shape != shape:
+                raise ShapeError(f"its numpy= reference returned shape {value.shape} for "
+                                 f"'{name}', which has shape {shape}", operator=kernel.name,
+                                 where=kernel.where)
+            written[name] = np.array(value, dtype=self.dtype(buffer.dtype), order="C")
+        return written
 
     def run_kernel(self, kernel: Kernel, values: Mapping[str, np.ndarray],
                    scalars: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> np.ndarray:

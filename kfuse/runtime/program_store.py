@@ -18,7 +18,7 @@ from kfuse.codegen.program import GridAxis, KernelParam, LaunchSpec, Program
 from kfuse.errors import CacheError
 from kfuse.ir.fingerprint import digest
 
-FORMAT = 1  # the layout of a stored program
+FORMAT = 2  # the layout of a stored program
 
 
 def program_key(*parts: Any) -> str:
@@ -38,7 +38,7 @@ def program_to_dict(program: Program) -> dict[str, Any]:
             "params": [[p.name, p.ctype, p.role, p.ref, p.dtype] for p in spec.params],
             "block": list(spec.block),
             "grid": [[list(axis.symbols), axis.per_block, axis.cap, axis.covering,
-                      axis.least_per_block] for axis in spec.grid],
+                      axis.least_per_block, axis.fixed_blocks] for axis in spec.grid],
             "initial_values": [list(pair) for pair in spec.initial_values],
             "dynamic_shared_bytes": spec.dynamic_shared_bytes,
             "size_limits": [list(pair) for pair in spec.size_limits],
@@ -52,8 +52,8 @@ def program_from_dict(data: dict[str, Any]) -> Program:
     launches = tuple(LaunchSpec(
         spec["symbol"], tuple(spec["operators"]),
         tuple(KernelParam(*param) for param in spec["params"]), tuple(spec["block"]),
-        tuple(GridAxis(tuple(symbols), per_block, cap, covering, least)
-              for symbols, per_block, cap, covering, least in spec["grid"]),
+        tuple(GridAxis(tuple(symbols), per_block, cap, covering, least, fixed)
+              for symbols, per_block, cap, covering, least, fixed in spec["grid"]),
         # (as written: an int64 reduction's identity, 2**63 - 1, is no float)
         tuple((name, value if isinstance(value, int) else float(value))
               for name, value in spec["initial_values"]),

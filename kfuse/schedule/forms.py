@@ -552,7 +552,11 @@ def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
     group = set(members)
     written = []
     for name in members:
-        buffer = graph.kernel_by_name[name].output
+        kernel = graph.kernel_by_name[name]
+        if kernel.kind == "opaque":  # a user kernel writes all it declares, in memory
+            written.extend(kernel.writes)
+            continue
+        buffer = kernel.output
         outside = [c for c in graph.consumers.get(buffer, ()) if c not in group]
         if outside or buffer in graph.outputs:
             written.append(buffer)
@@ -562,7 +566,7 @@ def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
 def touched(graph: Graph, members: Sequence[str]) -> set[str]:
     """Every buffer the group reads or writes."""
     return {name for member in members for name in
-            (*graph.kernel_by_name[member].reads, graph.kernel_by_name[member].output)}
+            (*graph.kernel_by_name[member].reads, *graph.kernel_by_name[member].writes)}
 
 
 def half_reason(graph: Graph, members: Sequence[str], form: str) -> str | None:

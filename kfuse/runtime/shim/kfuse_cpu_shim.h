@@ -737,6 +737,10 @@ inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_
 #define KF_DYNAMIC_SHARED(type, name)                               \
   type* const name = reinterpret_cast<type*>(                       \
       ::kf_cpu::detail::current("KF_DYNAMIC_SHARED").dyn)
+// The same from byte `offset` of it on (kernels side by side in one block).
+#define KF_DYNAMIC_SHARED_AT(type, name, offset)                    \
+  type* const name = reinterpret_cast<type*>(                       \
+      ::kf_cpu::detail::current("KF_DYNAMIC_SHARED").dyn + (offset))
 
 // ---------------------------------------------------------------------------------------------
 // Warp intrinsics (warp = 32 consecutive linear thread ids)

@@ -1,0 +1,94 @@
+"""A user's CUDA kernel in a generated program.
+
+The user's source is written as given, inside a namespace of its operator, with its
+``__global__`` functions compiled as device functions (``__global__`` and
+``__launch_bounds__`` redefined around it); a generated ``__global__`` kernel calls the
+entry with the operator's arrays, sizes and parameters. So the user's code is the body of a
+kernel of ours: it launches like any generated kernel on both backends, and a horizontally
+fused kernel (:mod:`kfuse.codegen.horizontal`) can call it on its part of the block, where
+``threadIdx``, ``blockIdx``, ``blockDim``, ``gridDim`` and ``__syncthreads`` mean that part.
+"""
+
+from __future__ import annotations
+
+from kfuse.codegen.cexpr import comment_text, param_var, size_var
+from kfuse.codegen.program import GridAxis, KernelParam, KernelSource, LaunchSpec, launch_bounds
+from kfuse.errors import CompileError
+from kfuse.ir.cnames import c_name
+from kfuse.ir.expr import C_TYPES, STORAGE_TYPES
+from kfuse.ir.graph import Graph, Kernel, UserArgument
+
+
+def namespace_of(kernel: Kernel) -> str:
+    """The C++ namespace the user's source of ``kernel`` is written in."""
+    return f"kf_user_{c_name(kernel.name)}"
+
+
+def user_kernel(graph: Graph, kernel: Kernel) -> tuple[KernelSource, LaunchSpec]:
+    """The generated kernel that runs user kernel ``kernel``, and its launch."""
+    spec = kernel.opaque
+    if spec is None:
+        raise CompileError(f"operator '{kernel.name}' is not a user kernel")
+    params: list[KernelParam] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(param: KernelParam) -> None:
+        if (param.role, param.ref) not in seen:
+            seen.add((param.role, param.ref))
+            params.append(param)
+
+    call = []
+    for argument in spec.arguments:
+        call.append(_call_argument(graph, argument, add))
+    namespace = namespace_of(kernel)
+    where = f", from {comment_text(kernel.where)}" if kernel.where else ""
+    preamble = (
+        f"// User kernel '{spec.entry}' (operator '{kernel.name}'{where}): the user's source as "
+        "given, its",
+        "// __global__ functions compiled as device functions that the kernel below calls.",
+        '#pragma push_macro("__global__")',
+        '#pragma push_macro("__launch_bounds__")',
+        "#undef __global__",
+        "#undef __launch_bounds__",
+        "#define __global__ __device__ __forceinline__",
+        "#define __launch_bounds__(...)",
+        f"namespace {namespace} {{",
+        *spec.source.strip("\n").splitlines(),
+        f"}}  // namespace {namespace}",
+        '#pragma pop_macro("__launch_bounds__")',
+        '#pragma pop_macro("__global__")',
+    )
+    body = (f"  {namespace}::{spec.entry}({', '.join(call)});",)
+    symbol = f"user_{c_name(kernel.name)}"
+    source = KernelSource(preamble, symbol, launch_bounds(spec.threads), tuple(params), body)
+    grid = tuple(GridAxis(axis.symbols, axis.per_block, fixed_blocks=axis.blocks)
+                 for axis in spec.grid)
+    launch = LaunchSpec(symbol, (kernel.name,), tuple(params), spec.block,
+                        grid, dynamic_shared_bytes=spec.dynamic_shared_bytes,
+                        blocks_walk=True)  # (in an order of its own: never reversed)
+    return source, launch
+
+
+def _call_argument(graph: Graph, argument: UserArgument, add) -> str:
+    """The C expression passed for one argument of the user's function (declaring the
+    generated kernel's parameters it needs through ``add``)."""
+    if argument.role in ("input", "output"):
+        name = c_name(argument.ref)
+        const = "const " if argument.role == "input" else ""
+        add(KernelParam(name, f"{const}{STORAGE_TYPES[argument.dtype]}*", argument.role,
+                        argument.ref, argument.dtype))
+        return f"kf_any_pointer{{(void*){name}}}"
+    if argument.role == "size":
+        if argument.ref == "1":
+            return "1"
+        factors = []
+        for symbol in argument.ref.split("*"):
+            add(KernelParam(size_var(symbol), "const int", "size", symbol, "int32"))
+            factors.append(size_var(symbol))
+        return factors[0] if len(factors) == 1 else f"({' * '.join(factors)})"
+    if argument.role == "param":
+        add(KernelParam(param_var(argument.ref), f"const {C_TYPES[argument.dtype]}", "param",
+                        argument.ref, argument.dtype))
+        return param_var(argument.ref)
+    # a constant: its Python literal is a C literal (True / False excepted)
+    return {"True": "true", "False": "false"}.get(argument.ref, argument.ref)
