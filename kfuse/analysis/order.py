@@ -108,3 +108,20 @@ def independent_sets(dependencies: Mapping[int, set[int]], count: int) -> list[l
     for index, depth in level.items():
         grouped.setdefault(depth, []).append(index)
     return [grouped[depth] for depth in sorted(grouped)]
+
+
+def path_between(graph, first: Sequence[str], second: Sequence[str]) -> list[str]:
+    """A shortest path of ``graph``'s order DAG from a kernel of ``first`` to one of
+    ``second`` or back (kernel names), or [] where there is none: two groups with no path
+    between them may run at the same time, in any order."""
+    dag = graph.order_dag()
+    for sources, targets in ((first, second), (second, first)):
+        best: list[str] = []
+        for source in sources:
+            lengths = nx.single_source_shortest_path(dag, source)
+            for target in targets:
+                if target in lengths and (not best or len(lengths[target]) < len(best)):
+                    best = lengths[target]
+        if best:
+            return best
+    return []

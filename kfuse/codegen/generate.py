@@ -5,17 +5,25 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from math import prod
 
 from kfuse import config
 from kfuse.codegen import block_order, mapreduce, user
+from kfuse.codegen.horizontal import horizontal_kernel
 from kfuse.codegen.kernels import KernelGroup, group_kernel
 from kfuse.codegen.prelude import PRELUDE
-from kfuse.codegen.program import Program
+from kfuse.codegen.program import KernelSource, LaunchSpec, Program
 from kfuse.codegen.specialise import specialise_kernel
 from kfuse.errors import CompileError
 from kfuse.fusion.mapreduce import claims
 from kfuse.ir.graph import Graph
-from kfuse.schedule.forms import GroupSchedule, group_schedule
+from kfuse.schedule.forms import (
+    GroupSchedule,
+    HorizontalSchedule,
+    Tiled,
+    default_form,
+    group_schedule,
+)
 
 
 def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = None,
@@ -46,7 +54,8 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
         march = config.current().march
     if groups is None:
         groups = [((k.name,), k.writes) for k in graph.topological_kernels()]
-    groups = [group_schedule(group) for group in groups]
+    groups = [group if isinstance(group, HorizontalSchedule) else group_schedule(group)
+              for group in groups]
     fused = sum(1 for group in groups if len(group.members) > 1)
     known = [] if array_alignment == 1 else [
         f"#define KF_ARRAYS_ALIGNED {array_alignment}  // compiled for arrays aligned to "
@@ -58,26 +67,18 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
     launches, last_first, symbols = [], [], set()
     serpentine = block_order.Serpentine(graph)
     for group in groups:
-        members, outputs, form = group.members, group.outputs, group.form
-        opaque = [graph.kernel_by_name[m] for m in members
-                  if graph.kernel_by_name[m].kind == "opaque"]
-        if opaque:
-            if len(members) > 1:
-                raise CompileError(f"group {list(members)}: user kernel '{opaque[0].name}' "
-                                   "runs alone (it is not fused vertically)")
-            kernel, launch = user.user_kernel(graph, opaque[0])
-        elif claims(graph, members, form):
-            kernel, launch = mapreduce.group_kernel(graph, members, outputs, form)
+        members, outputs = group.members, group.outputs
+        if isinstance(group, HorizontalSchedule):
+            kernel, launch = horizontal_kernel(
+                graph, group,
+                lambda part, threads: lower_group(graph, part, march, fixed_sizes, threads))
         else:
-            kernel, launch = group_kernel(KernelGroup(graph, members, outputs), form, march)
+            kernel, launch = lower_group(graph, group, march, fixed_sizes)
         if launch.symbol in symbols:  # another group's name spells the same (a, b and a_b)
             unique = next(f"{launch.symbol}_{n}" for n in itertools.count(2)
                           if f"{launch.symbol}_{n}" not in symbols)
             kernel, launch = replace(kernel, symbol=unique), replace(launch, symbol=unique)
         symbols.add(launch.symbol)
-        if fixed_sizes is not None:
-            domain = graph.kernel_by_name[members[-1]].domain
-            kernel = specialise_kernel(kernel, launch, domain, fixed_sizes)
         reason = serpentine.place(launch.symbol, members, outputs, launch.blocks_walk)
         if reason:
             kernel = block_order.reverse_blocks(kernel, reason)
@@ -87,6 +88,59 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
     return Program(graph.name, "\n".join(parts), tuple(launches), wide_index,
                    tuple(sorted(fixed_sizes.items())) if fixed_sizes is not None else None,
                    array_alignment, tuple(last_first))
+
+
+def lower_group(graph: Graph, group: GroupSchedule, march: bool = False,
+                fixed_sizes: Mapping[str, int] | None = None, threads: int | None = None
+                ) -> tuple[KernelSource, LaunchSpec]:
+    """The kernel of one group and its launch, by its form (compiled for ``fixed_sizes``
+    where given), before its place in the program (block order, unique symbol).
+    ``threads``: blocks of so many threads instead of the form's own, for a part of a
+    horizontally fused kernel (:func:`resizes` says which groups allow it)."""
+    members, outputs, form = group.members, group.outputs, group.form
+    opaque = [graph.kernel_by_name[m] for m in members
+              if graph.kernel_by_name[m].kind == "opaque"]
+    if opaque:
+        if len(members) > 1:
+            raise CompileError(f"group {list(members)}: user kernel '{opaque[0].name}' "
+                               "runs alone (it is not fused vertically)")
+        kernel, launch = user.user_kernel(graph, opaque[0])
+    elif claims(graph, members, form):
+        kernel, launch = mapreduce.group_kernel(graph, members, outputs, form)
+    else:
+        kernel, launch = group_kernel(KernelGroup(graph, members, outputs), form, march)
+    if threads is not None and threads != prod(launch.block):
+        if not resizes(graph, group):
+            raise CompileError(f"group {list(members)} keeps its blocks of {launch.block} "
+                               "threads (a tiled form, or a user kernel declared "
+                               "any_block=True, takes another number)")
+        if opaque:
+            kernel, launch = user.user_kernel(graph, opaque[0], threads)
+        else:
+            rows = launch.block[1]
+            if threads % rows or launch.block[2] != 1:
+                raise CompileError(f"group {list(members)}: {threads} threads make no rows "
+                                   f"of {rows} threads")
+            tiled = form or default_form(graph, members)
+            kernel, launch = group_kernel(KernelGroup(graph, members, outputs),
+                                          replace(tiled, block=(threads // rows, rows)), march)
+    if fixed_sizes is not None:
+        domain = graph.kernel_by_name[members[-1]].domain
+        kernel = specialise_kernel(kernel, launch, domain, fixed_sizes)
+    return kernel, launch
+
+
+def resizes(graph: Graph, group: GroupSchedule) -> bool:
+    """Whether ``group``'s kernel may take another number of threads per block (HFuse's
+    "tunable" kernels): a tiled form keeps its rows of threads and takes more or fewer
+    columns of them; a user kernel, where declared ``any_block``, a 1-D block."""
+    kernels = [graph.kernel_by_name[m] for m in group.members]
+    if any(k.kind == "opaque" for k in kernels):
+        return len(kernels) == 1 and bool(kernels[0].opaque and kernels[0].opaque.any_block)
+    if claims(graph, group.members, group.form):
+        return False
+    form = group.form or default_form(graph, group.members)
+    return isinstance(form, Tiled) and all(k.reduction is None for k in kernels)
 
 
 def generation_switches() -> tuple[tuple[str, object], ...]:

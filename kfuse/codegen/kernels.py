@@ -264,7 +264,8 @@ def map_kernel(group: KernelGroup, form: Tiled, march: bool = False
     none); with ``march``, 3-D recompute groups have their threads march along z where they
     can (:func:`kfuse.schedule.marching.marches`)."""
     if group.is_flat() or group.ndim <= 1:
-        return _linear_kernel(group)
+        return _linear_kernel(group, form.block[0] * form.block[1] if form.block
+                              else MAP_BLOCK_1D)
     kind = "arithmetic" if tiles.is_arithmetic_heavy(group.members) else form.kind
     tile = form.tile
     if tile is None or kind == "arithmetic":
@@ -278,8 +279,10 @@ def map_kernel(group: KernelGroup, form: Tiled, march: bool = False
     return kernel, launch
 
 
-def _linear_kernel(group: KernelGroup) -> tuple[KernelSource, LaunchSpec]:
-    """A flat grid-stride loop; each thread takes points ``blockDim.x`` apart (coalesced)."""
+def _linear_kernel(group: KernelGroup, threads: int = 0) -> tuple[KernelSource, LaunchSpec]:
+    """A flat grid-stride loop in blocks of ``threads`` (0: :data:`MAP_BLOCK_1D`); each
+    thread takes points ``blockDim.x`` apart (coalesced)."""
+    threads = threads or MAP_BLOCK_1D
     flat = group.is_flat()
     special = any(count_operations(k.body)["sfu"] for k in group.members if k.body is not None)
     items = tiles.items_per_thread(special)
@@ -305,9 +308,9 @@ def _linear_kernel(group: KernelGroup) -> tuple[KernelSource, LaunchSpec]:
         "}",
     ]
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
-                        (MAP_BLOCK_1D, 1, 1),
-                        (GridAxis(group.domain, MAP_BLOCK_1D * items), GridAxis(), GridAxis()))
-    return group.source(launch_bounds(MAP_BLOCK_1D), params, body), launch
+                        (threads, 1, 1),
+                        (GridAxis(group.domain, threads * items), GridAxis(), GridAxis()))
+    return group.source(launch_bounds(threads), params, body), launch
 
 
 def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, int]

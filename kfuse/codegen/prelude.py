@@ -225,6 +225,13 @@ template <int OP, typename T> KF_DEVICE T kf_combine(T a, T b) {
   }
 KF_BLOCK_HELPERS(kf_reversed_block, kf_block_reduce)
 
+// The thread index of a kernel running beside others in one 1-D block (kfuse.codegen.horizontal):
+// threads [Offset, Offset + X * Y * Z) run it as a block of X x Y x Z threads.
+template <unsigned Offset, unsigned X, unsigned Y> KF_DEVICE uint3 kf_part_thread() {
+  const unsigned thread = threadIdx.x - Offset;
+  return uint3{thread % X, (thread / X) % Y, thread / (X * Y)};
+}
+
 // A user kernel's array argument, whatever pointer type its function declares for it
 // (const or not, __half* for a float16 array): kfuse passes the array's address.
 struct kf_any_pointer {

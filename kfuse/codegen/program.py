@@ -118,6 +118,15 @@ class LaunchSpec:
     dynamic_shared_bytes: int = 0
     size_limits: tuple[tuple[str, int], ...] = ()
     blocks_walk: bool = False
+    # kernels side by side in one block (kfuse.codegen.horizontal): each part's grid; the
+    # launch is 1-D, as many blocks as the largest part has, and each part's block counts
+    # per axis are passed as parameters of role "blocks" (ref "part.axis")
+    part_grids: tuple[tuple[GridAxis, GridAxis, GridAxis], ...] = ()
+
+    def part_blocks(self, sizes: Mapping[str, int]) -> tuple[tuple[int, int, int], ...]:
+        """Blocks per axis of each part's grid (side-by-side kernels)."""
+        return tuple(tuple(axis.blocks(sizes) for axis in grid)  # type: ignore[misc]
+                     for grid in self.part_grids)
 
     @property
     def fills_wave(self) -> bool:
@@ -134,6 +143,12 @@ class LaunchSpec:
                                   f"at {symbol} <= {largest}, not {sizes[symbol]}: its variant "
                                   "holds that many columns per row (plan it for these sizes, "
                                   "or name a variant with more threads or accesses per row)")
+        if self.part_grids:
+            largest = max(prod(blocks) for blocks in self.part_blocks(sizes))
+            if largest > GRID_LIMITS[0]:
+                raise LaunchError(f"kernel '{self.symbol}' needs {largest} blocks; a grid "
+                                  f"axis holds at most {GRID_LIMITS[0]}")
+            return (largest, 1, 1)
         blocks = [axis.blocks(sizes) for axis in self.grid]
         for index, axis in enumerate(self.grid):
             if axis.least_per_block and resident:

@@ -11,6 +11,8 @@ fused kernel (:mod:`kfuse.codegen.horizontal`) can call it on its part of the bl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kfuse.codegen.cexpr import comment_text, param_var, size_var
 from kfuse.codegen.program import GridAxis, KernelParam, KernelSource, LaunchSpec, launch_bounds
 from kfuse.errors import CompileError
@@ -24,11 +26,25 @@ def namespace_of(kernel: Kernel) -> str:
     return f"kf_user_{c_name(kernel.name)}"
 
 
-def user_kernel(graph: Graph, kernel: Kernel) -> tuple[KernelSource, LaunchSpec]:
-    """The generated kernel that runs user kernel ``kernel``, and its launch."""
+def user_kernel(graph: Graph, kernel: Kernel, threads: int | None = None
+                ) -> tuple[KernelSource, LaunchSpec]:
+    """The generated kernel that runs user kernel ``kernel``, and its launch; ``threads``:
+    in 1-D blocks of so many threads (a kernel declared ``any_block``), the items each
+    block covers along x scaled with them."""
     spec = kernel.opaque
     if spec is None:
         raise CompileError(f"operator '{kernel.name}' is not a user kernel")
+    if threads is not None and threads != spec.threads:
+        if not spec.any_block:
+            raise CompileError(f"user kernel '{kernel.name}' runs in blocks of {spec.block} "
+                               "(declare any_block=True where any 1-D block will do)")
+        x = spec.grid[0]
+        per_block = x.per_block * threads // spec.threads
+        if per_block * spec.threads != x.per_block * threads:
+            raise CompileError(f"user kernel '{kernel.name}': {threads} threads do not cover a "
+                               f"whole number of its {x.per_block} items per {spec.threads}")
+        spec = replace(spec, block=(threads, 1, 1),
+                       grid=(replace(x, per_block=per_block), *spec.grid[1:]))
     params: list[KernelParam] = []
     seen: set[tuple[str, str]] = set()
 

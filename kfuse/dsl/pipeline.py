@@ -496,8 +496,12 @@ class Pipeline:
         return _driver().compile(self.graph, backend, plan, max_signatures=max_signatures,
                                  graphs=graphs, streams=streams, native=native)
 
-    def fuse(self, groups: Sequence[Sequence[str]], forms: Sequence[Any] | None = None) -> Any:
+    def fuse(self, groups: Sequence[Sequence[str]], forms: Sequence[Any] | None = None,
+             side_by_side: Sequence[Sequence[str]] = ()) -> Any:
         """A fusion plan with the given groups of operator names (others stay alone).
+
+        ``side_by_side``: sets of operators whose groups (one operator of each) run side by
+        side in one kernel (horizontal fusion; ``plan.run_side_by_side`` sets their threads).
 
         ``forms``: per group, how its kernel is written (a form of
         :mod:`kfuse.schedule.forms`, such as ``Staged()`` or ``Recompute(tile=(8, 4))``, its
@@ -519,7 +523,15 @@ class Pipeline:
                 forms, Sequence) or len(forms) != len(groups)):
             raise FusionError(f"fuse(): forms= gives one form (or None) per group: "
                               f"{len(groups)} groups, got {forms!r}")
-        return _driver().fuse(self.graph(), groups, forms)
+        plan = _driver().fuse(self.graph(), groups, forms)
+        if isinstance(side_by_side, (str, bytes)) or not isinstance(side_by_side, Sequence):
+            raise FusionError(f"side_by_side= lists sets of operator names, got {side_by_side!r}")
+        for operators in side_by_side:
+            if isinstance(operators, str) or not all(isinstance(n, str) for n in operators):
+                raise FusionError("side_by_side= lists sets of operator names, e.g. "
+                                  f"[('blur', 'hash')]; got {operators!r}")
+            plan = plan.run_side_by_side(*operators)
+        return plan
 
     def plan(self, strategy: str = "auto", model: str = "roofline",
              sizes: Mapping[str, int] | None = None) -> Any:

@@ -27,6 +27,7 @@ from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import (
     Form,
     GroupSchedule,
+    HorizontalSchedule,
     MapReduceVariant,
     Staged,
     Streamed,
@@ -73,6 +74,19 @@ class Group:
 
 
 @dataclass(frozen=True)
+class SideBySide:
+    """Groups of a plan (indices, in the order of their threads; consecutive in the plan's
+    order) that run side by side in one
+    kernel (:class:`~kfuse.schedule.forms.HorizontalSchedule`: threads per part, None for
+    its own; blocks per multiprocessor asked of the compiler), and why."""
+
+    parts: tuple[int, ...]
+    threads: tuple[int | None, ...] = ()
+    least_blocks: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class EdgeDecision:
     """One producer -> consumer edge: fused or not, and why."""
 
@@ -94,6 +108,10 @@ class FusionPlan:
     decisions: tuple[EdgeDecision, ...] = ()
     predicted_time_s: float | None = None
     unfused_predicted_time_s: float | None = None
+    # groups run side by side in one kernel (horizontal fusion); their parts consecutive
+    side_by_side: tuple[SideBySide, ...] = ()
+    # pairs of groups that could run side by side and do not, and why (plan.explain())
+    apart: tuple[tuple[tuple[int, ...], str], ...] = ()
 
     def group_of(self, kernel: str) -> Group:
         for group in self.groups:
@@ -102,14 +120,62 @@ class FusionPlan:
         raise KeyError(kernel)
 
     @property
-    def kernel_groups(self) -> list[GroupSchedule]:
-        """The groups as code generation takes them (members, outputs, form)."""
-        return [group.schedule for group in self.groups]
+    def kernel_groups(self) -> list[GroupSchedule | HorizontalSchedule]:
+        """The kernels as code generation takes them, in order: a group (members, outputs,
+        form) or groups side by side (:class:`~kfuse.schedule.forms.HorizontalSchedule`)."""
+        fused = {min(fusion.parts): fusion for fusion in self.side_by_side}
+        inside = {index for fusion in self.side_by_side for index in fusion.parts}
+        kernels: list[GroupSchedule | HorizontalSchedule] = []
+        for index, group in enumerate(self.groups):
+            if index in fused:
+                fusion = fused[index]
+                kernels.append(HorizontalSchedule(
+                    tuple(self.groups[i].schedule for i in fusion.parts), fusion.threads,
+                    fusion.least_blocks))
+            elif index not in inside:
+                kernels.append(group.schedule)
+        return kernels
+
+    def run_side_by_side(self, *operators: str, threads: Sequence[int | None] = (),
+                         least_blocks: int = 0, reason: str = "") -> FusionPlan:
+        """This plan with the groups of ``operators`` (one operator of each) run side by
+        side in one kernel (horizontal fusion; Li et al. 2022): ``threads`` per part (None:
+        its own block's), ``least_blocks`` per multiprocessor asked of the compiler (the
+        register cap). Refused with a FusionError naming why (a path between two of them,
+        a buffer both write, a group already side by side)."""
+        try:
+            parts = tuple(self.groups.index(self.group_of(name)) for name in operators)
+        except KeyError as missing:
+            raise FusionError(f"run_side_by_side(): no operator {missing} in this plan") from None
+        if len(set(parts)) != len(parts):
+            raise FusionError("run_side_by_side(): two operators of one group; name one "
+                              "operator of each group")
+        taken = {index for fusion in self.side_by_side for index in fusion.parts}
+        if taken & set(parts):
+            raise FusionError(f"run_side_by_side(): [{' + '.join(self.groups[min(taken & set(parts))].members)}] "
+                              "already runs side by side with another group")
+        schedule = HorizontalSchedule(tuple(self.groups[i].schedule for i in parts),
+                                      tuple(threads), least_blocks)
+        why = schedule.why_not(self.graph)
+        if why:
+            raise FusionError(f"illegal horizontal fusion: {why}")
+        fusions = [*self.side_by_side, SideBySide(parts, tuple(threads), least_blocks,
+                                                  reason or "asked by hand")]
+        order = _order_with_parts_together(self.graph, self.groups, [f.parts for f in fusions])
+        moved = {old: new for new, old in enumerate(order)}
+        fusions = [replace(f, parts=tuple(moved[i] for i in f.parts)) for f in fusions]
+        apart = tuple(pair for pair in self.apart
+                      if not set(pair[0]) & {i for i in parts})
+        return replace(self, groups=tuple(self.groups[i] for i in order),
+                       side_by_side=tuple(fusions),
+                       apart=tuple((tuple(moved[i] for i in pair), why)
+                                   for pair, why in apart))
 
     def explain(self) -> str:
         """Every group and every edge's decision, in words."""
+        kernels = len(self.groups) - sum(len(f.parts) - 1 for f in self.side_by_side)
         lines = [f"plan for '{self.graph.name}' ({self.strategy} search, {self.model} model): "
-                 f"{len(self.graph.kernels)} operators in {len(self.groups)} kernels"]
+                 f"{len(self.graph.kernels)} operators in {kernels} kernels"]
         if self.predicted_time_s is not None and self.unfused_predicted_time_s is not None:
             lines.append(f"  predicted {self.predicted_time_s * 1e3:.3f} ms fused vs "
                          f"{self.unfused_predicted_time_s * 1e3:.3f} ms unfused")
@@ -125,6 +191,15 @@ class FusionPlan:
                          f"writes {outputs}" + (f": {group.reason}" if group.reason else ""))
             if order:
                 lines.append(f"    blocks last-first: {order}")
+        for fusion in self.side_by_side:
+            schedule = HorizontalSchedule(tuple(self.groups[i].schedule for i in fusion.parts),
+                                          fusion.threads, fusion.least_blocks)
+            names = " | ".join(f"[{' + '.join(self.groups[i].members)}]" for i in fusion.parts)
+            lines.append(f"  side by side {names} in one kernel ({schedule.text()}): "
+                         f"{fusion.reason}")
+        for pair, why in self.apart:
+            names = ", ".join(f"[{' + '.join(self.groups[i].members)}]" for i in pair)
+            lines.append(f"  not side by side {names}: {why}")
         for decision in self.decisions:
             mark = "fused   " if decision.fused else "not fused"
             lines.append(f"  {mark} {decision.producer} -> {decision.consumer} "
@@ -161,7 +236,13 @@ class FusionPlan:
         code generation decides (:mod:`kfuse.codegen.block_order`; asked once)."""
         from kfuse.schedule.lowering import lowering
 
-        return lowering().last_first(self.graph, self.kernel_groups)
+        per_kernel = iter(lowering().last_first(self.graph, self.kernel_groups))
+        later = {i for fusion in self.side_by_side for i in fusion.parts
+                 if i != min(fusion.parts)}
+        orders: list[str] = []
+        for index in range(len(self.groups)):  # the parts of a kernel side by side share it
+            orders.append(orders[-1] if index in later else next(per_kernel))
+        return tuple(orders)
 
     def _marches(self, group: Group) -> bool:
         """Whether the group's threads march along z on devices where that pays (3-D
@@ -179,6 +260,10 @@ class FusionPlan:
             "marching": [self._marches(g) for g in self.groups],
             # per group: why its blocks run last-first ("": first-to-last; block_order)
             "last_first": list(self.block_orders),
+            # groups (indices) run side by side in one kernel, their threads and register cap
+            "side_by_side": [{"parts": list(f.parts), "threads": list(f.threads),
+                              "least_blocks": f.least_blocks, "reason": f.reason}
+                             for f in self.side_by_side],
             "strategy": self.strategy,
             "model": self.model,
             "predicted_time_s": self.predicted_time_s,
@@ -204,6 +289,31 @@ class FusionPlan:
                          f'[label="{decision.buffer}", style={style}];')
         lines.append("}")
         return "\n".join(lines)
+
+
+def _order_with_parts_together(graph: Graph, groups: Sequence[Group],
+                               together: Sequence[Sequence[int]]) -> list[int]:
+    """An executable order of ``groups`` (their indices) in which each set of ``together``
+    (groups with no path between them) is consecutive: the order of the groups' quotient
+    graph with each set one node, the original order where free."""
+    node_of = {index: index for index in range(len(groups))}
+    for parts in together:
+        for index in parts:
+            node_of[index] = min(parts)
+    writer = {name: node_of[index] for index, group in enumerate(groups)
+              for name in group.members}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(set(node_of.values()))
+    for index, group in enumerate(groups):
+        for member in group.members:
+            for buffer in graph.kernel_by_name[member].reads:
+                producer = graph.producer.get(buffer)
+                if producer in writer and writer[producer] != node_of[index]:
+                    dag.add_edge(writer[producer], node_of[index])
+    members = {node: [i for i in range(len(groups)) if node_of[i] == node]
+               for node in dag.nodes}
+    order = nx.lexicographical_topological_sort(dag, key=lambda node: max(members[node]))
+    return [index for node in order for index in members[node]]
 
 
 def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:

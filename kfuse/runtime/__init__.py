@@ -107,11 +107,16 @@ def _rechecked_plan(graph: Graph, sizes: Mapping[str, int] | None, plan: FusionP
     variants = {frozenset(g.members): g.variant for g in plan.groups}
 
     def recheck() -> tuple[FusionPlan, FusionPlan]:  # (the plan kept: its id stays its own)
-        return plan, make_plan(
+        checked = make_plan(
             graph, [list(g.members) for g in plan.groups], strategy=plan.strategy,
             model=plan.model, predicted_time_s=plan.predicted_time_s,
             unfused_predicted_time_s=plan.unfused_predicted_time_s, variants=variants,
             sizes=sizes)
+        for fusion in plan.side_by_side:
+            checked = checked.run_side_by_side(
+                *(plan.groups[i].members[0] for i in fusion.parts), threads=fusion.threads,
+                least_blocks=fusion.least_blocks, reason=fusion.reason)
+        return plan, checked
     key = ("rechecked plan", id(plan), tuple(sorted((sizes or {}).items())))
     return graph.remembered(key, recheck)[1]
 

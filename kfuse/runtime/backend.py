@@ -244,6 +244,9 @@ class Executable(ABC):
             return self.buffers[param.ref]
         if param.role == "size":
             return np.int32(self.bound.sizes[param.ref])
+        if param.role == "blocks":
+            part, axis = map(int, param.ref.split("."))
+            return np.uint32(spec.part_blocks(self.bound.sizes)[part][axis])
         value = self.bound.params[param.ref]
         return np.dtype(param.dtype if param.dtype != "bool" else np.bool_).type(value)
 

@@ -39,6 +39,9 @@ class ArgumentBlock:
                 self.buffer_slots.append((value, param.ref))
             elif param.role == "size":
                 value = ctypes.c_int32(sizes[param.ref])
+            elif param.role == "blocks":  # a part's blocks along an axis (side by side)
+                part, axis = map(int, param.ref.split("."))
+                value = ctypes.c_uint32(spec.part_blocks(sizes)[part][axis])
             else:
                 value = _C_VALUES[param.dtype]()
                 self.param_slots.append((value, param.ref))

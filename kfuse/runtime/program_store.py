@@ -26,6 +26,16 @@ def program_key(*parts: Any) -> str:
     return digest((FORMAT, code_digest(), parts))
 
 
+def _axis_list(axis: GridAxis) -> list[Any]:
+    return [list(axis.symbols), axis.per_block, axis.cap, axis.covering, axis.least_per_block,
+            axis.fixed_blocks]
+
+
+def _axis_of(values: list[Any]) -> GridAxis:
+    symbols, per_block, cap, covering, least, fixed = values
+    return GridAxis(tuple(symbols), per_block, cap, covering, least, fixed)
+
+
 def program_to_dict(program: Program) -> dict[str, Any]:
     """``program`` as plain JSON values."""
     return {
@@ -37,12 +47,12 @@ def program_to_dict(program: Program) -> dict[str, Any]:
             "symbol": spec.symbol, "operators": list(spec.operators),
             "params": [[p.name, p.ctype, p.role, p.ref, p.dtype] for p in spec.params],
             "block": list(spec.block),
-            "grid": [[list(axis.symbols), axis.per_block, axis.cap, axis.covering,
-                      axis.least_per_block, axis.fixed_blocks] for axis in spec.grid],
+            "grid": [_axis_list(axis) for axis in spec.grid],
             "initial_values": [list(pair) for pair in spec.initial_values],
             "dynamic_shared_bytes": spec.dynamic_shared_bytes,
             "size_limits": [list(pair) for pair in spec.size_limits],
             "blocks_walk": spec.blocks_walk,
+            "part_grids": [[_axis_list(axis) for axis in grid] for grid in spec.part_grids],
         } for spec in program.launches],
     }
 
@@ -52,14 +62,15 @@ def program_from_dict(data: dict[str, Any]) -> Program:
     launches = tuple(LaunchSpec(
         spec["symbol"], tuple(spec["operators"]),
         tuple(KernelParam(*param) for param in spec["params"]), tuple(spec["block"]),
-        tuple(GridAxis(tuple(symbols), per_block, cap, covering, least, fixed)
-              for symbols, per_block, cap, covering, least, fixed in spec["grid"]),
+        tuple(_axis_of(axis) for axis in spec["grid"]),
         # (as written: an int64 reduction's identity, 2**63 - 1, is no float)
         tuple((name, value if isinstance(value, int) else float(value))
               for name, value in spec["initial_values"]),
         spec["dynamic_shared_bytes"],
         tuple((symbol, int(size)) for symbol, size in spec["size_limits"]),
-        spec["blocks_walk"]) for spec in data["launches"])
+        spec["blocks_walk"],
+        tuple(tuple(_axis_of(axis) for axis in grid) for grid in spec["part_grids"]))
+        for spec in data["launches"])
     fixed = data["fixed_sizes"]
     return Program(data["name"], data["source"], launches, data["wide_index"],
                    None if fixed is None else tuple((s, int(n)) for s, n in fixed),

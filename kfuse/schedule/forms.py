@@ -530,6 +530,74 @@ class GroupSchedule:
         return replace(self, form=replace(form, tile=tile))
 
 
+MAX_PARTS = 15  # named barriers 1..15 (0 is __syncthreads)
+
+
+@dataclass(frozen=True)
+class HorizontalSchedule:
+    """Kernels with no path between them run side by side in one block (horizontal
+    fusion; Li et al. 2022, HFuse): part k takes the next ``threads[k]`` threads of the
+    block as a block of its own shape, synchronises on barrier k + 1 over them, and runs
+    on as many blocks as its own grid has (the launch has as many as the largest).
+    ``threads``: per part, the threads it takes (None: its own block's); a different count
+    resizes a part that allows it (a tiled form keeps its rows of threads, a user kernel
+    declared ``any_block`` takes a 1-D block). ``least_blocks``: blocks per multiprocessor
+    the compiler must fit (``__launch_bounds__``: HFuse's register cap; 0: none)."""
+
+    parts: tuple[GroupSchedule, ...]
+    threads: tuple[int | None, ...] = ()
+    least_blocks: int = 0
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return tuple(m for part in self.parts for m in part.members)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(o for part in self.parts for o in part.outputs)
+
+    def part_threads(self, index: int) -> int | None:
+        return self.threads[index] if index < len(self.threads) else None
+
+    def text(self) -> str:
+        split = "/".join(str(t) if t else "own" for t in
+                         (self.part_threads(i) for i in range(len(self.parts))))
+        cap = f", {self.least_blocks} blocks per SM" if self.least_blocks else ""
+        return f"horizontal {split}{cap}"
+
+    def why_not(self, graph: Graph) -> str | None:
+        """Why these parts cannot run side by side (None: they can): fewer than two or more
+        than :data:`MAX_PARTS`, a path between two of them, or a buffer two of them write."""
+        if not 2 <= len(self.parts) <= MAX_PARTS:
+            return f"horizontal fusion takes 2 to {MAX_PARTS} kernels, not {len(self.parts)}"
+        for index, threads in enumerate(self.threads):
+            if threads is not None and (threads <= 0 or threads % 32):
+                return (f"part {index} takes {threads} threads: a part takes whole warps "
+                        "(a multiple of 32)")
+        written: dict[str, int] = {}
+        for index, part in enumerate(self.parts):
+            for name in touched_writes(graph, part.members):
+                if name in written:
+                    return (f"[{' + '.join(self.parts[written[name]].members)}] and "
+                            f"[{' + '.join(part.members)}] both write '{name}'")
+                written[name] = index
+        from kfuse.analysis.order import path_between
+        for first in range(len(self.parts)):
+            for second in range(first + 1, len(self.parts)):
+                path = path_between(graph, self.parts[first].members,
+                                    self.parts[second].members)
+                if path:
+                    return (f"[{' + '.join(self.parts[first].members)}] and "
+                            f"[{' + '.join(self.parts[second].members)}] depend on each "
+                            f"other: {' -> '.join(path)}")
+        return None
+
+
+def touched_writes(graph: Graph, members: Sequence[str]) -> set[str]:
+    """Every buffer the group writes (to memory or not)."""
+    return {name for member in members for name in graph.kernel_by_name[member].writes}
+
+
 def group_schedule(group: GroupSchedule | Sequence[Any]) -> GroupSchedule:
     """A :class:`GroupSchedule`, or one written as a tuple (members, written buffers[, form
     or its text[, register tile]])."""
