@@ -17,7 +17,7 @@ from kfuse.codegen.cexpr import comment_text, param_var, size_var
 from kfuse.codegen.program import GridAxis, KernelParam, KernelSource, LaunchSpec, launch_bounds
 from kfuse.errors import CompileError
 from kfuse.ir.cnames import c_name
-from kfuse.ir.expr import C_TYPES, STORAGE_TYPES
+from kfuse.ir.expr import C_TYPES, INT_RANGES, STORAGE_TYPES
 from kfuse.ir.graph import Graph, Kernel, UserArgument
 
 
@@ -39,8 +39,8 @@ def user_kernel(graph: Graph, kernel: Kernel, threads: int | None = None
             raise CompileError(f"user kernel '{kernel.name}' runs in blocks of {spec.block} "
                                "(declare any_block=True where any 1-D block will do)")
         x = spec.grid[0]
-        per_block = x.per_block * threads // spec.threads
-        if per_block * spec.threads != x.per_block * threads:
+        per_block = x.per_block * threads // spec.threads if not x.blocks else x.per_block
+        if not x.blocks and per_block * spec.threads != x.per_block * threads:
             raise CompileError(f"user kernel '{kernel.name}': {threads} threads do not cover a "
                                f"whole number of its {x.per_block} items per {spec.threads}")
         spec = replace(spec, block=(threads, 1, 1),
@@ -79,8 +79,11 @@ def user_kernel(graph: Graph, kernel: Kernel, threads: int | None = None
     source = KernelSource(preamble, symbol, launch_bounds(spec.threads), tuple(params), body)
     grid = tuple(GridAxis(axis.symbols, axis.per_block, fixed_blocks=axis.blocks)
                  for axis in spec.grid)
+    initial = tuple((access.buffer, int(access.initial) if graph.buffers[access.buffer].dtype
+                     in INT_RANGES else access.initial)
+                    for access in spec.writes if access.initial is not None)
     launch = LaunchSpec(symbol, (kernel.name,), tuple(params), spec.block,
-                        grid, dynamic_shared_bytes=spec.dynamic_shared_bytes,
+                        grid, initial, dynamic_shared_bytes=spec.dynamic_shared_bytes,
                         blocks_walk=True)  # (in an order of its own: never reversed)
     return source, launch
 

@@ -56,6 +56,7 @@ class Written:
     shape: tuple[str | int, ...] | None
     like: Array | None
     elementwise: bool
+    initial: float | None = None
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,15 @@ def read(array: Array, *, radius: int | Sequence[int] | None = None) -> Read:
 
 
 def written(name: str, *, like: Array | None = None, shape: Sequence[str | int] | None = None,
-            dtype: object = None, elementwise: bool = True) -> Written:
+            dtype: object = None, elementwise: bool = True,
+            initial: float | None = None) -> Written:
     """An array a user kernel writes, named ``name``: of ``like``'s shape and dtype (or
     ``shape``: size symbols of the pipeline's arrays or fixed sizes, and ``dtype``);
-    ``elementwise=False``: a thread may write anywhere in it (a histogram)."""
+    ``elementwise=False``: a thread may write anywhere in it (a histogram); ``initial``:
+    every element set to this value before the kernel runs (what its atomics add to)."""
+    if initial is not None and (isinstance(initial, bool) or not isinstance(
+            initial, numbers.Real) or not math.isfinite(float(initial))):
+        raise DslError(f"kf.written('{name}'): initial= takes a finite number, got {initial!r}")
     if like is None and shape is None:
         raise DslError(f"kf.written('{name}'): give like= (an array of the same shape) or "
                        "shape=")
@@ -95,7 +101,8 @@ def written(name: str, *, like: Array | None = None, shape: Sequence[str | int] 
         raise DslError(f"kf.written('{name}'): like= takes an array of the pipeline, "
                        f"got {like!r}")
     return Written(name, None if dtype is None else normalize_dtype(dtype),
-                   None if shape is None else tuple(shape), like, bool(elementwise))
+                   None if shape is None else tuple(shape), like, bool(elementwise),
+                   None if initial is None else float(initial))
 
 
 def size(array: Array, axis: int | None = None) -> Size:
@@ -237,7 +244,8 @@ def _arguments(pipeline: Pipeline, args: Sequence[Any], label: str, where: str |
             arguments.append(UserArgument("input", array.name, array.dtype))
         elif isinstance(arg, Written):
             array = _new_array(pipeline, arg, label, where)
-            writes.append(UserAccess(array.name, "elementwise" if arg.elementwise else "whole"))
+            writes.append(UserAccess(array.name, "elementwise" if arg.elementwise else "whole",
+                                     initial=arg.initial))
             new_arrays.append(array)
             arguments.append(UserArgument("output", array.name, array.dtype))
         elif isinstance(arg, Size):

@@ -106,6 +106,7 @@ class UserAccess:
     buffer: str
     pattern: str = "whole"
     radius: tuple[int, ...] = ()
+    initial: float | None = None  # a written array set to this before the kernel runs
 
 
 @dataclass(frozen=True)
