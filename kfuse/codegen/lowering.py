@@ -5,12 +5,14 @@ blocks in."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from math import prod
 
 from kfuse.codegen import resources
-from kfuse.codegen.generate import generate
+from kfuse.codegen.generate import generate, lower_group, resizes
+from kfuse.codegen.prelude import PRELUDE
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import GroupSchedule
-from kfuse.schedule.lowering import KernelFigures, LoweredKernel
+from kfuse.schedule.lowering import KernelFigures, LaunchShape, LoweredKernel
 
 
 class CodegenLowering:
@@ -38,3 +40,14 @@ class CodegenLowering:
 
     def last_first(self, graph: Graph, groups: Sequence[GroupSchedule]) -> tuple[str, ...]:
         return generate(graph, groups).last_first
+
+    def launch_shape(self, graph: Graph, group: GroupSchedule, sizes: Mapping[str, int],
+                     threads: int | None = None) -> LaunchShape:
+        kernel, launch = lower_group(graph, group, threads=threads)
+        source = "\n".join([PRELUDE, "typedef int kf_index_t;", *kernel.lines()])
+        return LaunchShape(prod(launch.block), prod(launch.grid_size(sizes)),
+                           launch.dynamic_shared_bytes,
+                           LoweredKernel(source, launch.symbol, launch.dynamic_shared_bytes))
+
+    def resizes(self, graph: Graph, group: GroupSchedule) -> bool:
+        return resizes(graph, group)

@@ -101,6 +101,11 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                       bound)
 
 
+def arithmetic_rate(profile: DeviceProfile) -> float:
+    """Arithmetic operations per second the device sustains (the roofline's)."""
+    return _rates(profile)[0]
+
+
 def _rates(profile: DeviceProfile) -> tuple[float, float]:
     """(arithmetic operations per second, cached-load bytes per second) of the device."""
     arithmetic = profile.sm_count * FP32_LANES_PER_SM * CLOCK_HZ * ARITHMETIC_EFFICIENCY

@@ -30,6 +30,17 @@ class LoweredKernel:
 
 
 @dataclass(frozen=True)
+class LaunchShape:
+    """One group's kernel launched at given sizes: threads per block, blocks, dynamic
+    shared bytes per block, and the kernel itself (for the compiler's figures)."""
+
+    threads: int
+    blocks: int
+    dynamic_shared_bytes: int
+    kernel: LoweredKernel
+
+
+@dataclass(frozen=True)
 class KernelFigures:
     """What the compiler reports of a kernel (ptxas)."""
 
@@ -60,6 +71,14 @@ class Lowering(Protocol):
     def last_first(self, graph: Graph, groups: Sequence[GroupSchedule]) -> tuple[str, ...]:
         """Per kernel of the program ``groups``: why it visits its blocks last-first ("":
         first-to-last)."""
+
+    def launch_shape(self, graph: Graph, group: GroupSchedule, sizes: Mapping[str, int],
+                     threads: int | None = None) -> LaunchShape:
+        """``group``'s kernel and its launch at ``sizes`` (in blocks of ``threads`` where
+        given: a part of kernels side by side; a CompileError where it cannot take them)."""
+
+    def resizes(self, graph: Graph, group: GroupSchedule) -> bool:
+        """Whether ``group``'s kernel may take another number of threads per block."""
 
 
 _installed: list[Lowering] = []

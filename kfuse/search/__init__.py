@@ -76,12 +76,15 @@ def default_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
     """The plan ``plan="auto"`` runs: for map/reduce pipelines the predicted-best
     combination of fusions and implementations (Filipovič et al. 2015, :mod:`kfuse.search.variants`:
     sibling reductions sharing a matrix pass, stream variants, epilogues); for everything
-    else the greedy search under the roofline model."""
+    else the greedy search under the roofline model; then, at known sizes, independent
+    groups side by side where predicted to pay (:mod:`kfuse.search.hfuse`)."""
+    from kfuse.search.hfuse import side_by_side_plan
+
     if is_map_reduce_graph(graph):
         from kfuse.search.variants import best_plan
 
-        return best_plan(graph, sizes, profile)
-    return search(graph, sizes=sizes, profile=profile)
+        return side_by_side_plan(best_plan(graph, sizes, profile), sizes, profile)
+    return side_by_side_plan(search(graph, sizes=sizes, profile=profile), sizes, profile)
 
 
 def plan_for(graph: Graph, strategy: str = "auto", model: str = "roofline",

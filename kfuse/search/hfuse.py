@@ -1,0 +1,169 @@
+"""Which independent kernels of a plan run side by side in one block (horizontal fusion;
+Li et al. 2022, HFuse), and with how many threads each.
+
+HFuse profiles, for a pair of kernels, every split of a 1024-thread block in steps of 128
+and each with and without a register cap (``__launch_bounds__`` asking for as many blocks
+per multiprocessor as the parts had alone), and keeps the fastest. Here the same candidates
+are predicted by :mod:`kfuse.model.horizontal` (parts whose kernels take another block size:
+tiled forms and user kernels declared ``any_block``; others keep their own), and a pair of
+groups with no path between them is fused where the best candidate is predicted faster than
+both one after another and two streams. ``kfuse.tune.autotune_side_by_side`` measures the
+candidates instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from kfuse.errors import CompileError
+from kfuse.fusion.plan import FusionPlan
+from kfuse.ir.graph import Graph
+from kfuse.model.device import DeviceProfile, current_profile
+from kfuse.model.horizontal import (
+    PartShape,
+    SideBySidePrediction,
+    capped_registers,
+    predict,
+    resident_blocks,
+)
+from kfuse.model.roofline import arithmetic_rate, predict_group
+from kfuse.schedule.forms import GroupSchedule, HorizontalSchedule
+from kfuse.schedule.lowering import lowering
+
+SPLIT_STEP = 128  # HFuse's step: one warpgroup
+BLOCK_THREADS = 1024  # the fused block HFuse splits
+UNKNOWN_REGISTERS = 32  # per thread, where no compiler reports a kernel's
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way of running parts side by side: threads per part (None: its own) and the
+    blocks per multiprocessor asked of the compiler (0: none)."""
+
+    threads: tuple[int | None, ...]
+    least_blocks: int = 0
+
+
+def part_shape(graph: Graph, group: GroupSchedule, sizes: Mapping[str, int],
+               profile: DeviceProfile, threads: int | None = None) -> PartShape:
+    """What the model needs of one group's kernel at ``sizes`` (in blocks of ``threads``)."""
+    shape = lowering().launch_shape(graph, group, sizes, threads)
+    figures = lowering().figures(shape.kernel) if lowering().measures() else None
+    registers = figures.registers if figures else UNKNOWN_REGISTERS
+    shared = shape.dynamic_shared_bytes + (figures.shared_bytes if figures else 0)
+    kernels = [graph.kernel_by_name[m] for m in group.members]
+    if kernels[0].kind == "opaque":
+        spec = kernels[0].opaque
+        dram = sum(graph.nbytes(a.buffer, sizes) for a in (*spec.reads, *spec.writes))
+        operations = spec.operations_per_thread * shape.threads * shape.blocks
+    else:
+        prediction = predict_group(graph, group.members, group.outputs, sizes, profile,
+                                   group.form)
+        dram, operations = prediction.dram_bytes, prediction.operations
+    return PartShape("+".join(group.members), shape.blocks, shape.threads, registers, shared,
+                     dram / profile.copy_bandwidth_bytes_per_s,
+                     operations / arithmetic_rate(profile))
+
+
+def candidates(graph: Graph, parts: Sequence[GroupSchedule],
+               shapes: Sequence[PartShape], profile: DeviceProfile) -> list[Candidate]:
+    """HFuse's candidates for ``parts`` (their shapes alone): the parts' own blocks, and
+    for two parts where either takes another block size, every split of
+    :data:`BLOCK_THREADS` in steps of :data:`SPLIT_STEP`; each without and with the
+    register cap (as many fused blocks per multiprocessor as the parts had alone)."""
+    splits: list[tuple[int | None, ...]] = [tuple(None for _ in parts)]
+    if len(parts) == 2:
+        own = [shape.threads for shape in shapes]
+        resizable = [lowering().resizes(graph, part) for part in parts]
+        for first in range(SPLIT_STEP, BLOCK_THREADS, SPLIT_STEP):
+            split = (first, BLOCK_THREADS - first)
+            if all(r or t == o for r, t, o in zip(resizable, split, own, strict=True)):
+                splits.append(tuple(None if t == o else t
+                                    for t, o in zip(split, own, strict=True)))
+    found = []
+    for split in dict.fromkeys(splits):
+        found.append(Candidate(split))
+        threads = sum(t or s.threads for t, s in zip(split, shapes, strict=True))
+        alone = min(resident_blocks(s.threads, s.registers, s.shared_bytes, profile)
+                    for s in shapes)
+        least = max(1, min(alone, profile.max_threads_per_sm // threads))
+        if capped_registers(threads, least, profile) < max(s.registers for s in shapes):
+            found.append(Candidate(split, least))
+    return found
+
+
+def best_side_by_side(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mapping[str, int],
+                      profile: DeviceProfile | None = None
+                      ) -> tuple[Candidate, SideBySidePrediction] | None:
+    """The candidate predicted fastest for ``parts`` side by side, and its prediction
+    (None where none can be written: a part that cannot run beside another)."""
+    profile = profile or current_profile()
+    try:
+        alone = [part_shape(graph, part, sizes, profile) for part in parts]
+    except CompileError:
+        return None
+    best: tuple[Candidate, SideBySidePrediction] | None = None
+    for candidate in candidates(graph, parts, alone, profile):
+        try:
+            shapes = [shape if threads is None else
+                      part_shape(graph, part, sizes, profile, threads)
+                      for part, shape, threads in zip(parts, alone, candidate.threads,
+                                                      strict=True)]
+        except CompileError:
+            continue
+        if sum(shape.threads for shape in shapes) > BLOCK_THREADS:
+            continue
+        prediction = predict(shapes, profile, candidate.least_blocks)
+        if best is None or prediction.fused_s < best[1].fused_s:
+            best = (candidate, prediction)
+    return best
+
+
+def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
+                      profile: DeviceProfile | None = None) -> FusionPlan:
+    """``plan`` with pairs of its groups that have no path between them run side by side
+    where that is predicted to pay (the best pair first, each group in one pair at most);
+    the pairs left apart are kept with the reason (``plan.explain()``)."""
+    if sizes is None:
+        return plan
+    profile = profile or current_profile()
+    levels = plan.independent_groups
+    if not levels:
+        return plan
+    judged = []
+    for level in levels:
+        for first, second in combinations(level, 2):
+            if any(i in {j for f in plan.side_by_side for j in f.parts} for i in (first, second)):
+                continue
+            parts = (plan.groups[first].schedule, plan.groups[second].schedule)
+            if HorizontalSchedule(parts).why_not(plan.graph):
+                continue
+            best = best_side_by_side(plan.graph, parts, sizes, profile)
+            if best is not None:
+                judged.append(((first, second), *best))
+    judged.sort(key=lambda item: item[2].fused_s - item[2].best_apart_s)
+    used: set[int] = set()
+    fusions, apart = [], []
+    for pair, candidate, prediction in judged:
+        if prediction.pays and not used & set(pair):
+            used.update(pair)
+            fusions.append((pair, candidate, prediction))
+        else:
+            apart.append((pair, prediction.reason if not prediction.pays else
+                          "each already runs side by side with another"))
+    names = [(plan.groups[a].members[0], plan.groups[b].members[0]) for (a, b), *_ in fusions]
+    apart_names = [((plan.groups[a].members[0], plan.groups[b].members[0]), why)
+                   for (a, b), why in apart]
+    for (first, second), (_, candidate, prediction) in zip(names, fusions, strict=True):
+        plan = plan.run_side_by_side(first, second, threads=candidate.threads,
+                                     least_blocks=candidate.least_blocks,
+                                     reason=prediction.reason)
+    index = {m: i for i, group in enumerate(plan.groups) for m in group.members}
+    from dataclasses import replace
+    return replace(plan, apart=tuple(((index[a], index[b]), why)
+                                     for (a, b), why in apart_names))
+
+
+__all__ = ["Candidate", "best_side_by_side", "candidates", "part_shape", "side_by_side_plan"]
