@@ -23,7 +23,8 @@ from kfuse.errors import CompileError
 from kfuse.schedule.forms import GroupSchedule, HorizontalSchedule
 
 SHARED_ALIGNMENT = 16  # bytes: each part's dynamic shared memory starts on such a boundary
-# the words redefined around each part's function (pushed and popped: restored after it)
+# the words redefined around each part's function: none is a macro outside it but
+# KF_DYNAMIC_SHARED, which is defined again after it (from byte 0 on: the same memory)
 REDEFINED = ("threadIdx", "blockIdx", "blockDim", "gridDim", "__syncthreads",
              "KF_DYNAMIC_SHARED", "kf_reversed_block", "kf_block_reduce")
 
@@ -156,7 +157,6 @@ def _part_function(kernel: KernelSource, launch: LaunchSpec, index: int, offset:
     suffix = f"{launch.symbol}_part{index}"
     lines = [f"// part {index}: '{launch.symbol}', threads [{offset}, {offset + threads}) "
              f"as blocks of {x} x {y} x {z}"]
-    lines += [f'#pragma push_macro("{word}")' for word in REDEFINED]
     lines += [f"#undef {word}" for word in REDEFINED]
     lines += [
         f"#define threadIdx kf_part_thread<{offset}, {x}, {y}>()",
@@ -175,7 +175,8 @@ def _part_function(kernel: KernelSource, launch: LaunchSpec, index: int, offset:
         *kernel.body,
         "}",
     ]
-    lines += [f'#pragma pop_macro("{word}")' for word in reversed(REDEFINED)]
+    lines += [f"#undef {word}" for word in REDEFINED]  # (NVRTC keeps no pushed macros)
+    lines.append("#define KF_DYNAMIC_SHARED(type, name) KF_DYNAMIC_SHARED_AT(type, name, 0)")
     return lines
 
 

@@ -20,6 +20,16 @@ PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
 #endif
 
 #define KF_KERNEL extern "C" __global__
+// What __global__ and __launch_bounds__ stand for here: a user's kernel source is compiled
+// with them redefined (kfuse.codegen.user), and they are defined again as these after it
+// (NVRTC ignores #pragma push_macro / pop_macro).
+#if defined(__CUDACC__)
+  #define KF_GLOBAL_SPELLING __attribute__((global))
+  #define KF_LAUNCH_BOUNDS_SPELLING(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#else
+  #define KF_GLOBAL_SPELLING
+  #define KF_LAUNCH_BOUNDS_SPELLING(...)
+#endif
 #define KF_DEVICE __device__ __forceinline__
 
 // Vector accesses need aligned pointers: kf_pointer_aligned tests one on the device.

@@ -62,8 +62,6 @@ def user_kernel(graph: Graph, kernel: Kernel, threads: int | None = None
         f"// User kernel '{spec.entry}' (operator '{kernel.name}'{where}): the user's source as "
         "given, its",
         "// __global__ functions compiled as device functions that the kernel below calls.",
-        '#pragma push_macro("__global__")',
-        '#pragma push_macro("__launch_bounds__")',
         "#undef __global__",
         "#undef __launch_bounds__",
         "#define __global__ __device__ __forceinline__",
@@ -71,8 +69,10 @@ def user_kernel(graph: Graph, kernel: Kernel, threads: int | None = None
         f"namespace {namespace} {{",
         *spec.source.strip("\n").splitlines(),
         f"}}  // namespace {namespace}",
-        '#pragma pop_macro("__launch_bounds__")',
-        '#pragma pop_macro("__global__")',
+        "#undef __global__",
+        "#undef __launch_bounds__",
+        "#define __global__ KF_GLOBAL_SPELLING",
+        "#define __launch_bounds__(...) KF_LAUNCH_BOUNDS_SPELLING(__VA_ARGS__)",
     )
     body = (f"  {namespace}::{spec.entry}({', '.join(call)});",)
     symbol = f"user_{c_name(kernel.name)}"
