@@ -27,9 +27,14 @@ from kfuse.model.device import DeviceProfile
 from kfuse.model.occupancy import blocks_per_multiprocessor
 from kfuse.model.waves import KernelShape, decide
 
-# resident threads per multiprocessor that keep a kernel's memory traffic or arithmetic
-# going at the device's rate (half of the 2048 an H100 / H200 holds; more hide no more)
-SATURATING_THREADS_PER_SM = 1024
+# Bytes a multiprocessor must have asked of DRAM and not yet received to keep DRAM busy:
+# bandwidth x latency per multiprocessor (an H200: 4.8 TB/s x about 0.65 us / 132 SMs)
+BYTES_IN_FLIGHT_PER_SM = 24 * 1024
+# Resident threads per multiprocessor whose independent arithmetic keeps its units busy
+ARITHMETIC_SATURATING_THREADS = 512
+# What a compiled call costs the host at least (session 24: 8-14 us on an H200's host): a
+# call whose kernels take less is no faster for fewer of them
+CALL_FLOOR_S = 10e-6
 PAYS_MARGIN = 0.05  # side by side is chosen where predicted at least this much faster
 REGISTER_GRANULE = 8  # registers per thread are allocated in steps of 8 (256 per warp)
 
@@ -47,6 +52,7 @@ class PartShape:
     shared_bytes: int
     memory_s: float
     arithmetic_s: float
+    bytes_in_flight: float = 64.0  # per thread: what it asks of DRAM before it waits
 
     @property
     def bound(self) -> str:
@@ -84,17 +90,25 @@ def resident_blocks(threads: int, registers: int, shared_bytes: int,
          "MaxSharedMemoryPerMultiprocessor": profile.shared_memory_per_sm}))
 
 
-def busy_fraction(threads_per_sm: float) -> float:
-    """The share of the device's rate a kernel reaches with this many threads resident per
-    multiprocessor on average (1 from :data:`SATURATING_THREADS_PER_SM` on)."""
-    return max(1e-3, min(1.0, threads_per_sm / SATURATING_THREADS_PER_SM))
+def part_time(part: PartShape, resident_threads: float) -> float:
+    """A part's time with ``resident_threads`` of its threads per multiprocessor on average:
+    its DRAM time stretched where they keep too few bytes in flight, its arithmetic time
+    where they are too few to keep the units busy; the larger of the two."""
+    memory_busy = min(1.0, resident_threads * part.bytes_in_flight / BYTES_IN_FLIGHT_PER_SM)
+    arithmetic_busy = min(1.0, resident_threads / ARITHMETIC_SATURATING_THREADS)
+    return max(part.memory_s / max(memory_busy, 1e-3),
+               part.arithmetic_s / max(arithmetic_busy, 1e-3))
+
+
+def resident_threads(part: PartShape, blocks_per_sm: int, profile: DeviceProfile) -> float:
+    """A part's threads resident per multiprocessor on average, at ``blocks_per_sm``."""
+    return min(part.blocks / profile.sm_count, blocks_per_sm) * part.threads
 
 
 def alone_s(part: PartShape, profile: DeviceProfile) -> float:
-    """A part's time alone: its bottleneck at the share of the device its grid keeps busy."""
+    """A part's time alone, at the occupancy its own launch has."""
     per_sm = resident_blocks(part.threads, part.registers, part.shared_bytes, profile)
-    resident = min(part.blocks / profile.sm_count, per_sm) * part.threads
-    return max(part.memory_s, part.arithmetic_s) / busy_fraction(resident)
+    return part_time(part, resident_threads(part, per_sm, profile))
 
 
 def capped_registers(threads: int, least_blocks: int, profile: DeviceProfile) -> int:
@@ -104,32 +118,29 @@ def capped_registers(threads: int, least_blocks: int, profile: DeviceProfile) ->
     return max(REGISTER_GRANULE, per_thread // REGISTER_GRANULE * REGISTER_GRANULE)
 
 
-def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: int = 0,
-            spilled: bool = False) -> SideBySidePrediction:
-    """The three ways of running ``parts`` (no path between them), predicted. ``spilled``:
-    the register cap makes a part spill (its time is then not trusted: predicted as apart)."""
+def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: int = 0
+            ) -> SideBySidePrediction:
+    """The three ways of running ``parts`` (no path between them), predicted."""
     launch = profile.launch_overhead_s
     alone = [alone_s(part, profile) for part in parts]
-    sequential = sum(alone) + launch * len(parts)
+    sequential = max(sum(alone) + launch * len(parts), CALL_FLOOR_S)
     shapes = [KernelShape(p.name, p.blocks, p.threads, p.registers, p.shared_bytes, t + launch)
               for p, t in zip(parts, alone, strict=True)]
-    streams = decide(shapes, profile).multi_s
+    streams = max(decide(shapes, profile).multi_s, CALL_FLOOR_S)
     threads = sum(part.threads for part in parts)
     registers = max(part.registers for part in parts)
     if least_blocks:
         registers = min(registers, capped_registers(threads, least_blocks, profile))
     shared = sum(part.shared_bytes for part in parts)
     per_sm = resident_blocks(threads, registers, shared, profile)
-    blocks = max(part.blocks for part in parts)
-    fused_busy = busy_fraction(min(blocks / profile.sm_count, per_sm) * threads)
-    together = max(sum(p.memory_s for p in parts), sum(p.arithmetic_s for p in parts))
-    own = []
-    for part in parts:  # each at the threads the fused kernel keeps resident for it
-        resident = min(part.blocks / profile.sm_count, per_sm) * part.threads
-        own.append(max(part.memory_s, part.arithmetic_s) / busy_fraction(resident))
-    fused = max(together / fused_busy, *own) + launch
-    if spilled:
-        fused = max(fused, sequential)
+    resident = [resident_threads(part, per_sm, profile) for part in parts]
+    own = [part_time(part, threads_of) for part, threads_of in zip(parts, resident, strict=True)]
+    in_flight = sum(r * p.bytes_in_flight for r, p in zip(resident, parts, strict=True))
+    shared_memory = sum(p.memory_s for p in parts) / max(
+        1e-3, min(1.0, in_flight / BYTES_IN_FLIGHT_PER_SM))
+    shared_arithmetic = sum(p.arithmetic_s for p in parts) / max(
+        1e-3, min(1.0, sum(resident) / ARITHMETIC_SATURATING_THREADS))
+    fused = max(max(shared_memory, shared_arithmetic, *own) + launch, CALL_FLOOR_S)
     bounds = " and ".join(f"'{p.name}' {p.bound}-bound ({t * 1e6:.1f} us alone)"
                           for p, t in zip(parts, alone, strict=True))
     split = "/".join(str(part.threads) for part in parts)
@@ -141,5 +152,5 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
                                 tuple(part.threads for part in parts), least_blocks, reason)
 
 
-__all__ = ["PartShape", "SideBySidePrediction", "alone_s", "busy_fraction",
-           "capped_registers", "predict", "resident_blocks"]
+__all__ = ["PartShape", "SideBySidePrediction", "alone_s", "capped_registers", "part_time",
+           "predict", "resident_blocks", "resident_threads"]

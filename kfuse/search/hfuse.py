@@ -19,6 +19,7 @@ from itertools import combinations
 
 from kfuse.errors import CompileError
 from kfuse.fusion.plan import FusionPlan
+from kfuse.ir.expr import ITEM_SIZE
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile, current_profile
 from kfuse.model.horizontal import (
@@ -34,7 +35,12 @@ from kfuse.schedule.lowering import lowering
 
 SPLIT_STEP = 128  # HFuse's step: one warpgroup
 BLOCK_THREADS = 1024  # the fused block HFuse splits
+TIE = 0.01  # candidates predicted this close count as equal
 UNKNOWN_REGISTERS = 32  # per thread, where no compiler reports a kernel's
+# the bytes a thread reads count as in flight at once up to this many (the loads of a
+# register tile; a thread that loops over more waits between its iterations; stores do not
+# keep a thread waiting)
+MOST_BYTES_IN_FLIGHT_PER_THREAD = 256
 
 
 @dataclass(frozen=True)
@@ -54,25 +60,36 @@ def part_shape(graph: Graph, group: GroupSchedule, sizes: Mapping[str, int],
     registers = figures.registers if figures else UNKNOWN_REGISTERS
     shared = shape.dynamic_shared_bytes + (figures.shared_bytes if figures else 0)
     kernels = [graph.kernel_by_name[m] for m in group.members]
+    threads_in_all = shape.threads * shape.blocks
     if kernels[0].kind == "opaque":
         spec = kernels[0].opaque
-        dram = sum(graph.nbytes(a.buffer, sizes) for a in (*spec.reads, *spec.writes))
-        operations = spec.operations_per_thread * shape.threads * shape.blocks
+        accessed = (*spec.reads, *spec.writes)
+        dram = sum(graph.nbytes(a.buffer, sizes) for a in accessed)
+        operations = spec.operations_per_thread * threads_in_all
+        if any(axis.blocks for axis in spec.grid):  # a grid-stride loop: an element at a time
+            in_flight = float(sum(ITEM_SIZE[graph.buffers[a.buffer].dtype] for a in spec.reads))
+        else:
+            in_flight = sum(graph.nbytes(a.buffer, sizes) for a in spec.reads) / threads_in_all
     else:
         prediction = predict_group(graph, group.members, group.outputs, sizes, profile,
                                    group.form)
         dram, operations = prediction.dram_bytes, prediction.operations
+        inside = set(group.members)
+        read = {b for k in kernels for b in k.reads if graph.producer.get(b) not in inside}
+        in_flight = sum(graph.nbytes(b, sizes) for b in read) / threads_in_all
     return PartShape("+".join(group.members), shape.blocks, shape.threads, registers, shared,
                      dram / profile.copy_bandwidth_bytes_per_s,
-                     operations / arithmetic_rate(profile))
+                     operations / arithmetic_rate(profile),
+                     min(in_flight, MOST_BYTES_IN_FLIGHT_PER_THREAD))
 
 
 def candidates(graph: Graph, parts: Sequence[GroupSchedule],
-               shapes: Sequence[PartShape], profile: DeviceProfile) -> list[Candidate]:
+               shapes: Sequence[PartShape], profile: DeviceProfile,
+               caps: bool = True) -> list[Candidate]:
     """HFuse's candidates for ``parts`` (their shapes alone): the parts' own blocks, and
     for two parts where either takes another block size, every split of
-    :data:`BLOCK_THREADS` in steps of :data:`SPLIT_STEP`; each without and with the
-    register cap (as many fused blocks per multiprocessor as the parts had alone)."""
+    :data:`BLOCK_THREADS` in steps of :data:`SPLIT_STEP`; each without and (``caps``) with
+    the register cap (as many fused blocks per multiprocessor as the parts had alone)."""
     splits: list[tuple[int | None, ...]] = [tuple(None for _ in parts)]
     if len(parts) == 2:
         own = [shape.threads for shape in shapes]
@@ -89,7 +106,7 @@ def candidates(graph: Graph, parts: Sequence[GroupSchedule],
         alone = min(resident_blocks(s.threads, s.registers, s.shared_bytes, profile)
                     for s in shapes)
         least = max(1, min(alone, profile.max_threads_per_sm // threads))
-        if capped_registers(threads, least, profile) < max(s.registers for s in shapes):
+        if caps and capped_registers(threads, least, profile) < max(s.registers for s in shapes):
             found.append(Candidate(split, least))
     return found
 
@@ -104,8 +121,11 @@ def best_side_by_side(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mappi
         alone = [part_shape(graph, part, sizes, profile) for part in parts]
     except CompileError:
         return None
-    best: tuple[Candidate, SideBySidePrediction] | None = None
-    for candidate in candidates(graph, parts, alone, profile):
+    predicted: list[tuple[Candidate, SideBySidePrediction]] = []
+    # no register caps: the compiler then spills, which the model does not see (measured
+    # slower on every benchmark pair: docs/journal/benchmarks.md, session 28); autotuning
+    # measures them
+    for candidate in candidates(graph, parts, alone, profile, caps=False):
         try:
             shapes = [shape if threads is None else
                       part_shape(graph, part, sizes, profile, threads)
@@ -115,10 +135,15 @@ def best_side_by_side(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mappi
             continue
         if sum(shape.threads for shape in shapes) > BLOCK_THREADS:
             continue
-        prediction = predict(shapes, profile, candidate.least_blocks)
-        if best is None or prediction.fused_s < best[1].fused_s:
-            best = (candidate, prediction)
-    return best
+        predicted.append((candidate, predict(shapes, profile, candidate.least_blocks)))
+    if not predicted:
+        return None
+    # of the candidates within TIE of the fastest, HFuse's block: all of BLOCK_THREADS, split
+    # most evenly (measured best where the model cannot tell splits apart: blur beside hash)
+    fastest = min(p.fused_s for _, p in predicted)
+    near = [item for item in predicted if item[1].fused_s <= fastest * (1 + TIE)]
+    return min(near, key=lambda item: (sum(item[1].threads) != BLOCK_THREADS,
+                                       max(item[1].threads) - min(item[1].threads)))
 
 
 def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
