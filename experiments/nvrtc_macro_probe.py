@@ -1,4 +1,5 @@
 import cupy
+
 variants = {
 "pushpop": r'''
 #pragma push_macro("__global__")
