@@ -12,8 +12,10 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, "benchmarks")
+from hfuse_bench import apart_plan  # noqa: E402
+
 from kfuse.apps.pairs import PAIRS
-from kfuse.fusion.plan import unfused_plan
 from kfuse.model.device import h200_like_profile
 from kfuse.model.horizontal import PAYS_MARGIN, predict
 from kfuse.search.hfuse import best_side_by_side, candidates, part_shape
@@ -27,9 +29,10 @@ def main() -> int:
         row = measured.get(pair.name)
         if row is None:
             continue
-        graph = pair.build().graph()
+        pipeline = pair.build()
+        graph = pipeline.graph()
         sizes = row["sizes"]
-        parts = [g.schedule for g in unfused_plan(graph).groups]
+        parts = [g.schedule for g in apart_plan(pipeline, sizes).groups]
         shapes = [part_shape(graph, part, sizes, profile) for part in parts]
         ms = row["ms"]
         apart = min(ms["one after another"], ms["two streams"])

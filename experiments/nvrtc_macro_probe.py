@@ -1,3 +1,11 @@
+"""Which ways of redefining ``__global__`` around a user's source NVRTC honours: it ignores
+``#pragma push_macro`` / ``pop_macro`` (the kernel after them is no kernel: "named symbol not
+found"), and ``__global__`` is a macro there, whose spelling ``__attribute__((global))``
+defines it again; a file-scope ``__shared__`` array works (the side-by-side parts' places).
+
+    python3 experiments/nvrtc_macro_probe.py   # on a GPU machine
+"""
+
 import cupy
 
 variants = {

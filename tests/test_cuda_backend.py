@@ -269,3 +269,30 @@ def test_side_streams_compute_what_one_stream_computes():
         assert bool(cupy.array_equal(one[name], out[name])), name
     host = spec.build().run(backend="cuda", **arrays, **params)
     assert isinstance(host["detail0"], np.ndarray)
+
+
+@pytest.mark.parametrize("pair", ["blur_hash", "hist_sum", "sobel_hash", "small_pair"])
+def test_user_kernels_and_side_by_side_pairs_on_cuda(pair):
+    """User kernels (NVRTC compiles the user's source as device functions) and their pairs
+    side by side (named barriers, per-part grids) against the reference, at test and
+    benchmark-like sizes."""
+    cupy = pytest.importorskip("cupy")
+    from kfuse.apps.pairs import get_pair
+
+    chosen = get_pair(pair)
+    pipeline = chosen.build()
+    for test in (True, False):
+        host = chosen.make_inputs(np.random.default_rng(11), test)
+        given = {name: cupy.asarray(value) for name, value in host.items()}
+        want = chosen.reference(host)
+        names = [group.members[0] for group in pipeline.fuse([]).groups]
+        fused_names = [k.name for k in pipeline.graph().kernels if k.name not in ("dx", "dy")]
+        plans = {"apart": "unfused",
+                 "side by side": pipeline.fuse([["dx", "dy", "mag"]] if "mag" in names else [],
+                                               side_by_side=[fused_names[-2:]]),
+                 "auto": "auto"}
+        for label, plan in plans.items():
+            got = pipeline.compile("cuda", plan)(**given)
+            for name in want:
+                error = relative_error(cupy.asnumpy(got[name]), want[name])
+                assert error < 1e-6, (pair, test, label, name, error)

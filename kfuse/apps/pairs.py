@@ -13,7 +13,10 @@ and a test size (small, odd):
 - ``small_pair``: a 3x3 box filter of a small image beside a polynomial of a short vector,
   each too small to fill the GPU;
 - ``blur_box``: two stencils on two images, both memory bound (where fusion should not pay);
-- ``poly_scale``: a degree-32 polynomial (arithmetic, generated) beside a scaled copy (memory).
+- ``poly_scale``: a degree-32 polynomial (arithmetic, generated) beside a scaled copy (memory);
+- ``sobel_hash`` and ``sobel_blur``: kfuse's own Sobel app (three operators fused into one
+  kernel) beside the hash, and beside a blur of another image (kfuse's apps that share no
+  data).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 
 import kfuse.dsl as kf
 from kfuse.apps.base import correlate
+from kfuse.apps.sobel import SOBEL_X, SOBEL_Y
 
 HASH_ROUNDS = 64
 HASH_SOURCE = r"""
@@ -163,6 +167,35 @@ def _build_poly_scale() -> kf.Pipeline:
     return p
 
 
+def _sobel(img: kf.Array) -> kf.Array:
+    """kfuse's Sobel app (:mod:`kfuse.apps.sobel`): two 3x3 derivatives and their magnitude,
+    one kernel when fused."""
+    dx = kf.convolve(img, SOBEL_X, name="dx")
+    dy = kf.convolve(img, SOBEL_Y, name="dy")
+    return kf.point(kf.sqrt(dx * dx + dy * dy), name="mag")
+
+
+def _sobel_reference(img: np.ndarray) -> np.ndarray:
+    dx = correlate(img, SOBEL_X, "clamp")
+    dy = correlate(img, SOBEL_Y, "clamp")
+    return np.sqrt(dx * dx + dy * dy)
+
+
+def _build_sobel_hash() -> kf.Pipeline:
+    p = kf.Pipeline("sobel_hash")
+    img = p.input("img", 2)
+    keys = p.input("keys", 1, dtype="int32")
+    p.output(_sobel(img), _hash(keys))
+    return p
+
+
+def _build_sobel_blur() -> kf.Pipeline:
+    p = kf.Pipeline("sobel_blur")
+    a, b = p.input("a", 2), p.input("b", 2)
+    p.output(_sobel(a), _blur(b, "blur"))
+    return p
+
+
 def _image(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.uniform(0.1, 1.1, size=shape).astype(np.float32)
 
@@ -203,6 +236,17 @@ PAIRS = (
                             "y": _image(rng, (999,) if test else (1 << 26,))},
          lambda a: {"poly": _polynomial_reference(np.asarray(a["x"], np.float64)),
                     "scaled": np.asarray(a["y"], np.float64) * 1.5}),
+    Pair("sobel_hash", "kfuse's Sobel app (one fused kernel) beside an iterative hash",
+         _build_sobel_hash,
+         lambda rng, test: {"img": _image(rng, (37, 53) if test else (8192, 8192)),
+                            "keys": _keys(rng, 1001 if test else 1 << 21)},
+         lambda a: {"mag": _sobel_reference(a["img"]), "hashed": hash_reference(a["keys"])}),
+    Pair("sobel_blur", "kfuse's Sobel app beside a 5-point blur of another image",
+         _build_sobel_blur,
+         lambda rng, test: {"a": _image(rng, (37, 53) if test else (8192, 8192)),
+                            "b": _image(rng, (41, 29) if test else (8192, 8192))},
+         lambda a: {"mag": _sobel_reference(a["a"]),
+                    "blur": correlate(a["b"], BLUR_MASK, "clamp")}),
 )
 
 

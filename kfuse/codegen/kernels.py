@@ -66,7 +66,7 @@ class KernelGroup(GroupNames):
         self.graph = graph
         self.members = tuple(graph.kernel_by_name[name] for name in members)
         self.outputs = tuple(outputs)
-        self.produced = {kernel.output: kernel for kernel in self.members}
+        self.produced = {name: kernel for kernel in self.members for name in kernel.writes}
         reductions = [k for k in self.members if k.reduction is not None]
         self.reduction: Kernel | None = reductions[0] if reductions else None
         self.domain = self.members[-1].domain

@@ -68,6 +68,7 @@ class ProjectedPlan(SearchResult):
             "variants": [self.problem.variant(g) for g in self.groups],
             "marching": [False] * len(self.groups),  # codeless: no kernel of kfuse's own
             "last_first": [""] * len(self.groups),  # (nor a block order)
+            "side_by_side": [],  # (nor kernels side by side)
             "strategy": self.strategy,
             "model": self.model,
             "predicted_time_s": self.predicted_time_s,
