@@ -16,14 +16,18 @@ sys.path.insert(0, "benchmarks")
 from hfuse_bench import apart_plan  # noqa: E402
 
 from kfuse.apps.pairs import PAIRS
-from kfuse.model.device import h200_like_profile
-from kfuse.model.horizontal import PAYS_MARGIN, predict
+from kfuse.model.device import default_profile, h200_like_profile
+from kfuse.model.horizontal import predict
+
+MEASURED_MARGIN = 0.02  # side by side pays where measured this much faster than apart (the
+# noise of alternating rounds; benchmarks/hfuse_bench.py's measured_pays)
 from kfuse.search.hfuse import best_side_by_side, candidates, part_shape
 
 
 def main() -> int:
     measured = {row["pair"]: row for row in json.load(open(sys.argv[1]))["rows"]}
-    profile = h200_like_profile()
+    device = json.load(open(sys.argv[1]))["device"]
+    profile = h200_like_profile() if "H200" in device else default_profile()
     right = 0
     for pair in PAIRS:
         row = measured.get(pair.name)
@@ -50,7 +54,7 @@ def main() -> int:
                   f"{p.streams_s * 1e3:.4f})")
         best = best_side_by_side(graph, parts, sizes, profile)
         fused = min(v for k, v in ms.items() if k.startswith("side by side") and "cap" not in k)
-        measured_pays = fused < apart * (1 - PAYS_MARGIN)
+        measured_pays = fused < apart * (1 - MEASURED_MARGIN)
         predicted_pays = bool(best and best[1].pays)
         right += measured_pays == predicted_pays
         print(f"  measured pays {measured_pays} ({apart / fused:.3f}x); predicted pays "

@@ -295,4 +295,4 @@ def test_user_kernels_and_side_by_side_pairs_on_cuda(pair):
             got = pipeline.compile("cuda", plan)(**given)
             for name in want:
                 error = relative_error(cupy.asnumpy(got[name]), want[name])
-                assert error < 1e-6, (pair, test, label, name, error)
+                assert error < 1e-5, (pair, test, label, name, error)  # (float32 sums)
