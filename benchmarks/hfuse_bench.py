@@ -35,6 +35,43 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
+def app_row(name: str, options, backend, upload, download, synchronize, timer,
+            time_alternating) -> dict:
+    """An app's default plan with its groups side by side against the same plan without
+    them (its branches then on streams where the wave model says so), checked and timed."""
+    from kfuse.apps import get_app
+    from kfuse.apps.check import reference_errors
+    from kfuse.search import default_plan
+
+    app_name, _, size_text = name.partition(":")
+    app = get_app(app_name)
+    size = tuple(int(n) for n in size_text.split("x")) if size_text else (
+        app.test_size if options.sanitize else app.bench_size)
+    pipeline = app.build()
+    graph = pipeline.graph()
+    arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+    plan = default_plan(graph, app.sizes(graph, size))
+    plans = {"side by side": plan, "apart": replace(plan, side_by_side=(), apart=())}
+    given = {**{k: upload(v) for k, v in arrays.items()}, **params}
+    runs = {label: pipeline.compile(backend, chosen) for label, chosen in plans.items()}
+    errors = {}
+    for label, run in runs.items():
+        got = {k: download(v) for k, v in run(**given).items()}
+        synchronize()
+        errors[label] = max(reference_errors(app, arrays, params, got, "clamp").values())
+    row = {"app": app_name, "size": list(size), "side_by_side": [
+        [list(plan.groups[i].members) for i in f.parts] for f in plan.side_by_side],
+        "max_relative_error": errors}
+    if not options.sanitize:
+        times = time_alternating({label: (lambda run=run: run(**given))
+                                  for label, run in runs.items()},
+                                 options.rounds, repeat=options.repeat, timer=timer)
+        row["ms"] = {label: float(np.median(values)) for label, values in times.items()}
+    print(f"== app {app_name} {'x'.join(map(str, size))}: side by side "
+          f"{row['side_by_side']}; ms {row.get('ms')}; errors {errors}")
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pairs", nargs="*", help="pairs to run (default: all)")
@@ -42,6 +79,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--backend", default="cuda", help="cuda, or cpu for a dry run")
+    parser.add_argument("--app", action="append", default=[],
+                        help="an app (name or name:MxN) whose default plan runs groups side "
+                             "by side: timed against the same plan without them")
     parser.add_argument("--sanitize", action="store_true",
                         help="run every candidate once at the test size (for compute-sanitizer)")
     options = parser.parse_args()
@@ -135,9 +175,13 @@ def main() -> int:
                   f"  err {errors[label]:.1e}")
         print(f"  best side by side: {best_label}; measured pays: {row['measured_pays']}; "
               f"predicted pays: {row['predicted_pays']}; auto fuses: {row['auto_side_by_side']}")
+    for name in options.app:
+        rows.append(app_row(name, options, backend, upload, download, synchronize, timer,
+                            time_alternating))
     if rows:
-        right = sum(row["measured_pays"] == row["predicted_pays"] for row in rows)
-        print(f"prediction right on {right} of {len(rows)} pairs")
+        rows_of_pairs = [row for row in rows if "pair" in row]
+        right = sum(row["measured_pays"] == row["predicted_pays"] for row in rows_of_pairs)
+        print(f"prediction right on {right} of {len(rows_of_pairs)} pairs")
     if options.json:
         with open(options.json, "w") as file:
             json.dump({"device": profile.name, "rows": rows}, file, indent=1)
