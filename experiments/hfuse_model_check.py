@@ -18,14 +18,14 @@ from hfuse_bench import apart_plan  # noqa: E402
 from kfuse.apps.pairs import PAIRS
 from kfuse.model.device import default_profile, h200_like_profile
 from kfuse.model.horizontal import predict
+from kfuse.search.hfuse import best_side_by_side, candidates, part_shape
 
 MEASURED_MARGIN = 0.02  # side by side pays where measured this much faster than apart (the
 # noise of alternating rounds; benchmarks/hfuse_bench.py's measured_pays)
-from kfuse.search.hfuse import best_side_by_side, candidates, part_shape
 
 
 def main() -> int:
-    measured = {row["pair"]: row for row in json.load(open(sys.argv[1]))["rows"]}
+    measured = {row["pair"]: row for row in json.load(open(sys.argv[1]))["rows"] if "pair" in row}
     device = json.load(open(sys.argv[1]))["device"]
     profile = h200_like_profile() if "H200" in device else default_profile()
     right = 0

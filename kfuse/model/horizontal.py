@@ -35,10 +35,6 @@ ARITHMETIC_SATURATING_THREADS = 512
 # What a compiled call costs the host at least (session 24: 8-14 us on an H200's host): a
 # call whose kernels take less is no faster for fewer of them
 CALL_FLOOR_S = 10e-6
-# The share of the copy bandwidth a memory-bound kernel reaches alone: kfuse's stencil
-# apps run at 1.05-1.1x their DRAM floor (docs/journal/benchmarks.md); two memory-bound
-# kernels side by side ran 4-10% faster than apart (session 28)
-ALONE_STREAM_EFFICIENCY = 0.9
 PAYS_MARGIN = 0.05  # side by side is chosen where predicted at least this much faster
 REGISTER_GRANULE = 8  # registers per thread are allocated in steps of 8 (256 per warp)
 
@@ -94,20 +90,13 @@ def resident_blocks(threads: int, registers: int, shared_bytes: int,
          "MaxSharedMemoryPerMultiprocessor": profile.shared_memory_per_sm}))
 
 
-def stream_efficiency(parts: int) -> float:
-    """The share of the copy bandwidth the DRAM traffic of ``parts`` kernels side by side
-    reaches (one: a kernel alone, :data:`ALONE_STREAM_EFFICIENCY`): each part's blocks wait
-    on DRAM in phases (load a tile, compute, store), and another part's phases fill the gaps."""
-    return 1.0 - (1.0 - ALONE_STREAM_EFFICIENCY) / parts
-
-
-def part_time(part: PartShape, resident_threads: float, parts: int = 1) -> float:
-    """A part's time with ``resident_threads`` of its threads per multiprocessor on average
-    (beside ``parts - 1`` others): its DRAM time stretched where they keep too few bytes in
-    flight, its arithmetic time where they are too few to keep the units busy; the larger."""
+def part_time(part: PartShape, resident_threads: float) -> float:
+    """A part's time with ``resident_threads`` of its threads per multiprocessor on average:
+    its DRAM time stretched where they keep too few bytes in flight, its arithmetic time
+    where they are too few to keep the units busy; the larger of the two."""
     memory_busy = min(1.0, resident_threads * part.bytes_in_flight / BYTES_IN_FLIGHT_PER_SM)
     arithmetic_busy = min(1.0, resident_threads / ARITHMETIC_SATURATING_THREADS)
-    return max(part.memory_s / max(memory_busy, 1e-3) / stream_efficiency(parts),
+    return max(part.memory_s / max(memory_busy, 1e-3),
                part.arithmetic_s / max(arithmetic_busy, 1e-3))
 
 
@@ -145,11 +134,10 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
     shared = sum(part.shared_bytes for part in parts)
     per_sm = resident_blocks(threads, registers, shared, profile)
     resident = [resident_threads(part, per_sm, profile) for part in parts]
-    own = [part_time(part, threads_of, len(parts))
-           for part, threads_of in zip(parts, resident, strict=True)]
+    own = [part_time(part, threads_of) for part, threads_of in zip(parts, resident, strict=True)]
     in_flight = sum(r * p.bytes_in_flight for r, p in zip(resident, parts, strict=True))
     shared_memory = sum(p.memory_s for p in parts) / max(
-        1e-3, min(1.0, in_flight / BYTES_IN_FLIGHT_PER_SM)) / stream_efficiency(len(parts))
+        1e-3, min(1.0, in_flight / BYTES_IN_FLIGHT_PER_SM))
     shared_arithmetic = sum(p.arithmetic_s for p in parts) / max(
         1e-3, min(1.0, sum(resident) / ARITHMETIC_SATURATING_THREADS))
     fused = max(max(shared_memory, shared_arithmetic, *own) + launch, CALL_FLOOR_S)
@@ -165,4 +153,4 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
 
 
 __all__ = ["PartShape", "SideBySidePrediction", "alone_s", "capped_registers", "part_time",
-           "predict", "resident_blocks", "resident_threads", "stream_efficiency"]
+           "predict", "resident_blocks", "resident_threads"]
