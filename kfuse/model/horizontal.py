@@ -123,10 +123,12 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
     """The three ways of running ``parts`` (no path between them), predicted."""
     launch = profile.launch_overhead_s
     alone = [alone_s(part, profile) for part in parts]
-    sequential = max(sum(alone) + launch * len(parts), CALL_FLOOR_S)
-    shapes = [KernelShape(p.name, p.blocks, p.threads, p.registers, p.shared_bytes, t + launch)
+    # a launch's overhead overlaps the kernel before it (back to back, or replayed in a CUDA
+    # graph): one kernel fewer saves no device time, and side by side pays only by overlap
+    sequential = max(sum(alone) + launch, CALL_FLOOR_S)
+    shapes = [KernelShape(p.name, p.blocks, p.threads, p.registers, p.shared_bytes, t)
               for p, t in zip(parts, alone, strict=True)]
-    streams = max(decide(shapes, profile).multi_s, CALL_FLOOR_S)
+    streams = max(decide(shapes, profile).multi_s + launch, CALL_FLOOR_S)
     threads = sum(part.threads for part in parts)
     registers = max(part.registers for part in parts)
     if least_blocks:
