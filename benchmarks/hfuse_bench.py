@@ -79,6 +79,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--backend", default="cuda", help="cuda, or cpu for a dry run")
+    parser.add_argument("--quick", action="store_true",
+                        help="side by side only at the parts' own blocks (and as planned)")
     parser.add_argument("--app", action="append", default=[],
                         help="an app (name or name:MxN) whose default plan runs groups side "
                              "by side: timed against the same plan without them")
@@ -121,6 +123,9 @@ def main() -> int:
         chosen = candidates(graph, parts, shapes, profile)
         if options.sanitize:  # the parts' own blocks and an even split, with and without a cap
             chosen = [c for c in chosen if all(t in (None, 512) for t in c.threads)]
+        if options.quick:  # the planner's choice alone (the "auto" run), and the parts' own
+            chosen = [c for c in chosen if not c.least_blocks
+                      and all(t is None for t in c.threads)]
         for candidate in chosen:
             label = "side by side " + "/".join(
                 str(t or s.threads) for t, s in zip(candidate.threads, shapes, strict=True)) + (

@@ -40,6 +40,38 @@ RUNS = (
      "kfuse bench harris shi_tomasi sobel unsharp enhance night diffusion3d --json F"),
 )
 
+# Kernels side by side (horizontal fusion): runs of benchmarks/hfuse_bench.py
+PAIR_RUNS = (
+    ("Kernels side by side, HFuse's pairs (H100, 2026-11-27, session 28)",
+     "2026-11-27-session28-run3-hfuse_bench.json",
+     "python3 benchmarks/hfuse_bench.py --rounds 3 --repeat 20 --app levels --json F"),
+    ("Kernels side by side, HFuse's pairs (H200, 2026-11-27, session 28)",
+     "2026-11-27-session28-run1-hfuse_bench.json",
+     "python3 benchmarks/hfuse_bench.py --rounds 3 --repeat 20 --json F"),
+)
+
+
+def pairs_table(path: Path) -> str:
+    """A run of benchmarks/hfuse_bench.py as a table: each pair one after another, on two
+    streams, side by side (the fastest split measured, and the planner's own plan)."""
+    import json
+
+    lines = ["| pair | one after another ms | two streams ms | best side by side | ms | "
+             "x one after another | x two streams | planner's plan ms | planner fuses | "
+             "measured pays |", "|---|---:|---:|---|---:|---:|---:|---:|---|---|"]
+    for row in json.loads(path.read_text())["rows"]:
+        if "pair" not in row:
+            continue
+        ms = row["ms"]
+        best = row["best_side_by_side"]
+        lines.append(
+            f"| {row['pair']} | {ms['one after another']:.4f} | {ms['two streams']:.4f} | "
+            f"{best.removeprefix('side by side ')} | {ms[best]:.4f} | "
+            f"{ms['one after another'] / ms[best]:.2f} | {ms['two streams'] / ms[best]:.2f} | "
+            f"{ms['auto']:.4f} | {'yes' if row['auto_side_by_side'] else 'no'} | "
+            f"{'yes' if row['measured_pays'] else 'no'} |")
+    return "\n".join(lines)
+
 
 def page() -> str:
     """The text of ``docs/results.md``."""
@@ -56,6 +88,10 @@ def page() -> str:
         rows = from_json(ROOT / "docs" / "journal" / "bench" / name)
         parts += [f"## {title}", "", f"`{command}` (raw: `docs/journal/bench/{name}`)", "",
                   to_markdown(rows).rstrip(), ""]
+    for title, name, command in PAIR_RUNS:
+        parts += [f"## {title}", "", f"`{command}` (raw: `docs/journal/bench/{name}`); "
+                  "the planner's plan is the one the model at the time chose", "",
+                  pairs_table(ROOT / "docs" / "journal" / "bench" / name), ""]
     return "\n".join(parts)
 
 
