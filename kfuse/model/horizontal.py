@@ -35,6 +35,9 @@ ARITHMETIC_SATURATING_THREADS = 512
 # What a compiled call costs the host at least (session 24: 8-14 us on an H200's host): a
 # call whose kernels take less is no faster for fewer of them
 CALL_FLOOR_S = 10e-6
+# a part overlaps another's DRAM traffic with its arithmetic only with this much more
+# arithmetic than DRAM time (a degree-32 polynomial, 1.3x, ran slower side by side)
+SPARE_ARITHMETIC = 2.0
 PAYS_MARGIN = 0.05  # side by side is chosen where predicted at least this much faster
 REGISTER_GRANULE = 8  # registers per thread are allocated in steps of 8 (256 per warp)
 
@@ -100,6 +103,17 @@ def part_time(part: PartShape, resident_threads: float) -> float:
                part.arithmetic_s / max(arithmetic_busy, 1e-3))
 
 
+def dram_held_s(part: PartShape) -> float:
+    """How long a part keeps the DRAM to itself beside another: its DRAM time, or where its
+    arithmetic is not at least :data:`SPARE_ARITHMETIC` times that, its arithmetic time too
+    (its warps then wait on memory about as often as they compute, and leave the other
+    part's memory traffic no gaps to overlap; HFuse's compute-bound kernels keep 90% of the
+    issue slots busy)."""
+    if part.arithmetic_s >= SPARE_ARITHMETIC * part.memory_s:
+        return part.memory_s
+    return max(part.memory_s, part.arithmetic_s)
+
+
 def resident_threads(part: PartShape, blocks_per_sm: int, profile: DeviceProfile) -> float:
     """A part's threads resident per multiprocessor on average, at ``blocks_per_sm``."""
     return min(part.blocks / profile.sm_count, blocks_per_sm) * part.threads
@@ -138,7 +152,7 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
     resident = [resident_threads(part, per_sm, profile) for part in parts]
     own = [part_time(part, threads_of) for part, threads_of in zip(parts, resident, strict=True)]
     in_flight = sum(r * p.bytes_in_flight for r, p in zip(resident, parts, strict=True))
-    shared_memory = sum(p.memory_s for p in parts) / max(
+    shared_memory = sum(dram_held_s(p) for p in parts) / max(
         1e-3, min(1.0, in_flight / BYTES_IN_FLIGHT_PER_SM))
     shared_arithmetic = sum(p.arithmetic_s for p in parts) / max(
         1e-3, min(1.0, sum(resident) / ARITHMETIC_SATURATING_THREADS))
@@ -154,5 +168,6 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
                                 tuple(part.threads for part in parts), least_blocks, reason)
 
 
-__all__ = ["PartShape", "SideBySidePrediction", "alone_s", "capped_registers", "part_time",
+__all__ = ["PartShape", "SideBySidePrediction", "alone_s", "capped_registers", "dram_held_s",
+           "part_time",
            "predict", "resident_blocks", "resident_threads"]
