@@ -227,11 +227,26 @@ def _plan_for(app, graph, size: tuple[int, ...], args: argparse.Namespace, backe
         arrays, params = inputs
         result = autotune(graph, {**arrays, **params}, args.autotune, backend=backend,
                           sizes=sizes)
+        plan, table = result.plan, result.table()
         if not getattr(args, "json", False):
-            for row in result.table():
+            for row in table:
                 print(f"  #{row['rank']}: predicted {row['predicted_ms']:.3f} ms, measured "
                       f"{row['measured_ms']:.3f} ms  {row['implementation']}")
-        return result.plan, result.table()
+        if plan.independent_groups:  # HFuse's candidates side by side, measured
+            from kfuse.tune.side_by_side import autotune_side_by_side
+            given = {**arrays, **params}
+            if backend == "cuda":  # (on the device: a call would copy host arrays in)
+                import cupy
+                given = {name: cupy.asarray(value) if name in arrays else value
+                         for name, value in given.items()}
+            plan, pairs = autotune_side_by_side(graph, given, plan, backend=backend)
+            for pair in pairs:
+                table.append({"side_by_side": list(pair.parts), "kept": pair.kept,
+                              "measured_ms": pair.milliseconds})
+                if not getattr(args, "json", False):
+                    print(f"  {' | '.join(pair.parts)}: kept {pair.kept} "
+                          f"({pair.milliseconds[pair.kept]:.3f} ms)")
+        return plan, table
     planner = getattr(app, "planner", None)
     if planner is not None:
         return planner(graph, sizes), None
