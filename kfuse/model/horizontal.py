@@ -3,19 +3,26 @@
 HFuse profiles every split; it explains its gains by the parts' bottlenecks and occupancy
 (§IV of the paper, ``shared/notes/hfuse-horizontal-fusion.md``): a memory-bound kernel
 beside an arithmetic-bound one overlaps its memory stalls with the other's arithmetic, and
-two kernels that each leave the GPU partly idle fill it together. This model predicts the
-three ways of running independent kernels from the same facts, with the device profile:
+a kernel that leaves the GPU partly idle (too few bytes in flight, too few threads) gets
+more of it beside another. This model predicts the three ways of running independent
+kernels from the same facts, with the device profile:
 
-- each part alone: its DRAM time and its arithmetic time at the device's rates, the larger
-  of the two, stretched where its grid holds fewer threads than keep the device busy
-  (:func:`busy_fraction`);
-- one after another: the sum; on two streams: the wave model (:mod:`kfuse.model.waves`);
-- side by side: the parts share the DRAM and the arithmetic units, so the fused kernel takes
-  at least the sum of their DRAM times and the sum of their arithmetic times, stretched by
-  the fused grid's busy fraction; and each part takes at least its own time at the threads
-  the fused kernel keeps resident for it (fewer where the fused block's registers or size
-  allow fewer blocks than the part had alone: the occupancy HFuse's register cap restores).
-  Where the grids differ, the part with the larger grid runs its extra blocks alone.
+- each part alone (:func:`part_time`): its DRAM time at :data:`ALONE_STREAM_EFFICIENCY` of
+  the copy bandwidth, stretched where its resident threads keep fewer bytes in flight than
+  keep DRAM busy (:data:`BYTES_IN_FLIGHT_PER_SM`), and its arithmetic time, stretched where
+  they are too few to keep the units busy; the larger of the two;
+- one after another: the sum (one launch: the next overlaps the kernel before it); on two
+  streams: the wave model (:mod:`kfuse.model.waves`); neither below a call's host time;
+- side by side: the parts share DRAM and the arithmetic units, so the fused kernel takes at
+  least the sum of the times they hold DRAM (:func:`dram_held_s`) and the sum of their
+  arithmetic, at the threads and bytes in flight the fused block keeps resident, and at
+  least each part's own time at the threads it keeps resident for it (fewer where the fused
+  block's registers or size allow fewer blocks than the part had alone: the occupancy
+  HFuse's register cap would restore); memory-bound parts of balanced grids interleave their
+  DRAM phases (:func:`side_by_side_efficiency`).
+
+Measured against it: docs/journal/benchmarks.md, session 28 (``benchmarks/hfuse_bench.py``,
+``experiments/hfuse_model_check.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +42,13 @@ ARITHMETIC_SATURATING_THREADS = 512
 # What a compiled call costs the host at least (session 24: 8-14 us on an H200's host): a
 # call whose kernels take less is no faster for fewer of them
 CALL_FLOOR_S = 10e-6
+# The share of the copy bandwidth a memory-bound kernel reaches alone (kfuse's stencil apps
+# run at 1.05-1.1x their DRAM floor: docs/journal/benchmarks.md), and how unequal the grids
+# of kernels side by side may be for their DRAM phases to interleave all through the kernel
+# (two memory-bound kernels of equal grids ran 3-10% faster side by side, session 28; a
+# pyramid's levels, 4x apart, 4.6% slower)
+ALONE_STREAM_EFFICIENCY = 0.9
+BALANCED_GRIDS = 1.25
 # a part overlaps another's DRAM traffic with its arithmetic only with this much more
 # arithmetic than DRAM time (a degree-32 polynomial, 1.3x, ran slower side by side)
 SPARE_ARITHMETIC = 2.0
@@ -93,14 +107,27 @@ def resident_blocks(threads: int, registers: int, shared_bytes: int,
          "MaxSharedMemoryPerMultiprocessor": profile.shared_memory_per_sm}))
 
 
-def part_time(part: PartShape, resident_threads: float) -> float:
+def part_time(part: PartShape, resident_threads: float,
+              efficiency: float = ALONE_STREAM_EFFICIENCY) -> float:
     """A part's time with ``resident_threads`` of its threads per multiprocessor on average:
-    its DRAM time stretched where they keep too few bytes in flight, its arithmetic time
-    where they are too few to keep the units busy; the larger of the two."""
+    its DRAM time at ``efficiency`` of the copy bandwidth, stretched where they keep too few
+    bytes in flight, its arithmetic time where they are too few to keep the units busy; the
+    larger of the two."""
     memory_busy = min(1.0, resident_threads * part.bytes_in_flight / BYTES_IN_FLIGHT_PER_SM)
     arithmetic_busy = min(1.0, resident_threads / ARITHMETIC_SATURATING_THREADS)
-    return max(part.memory_s / max(memory_busy, 1e-3),
+    return max(part.memory_s / max(memory_busy, 1e-3) / efficiency,
                part.arithmetic_s / max(arithmetic_busy, 1e-3))
+
+
+def side_by_side_efficiency(parts: Sequence[PartShape]) -> float:
+    """The share of the copy bandwidth the DRAM traffic of ``parts`` side by side reaches:
+    where their grids are balanced (within :data:`BALANCED_GRIDS`), each part's blocks' DRAM
+    phases (load a tile, compute, store) leave gaps that the others' fill, all through the
+    kernel; where not, the larger part runs its extra blocks alone, as it runs alone."""
+    blocks = [part.blocks for part in parts]
+    if max(blocks) > BALANCED_GRIDS * min(blocks):
+        return ALONE_STREAM_EFFICIENCY
+    return 1.0 - (1.0 - ALONE_STREAM_EFFICIENCY) / len(parts)
 
 
 def dram_held_s(part: PartShape) -> float:
@@ -150,10 +177,12 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
     shared = sum(part.shared_bytes for part in parts)
     per_sm = resident_blocks(threads, registers, shared, profile)
     resident = [resident_threads(part, per_sm, profile) for part in parts]
-    own = [part_time(part, threads_of) for part, threads_of in zip(parts, resident, strict=True)]
+    efficiency = side_by_side_efficiency(parts)
+    own = [part_time(part, threads_of, efficiency)
+           for part, threads_of in zip(parts, resident, strict=True)]
     in_flight = sum(r * p.bytes_in_flight for r, p in zip(resident, parts, strict=True))
     shared_memory = sum(dram_held_s(p) for p in parts) / max(
-        1e-3, min(1.0, in_flight / BYTES_IN_FLIGHT_PER_SM))
+        1e-3, min(1.0, in_flight / BYTES_IN_FLIGHT_PER_SM)) / efficiency
     shared_arithmetic = sum(p.arithmetic_s for p in parts) / max(
         1e-3, min(1.0, sum(resident) / ARITHMETIC_SATURATING_THREADS))
     fused = max(max(shared_memory, shared_arithmetic, *own) + launch, CALL_FLOOR_S)
@@ -169,5 +198,5 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
 
 
 __all__ = ["PartShape", "SideBySidePrediction", "alone_s", "capped_registers", "dram_held_s",
-           "part_time",
+           "part_time", "side_by_side_efficiency",
            "predict", "resident_blocks", "resident_threads"]
