@@ -159,9 +159,11 @@ def capped_registers(threads: int, least_blocks: int, profile: DeviceProfile) ->
     return max(REGISTER_GRANULE, per_thread // REGISTER_GRANULE * REGISTER_GRANULE)
 
 
-def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: int = 0
-            ) -> SideBySidePrediction:
-    """The three ways of running ``parts`` (no path between them), predicted."""
+def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: int = 0,
+            ideal: bool = False) -> SideBySidePrediction:
+    """The three ways of running ``parts`` (no path between them), predicted. ``ideal``:
+    side by side at the best any split could reach (the fused block keeps every part as
+    busy as it is alone): a bound, for screening pairs before their candidates are written."""
     launch = profile.launch_overhead_s
     alone = [alone_s(part, profile) for part in parts]
     # a launch's overhead overlaps the kernel before it (back to back, or replayed in a CUDA
@@ -177,6 +179,10 @@ def predict(parts: Sequence[PartShape], profile: DeviceProfile, least_blocks: in
     shared = sum(part.shared_bytes for part in parts)
     per_sm = resident_blocks(threads, registers, shared, profile)
     resident = [resident_threads(part, per_sm, profile) for part in parts]
+    if ideal:  # as many of each part's threads resident as it has alone
+        resident = [resident_threads(part, resident_blocks(
+            part.threads, part.registers, part.shared_bytes, profile), profile)
+            for part in parts]
     efficiency = side_by_side_efficiency(parts)
     own = [part_time(part, threads_of, efficiency)
            for part, threads_of in zip(parts, resident, strict=True)]

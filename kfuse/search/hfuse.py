@@ -14,7 +14,7 @@ candidates instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 from kfuse.errors import CompileError
@@ -53,10 +53,13 @@ class Candidate:
 
 
 def part_shape(graph: Graph, group: GroupSchedule, sizes: Mapping[str, int],
-               profile: DeviceProfile, threads: int | None = None) -> PartShape:
-    """What the model needs of one group's kernel at ``sizes`` (in blocks of ``threads``)."""
+               profile: DeviceProfile, threads: int | None = None,
+               compiled: bool = True) -> PartShape:
+    """What the model needs of one group's kernel at ``sizes`` (in blocks of ``threads``);
+    ``compiled=False``: without the compiler's figures (registers assumed)."""
     shape = lowering().launch_shape(graph, group, sizes, threads)
-    figures = lowering().figures(shape.kernel) if lowering().measures() else None
+    figures = (lowering().figures(shape.kernel)
+               if compiled and lowering().measures() else None)
     registers = figures.registers if figures else UNKNOWN_REGISTERS
     shared = shape.dynamic_shared_bytes + (figures.shared_bytes if figures else 0)
     kernels = [graph.kernel_by_name[m] for m in group.members]
@@ -118,6 +121,13 @@ def best_side_by_side(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mappi
     (None where none can be written: a part that cannot run beside another)."""
     profile = profile or current_profile()
     try:
+        # a bound first, from the parts as written alone (nothing compiled): a pair that no
+        # split could make pay is not searched (planning stays fast where branches abound)
+        bound = predict([part_shape(graph, part, sizes, profile, compiled=False)
+                         for part in parts], profile, ideal=True)
+        if not bound.pays:
+            return Candidate(tuple(None for _ in parts)), replace(
+                bound, reason=f"cannot pay at any split: {bound.reason}")
         alone = [part_shape(graph, part, sizes, profile) for part in parts]
     except CompileError:
         return None
@@ -186,7 +196,6 @@ def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
                                      least_blocks=candidate.least_blocks,
                                      reason=prediction.reason)
     index = {m: i for i, group in enumerate(plan.groups) for m in group.members}
-    from dataclasses import replace
     return replace(plan, apart=tuple(((index[a], index[b]), why)
                                      for (a, b), why in apart_names))
 
