@@ -207,3 +207,44 @@ def test_a_side_by_side_program_survives_the_program_store(four):
     assert fused.grid_size(sizes) == (max(blocks[0] * blocks[1] * blocks[2] for blocks in
                                           fused.part_blocks(sizes)), 1, 1)
     assert fused.part_blocks(sizes)[1] == (3, 1, 1)  # the histogram's fixed grid
+
+
+def test_staged_recompute_and_reduction_parts_side_by_side_and_streamed_refused():
+    import kfuse.schedule.forms as forms
+
+    p = kf.Pipeline("forms")
+    a, b, v = p.input("a", 2), p.input("b", 2), p.input("v", 2)
+    s1 = kf.local((a.at(0, -1) + a.at(0, 1) + a.at(-1, 0) + a.at(1, 0)) * 0.25,
+                  boundary="mirror", name="s1")
+    s2 = kf.local(s1.at(-1, 0) + s1.at(1, 0) - s1, boundary="clamp", name="s2")
+    t1 = kf.local(b.at(0, -1) * b.at(0, 1) + b, boundary="repeat", name="t1")
+    t2 = kf.local(t1.at(-1, 0) + t1.at(1, 0), boundary="clamp", name="t2")
+    p.output(s2, t2, kf.reduce_sum(v, axis=1, name="rows"))
+    rng = np.random.default_rng(12)
+    inputs = {"a": rng.uniform(0, 1, (37, 53)).astype(np.float32),
+              "b": rng.uniform(0, 1, (41, 29)).astype(np.float32),
+              "v": rng.uniform(0, 1, (29, 301)).astype(np.float32)}
+    want = p.run(backend="numpy", **inputs)
+    plan = p.fuse([["s1", "s2"], ["t1", "t2"]], forms=["staged", "recompute"])
+    got = p.run(backend="cpu", plan=plan.run_side_by_side("s2", "t2", "rows"), **inputs)
+    assert max(_errors(got, want).values()) < 1e-5
+    streamed = p.fuse([["s1", "s2"], ["t1", "t2"]], forms=[forms.Streamed(), "recompute"])
+    with pytest.raises(FusionError, match=r"\[s1 \+ s2\] is streamed"):
+        streamed.run_side_by_side("s2", "t2")
+
+
+def test_a_3d_chain_beside_another_kernel_keeps_its_register_tiles_where_it_would_march(
+        configure):
+    p = kf.Pipeline("volume")
+    u, x = p.input("u", 3), p.input("x", 1)
+    first = kf.local(u.at(0, 0, -1) + u.at(0, 0, 1) + u.at(-1, 0, 0) + u, name="first")
+    second = kf.local(first.at(1, 0, 0) + first.at(-1, 0, 0) - first, name="second")
+    p.output(second, kf.point(x * 2.0, name="doubled"))
+    rng = np.random.default_rng(13)
+    inputs = {"u": rng.uniform(0, 1, (9, 8, 12)).astype(np.float32),
+              "x": rng.uniform(0, 1, 77).astype(np.float32)}
+    want = p.run(backend="numpy", **inputs)
+    configure(march=True)
+    plan = p.fuse([["first", "second"]], forms=["recompute"]).run_side_by_side("second",
+                                                                                "doubled")
+    assert max(_errors(p.run(backend="cpu", plan=plan, **inputs), want).values()) < 1e-5

@@ -71,7 +71,8 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
         if isinstance(group, HorizontalSchedule):
             kernel, launch = horizontal_kernel(
                 graph, group,
-                lambda part, threads: lower_group(graph, part, march, fixed_sizes, threads))
+                # (parts never march: a marching grid fills one wave of its own blocks)
+                lambda part, threads: lower_group(graph, part, False, fixed_sizes, threads))
         else:
             kernel, launch = lower_group(graph, group, march, fixed_sizes)
         if launch.symbol in symbols:  # another group's name spells the same (a, b and a_b)

@@ -574,6 +574,10 @@ class HorizontalSchedule:
             if threads is not None and (threads <= 0 or threads % 32):
                 return (f"part {index} takes {threads} threads: a part takes whole warps "
                         "(a multiple of 32)")
+        for part in self.parts:
+            if isinstance(part.form, Streamed):
+                return (f"[{' + '.join(part.members)}] is streamed: its blocks walk their rows "
+                        "in chunks of a grid that fills one wave of its own blocks")
         written: dict[str, int] = {}
         for index, part in enumerate(self.parts):
             for name in touched_writes(graph, part.members):
