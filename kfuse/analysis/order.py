@@ -11,8 +11,12 @@ the codeless projection (:mod:`kfuse.project`): node ``i`` of the caller's numbe
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import networkx as nx
+
+if TYPE_CHECKING:
+    from kfuse.ir.graph import Graph
 
 
 def iter_bits(mask: int) -> Iterator[int]:
@@ -110,7 +114,7 @@ def independent_sets(dependencies: Mapping[int, set[int]], count: int) -> list[l
     return [grouped[depth] for depth in sorted(grouped)]
 
 
-def path_between(graph, first: Sequence[str], second: Sequence[str]) -> list[str]:
+def path_between(graph: Graph, first: Sequence[str], second: Sequence[str]) -> list[str]:
     """A shortest path of ``graph``'s order DAG from a kernel of ``first`` to one of
     ``second`` or back (kernel names), or [] where there is none: two groups with no path
     between them may run at the same time, in any order."""

@@ -20,6 +20,7 @@ from math import prod
 
 from kfuse.codegen.program import GridAxis, KernelParam, KernelSource, LaunchSpec, launch_bounds
 from kfuse.errors import CompileError
+from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import GroupSchedule, HorizontalSchedule
 
 SHARED_ALIGNMENT = 16  # bytes: each part's dynamic shared memory starts on such a boundary
@@ -32,7 +33,7 @@ REDEFINED = ("threadIdx", "blockIdx", "blockDim", "gridDim", "__syncthreads",
 Lower = Callable[[GroupSchedule, int | None], tuple[KernelSource, LaunchSpec]]
 
 
-def horizontal_kernel(graph, schedule: HorizontalSchedule, lower: Lower
+def horizontal_kernel(graph: Graph, schedule: HorizontalSchedule, lower: Lower
                       ) -> tuple[KernelSource, LaunchSpec]:
     """The one kernel that runs ``schedule``'s parts side by side (``lower``: a part's
     kernel and launch as it would run alone), and its launch."""
@@ -120,7 +121,7 @@ def horizontal_kernel(graph, schedule: HorizontalSchedule, lower: Lower
     return source, launch
 
 
-def _lowered_part(graph, part: GroupSchedule, threads: int | None, lower: Lower
+def _lowered_part(graph: Graph, part: GroupSchedule, threads: int | None, lower: Lower
                   ) -> tuple[KernelSource, LaunchSpec]:
     """A part's kernel and launch alone, resized to ``threads`` where asked."""
     kernel, launch = lower(part, threads)
