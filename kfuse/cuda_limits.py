@@ -10,5 +10,6 @@ STATIC_SHARED_LIMIT = 48 * 1024
 # ... and dynamically, opted in, on Hopper (sm_90; sm_80 allows 163 KiB)
 DYNAMIC_SHARED_LIMIT = 227 * 1024
 
-# Threads of a warp.
+# Threads of a warp, and of a block at most.
 WARP = 32
+MAX_BLOCK_THREADS = 1024

@@ -105,26 +105,23 @@ def lower_group(graph: Graph, group: GroupSchedule, march: bool = False,
         if len(members) > 1:
             raise CompileError(f"group {list(members)}: user kernel '{opaque[0].name}' "
                                "runs alone (it is not fused vertically)")
-        kernel, launch = user.user_kernel(graph, opaque[0])
+        kernel, launch = user.user_kernel(graph, opaque[0], threads)  # (resized there)
     elif claims(graph, members, form):
         kernel, launch = mapreduce.group_kernel(graph, members, outputs, form)
     else:
         kernel, launch = group_kernel(KernelGroup(graph, members, outputs), form, march)
-    if threads is not None and threads != prod(launch.block):
+    if threads is not None and threads != prod(launch.block):  # a generated group
         if not resizes(graph, group):
             raise CompileError(f"group {list(members)} keeps its blocks of {launch.block} "
                                "threads (a tiled form, or a user kernel declared "
                                "any_block=True, takes another number)")
-        if opaque:
-            kernel, launch = user.user_kernel(graph, opaque[0], threads)
-        else:
-            rows = launch.block[1]
-            if threads % rows or launch.block[2] != 1:
-                raise CompileError(f"group {list(members)}: {threads} threads make no rows "
-                                   f"of {rows} threads")
-            tiled = form or default_form(graph, members)
-            kernel, launch = group_kernel(KernelGroup(graph, members, outputs),
-                                          replace(tiled, block=(threads // rows, rows)), march)
+        rows = launch.block[1]  # (a tiled form: its rows of threads stay)
+        if threads % rows or launch.block[2] != 1:
+            raise CompileError(f"group {list(members)}: {threads} threads make no rows "
+                               f"of {rows} threads")
+        tiled = form or default_form(graph, members)
+        kernel, launch = group_kernel(KernelGroup(graph, members, outputs),
+                                      replace(tiled, block=(threads // rows, rows)), march)
     if fixed_sizes is not None:
         domain = graph.kernel_by_name[members[-1]].domain
         kernel = specialise_kernel(kernel, launch, domain, fixed_sizes)

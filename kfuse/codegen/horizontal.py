@@ -19,6 +19,7 @@ from dataclasses import replace
 from math import prod
 
 from kfuse.codegen.program import GridAxis, KernelParam, KernelSource, LaunchSpec, launch_bounds
+from kfuse.cuda_limits import MAX_BLOCK_THREADS, WARP
 from kfuse.errors import CompileError
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import GroupSchedule, HorizontalSchedule
@@ -52,9 +53,10 @@ def horizontal_kernel(graph: Graph, schedule: HorizontalSchedule, lower: Lower
         shared_offsets.append(shared_before)
         threads_before += prod(launch.block)
         shared_before += -(-launch.dynamic_shared_bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
-    if threads_before > 1024:
+    if threads_before > MAX_BLOCK_THREADS:
         raise CompileError(f"horizontal fusion into '{symbol}': the parts take "
-                           f"{threads_before} threads; a block holds at most 1024")
+                           f"{threads_before} threads; a block holds at most "
+                           f"{MAX_BLOCK_THREADS}")
     context = f"kf_{symbol}_place"
     described = ", ".join(
         f"[{offsets[k]}, {offsets[k] + prod(launch.block)}) run '{launch.symbol}' "
@@ -87,11 +89,9 @@ def horizontal_kernel(graph: Graph, schedule: HorizontalSchedule, lower: Lower
                 params.append(renamed)
                 arguments.append(renamed.name)
         calls.append(f"{_part_symbol(launch, index)}({', '.join(arguments)})")
-    block_params = [KernelParam(f"kf_part{index}_blocks_{axis}", "const unsigned", "blocks",
-                                f"{index}.{number}", "uint32")
-                    for index in range(len(lowered))
-                    for number, axis in enumerate("xyz")]
-    params += block_params
+    params += [KernelParam(f"kf_part{index}_blocks_{axis}", "const unsigned", "blocks",
+                           f"{index}.{number}", "uint32")
+               for index in range(len(lowered)) for number, axis in enumerate("xyz")]
     body = ["  if (threadIdx.x == 0) {  // each part's block number in its own grid"]
     for index in range(len(lowered)):
         x, y, z = (f"kf_part{index}_blocks_{axis}" for axis in "xyz")
@@ -140,7 +140,7 @@ def _why_not_part(launch: LaunchSpec) -> str | None:
         return "its grid is as many blocks as fill the device once, counted for it alone"
     if launch.part_grids:
         return "it is itself a horizontally fused kernel"
-    if prod(launch.block) % 32:
+    if prod(launch.block) % WARP:
         return f"its block of {prod(launch.block)} threads is not whole warps"
     return None
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kfuse.cuda_limits import MAX_BLOCK_THREADS, WARP
 from kfuse.dsl.pipeline import Array, Pipeline
 from kfuse.errors import DslError, ShapeError
 from kfuse.ir.expr import Param, normalize_dtype
@@ -33,8 +34,6 @@ from kfuse.ir.graph import (
     UserGridAxis,
 )
 from kfuse.user_line import user_line, where_of
-
-MAX_BLOCK_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,7 @@ def user_kernel(source: str, entry: str, args: Sequence[Any], *,
         if not isinstance(shared_bytes, numbers.Integral) or shared_bytes < 0:
             raise DslError(f"shared_bytes must be a non-negative integer, got "
                            f"{shared_bytes!r}", operator=label, where=where)
-        if any_block and (block3[1:] != (1, 1) or block3[0] % 32):
+        if any_block and (block3[1:] != (1, 1) or block3[0] % WARP):
             raise DslError(f"any_block=True needs a 1-D block of whole warps, got {block3}",
                            operator=label, where=where)
         if numpy is not None and not callable(numpy):

@@ -296,24 +296,16 @@ def _order_with_parts_together(graph: Graph, groups: Sequence[Group],
     """An executable order of ``groups`` (their indices) in which each set of ``together``
     (groups with no path between them) is consecutive: the order of the groups' quotient
     graph with each set one node, the original order where free."""
-    node_of = {index: index for index in range(len(groups))}
+    node_of = list(range(len(groups)))
     for parts in together:
         for index in parts:
             node_of[index] = min(parts)
-    writer = {name: node_of[index] for index, group in enumerate(groups)
-              for name in group.members}
-    dag = nx.DiGraph()
-    dag.add_nodes_from(set(node_of.values()))
-    for index, group in enumerate(groups):
-        for member in group.members:
-            for buffer in graph.kernel_by_name[member].reads:
-                producer = graph.producer.get(buffer)
-                if producer in writer and writer[producer] != node_of[index]:
-                    dag.add_edge(writer[producer], node_of[index])
-    members = {node: [i for i in range(len(groups)) if node_of[i] == node]
-               for node in dag.nodes}
-    order = nx.lexicographical_topological_sort(dag, key=lambda node: max(members[node]))
-    return [index for node in order for index in members[node]]
+    nodes = sorted(set(node_of))
+    indices = [[i for i in range(len(groups)) if node_of[i] == node] for node in nodes]
+    quotient = quotient_graph(graph, [[m for i in held for m in groups[i].members]
+                                      for held in indices])
+    order = nx.lexicographical_topological_sort(quotient, key=lambda k: max(indices[k]))
+    return [index for node in order for index in indices[node]]
 
 
 def order_groups(graph: Graph, groups: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:

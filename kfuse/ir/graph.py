@@ -94,10 +94,6 @@ class Reduction:
     axes: tuple[int, ...]
 
 
-USER_PATTERNS = ("elementwise", "stencil", "whole")
-USER_ARGUMENT_ROLES = ("input", "output", "size", "param", "constant")
-
-
 @dataclass(frozen=True)
 class UserAccess:
     """How a user kernel reads or writes one array: ``elementwise`` (thread i touches element

@@ -257,13 +257,11 @@ class Signature:
         if self.device is not None and arrays.current_device() != self.device:
             with arrays.on_device(self.device):
                 return self(given, addresses, params, out, out_facts)
-        copies = []
-        passed = dict(given)  # the arrays the kernels get, by name
+        copies = {}  # kept until the launches are enqueued
         for name, index in self.copied:  # not contiguous, or host memory for the GPU
             copy = arrays.contiguous(given[name], self.device)
-            copies.append(copy)  # kept until the launches are enqueued
+            copies[name] = copy
             addresses[index] = arrays.address(copy)
-            passed[name] = copy
         results = {}
         for name, shape, dtype in self.outputs:
             array = out.get(name) if out else None
@@ -278,7 +276,7 @@ class Signature:
         workspace = self._acquire(stream)
         try:
             self.native_launch(workspace, results, addresses, params, stream,
-                               {**workspace.buffers, **passed, **results}
+                               {**workspace.buffers, **given, **copies, **results}
                                if config.current().check_writes else None)
         finally:
             self._release(stream, workspace)

@@ -567,24 +567,18 @@ class HorizontalSchedule:
 
     def why_not(self, graph: Graph) -> str | None:
         """Why these parts cannot run side by side (None: they can): fewer than two or more
-        than :data:`MAX_PARTS`, a path between two of them, or a buffer two of them write."""
+        than :data:`MAX_PARTS`, parts of broken warps, a streamed part, or a path between two
+        of them (two parts never write one buffer: a buffer has one producer)."""
         if not 2 <= len(self.parts) <= MAX_PARTS:
             return f"horizontal fusion takes 2 to {MAX_PARTS} kernels, not {len(self.parts)}"
         for index, threads in enumerate(self.threads):
-            if threads is not None and (threads <= 0 or threads % 32):
+            if threads is not None and (threads <= 0 or threads % WARP):
                 return (f"part {index} takes {threads} threads: a part takes whole warps "
                         "(a multiple of 32)")
         for part in self.parts:
             if isinstance(part.form, Streamed):
                 return (f"[{' + '.join(part.members)}] is streamed: its blocks walk their rows "
                         "in chunks of a grid that fills one wave of its own blocks")
-        written: dict[str, int] = {}
-        for index, part in enumerate(self.parts):
-            for name in touched_writes(graph, part.members):
-                if name in written:
-                    return (f"[{' + '.join(self.parts[written[name]].members)}] and "
-                            f"[{' + '.join(part.members)}] both write '{name}'")
-                written[name] = index
         from kfuse.analysis.order import path_between
         for first in range(len(self.parts)):
             for second in range(first + 1, len(self.parts)):
@@ -595,11 +589,6 @@ class HorizontalSchedule:
                             f"[{' + '.join(self.parts[second].members)}] depend on each "
                             f"other: {' -> '.join(path)}")
         return None
-
-
-def touched_writes(graph: Graph, members: Sequence[str]) -> set[str]:
-    """Every buffer the group writes (to memory or not)."""
-    return {name for member in members for name in graph.kernel_by_name[member].writes}
 
 
 def group_schedule(group: GroupSchedule | Sequence[Any]) -> GroupSchedule:

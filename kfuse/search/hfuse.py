@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import combinations
 
+from kfuse.cuda_limits import MAX_BLOCK_THREADS
 from kfuse.errors import CompileError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.expr import ITEM_SIZE
@@ -31,10 +32,10 @@ from kfuse.model.horizontal import (
 )
 from kfuse.model.roofline import arithmetic_rate, predict_group
 from kfuse.schedule.forms import GroupSchedule, HorizontalSchedule
-from kfuse.schedule.lowering import lowering
+from kfuse.schedule.lowering import LaunchShape, lowering
 
 SPLIT_STEP = 128  # HFuse's step: one warpgroup
-BLOCK_THREADS = 1024  # the fused block HFuse splits
+BLOCK_THREADS = MAX_BLOCK_THREADS  # the fused block HFuse splits: the largest
 TIE = 0.01  # candidates predicted this close count as equal
 UNKNOWN_REGISTERS = 32  # per thread, where no compiler reports a kernel's
 # the bytes a thread reads count as in flight at once up to this many (the loads of a
@@ -54,10 +55,11 @@ class Candidate:
 
 def part_shape(graph: Graph, group: GroupSchedule, sizes: Mapping[str, int],
                profile: DeviceProfile, threads: int | None = None,
-               compiled: bool = True) -> PartShape:
+               compiled: bool = True, shape: LaunchShape | None = None) -> PartShape:
     """What the model needs of one group's kernel at ``sizes`` (in blocks of ``threads``);
-    ``compiled=False``: without the compiler's figures (registers assumed)."""
-    shape = lowering().launch_shape(graph, group, sizes, threads)
+    ``compiled=False``: without the compiler's figures (registers assumed); ``shape``: the
+    kernel as already lowered (at ``threads``)."""
+    shape = shape or lowering().launch_shape(graph, group, sizes, threads)
     figures = (lowering().figures(shape.kernel)
                if compiled and lowering().measures() else None)
     registers = figures.registers if figures else UNKNOWN_REGISTERS
@@ -123,12 +125,15 @@ def best_side_by_side(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mappi
     try:
         # a bound first, from the parts as written alone (nothing compiled): a pair that no
         # split could make pay is not searched (planning stays fast where branches abound)
-        bound = predict([part_shape(graph, part, sizes, profile, compiled=False)
-                         for part in parts], profile, ideal=True)
+        lowered = [lowering().launch_shape(graph, part, sizes) for part in parts]
+        bound = predict([part_shape(graph, part, sizes, profile, compiled=False, shape=shape)
+                         for part, shape in zip(parts, lowered, strict=True)],
+                        profile, ideal=True)
         if not bound.pays:
             return Candidate(tuple(None for _ in parts)), replace(
                 bound, reason=f"cannot pay at any split: {bound.reason}")
-        alone = [part_shape(graph, part, sizes, profile) for part in parts]
+        alone = [part_shape(graph, part, sizes, profile, shape=shape)
+                 for part, shape in zip(parts, lowered, strict=True)]
     except CompileError:
         return None
     predicted: list[tuple[Candidate, SideBySidePrediction]] = []
@@ -168,9 +173,10 @@ def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
     if not levels:
         return plan
     judged = []
+    taken = {index for fusion in plan.side_by_side for index in fusion.parts}
     for level in levels:
         for first, second in combinations(level, 2):
-            if any(i in {j for f in plan.side_by_side for j in f.parts} for i in (first, second)):
+            if taken & {first, second}:
                 continue
             parts = (plan.groups[first].schedule, plan.groups[second].schedule)
             if HorizontalSchedule(parts).why_not(plan.graph):
