@@ -43,6 +43,9 @@ RUNS = (
 # Kernels side by side (horizontal fusion): runs of benchmarks/hfuse_bench.py (title, raw
 # file, command, whether the run timed every candidate split)
 PAIR_RUNS = (
+    ("Kernels side by side: the final planner (H100, 2026-11-28, session 29)",
+     "2026-11-28-session29-run1-hfuse_quick.json",
+     "python3 benchmarks/hfuse_bench.py --quick --json F", False),
     ("Kernels side by side: the final planner (H200, 2026-11-27, session 28)",
      "2026-11-27-session28-run5-final-hfuse_bench.json",
      "python3 benchmarks/hfuse_bench.py --quick --rounds 3 --repeat 20 --json F", False),
