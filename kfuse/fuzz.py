@@ -2,7 +2,7 @@
 
 Each case is drawn from one integer seed: a family of pipeline (stencil chains with selects
 and casts, reductions with full reductions read back and row- or column-wise
-normalisations, BLAS-1/2 sequences), a dimensionality, odd sizes, a dtype and a chain of
+normalisations, BLAS-1/2 sequences, pyramid levels read down and up), a dimensionality, odd sizes, a dtype and a chain of
 operators of that family with random boundary modes; then a random legal plan (random
 groups along the data edges, each kept only where legality accepts it) with random forms
 where the group has several (recompute or staged, a map-reduce variant of the
@@ -34,7 +34,7 @@ from kfuse.fusion.plan import check_groups, make_plan
 from kfuse.ir.expr import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES
 from kfuse.runtime.numpy_backend import numpy_dtype
 
-FAMILIES = ("stencil", "reduction", "blas")
+FAMILIES = ("stencil", "reduction", "blas", "multires")
 MODES = ("clamp", "mirror", "repeat", "constant")
 SIZES = {1: (5, 67), 2: (3, 23), 3: (3, 11)}  # per dimensionality, the range of each axis
 # The largest relative error (max |result - reference| / max |reference|) a case may show:
@@ -103,6 +103,8 @@ def draw_case(seed: int) -> Case:
         inputs = ((rows, columns), (columns,), (rows,), (columns,))
         ops = _blas_ops(rng)
         return Case(seed, family, dtype, (rows, columns), inputs, ops)
+    if family == "multires":
+        return _multires_case(seed, rng)
     ndim = rng.randint(1, 3)
     shape = tuple(rng.randint(*SIZES[ndim]) for _ in range(ndim))
     dtype = rng.choice(("float32", "float32", "float64", "int32", rng.choice(INT_DTYPES),
@@ -145,6 +147,59 @@ def draw_case(seed: int) -> Case:
                 scalars.append(arrays)
             arrays += 1
     return Case(seed, family, dtype, shape, (shape, shape), tuple(ops))
+
+
+def _multires_case(seed: int, rng: random.Random) -> Case:
+    """Pyramid levels: downsampling (random taps), upsampling to a finer level (nearest,
+    linear) and raw reads at another resolution, with maps, stencils and reductions on
+    whichever level; operators combine arrays of one shape (levels of one size)."""
+    ndim = rng.randint(1, 3)
+    shape = tuple(rng.randint(*SIZES[ndim]) for _ in range(ndim))
+    dtype = rng.choice(("float32", "float32", "float64"))
+    shapes: list[tuple[int, ...]] = [shape, shape]  # each array's, inputs first
+    finer: dict[int, int] = {}  # a level's array -> an array of the level it came from
+    ops: list[Op] = []
+    for index in range(rng.randint(2, 7)):
+        maps = [i for i, s in enumerate(shapes) if s is not None]
+        first = rng.choice(maps)
+        same = [i for i in maps if shapes[i] == shapes[first]]
+        kind = "point" if index == 0 else rng.choice(
+            ("point", "local", "down", "down", "up", "scaled", "reduce"))
+        if kind == "up" and first not in finer:
+            kind = "down"
+        mode = rng.choice(MODES)
+        result: tuple[int, ...] | None = shapes[first]
+        if kind == "point":
+            ops.append(Op("point", (first, rng.choice(same)), (rng.randrange(6), False)))
+        elif kind == "local":
+            taps = tuple((tuple(rng.randint(-2, 2) for _ in range(ndim)), rng.choice(MODES))
+                         for _ in range(rng.randint(1, 3)))
+            ops.append(Op("local", (first,), (taps, rng.choice((0.25, 0.5)))))
+        elif kind == "down":
+            weights = tuple(rng.choice((0.125, 0.25, 0.375, 0.5)) for _ in
+                            range(rng.randint(1, 4)))
+            ops.append(Op("down", (first,), (weights, rng.randint(-2, 1), mode)))
+            result = tuple(-(-n // 2) for n in shapes[first])
+            finer[len(shapes)] = first
+        elif kind == "up":
+            ops.append(Op("up", (first, finer[first]), (rng.choice(("nearest", "linear")),
+                                                         mode)))
+            result = shapes[finer[first]]
+        elif kind == "scaled":
+            up = rng.random() < 0.5
+            factors = tuple(rng.choice((1, 2, 3)) for _ in range(ndim))
+            taps = tuple((tuple(rng.randint(-2, 2) for _ in range(ndim)), rng.choice(MODES))
+                         for _ in range(rng.randint(1, 3)))
+            ops.append(Op("scaled", (first,), (taps, up, factors)))
+            result = tuple(n * f if up else -(-n // f)
+                           for n, f in zip(shapes[first], factors, strict=True))
+        else:
+            ops.append(Op("reduce", (first, rng.choice(same)),
+                          (rng.choice(("sum", "min", "max")), rng.choice((None,
+                                                                          *range(ndim))))))
+            result = None
+        shapes.append(result)  # type: ignore[arg-type]
+    return Case(seed, "multires", dtype, shape, (shape, shape), tuple(ops))
 
 
 def _blas_ops(rng: random.Random) -> tuple[Op, ...]:
@@ -231,15 +286,43 @@ def _local(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> A
     taps, weight = op.detail
     x = reads[0]
     total = None
+    shape = tuple(int(s) for s in x.shape) if all(s.isdecimal() for s in x.shape) \
+        else case.shape  # (a pyramid level's: its own)
     for offsets, mode in taps:
         integer = case.dtype in INT_DTYPES
         boundary = kf.constant(2 if integer else 0.5) if mode == "constant" else mode
-        offsets = tuple(max(-(n - 1), min(n - 1, o)) for o, n in zip(offsets, case.shape,
+        offsets = tuple(max(-(n - 1), min(n - 1, o)) for o, n in zip(offsets, shape,
                                                                       strict=True))
         term = x.at(*offsets, boundary=boundary)
         total = term if total is None else total + term
     body = total if case.dtype in INT_DTYPES else total * weight
     return kf.local(body, name=name)
+
+
+def _down(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
+    weights, first, mode = op.detail
+    boundary = kf.constant(0.5) if mode == "constant" else mode
+    return kf.downsample(reads[0], 2, weights=weights, first=first, boundary=boundary,
+                         name=name)
+
+
+def _up(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
+    interpolation, mode = op.detail
+    boundary = kf.constant(0.5) if mode == "constant" else mode
+    return kf.upsample(reads[0], 2, interpolation=interpolation, like=reads[1],
+                       boundary=boundary, name=name)
+
+
+def _scaled(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
+    """Taps read at another resolution (``x.at(..., down=f)`` or ``up=f`` per axis)."""
+    taps, up, factors = op.detail
+    total = None
+    for offsets, mode in taps:
+        boundary = kf.constant(0.5) if mode == "constant" else mode
+        term = reads[0].at(*offsets, boundary=boundary,
+                           **({"up": factors} if up else {"down": factors}))
+        total = term if total is None else total + term
+    return kf.local(total * 0.5, name=name)
 
 
 def _select(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
@@ -297,7 +380,8 @@ def _blas(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> An
 
 _BUILDERS: dict[str, Callable[..., Any]] = {
     "point": _point, "local": _local, "reduce": _reduce, "select": _select, "cast": _cast,
-    "normalize": _normalize, "gemv": _blas, "matvec_t": _blas,
+    "normalize": _normalize, "down": _down, "up": _up, "scaled": _scaled,
+    "gemv": _blas, "matvec_t": _blas,
     "axpy": _blas, "ger": _blas, "dot_scale": _blas, "nrm2_scale": _blas}
 
 

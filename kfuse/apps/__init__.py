@@ -6,7 +6,8 @@
 The eleven BLAS-1/2 sequences of Filipovič et al. 2015 (``kfuse.apps.blas``) form a second family:
 ``list_apps("blas")``; normalisations, reductions read back across their axis
 (``kfuse.apps.normalise``), a third: ``list_apps("norm")``; time-stepped stencils
-(``kfuse.apps.timesteps``) a fourth: ``list_apps("steps")``. ``list_apps("all")`` gives every
+(``kfuse.apps.timesteps``) a fourth: ``list_apps("steps")``; multiresolution pipelines
+(``kfuse.apps.pyramids``) a fifth: ``list_apps("pyramid")``. ``list_apps("all")`` gives every
 app and ``get_app`` finds apps of every family.
 """
 
@@ -17,6 +18,7 @@ from kfuse.apps.base import App
 from kfuse.apps.blas import BLAS_APPS, BlasApp
 from kfuse.apps.check import relative_error
 from kfuse.apps.normalise import NORM_APPS, NormApp
+from kfuse.apps.pyramids import PYRAMID_APPS
 from kfuse.apps.timesteps import STEP_APPS
 from kfuse.errors import DslError
 
@@ -29,28 +31,31 @@ _APPS: dict[str, App] = {
 _BLAS_APPS: dict[str, App] = {app.name: app for app in BLAS_APPS}
 _NORM_APPS: dict[str, App] = {app.name: app for app in NORM_APPS}
 _STEP_APPS: dict[str, App] = {app.name: app for app in STEP_APPS}
-FAMILIES = ("image", "blas", "norm", "steps", "all")
+_PYRAMID_APPS: dict[str, App] = {app.name: app for app in PYRAMID_APPS}
+FAMILIES = ("image", "blas", "norm", "steps", "pyramid", "all")
 
 
 def list_apps(family: str = "image") -> list[App]:
     """Registered apps in a fixed order: ``image`` (Hipacc's six, then diffusion3d and
     levels; the default), ``blas`` (Filipovič et al. 2015's eleven sequences), ``norm``
-    (normalisations), ``steps`` (time-stepped stencils) or ``all`` (every one)."""
+    (normalisations), ``steps`` (time-stepped stencils), ``pyramid`` (multiresolution
+    pipelines) or ``all`` (every one)."""
     if family not in FAMILIES:
         raise DslError(f"unknown app family {family!r}; choose one of {', '.join(FAMILIES)}")
     chosen = {"image": [_APPS], "blas": [_BLAS_APPS], "norm": [_NORM_APPS],
-              "steps": [_STEP_APPS], "all": [_APPS, _BLAS_APPS, _NORM_APPS, _STEP_APPS]}[family]
+              "steps": [_STEP_APPS], "pyramid": [_PYRAMID_APPS],
+              "all": [_APPS, _BLAS_APPS, _NORM_APPS, _STEP_APPS, _PYRAMID_APPS]}[family]
     return [app for registry in chosen for app in registry.values()]
 
 
 def get_app(name: str) -> App:
     """The app called ``name``; a :class:`~kfuse.errors.DslError` naming the choices if none."""
-    for registry in (_APPS, _BLAS_APPS, _NORM_APPS, _STEP_APPS):
+    for registry in (_APPS, _BLAS_APPS, _NORM_APPS, _STEP_APPS, _PYRAMID_APPS):
         try:
             return registry[name]
         except (KeyError, TypeError):
             continue
-    names = ", ".join([*_APPS, *_BLAS_APPS, *_NORM_APPS, *_STEP_APPS])
+    names = ", ".join([*_APPS, *_BLAS_APPS, *_NORM_APPS, *_STEP_APPS, *_PYRAMID_APPS])
     raise DslError(f"unknown app {name!r}; choose one of {names}") from None
 
 

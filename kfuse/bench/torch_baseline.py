@@ -50,7 +50,7 @@ _NP_BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "min": np.minimum, "max": np.maximum, "pow": np.power, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
-    "and": np.logical_and, "or": np.logical_or,
+    "and": np.logical_and, "or": np.logical_or, "floordiv": np.floor_divide, "mod": np.mod,
 }
 _TORCH_UNARY = {
     "neg": "torch.neg", "not": "torch.logical_not", "sqrt": "torch.sqrt",
@@ -438,6 +438,10 @@ class _Translator:
             return self.tensor(f"torch.clamp({tensor}, {bound}={scalar})", axes, a, b)
         if op == "pow":
             return self.tensor(f"torch.pow({left}, {right})", axes, a, b)
+        if op == "floordiv":
+            return self.tensor(f"torch.div({left}, {right}, rounding_mode='floor')", axes, a, b)
+        if op == "mod":
+            return self.tensor(f"torch.remainder({left}, {right})", axes, a, b)
         raise TypeError(f"unknown binary operator {op!r}")
 
     def _broadcast_index(self, dims: tuple[int, ...]) -> str:

@@ -34,6 +34,7 @@ from kfuse.ir.expr import (
     shift_between,
 )
 from kfuse.ir.graph import Graph
+from kfuse.ir.sizes import derived_size
 
 _FLOAT_FUNCTIONS = {
     "sqrt": "sqrt", "rsqrt": "rsqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",
@@ -101,14 +102,20 @@ def coordinate_text(coord: Coordinate) -> str:
 
 
 _DEFAULT_SIZE = re.compile(r"[A-Za-z_]\w*\.\d+")  # an input's axis ``x.0`` (kfuse's own)
-_NUMBERED = re.compile(r".*_\d+(_s)*")  # what defaults become, and their suffixed form
+# what defaults and derived sizes become, and their suffixed form
+_NUMBERED = re.compile(r".*_(over|times)?\d+(_s)*")
 
 
 def size_var(symbol: str) -> str:
     """The C variable holding a size symbol's value, one-to-one: a fixed size ``23`` is
-    ``n_23``, an input's default symbol ``x.0`` is ``n_x_0``, a symbol the user named is
-    ``n_`` and the name (with the suffix ``_s`` where it ends like a default's, ``_0``),
-    and any other symbol is spelled as :func:`c_name` spells it."""
+    ``n_23``, an input's default symbol ``x.0`` is ``n_x_0``, a pyramid level's ``x.0/2``
+    ``n_x_0_over2`` (``n*2``: ``n_n_times2``), a symbol the user named is ``n_`` and the
+    name (with the suffix ``_s`` where it ends like a default's or a level's, ``_0`` or
+    ``_over2``), and any other symbol is spelled as :func:`c_name` spells it."""
+    derived = derived_size(symbol)
+    if derived is not None:
+        base, operation, factor = derived
+        return f"{size_var(base)}_{'over' if operation == '/' else 'times'}{factor}"
     if symbol.isascii() and (symbol.isdigit() or _DEFAULT_SIZE.fullmatch(symbol)):
         return "n_" + symbol.replace(".", "_")
     if symbol.isascii() and symbol.isidentifier():
@@ -461,6 +468,11 @@ class ExprEmitter:
                 _LONG_WRAPPING.get(node.op) if dtype == "int64" else None
             if wrapping:
                 return self.define_of(dtype, f"{wrapping}({{}}, {{}})", *args)
+            if node.op == "floordiv":  # by a positive constant: one less where C's
+                return self.define_of(dtype, _wrapped("{0} / {1} - ({0} % {1} < 0)", dtype),
+                                      *args)  # remainder is negative
+            if node.op == "mod":
+                return self.define_of(dtype, _wrapped("({0} % {1} + {1}) % {1}", dtype), *args)
             if node.op in _INFIX:
                 return self.define_of(dtype, _wrapped(f"{{}} {_INFIX[node.op]} {{}}", dtype),
                                       *args)
@@ -489,13 +501,18 @@ class ExprEmitter:
         if identity and self.flat_index is not None:
             return (element_value(f"{pointer}[{self.flat_index}]", buffer.dtype),
                     ("flat", load.buffer, ref_of(self.flat_index)), (), ())
-        vector = load.dims == tuple(range(len(self.domain))) and self.vector_column(load)
+        vector = load.dims == tuple(range(len(self.domain))) and not load.is_scaled \
+            and self.vector_column(load)
         indices, inside = [], []
         for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
             if vector and axis == buffer.ndim - 1:
                 break  # the column is the vector's component
             size = size_var(buffer.shape[axis])
-            index, flag = self.index(self.coords[dim], offset, size, load)
+            if load.scale(axis) != (1, 1):
+                index, flag = self.scaled_index(self.coords[dim], load.scale(axis), offset,
+                                                size, load)
+            else:
+                index, flag = self.index(self.coords[dim], offset, size, load)
             indices.append(index)
             if flag:
                 inside.append(flag)
@@ -579,6 +596,39 @@ class ExprEmitter:
                 self.state.reads_of(*row_indices),
                 (access,) if access in self.state.accesses else ())
         return self.state.texts[texts], "xyzw"[column - start]
+
+    def scaled_index(self, coord: Coordinate, scale: tuple[int, int], offset: int, size: str,
+                     load: Load) -> tuple[str, str | None]:
+        """(index variable, inside-flag variable or None) for an axis read at another
+        resolution: ``floor(p * numerator / denominator) + offset`` through the read's
+        boundary mode."""
+        numerator, denominator = scale
+        position = coordinate_text(coord)
+        scaled = f"{position} * {numerator}" if denominator == 1 else \
+            f"kf_floor_div({position}, {denominator})" if numerator == 1 else \
+            f"kf_floor_div({position} * {numerator}, {denominator})"
+        text = scaled if offset == 0 else f"{scaled} {'+' if offset > 0 else '-'} {abs(offset)}"
+        base, shift = coord
+        step = f"x{numerator}" if denominator == 1 else f"d{denominator}" if numerator == 1 \
+            else f"x{numerator}d{denominator}"
+        tag = "".join([step, f"s{shift}" if shift > 0 else f"sm{-shift}" if shift else "",
+                       f"p{offset}" if offset > 0 else f"m{-offset}" if offset else ""])
+        mode = load.boundary.mode if load.boundary else "clamp"
+        state = self.state
+        key = ("scaled", base, shift, numerator, denominator, offset, size, mode)
+        if key not in state.indices:
+            function = {"clamp": "kf_clamp", "mirror": "kf_mirror_any",
+                        "repeat": "kf_repeat_any", "constant": "kf_clamp"}[mode]
+            state.indices[key] = state.declare("int", f"{base}_{tag}_{mode}",
+                                               f"{function}({text}, {size})", key)
+        flag = None
+        if mode == "constant":
+            flag_key = (*key[:-1], "flag")
+            if flag_key not in state.indices:
+                state.indices[flag_key] = state.declare(
+                    "bool", f"in_{base}_{tag}", f"kf_inside({text}, {size})", flag_key)
+            flag = state.indices[flag_key]
+        return state.indices[key], flag
 
     def index(self, coord: Coordinate, offset: int, size: str, load: Load
               ) -> tuple[str, str | None]:

@@ -106,11 +106,17 @@ class KernelGroup(GroupNames):
             lines.append(f"{prefix}{kernel.kind}" + (f", written at {comment_text(kernel.where)}"
                                                      if kernel.where else ""))
             for access in kernel.accesses:
-                radius = kernel.halo_radius(access.buffer)
+                radius = access.radius if access.scales else kernel.halo_radius(access.buffer)
                 modes = sorted({str(b) for b in access.boundaries if b is not None})
                 source = "in registers" if access.buffer in self.produced else "from memory"
                 detail = (f"radius {radius}, boundary {', '.join(modes)}" if any(radius)
                           else "at the point")
+                if access.scales:
+                    points = ", ".join("p" if scale == (1, 1) else f"{scale[0]}p" if
+                                       scale[1] == 1 else f"p/{scale[1]}"
+                                       for scale in access.scales)
+                    detail = f"at ({points}) of its grid, " + (
+                        detail if any(radius) else f"boundary {', '.join(modes)}")
                 lines.append(f"{prefix}  reads '{access.buffer}' {source}: {detail}")
             if kernel.reduction:
                 lines.append(f"{prefix}  {kernel.reduction.op}-reduces iteration axes "

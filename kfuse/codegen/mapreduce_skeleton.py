@@ -270,6 +270,8 @@ class MapReduceKernel:
         if producer is not None:
             emitter.state.evaluated.add((producer.name, emitter.coords))
             return emitter.emit(producer.body)  # type: ignore[arg-type]
+        if load.is_scaled:
+            return None  # (read where it is, through its boundary mode)
         if load.dims == tuple(range(group.ndim)) and load.buffer in group.tile_inputs:
             return f"kf_ld_{c_name(load.buffer)}{self.row_index}[{element}]"
         if group.ndim == 2 and load.dims == (1,) and load.buffer in group.col_inputs \

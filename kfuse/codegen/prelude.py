@@ -120,6 +120,14 @@ KF_DEVICE int kf_clamp(int i, int n) { return i < 0 ? 0 : (i >= n ? n - 1 : i); 
 KF_DEVICE int kf_mirror(int i, int n) { return i < 0 ? -i - 1 : (i >= n ? 2 * n - i - 1 : i); }
 KF_DEVICE int kf_repeat(int i, int n) { return i < 0 ? i + n : (i >= n ? i - n : i); }
 KF_DEVICE bool kf_inside(int i, int n) { return (unsigned)i < (unsigned)n; }
+// The same for any distance outside (reads at another resolution, levels of one element).
+KF_DEVICE int kf_mirror_any(int i, int n) {
+  int folded = ((i % (2 * n)) + 2 * n) % (2 * n);
+  return folded < n ? folded : 2 * n - 1 - folded;
+}
+KF_DEVICE int kf_repeat_any(int i, int n) { return ((i % n) + n) % n; }
+// i // d for d > 0, rounding down as NumPy's (C's division truncates towards zero).
+KF_DEVICE int kf_floor_div(int i, int d) { return i >= 0 ? i / d : -((d - 1 - i) / d); }
 
 // Minimum and maximum as NumPy's: a NaN on either side is the result (fminf/fmaxf and a
 // bare comparison would drop it, or not, depending on the side it comes from), and of two

@@ -44,6 +44,15 @@ from kfuse.dsl.functions import (
 )
 from kfuse.dsl.ops import convolve, local, point, reduce, reduce_max, reduce_min, reduce_sum
 from kfuse.dsl.pipeline import Array, Pipeline
+from kfuse.dsl.pyramid import (
+    collapse,
+    downsample,
+    downsampled,
+    gaussian_pyramid,
+    laplacian_pyramid,
+    upsample,
+    upsampled,
+)
 from kfuse.dsl.user import read, size, user_kernel, written
 
 __all__ = [
@@ -54,6 +63,9 @@ __all__ = [
     # BLAS-1/2 (kfuse.dsl.blas)
     "Transposed", "along", "asum", "axpby", "axpy", "dot", "geam", "gemv", "ger", "matvec",
     "matvec_t", "nrm2", "outer", "scal",
+    # pyramids (kfuse.dsl.pyramid)
+    "collapse", "downsample", "downsampled", "gaussian_pyramid", "laplacian_pyramid",
+    "upsample", "upsampled",
     # user CUDA kernels (kfuse.dsl.user)
     "read", "size", "user_kernel", "written",
 ]

@@ -19,6 +19,8 @@ Sizes of any value (no padding) are fine; the generated code handles the edges.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kfuse.dsl.pipeline import Array, Pipeline, forward_arithmetic
 from kfuse.errors import DslError, ShapeError
 from kfuse.ir.expr import Expr, Load, as_expr, loads, transform, unary
@@ -113,8 +115,7 @@ def along(value: object, axis: int) -> Expr:
 
     def redim(node: Expr) -> Expr | None:
         if isinstance(node, Load) and node.offsets and len(node.offsets) == 1:
-            return Load(node.buffer, node.dtype, node.offsets, (axis,), node.boundary,
-                        node.origin)
+            return replace(node, dims=(axis,))
         return None
 
     return transform(expr, redim)

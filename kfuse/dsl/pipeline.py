@@ -11,6 +11,7 @@ import numbers
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from kfuse.dsl.functions import boundary_of
@@ -32,6 +33,7 @@ from kfuse.ir.expr import (
     transform,
 )
 from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction, fixed_size
+from kfuse.ir.sizes import base_symbols, derived_size, describe_size, scaled_size
 from kfuse.user_line import UserLine, where_of
 
 
@@ -57,12 +59,18 @@ class Array:
         """Size symbols (bound to numbers when the pipeline runs)."""
         return tuple(self.pipeline._find(s) for s in self._shape)
 
-    def at(self, *offsets: int, boundary: object = None, dims: Sequence[int] | None = None) -> Load:
+    def at(self, *offsets: int, boundary: object = None, dims: Sequence[int] | None = None,
+           down: int | Sequence[int] | None = None, up: int | Sequence[int] | None = None
+           ) -> Load:
         """Read at constant integer ``offsets`` from the current point, one per axis.
 
         ``boundary`` (clamp, mirror, repeat, constant(v)) answers reads outside the array;
-        left out, the operator's default applies. ``dims`` says which iteration axis indexes
-        each array axis (for broadcast reads); left out, the identity.
+        left out, the operator's default applies (clamp for a read at another resolution).
+        ``dims`` says which iteration axis indexes each array axis (for broadcast reads);
+        left out, the identity. ``down=f`` reads at ``f * p + offset`` (the operator's
+        points are a grid ``f`` times coarser: a downsampling read), ``up=f`` at
+        ``p // f + offset`` (``f`` times finer: upsampling); one factor for every axis, or
+        one per axis (1: that axis at the point's resolution).
         """
         if len(offsets) == 1 and isinstance(offsets[0], (tuple, list)):
             offsets = tuple(offsets[0])
@@ -80,8 +88,9 @@ class Array:
             raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}")
         bound = None if boundary is None else boundary_of(boundary)
         dims = None if dims is None else tuple(int(d) for d in dims)
+        scales = _read_scales(self.name, self.ndim, down, up)
         return Load(self.name, self.dtype, tuple(int(o) for o in offsets), dims, bound,
-                    self.pipeline)
+                    self.pipeline, scales)
 
     def expr(self) -> Load:
         """This array read at the current point."""
@@ -91,6 +100,26 @@ class Array:
     def __repr__(self) -> str:
         return f"Array({self.name!r}, {self.dtype}, shape={self.shape})"
 
+
+
+def _read_scales(name: str, ndim: int, down: object, up: object
+                 ) -> tuple[tuple[int, int], ...] | None:
+    """Per axis (numerator, denominator) of a read's index from ``x.at``'s ``down`` and
+    ``up`` factors (None: not scaled)."""
+    def factors(value: object, word: str) -> tuple[int, ...]:
+        if value is None:
+            return (1,) * ndim
+        listed = tuple(value) if isinstance(value, (tuple, list)) else (value,) * ndim
+        if len(listed) != ndim or not all(is_integer_scalar(f) and f >= 1 for f in listed):
+            raise DslError(f"'{name}' is {ndim}-D: {word}= takes a whole factor >= 1, or one "
+                           f"per axis, got {value!r}")
+        return tuple(int(f) for f in listed)
+
+    downs, ups = factors(down, "down"), factors(up, "up")
+    if any(d > 1 and u > 1 for d, u in zip(downs, ups, strict=True)):
+        raise DslError(f"'{name}': an axis is read either down= or up=, not both")
+    scales = tuple((d, u) for d, u in zip(downs, ups, strict=True))
+    return None if all(scale == (1, 1) for scale in scales) else scales
 
 
 # Arithmetic on an array is arithmetic on the array read at the current point.
@@ -243,15 +272,34 @@ class Pipeline:
 
     # -- size symbols (union-find) -----------------------------------------------------------
     def _find(self, symbol: str) -> str:
+        derived = derived_size(symbol)
+        if derived is not None:  # a pyramid level's size: that of its base's root
+            base, operation, factor = derived
+            symbol = scaled_size(self._find(base), operation, factor)
         root = symbol
         while self._parent.get(root, root) != root:
             root = self._parent[root]
         return root
 
     def _unify(self, a: str, b: str, operator: str, where: str | None) -> None:
-        """Make two size symbols one; a fixed size (a number) stays the name of the two."""
+        """Make two size symbols one; a fixed size (a number) stays the name of the two, and
+        so does a size derived from another (a pyramid level's, ``n/2``)."""
         root_a, root_b = self._find(a), self._find(b)
         if root_a == root_b:
+            return
+        derived_a, derived_b = derived_size(root_a), derived_size(root_b)
+        if derived_a or derived_b:
+            plain = root_b if derived_a else root_a
+            level = root_a if derived_a else root_b
+            if (derived_a and derived_b) or fixed_size(plain) is not None \
+                    or plain in base_symbols(level):
+                raise ShapeError(
+                    f"combines axes of sizes {describe_size(root_a)} and "
+                    f"{describe_size(root_b)}, which kfuse cannot prove equal (arrays of "
+                    "different pyramid levels, or levels of unrelated arrays: declare those "
+                    "inputs with the same size names, shape=(...))",
+                    operator=operator, where=where)
+            self._parent[plain] = level
             return
         fixed_a, fixed_b = fixed_size(root_a), fixed_size(root_b)
         if fixed_a is not None and fixed_b is not None:
@@ -365,12 +413,14 @@ class Pipeline:
         if node.origin is not self or node.buffer not in self._arrays:
             raise DslError(f"array '{node.buffer}' does not belong to pipeline '{self.name}'",
                            operator=operator, where=where)
+        if node.boundary is None and node.is_scaled and default is None:
+            default = Boundary("clamp")  # a level's reads at its far edge (odd sizes)
         if node.boundary is None and not node.is_centered:
             if default is None:
                 raise DslError(f"reads '{node.buffer}' at offsets {node.offsets}: "
                                "use kfuse.local() for stencils", operator=operator, where=where)
             _check_border_value(default, node, operator, where)
-            return Load(node.buffer, node.dtype, node.offsets, node.dims, default, node.origin)
+            return replace(node, boundary=default)
         if node.boundary is not None:
             _check_border_value(node.boundary, node, operator, where)
         return None
@@ -384,8 +434,15 @@ class Pipeline:
         if shape is not None:
             domain = tuple(str(s) for s in shape)
         elif implicit:
-            widest = max(implicit, key=lambda ld: self._arrays[ld.buffer].ndim)
-            domain = self._arrays[widest.buffer]._shape
+            # the widest array read, unscaled where one is read so: a level's point is that
+            # of the arrays read at its own resolution
+            widest = max(implicit, key=lambda ld: (self._arrays[ld.buffer].ndim,
+                                                   not ld.is_scaled))
+            domain = tuple(
+                scaled_size(self._find(size), "/" if numerator > 1 else "*",
+                            max(numerator, denominator))
+                for axis, size in enumerate(self._arrays[widest.buffer]._shape)
+                for numerator, denominator in (widest.scale(axis),))
         elif any(ld.dims and list(ld.dims) != sorted(ld.dims) for ld in reads):
             raise DslError("cannot tell the iteration space: a transposed matrix (A.T) takes "
                            "its axes from an array read as it is; combine it with one "
@@ -402,8 +459,7 @@ class Pipeline:
                 raise ShapeError(f"mixes a {len(domain)}-D iteration space with {array.ndim}-D "
                                  f"array '{array.name}'; read it with .at(..., dims=...) to "
                                  "broadcast", operator=operator, where=where)
-        body = transform(body, lambda n: Load(n.buffer, n.dtype, n.offsets,
-                                              tuple(range(len(n.offsets))), n.boundary, n.origin)
+        body = transform(body, lambda n: replace(n, dims=tuple(range(len(n.offsets))))
                          if isinstance(n, Load) and n.dims is None else None)
         for load in loads(body):
             array = self._arrays[load.buffer]
@@ -412,7 +468,11 @@ class Pipeline:
                     raise ShapeError(f"dims of '{array.name}' name axis {dim} of a "
                                      f"{len(domain)}-D iteration space", operator=operator,
                                      where=where)
-                self._unify(array._shape[axis], domain[dim], operator, where)
+                numerator, denominator = load.scale(axis)
+                if denominator > 1 or numerator > 1 and shape is not None:
+                    continue  # read through its boundary mode at any size (a given shape)
+                level = scaled_size(array._shape[axis], "/", numerator)
+                self._unify(level, domain[dim], operator, where)
         return body, tuple(self._find(s) for s in domain)
 
     # -- the IR ----------------------------------------------------------------------------

@@ -117,6 +117,9 @@ def rule_internal_reads_aligned(graph: Graph, members: Sequence[str]) -> str | N
             if producer in group and access.dims != tuple(range(kernel.ndim)):
                 return (f"'{name}' reads '{access.buffer}' through a transposed or broadcast "
                         "index, not aligned with its own iteration space")
+            if producer in group and access.scales is not None:
+                return (f"'{name}' reads '{access.buffer}' at another resolution (a pyramid "
+                        "level's read): its points are not those of its producer")
     return None
 
 

@@ -153,7 +153,9 @@ class MapReduceGroup(GroupNames):
                     self.generic = True
                 if not isinstance(node, Load) or node.buffer in self.produced:
                     continue
-                if node.dims == identity:
+                if node.is_scaled:
+                    self.generic = True  # a read at another resolution: read where it is
+                elif node.dims == identity:
                     if node.buffer not in self.tile_inputs:
                         self.tile_inputs.append(node.buffer)
                 elif self.ndim == 2 and node.dims == (1,):

@@ -138,7 +138,10 @@ def as_boundary(spec: object) -> Boundary:
 UNARY_FUNCTIONS = ("neg", "not", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "abs",
                    "floor", "ceil")
 BINARY_OPERATORS = ("add", "sub", "mul", "div", "min", "max", "pow",
-                    "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+                    "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "floordiv", "mod")
+# Integer floor division and remainder (Python's and NumPy's: the remainder takes the
+# divisor's sign), by a positive constant: a coordinate's phase on a coarser grid.
+INTEGER_DIVISIONS = ("floordiv", "mod")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGICAL = ("and", "or")
 FLOAT_ONLY = ("sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "floor", "ceil", "pow", "div")
@@ -202,15 +205,16 @@ class Expr:
         raise DslError("a kfuse expression has no truth value at trace time; "
                        "use kfuse.where(cond, a, b) instead of if/else, and & | instead of and/or")
 
-    def __floordiv__(self, other):
-        raise DslError("'//' is not supported; use kfuse.floor(a / b)")
+    def __floordiv__(self, other): return integer_division("floordiv", self, other)
+    def __mod__(self, other): return integer_division("mod", self, other)
 
-    __rfloordiv__ = __floordiv__
+    def __rfloordiv__(self, other):
+        raise DslError("'//' takes an integer expression on the left and a positive integer "
+                       "constant on the right; for floats use kfuse.floor(a / b)")
 
-    def __mod__(self, other):
-        raise DslError("'%' is not supported in kfuse expressions")
-
-    __rmod__ = __mod__
+    def __rmod__(self, other):
+        raise DslError("'%' takes an integer expression on the left and a positive integer "
+                       "constant on the right")
 
 
 @dataclass(frozen=True, eq=False)
@@ -250,6 +254,10 @@ class Load(Expr):
     read; fewer entries for a broadcast read, e.g. a vector read along one matrix axis).
     The DSL leaves ``dims`` unset for plain reads until the operator's domain is known.
     ``boundary`` answers reads outside the array; ``None`` until the operator fills its default.
+    ``scales[k]`` (``(numerator, denominator)``) reads array axis ``k`` at
+    ``floor(p * numerator / denominator) + offsets[k]`` for the point's coordinate ``p``
+    along ``dims[k]``: ``(2, 1)`` a downsampling read, ``(1, 2)`` an upsampling one; None
+    (and ``(1, 1)``) reads at ``p + offsets[k]``.
     """
 
     buffer: str
@@ -258,15 +266,40 @@ class Load(Expr):
     dims: tuple[int, ...] | None  # None only while the DSL builds an operator
     boundary: Boundary | None = None
     origin: object = field(default=None, compare=False, repr=False)  # the DSL pipeline
+    scales: tuple[tuple[int, int], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.scales is not None and all(scale == (1, 1) for scale in self.scales):
+            object.__setattr__(self, "scales", None)  # one spelling of "not scaled"
+
+    @property
+    def is_scaled(self) -> bool:
+        """True for a read at another resolution (some axis read at a multiple or a
+        fraction of the point's coordinate)."""
+        return self.scales is not None
+
+    def scale(self, axis: int) -> tuple[int, int]:
+        """(numerator, denominator) of array axis ``axis``'s index (``(1, 1)``: unscaled)."""
+        return (1, 1) if self.scales is None else self.scales[axis]
 
     @property
     def is_centered(self) -> bool:
-        return all(offset == 0 for offset in self.offsets)
+        """True for a read at the current point itself (no offset, not scaled)."""
+        return self.scales is None and all(offset == 0 for offset in self.offsets)
 
     def __repr__(self) -> str:
         if self.is_centered:
             return self.buffer
-        return f"{self.buffer}[{', '.join(f'{o:+d}' for o in self.offsets)}]"
+        terms = []
+        for axis, offset in enumerate(self.offsets):
+            numerator, denominator = self.scale(axis)
+            point = "p" if (numerator, denominator) == (1, 1) else \
+                f"{numerator}p" if denominator == 1 else f"p/{denominator}" \
+                if numerator == 1 else f"{numerator}p/{denominator}"
+            terms.append(f"{point}{offset:+d}")
+        if self.scales is None:
+            return f"{self.buffer}[{', '.join(f'{o:+d}' for o in self.offsets)}]"
+        return f"{self.buffer}[{', '.join(terms)}]"
 
 
 @dataclass(frozen=True, eq=False)
@@ -504,6 +537,19 @@ def binary(op: str, a: object, b: object) -> Expr:
     return Binary(op, a, b, result)
 
 
+def integer_division(op: str, a: object, b: object) -> Expr:
+    """``a // b`` or ``a % b`` of an integer expression by a positive integer constant
+    (floor division and a remainder of the divisor's sign, as Python's and NumPy's)."""
+    symbol = "//" if op == "floordiv" else "%"
+    a, b = as_expr(a), as_expr(b)
+    if a.dtype not in INT_DTYPES or not (isinstance(b, Const) and is_integer_scalar(b.value)
+                                         and b.value > 0):
+        hint = "; for floats use kfuse.floor(a / b)" if op == "floordiv" else ""
+        raise DslError(f"'{symbol}' takes an integer expression on the left and a positive "
+                       f"integer constant on the right (got {a.dtype} {symbol} {b!r}){hint}")
+    return Binary(op, a, _coerce(b, a.dtype), a.dtype)
+
+
 def _comparison(op: str, a: Expr, b: object) -> Expr:
     """``a == b`` / ``a != b`` elementwise; NotImplemented where ``b`` is no operand (None,
     a string), so Python answers by identity there as for any object."""
@@ -601,7 +647,8 @@ def shift_between(a: Expr, b: Expr) -> dict[int, int] | None:
             return None
         if isinstance(x, Load):
             assert isinstance(y, Load)
-            if (x.buffer, x.dims) != (y.buffer, y.dims) or None not in (
+            if (x.buffer, x.dims) != (y.buffer, y.dims) or x.is_scaled or y.is_scaled \
+                    or None not in (
                     x.boundary, y.boundary) and x.boundary != y.boundary:
                 return None  # a read at the point itself has no boundary mode
             for axis, offset_x, offset_y in zip(x.dims or (), x.offsets, y.offsets, strict=True):

@@ -30,16 +30,13 @@ from kfuse.ir.expr import (
     loads,
     params,
 )
+from kfuse.ir.sizes import bind_derived, derived_size, describe_size, fixed_size
+
+__all__ = ["fixed_size"]  # (kept here for the stages that import it from the graph)
 
 KERNEL_KINDS = ("point", "local", "reduce", "opaque")
 REDUCE_OPS = ("sum", "min", "max")
 MEMO_ENTRIES = 256  # answers a graph keeps (Graph.remembered): plans, fitting register tiles
-
-
-def fixed_size(symbol: str) -> int | None:
-    """The size a symbol stands for when it is a number (``"9"``: an axis of exactly 9
-    elements, from ``shape=(9, ...)``), else None (a size bound when the pipeline runs)."""
-    return int(symbol) if symbol.isdecimal() else None
 
 
 @dataclass(frozen=True)
@@ -64,10 +61,12 @@ class Access:
     dims: tuple[int, ...]
     offsets: tuple[tuple[int, ...], ...]
     boundaries: tuple[Boundary | None, ...]
+    scales: tuple[tuple[int, int], ...] | None = None  # a read at another resolution (Load)
 
     @property
     def is_point(self) -> bool:
-        return all(all(o == 0 for o in offset) for offset in self.offsets)
+        return self.scales is None and all(all(o == 0 for o in offset)
+                                           for offset in self.offsets)
 
     @property
     def radius(self) -> tuple[int, ...]:
@@ -197,16 +196,16 @@ class Kernel:
             assert self.opaque is not None
             return tuple(Access(access.buffer, (), ((),), (None,))
                          for access in self.opaque.reads)
-        grouped: dict[tuple[str, tuple[int, ...]], list[Load]] = {}
+        grouped: dict[tuple, list[Load]] = {}
         for load in loads(self.body):
-            grouped.setdefault((load.buffer, load.dims), []).append(load)
+            grouped.setdefault((load.buffer, load.dims, load.scales), []).append(load)
         result = []
-        for (name, dims), group in grouped.items():
+        for (name, dims, scales), group in grouped.items():
             unique: dict[tuple, Load] = {}
             for load in group:
                 unique.setdefault((load.offsets, load.boundary), load)
             result.append(Access(name, dims, tuple(k[0] for k in unique),
-                                 tuple(k[1] for k in unique)))
+                                 tuple(k[1] for k in unique), scales))
         return tuple(result)
 
     @cached_property
@@ -423,7 +422,8 @@ class Graph:
                     raise ShapeError(f"indexes array '{buffer.name}' by axis {dim} of a "
                                      f"{kernel.ndim}-D iteration space",
                                      operator=kernel.name, where=kernel.where)
-                if buffer.shape[axis] != kernel.domain[dim]:
+                if buffer.shape[axis] != kernel.domain[dim] and (
+                        access.scales is None or access.scales[axis] == (1, 1)):
                     raise ShapeError(
                         f"array '{buffer.name}' axis {axis} has size {buffer.shape[axis]} but "
                         f"the iteration space has {kernel.domain[dim]} there",
@@ -471,6 +471,12 @@ class Graph:
                         f"'{symbol}': got {sizes[symbol]} and {size}")
         for symbol, fixed in self.fixed_sizes.items():
             sizes.setdefault(symbol, fixed)
+        for symbol, given, derived in bind_derived(self.size_symbols, sizes):
+            holders = [n for n in self.inputs if symbol in self.buffers[n].shape]
+            raise ShapeError(
+                f"input {', '.join(repr(h) for h in holders)} must have {derived} elements "
+                f"along its axis of size {describe_size(symbol)} (a level of the pyramid of "
+                f"the arrays it is combined with), but has {given}")
         for kernel in self.kernels:
             for symbol in kernel.domain:
                 if symbol not in sizes:
@@ -488,16 +494,22 @@ class Graph:
         if unknown:
             raise ShapeError(f"pipeline '{self.name}' has no size named "
                              f"{', '.join(repr(u) for u in unknown)}; its sizes are {listed}")
+        for symbol, size in sizes.items():
+            if not is_integer_scalar(size) or size <= 0:
+                raise ShapeError(f"size '{symbol}' must be a positive integer, got {size!r}")
+        derived = {symbol: int(size) for symbol, size in sizes.items()}
+        for symbol, given, value in bind_derived(symbols, derived):
+            raise ShapeError(f"size '{symbol}' is {describe_size(symbol)} = {value} at these "
+                             f"sizes, not {given}")
         checked: dict[str, int] = {}
         for symbol in symbols:
             fixed = self.fixed_sizes.get(symbol)
-            size = sizes.get(symbol, fixed)
+            size = derived.get(symbol, fixed)
             if size is None:
-                missing = [s for s in symbols if s not in sizes and s not in self.fixed_sizes]
+                missing = [s for s in symbols if s not in derived and s not in self.fixed_sizes
+                           and derived_size(s) is None]
                 raise ShapeError(f"sizes must give {', '.join(repr(m) for m in missing)} "
                                  f"(pipeline '{self.name}' has sizes {listed})")
-            if not is_integer_scalar(size) or size <= 0:
-                raise ShapeError(f"size '{symbol}' must be a positive integer, got {size!r}")
             if fixed is not None and size != fixed:
                 raise ShapeError(f"size '{symbol}' is fixed at {fixed}, not {size}")
             checked[symbol] = int(size)
@@ -505,6 +517,8 @@ class Graph:
 
     def _check_offsets(self, kernel: Kernel, sizes: Mapping[str, int]) -> None:
         for access in kernel.accesses:
+            if access.scales is not None:  # (any distance outside follows the mode)
+                continue
             buffer = self.buffers[access.buffer]
             for axis, radius in enumerate(access.radius):
                 size = sizes[buffer.shape[axis]]

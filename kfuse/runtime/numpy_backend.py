@@ -38,7 +38,7 @@ _BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "min": np.minimum, "max": np.maximum, "pow": np.power, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
-    "and": np.logical_and, "or": np.logical_or,
+    "and": np.logical_and, "or": np.logical_or, "floordiv": np.floor_divide, "mod": np.mod,
 }
 _REDUCE = {"sum": np.sum, "min": np.min, "max": np.max}
 
@@ -192,7 +192,8 @@ def gather(array: np.ndarray, load: Load, domain: tuple[int, ...]) -> np.ndarray
     boundary = load.boundary or Boundary("clamp")
     indices, masks = [], []
     for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
-        raw = np.arange(domain[dim]) + offset
+        numerator, denominator = load.scale(axis)
+        raw = np.arange(domain[dim]) * numerator // denominator + offset
         mapped, inside = remap_index(raw, array.shape[axis], boundary)
         indices.append(mapped)
         masks.append(inside)

@@ -1,0 +1,226 @@
+"""Reads at another resolution (``x.at(..., down=f)`` / ``up=f``), the sizes of pyramid
+levels, and the pyramid operators of kfuse.dsl.pyramid, against NumPy references written
+here independently of kfuse (strided slices, np.pad), on the cpu backend: odd sizes, levels of
+one element, every boundary mode, fused and unfused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kfuse as kf
+from kfuse.apps.pyramids import downsample_reference, upsample_reference
+from kfuse.errors import DslError, ShapeError
+from kfuse.ir.sizes import bind_derived, describe_size, scaled_size
+
+MODES = ["clamp", "mirror", "repeat", ("constant", 0.25)]
+
+
+def _boundary(mode):
+    return kf.constant(mode[1]) if isinstance(mode, tuple) else mode
+
+
+def _pad_read(x: np.ndarray, index: np.ndarray, axis: int, mode) -> np.ndarray:
+    """``x`` read at ``index`` along ``axis`` (any distance outside) as ``mode`` says."""
+    n = x.shape[axis]
+    if isinstance(mode, tuple):
+        inside = (index >= 0) & (index < n)
+        picked = np.take(x, np.clip(index, 0, n - 1), axis)
+        shape = [1] * x.ndim
+        shape[axis] = index.size
+        return np.where(inside.reshape(shape), picked, mode[1])
+    if mode == "clamp":
+        mapped = np.clip(index, 0, n - 1)
+    elif mode == "repeat":
+        mapped = index % n
+    else:
+        folded = index % (2 * n)
+        mapped = np.where(folded < n, folded, 2 * n - 1 - folded)
+    return np.take(x, mapped, axis)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+@pytest.mark.parametrize("shape", [(13, 17), (1, 1), (2, 5), (30, 9)])
+def test_downsample_and_upsample_equal_numpy(mode, shape):
+    p = kf.Pipeline("levels2")
+    x = p.input("x", 2)
+    coarse = kf.downsample(x, boundary=_boundary(mode), name="coarse")
+    back = kf.upsample(coarse, like=x, boundary=_boundary(mode), name="back")
+    near = kf.upsample(coarse, interpolation="nearest", boundary=_boundary(mode), name="near")
+    p.output(coarse, back, near)
+    values = np.random.default_rng(sum(shape)).random(shape, dtype=np.float32)
+    want_coarse = downsample_reference(values.astype(np.float64), mode)
+    want_back = upsample_reference(want_coarse, shape, mode)
+    want_near = np.repeat(np.repeat(want_coarse, 2, 0), 2, 1)
+    for plan in ("unfused", "auto"):
+        got = p.run(backend="cpu", plan=plan, x=values)
+        assert got["coarse"].shape == tuple(-(-n // 2) for n in shape)
+        np.testing.assert_allclose(got["coarse"], want_coarse, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got["back"], want_back, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got["near"], want_near, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_raw_reads_down_and_up_by_any_factor_and_offset(mode):
+    """``x.at(dy, dx, down=(1, 3))`` reads ``(p + dy, 3 q + dx)``, ``up=(2, 3)`` reads
+    ``(p // 2 + dy, q // 3 + dx)``, every distance outside through the mode."""
+    p = kf.Pipeline("raw")
+    x = p.input("x", 2)
+    down = kf.local(x.at(1, -2, down=(1, 3), boundary=_boundary(mode)) * 2.0, name="down")
+    up = kf.local(x.at(-1, 2, up=(2, 3), boundary=_boundary(mode)) + 1.0, name="up")
+    p.output(down, up)
+    values = np.random.default_rng(5).random((5, 7), dtype=np.float32).astype(np.float64)
+    got = p.run(backend="cpu", x=values.astype(np.float32))
+    rows, columns = np.arange(5) + 1, 3 * np.arange(3) - 2
+    want = _pad_read(_pad_read(values, rows, 0, mode), columns, 1, mode) * 2.0
+    np.testing.assert_allclose(got["down"], want, rtol=1e-6)
+    rows, columns = np.arange(10) // 2 - 1, np.arange(21) // 3 + 2
+    want = _pad_read(_pad_read(values, rows, 0, mode), columns, 1, mode) + 1.0
+    np.testing.assert_allclose(got["up"], want, rtol=1e-6)
+
+
+def test_laplacian_pyramid_collapses_back_to_its_input():
+    p = kf.Pipeline("roundtrip")
+    x = p.input("x", 2)
+    levels = kf.laplacian_pyramid(x, 5)
+    p.output(kf.collapse(levels, name="again"), levels[-1])
+    values = np.random.default_rng(2).random((45, 38), dtype=np.float32)
+    got = p.run(backend="cpu", x=values)
+    np.testing.assert_allclose(got["again"], values, rtol=1e-5, atol=1e-6)
+    assert got[levels[-1].name].shape == (3, 3)  # ceil(ceil(ceil(ceil(45/2)/2)/2)/2)
+
+
+def test_three_d_levels_along_some_axes_fused_with_stencils():
+    """A volume downsampled along y and x only, then a stencil chain on the coarse grid
+    fused with it (the downsampling read inside the fused kernel) and upsampled back."""
+    p = kf.Pipeline("volume")
+    v = p.input("v", 3)
+    coarse = kf.point(kf.downsampled(v, axes=(1, 2)) * 1.5, name="coarse")
+    smooth = kf.local((coarse.at(0, 0, 1) + coarse.at(0, 0, -1) + coarse.at(1, 0, 0)
+                       + coarse.at(-1, 0, 0)) * 0.25 + coarse, boundary="mirror", name="smooth")
+    back = kf.upsample(smooth, axes=(1, 2), like=v, interpolation="nearest", name="back")
+    p.output(back, coarse, smooth)
+    values = np.random.default_rng(3).random((5, 9, 12), dtype=np.float32)
+    plan = p.fuse([["coarse", "smooth"]])
+    assert len(plan.groups) == 2
+    got = p.run(backend="cpu", plan=plan, v=values)
+    want = p.run(backend="numpy", v=values)
+    np.testing.assert_allclose(got["back"], want["back"], rtol=1e-5)
+    for plane in range(5):  # each plane downsampled alone
+        level = downsample_reference(values.astype(np.float64)[plane], "clamp")
+        np.testing.assert_allclose(got["coarse"][plane], 1.5 * level, rtol=1e-5)
+        nearest = np.repeat(np.repeat(got["smooth"][plane], 2, 0), 2, 1)[:9, :12]
+        np.testing.assert_array_equal(got["back"][plane], nearest)
+
+
+def test_reductions_over_a_coarser_grid_in_every_map_reduce_form():
+    p = kf.Pipeline("reduced")
+    x = p.input("x", 2)
+    total = kf.reduce_sum(kf.downsampled(x) * x.at(0, 0, down=2), name="total")
+    rows = kf.reduce_max(kf.downsampled(x, 3) + x.at(0, 1, down=3), axis=1, name="rows")
+    p.output(total, rows)
+    values = np.random.default_rng(4).random((31, 44), dtype=np.float32)
+    want = p.run(backend="numpy", x=values)
+    from kfuse.search.variants import group_variants
+
+    graph = p.graph()
+    for name in ("total", "rows"):
+        for variant in [v for v in group_variants(graph, [name]) if v != "auto"][:6]:
+            plan = p.fuse([[name]], forms=[variant])
+            got = p.run(backend="cpu", plan=plan, x=values)
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=variant)
+
+
+def test_a_coarse_input_binds_to_a_derived_size_and_a_wrong_one_is_named():
+    p = kf.Pipeline("coarse_input")
+    x = p.input("x", 2)
+    detail = p.input("detail", 2)
+    p.output(kf.point(kf.downsampled(x) + detail, name="sum"))
+    assert p.graph().buffers["detail"].shape == ("x.0/2", "x.1/2")
+    got = p.run(backend="cpu", x=np.ones((9, 4), np.float32),
+                detail=np.full((5, 2), 2.0, np.float32))
+    np.testing.assert_allclose(got["sum"], 3.0)
+    with pytest.raises(ShapeError, match=r"'detail' must have 5 elements .* ceil\(x.0/2\)"):
+        p.run(backend="cpu", x=np.ones((9, 4), np.float32),
+              detail=np.ones((4, 2), np.float32))
+    plan = p.plan(sizes={"x.0": 9, "x.1": 4})  # the level's sizes follow from the base's
+    assert plan.groups
+
+
+def test_levels_that_cannot_be_proved_equal_are_refused_by_name():
+    p = kf.Pipeline("unrelated")
+    x, y = p.input("x", 2), p.input("y", 2)
+    with pytest.raises(ShapeError, match=r"operator .mixed.*ceil\(y.0/2\) and ceil\(x.0/2\)"):
+        kf.point(kf.downsampled(x) + kf.downsampled(y), name="mixed")
+    with pytest.raises(ShapeError, match=r"operator 'levels'.*ceil\(x.0/2\) and x.0,"):
+        kf.point(x + kf.downsampled(x), name="levels")
+    same = p.input("same", shape=("h", "w"))
+    other = p.input("other", shape=("h", "w"))
+    p.output(kf.point(kf.downsampled(same) - kf.downsampled(other), name="fine"),
+             kf.point(x + y, name="plain"))
+    assert p.graph().kernel_by_name["fine"].domain == ("h/2", "w/2")
+
+
+def test_bad_scaled_reads_get_named_errors():
+    p = kf.Pipeline("bad")
+    x = p.input("x", 2)
+    with pytest.raises(DslError, match="either down= or up="):
+        x.at(0, 0, down=2, up=2)
+    with pytest.raises(DslError, match="whole factor"):
+        x.at(0, 0, down=(2,))
+    with pytest.raises(DslError, match="whole factor"):
+        x.at(0, 0, up=0)
+    with pytest.raises(DslError, match="factor must be a whole number >= 2"):
+        kf.downsample(x, 1)
+    with pytest.raises(DslError, match="interpolation must be one of nearest, linear"):
+        kf.upsample(x, interpolation="cubic")
+    with pytest.raises(DslError, match="names an axis twice"):
+        kf.downsampled(x, axes=(1, -1))
+
+
+def test_a_scaled_read_is_never_fused_with_its_producer():
+    p = kf.Pipeline("producer")
+    x = p.input("x", 2)
+    fine = kf.point(x * 2.0, name="fine")
+    zoomed = kf.upsample(fine, like=fine, name="zoomed")  # (the same grid, read at p // 2)
+    p.output(zoomed)
+    from kfuse.fusion.legality import group_violations
+
+    reasons = [v.reason for v in group_violations(p.graph(), ["fine", "zoomed"])]
+    assert any("at another resolution" in reason for reason in reasons)
+
+
+def test_integer_floor_division_and_remainder_follow_numpy():
+    p = kf.Pipeline("phases")
+    x = p.input("x", 1, dtype="int32")
+    p.output(kf.point((x - 7) // 3 + (x - 7) % 4 * 100, name="phase"))
+    values = np.arange(-9, 12, dtype=np.int32)
+    got = p.run(backend="cpu", x=values)
+    np.testing.assert_array_equal(got["phase"], (values - 7) // 3 + (values - 7) % 4 * 100)
+    y = p.input("y", 1)
+    with pytest.raises(DslError, match="integer expression on the left"):
+        y // 2
+    with pytest.raises(DslError, match="positive integer constant"):
+        x % 0
+    with pytest.raises(DslError, match="positive integer constant"):
+        x // x
+
+
+def test_derived_size_symbols():
+    assert scaled_size("n", "/", 2) == "n/2" and scaled_size("9", "/", 2) == "5"
+    assert scaled_size("n/2", "*", 3) == "n/2*3" and scaled_size("n", "/", 1) == "n"
+    assert describe_size("n/2/2") == "ceil(ceil(n/2)/2)"
+    sizes = {"n": 9, "n/2/2": 3}
+    assert bind_derived(["n/2/2", "n*2"], sizes) == []
+    assert sizes == {"n": 9, "n/2": 5, "n/2/2": 3, "n*2": 18}
+    assert bind_derived(["n/2/2"], {"n": 9, "n/2/2": 4}) == [("n/2/2", 4, 3)]
+
+
+def test_scaled_reads_change_the_fingerprint():
+    def built(factor: int):
+        p = kf.Pipeline("same")
+        x = p.input("x", 2)
+        p.output(kf.point(x.at(0, 0, up=factor) * 2.0, name="y"))
+        return p.graph()
+
+    assert built(2).fingerprint != built(3).fingerprint
