@@ -224,3 +224,16 @@ def test_scaled_reads_change_the_fingerprint():
         return p.graph()
 
     assert built(2).fingerprint != built(3).fingerprint
+
+
+def test_one_array_read_at_the_point_and_at_another_resolution_stays_two_reads():
+    """Reads that differ only in their scale are different reads (never one value)."""
+    p = kf.Pipeline("both")
+    x = p.input("x", 2)
+    p.output(kf.point(x + x.at(0, 0, up=2) * 10.0, name="mixed"),
+             kf.point(x.at(0, 0, down=(1, 1)) - x.at(0, 0, up=(1, 3)), name="columns"))
+    values = np.random.default_rng(6).random((7, 9), dtype=np.float32)
+    got = p.run(backend="cpu", x=values)
+    coarse = values[np.arange(7) // 2][:, np.arange(9) // 2]
+    np.testing.assert_allclose(got["mixed"], values + coarse * 10.0, rtol=1e-6)
+    np.testing.assert_allclose(got["columns"], values - values[:, np.arange(9) // 3], rtol=1e-6)

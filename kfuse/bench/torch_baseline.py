@@ -34,6 +34,7 @@ from kfuse.ir.expr import (
     Unary,
 )
 from kfuse.ir.graph import Graph, Kernel
+from kfuse.ir.sizes import derived_size
 
 # torch.compile mode of the baseline (reported with every row). Measured on an H200 at
 # 8192^2: in the default mode inductor's untuned 2-D tiles run the fused replicate-pad
@@ -165,7 +166,30 @@ def runtime_helpers(torch: Any, F: Any) -> dict[str, Callable]:
     def _scalar_tensor(value, dtype, device):
         return torch.full((), value, dtype=dtype, device=device)
 
-    return {"_pad": _pad, "_scalar_tensor": _scalar_tensor}
+    def _read_at(x, axes: tuple[tuple[int, int, int, int], ...], mode: str, value: float):
+        """``x`` read at ``floor(p * num / den) + offset`` along each axis (``axes``: per axis
+        (num, den, offset, points)) as kfuse's boundary ``mode`` reads outside it."""
+        for axis, (numerator, denominator, offset, points) in enumerate(axes):
+            index = torch.arange(points, device=x.device) * numerator // denominator + offset
+            size = x.shape[axis]
+            if mode == "mirror":
+                folded = torch.remainder(index, 2 * size)
+                mapped = torch.where(folded < size, folded, 2 * size - 1 - folded)
+            elif mode == "repeat":
+                mapped = torch.remainder(index, size)
+            else:
+                mapped = index.clamp(0, size - 1)
+            read = x.index_select(axis, mapped)
+            if mode == "constant":
+                shape = [1] * x.dim()
+                shape[axis] = points
+                inside = ((index >= 0) & (index < size)).view(shape)
+                read = torch.where(inside, read, torch.tensor(value, dtype=x.dtype,
+                                                              device=x.device))
+            x = read
+        return x
+
+    return {"_pad": _pad, "_scalar_tensor": _scalar_tensor, "_read_at": _read_at}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +263,7 @@ class _Translator:
         self.counter = itertools.count()
         self.buffer_vars: dict[str, str] = {}
         self.size_vars: dict[str, str] = {}
+        self.size_texts: dict[str, str] = {}  # symbol -> how the prologue computes it
         self.pads: dict[tuple, str] = {}
         self.scalar_args: dict[int, str] = {}
         self.scalar_nodes: list[Expr] = []
@@ -276,8 +301,8 @@ class _Translator:
         body = self._with_deletes(outputs)
         header = [f"def kfuse_torch_{graph.name}({', '.join(array_args + scalar_args)}):",
                   f'    """kfuse pipeline {graph.name!r} written in PyTorch by kfuse.bench."""']
-        prologue = [f"    {var} = {holder}.shape[{axis}]" for var, (holder, axis) in
-                    ((v, self.holders[s]) for s, v in self.size_vars.items())]
+        prologue = [f"    {var} = {self.size_texts[symbol]}"
+                    for symbol, var in self.size_vars.items()]
         if self.device is not None:
             prologue.insert(0, f"    device = {self.device}.device")
         closing = f"    return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"
@@ -306,9 +331,19 @@ class _Translator:
 
     def size(self, symbol: str) -> str:
         if symbol not in self.size_vars:
-            if symbol not in self.holders:
+            derived = derived_size(symbol)
+            if symbol in self.holders:
+                holder, axis = self.holders[symbol]
+                text = f"{holder}.shape[{axis}]"
+            elif derived is not None:  # a pyramid level's: from its base's
+                base, operation, factor = derived
+                base_var = self.size(base)
+                text = f"-(-{base_var} // {factor})" if operation == "/" else \
+                    f"{base_var} * {factor}"
+            else:
                 raise ValueError(f"size '{symbol}' is not given by any input array")
             self.size_vars[symbol] = f"n{len(self.size_vars)}"
+            self.size_texts[symbol] = text
         return self.size_vars[symbol]
 
     # -- kernels ----------------------------------------------------------------------------
@@ -355,7 +390,8 @@ class _Translator:
         extents: dict[tuple, list[list[int]]] = {}
         assert kernel.body is not None
         for node in kernel.body.walk():
-            if not isinstance(node, Load) or not node.offsets or node.is_centered:
+            if not isinstance(node, Load) or not node.offsets or node.is_centered \
+                    or node.is_scaled:
                 continue
             key = (node.buffer, node.boundary or Boundary("clamp"))
             current = extents.setdefault(key, [[0, 0] for _ in node.offsets])
@@ -453,7 +489,7 @@ class _Translator:
 
     def load(self, node: Load) -> _Value:
         boundary = node.boundary or Boundary("clamp")
-        key = (node.buffer, node.offsets, node.dims, boundary)
+        key = (*node.read_key, boundary)
         if key in self.load_memo:
             return self.load_memo[key]
         source = self.buffer_vars[node.buffer]
@@ -463,7 +499,16 @@ class _Translator:
             self.load_memo[key] = value
             return value
         expression = source
-        if not node.is_centered:
+        if node.is_scaled:  # read at another resolution: index lists per axis
+            axes = tuple((*node.scale(axis), offset, self.size(self.domain[dim]))
+                         for axis, (dim, offset) in enumerate(zip(node.dims, node.offsets,
+                                                                  strict=True)))
+            listed = ", ".join(f"({num}, {den}, {offset}, {points})"
+                               for num, den, offset, points in axes)
+            expression = (f"_read_at({source}, ({listed},), {boundary.mode!r}, "
+                          f"{_literal(boundary.value, 'float64')})")
+            uses: tuple[str, ...] = (source,)
+        elif not node.is_centered:
             extents = self.radii[(node.buffer, boundary)]
             pad_key = (node.buffer, boundary, extents)
             if pad_key not in self.pads:
@@ -481,7 +526,7 @@ class _Translator:
                 start = lo + offset
                 slices.append(f"{start}:{start} + {n}" if start else f":{n}")
             expression = f"{padded}[{', '.join(slices)}]"
-            uses: tuple[str, ...] = (padded,)
+            uses = (padded,)
         else:
             uses = (source,)
         order = tuple(int(i) for i in np.argsort(node.dims, kind="stable"))

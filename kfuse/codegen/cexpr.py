@@ -183,7 +183,7 @@ def structural_key(node: Expr, child_keys: tuple) -> tuple:
     if isinstance(node, Coord):
         return ("coord", node.axis)
     if isinstance(node, Load):
-        return ("load", node.buffer, node.offsets, node.dims, node.boundary)
+        return ("load", *node.read_key, child_keys)
     if isinstance(node, Unary):
         return ("unary", node.op, node.dtype, child_keys)
     if isinstance(node, Binary):

@@ -283,6 +283,12 @@ class Load(Expr):
         return (1, 1) if self.scales is None else self.scales[axis]
 
     @property
+    def read_key(self) -> tuple:
+        """What makes two reads the same read (code generation may rebuild a body's
+        nodes): the array, where and how it is read."""
+        return (self.buffer, self.offsets, self.dims, self.boundary, self.scales)
+
+    @property
     def is_centered(self) -> bool:
         """True for a read at the current point itself (no offset, not scaled)."""
         return self.scales is None and all(offset == 0 for offset in self.offsets)

@@ -188,7 +188,7 @@ def _predict_streamed(graph: Graph, members: Sequence[str], outputs: Sequence[st
 def _distinct_loads(body) -> list[Load]:
     if body is None:
         return []
-    unique = {(ld.buffer, ld.offsets, ld.dims, ld.boundary): ld for ld in loads(body)}
+    unique = {ld.read_key: ld for ld in loads(body)}
     return list(unique.values())
 
 

@@ -127,7 +127,7 @@ def _boundary(load: Load) -> Boundary:
 
 def read_key(load: Load) -> tuple:
     """What makes two reads the same read (code generation may rebuild a body's nodes)."""
-    return (load.buffer, load.offsets, load.dims, load.boundary)
+    return load.read_key
 
 
 def wrapped(graph: Graph, members: Sequence[str]) -> bool:
