@@ -2,7 +2,7 @@
 
 Each case is drawn from one integer seed: a family of pipeline (stencil chains with selects
 and casts, reductions with full reductions read back and row- or column-wise
-normalisations, BLAS-1/2 sequences, pyramid levels read down and up), a dimensionality, odd sizes, a dtype and a chain of
+normalisations, BLAS-1/2 sequences, pyramid levels read down and up, reads at computed indices), a dimensionality, odd sizes, a dtype and a chain of
 operators of that family with random boundary modes; then a random legal plan (random
 groups along the data edges, each kept only where legality accepts it) with random forms
 where the group has several (recompute or staged, a map-reduce variant of the
@@ -164,7 +164,7 @@ def _multires_case(seed: int, rng: random.Random) -> Case:
         first = rng.choice(maps)
         same = [i for i in maps if shapes[i] == shapes[first]]
         kind = "point" if index == 0 else rng.choice(
-            ("point", "local", "down", "down", "up", "scaled", "reduce"))
+            ("point", "local", "down", "down", "up", "scaled", "gather", "reduce"))
         if kind == "up" and first not in finer:
             kind = "down"
         mode = rng.choice(MODES)
@@ -193,6 +193,11 @@ def _multires_case(seed: int, rng: random.Random) -> Case:
             ops.append(Op("scaled", (first,), (taps, up, factors)))
             result = tuple(n * f if up else -(-n // f)
                            for n, f in zip(shapes[first], factors, strict=True))
+        elif kind == "gather":  # one axis read at computed indices: from an input's values
+            axis = rng.randrange(ndim)  # (exact in every precision) or from coordinates
+            from_input = shapes[first] == shape and rng.random() < 0.7
+            ops.append(Op("gather", (first, 0), (axis, from_input, rng.randint(-2, 2),
+                                                 rng.choice(MODES))))
         else:
             ops.append(Op("reduce", (first, rng.choice(same)),
                           (rng.choice(("sum", "min", "max")), rng.choice((None,
@@ -325,6 +330,22 @@ def _scaled(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> 
     return kf.local(total * 0.5, name=name)
 
 
+def _gather(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
+    """An axis read at computed indices (``x.at(..., index={axis: ...})``), the others at
+    the point: indices from the first input's values times 4 (exact in float32 and float64:
+    both truncate alike) or from the point's coordinate."""
+    axis, from_input, offset, mode = op.detail
+    x, source = reads
+    boundary = kf.constant(0.5) if mode == "constant" else mode
+    index = kf.astype(source * 4.0, "int32") if from_input else \
+        (kf.coord(axis) * 3 + 1) // 2
+    offsets = [0] * x.ndim
+    offsets[axis] = offset
+    dims = tuple(-1 if k == axis else k for k in range(x.ndim))
+    read = x.at(*offsets, index={axis: index}, dims=dims, boundary=boundary)
+    return kf.point(read * 0.5 + x, name=name)
+
+
 def _select(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
     """Where the first input is above the second (inputs are the same in every replay, so
     the branch taken is too), one array, else the other."""
@@ -380,7 +401,7 @@ def _blas(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> An
 
 _BUILDERS: dict[str, Callable[..., Any]] = {
     "point": _point, "local": _local, "reduce": _reduce, "select": _select, "cast": _cast,
-    "normalize": _normalize, "down": _down, "up": _up, "scaled": _scaled,
+    "normalize": _normalize, "down": _down, "up": _up, "scaled": _scaled, "gather": _gather,
     "gemv": _blas, "matvec_t": _blas,
     "axpy": _blas, "ger": _blas, "dot_scale": _blas, "nrm2_scale": _blas}
 

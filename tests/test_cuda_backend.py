@@ -8,7 +8,7 @@ import pytest
 import kfuse as kf
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import reference_errors, relative_error
-from kfuse.runtime.binding import bind
+from kfuse.runtime.binding import bind, to_numpy
 from kfuse.runtime.cuda_backend import CudaBackend
 from kfuse.search import default_plan
 
@@ -296,3 +296,40 @@ def test_user_kernels_and_side_by_side_pairs_on_cuda(pair):
             for name in want:
                 error = relative_error(cupy.asnumpy(got[name]), want[name])
                 assert error < 1e-5, (pair, test, label, name, error)  # (float32 sums)
+
+
+@pytest.mark.parametrize("plan", ["auto", "unfused"])
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+@pytest.mark.parametrize("app", [a.name for a in list_apps("pyramid")])
+@pytest.mark.parametrize("size", [(37, 53), (1, 1), (64, 29)],
+                         ids=lambda size: "x".join(map(str, size)))
+def test_pyramid_apps_on_cuda_match_the_reference(app, boundary, plan, size):
+    spec = get_app(app)
+    arrays, params = spec.make_inputs(size, np.random.default_rng(7), "float32")
+    outputs = spec.build(boundary=boundary).run(backend="cuda", plan=plan, **arrays, **params)
+    errors = reference_errors(spec, arrays, params, outputs, boundary)
+    assert max(errors.values()) <= spec.tolerance, errors
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
+def test_reads_at_another_resolution_and_at_computed_indices_on_cuda(boundary):
+    """Scaled reads by several factors and data-dependent reads (negative indices, far
+    outside) on cuda against the numpy backend."""
+    p = kf.Pipeline("remapped_cuda")
+    x = p.input("x", 2)
+    table = p.input("table", 1)
+    index = kf.astype(x * 60.0, "int32") - 20
+    p.output(kf.point(x.at(1, -2, down=(1, 3), boundary=boundary) * 2.0, name="down"),
+             kf.point(x.at(-1, 2, up=(2, 3), boundary=boundary) + x.at(0, 0, up=(2, 3)),
+                      name="up"),
+             kf.point(kf.lookup(table, index, boundary=boundary) + x, name="looked"),
+             kf.point(x.at(0, 1, index={0: (kf.coord(0) * 5 - 7) // 2}, dims=(-1, 1),
+                           boundary=boundary) - x, name="rows"))
+    rng = np.random.default_rng(8)
+    given = {"x": rng.random((29, 41), dtype=np.float32),
+             "table": rng.random(17, dtype=np.float32)}
+    want = p.run(backend="numpy", **given)
+    for plan in ("auto", "unfused"):
+        got = p.run(backend="cuda", plan=plan, **given)
+        for name, value in want.items():
+            assert relative_error(to_numpy(got[name]), value) <= 1e-6, (plan, name)

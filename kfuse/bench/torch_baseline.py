@@ -172,14 +172,7 @@ def runtime_helpers(torch: Any, F: Any) -> dict[str, Callable]:
         for axis, (numerator, denominator, offset, points) in enumerate(axes):
             index = torch.arange(points, device=x.device) * numerator // denominator + offset
             size = x.shape[axis]
-            if mode == "mirror":
-                folded = torch.remainder(index, 2 * size)
-                mapped = torch.where(folded < size, folded, 2 * size - 1 - folded)
-            elif mode == "repeat":
-                mapped = torch.remainder(index, size)
-            else:
-                mapped = index.clamp(0, size - 1)
-            read = x.index_select(axis, mapped)
+            read = x.index_select(axis, _remapped(index, size, mode))
             if mode == "constant":
                 shape = [1] * x.dim()
                 shape[axis] = points
@@ -189,7 +182,42 @@ def runtime_helpers(torch: Any, F: Any) -> dict[str, Callable]:
             x = read
         return x
 
-    return {"_pad": _pad, "_scalar_tensor": _scalar_tensor, "_read_at": _read_at}
+    def _remapped(index, size: int, mode: str):
+        if mode == "mirror":
+            folded = torch.remainder(index, 2 * size)
+            return torch.where(folded < size, folded, 2 * size - 1 - folded)
+        if mode == "repeat":
+            return torch.remainder(index, size)
+        return index.clamp(0, size - 1)
+
+    def _gather_read(x, parts: tuple, rank: int, mode: str, value: float):
+        """``x`` read at per-axis index tensors broadcast over a domain of ``rank`` axes:
+        ``('at', values, offset)`` a computed index, ``('axis', num, den, offset, points,
+        dim)`` the point's coordinate along ``dim`` (scaled)."""
+        indices, inside = [], None
+        for axis, part in enumerate(parts):
+            if part[0] == "at":
+                raw = torch.as_tensor(part[1], device=x.device).long() + part[2]
+                raw = raw.reshape(raw.shape + (1,) * (rank - raw.dim())) if raw.dim() else \
+                    raw.reshape((1,) * rank)
+            else:
+                _, numerator, denominator, offset, points, dim = part
+                shape = [1] * rank
+                shape[dim] = points
+                raw = (torch.arange(points, device=x.device) * numerator // denominator
+                       + offset).reshape(shape)
+            size = x.shape[axis]
+            within = (raw >= 0) & (raw < size)
+            inside = within if inside is None else inside & within
+            indices.append(_remapped(raw, size, mode))
+        read = x[tuple(indices)]
+        if mode == "constant":
+            read = torch.where(inside, read, torch.tensor(value, dtype=x.dtype,
+                                                          device=x.device))
+        return read
+
+    return {"_pad": _pad, "_scalar_tensor": _scalar_tensor, "_read_at": _read_at,
+            "_gather_read": _gather_read}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,6 +459,8 @@ class _Translator:
             return self.tensor(f"torch.arange({n}, dtype=torch.int32, device=device){index}",
                                frozenset((node.axis,)))
         if isinstance(node, Load):
+            if node.is_gathered:
+                return self.gathered(node, [memo[id(child)] for child in node.children()])
             return self.load(node)
         children = [memo[id(child)] for child in node.children()]
         if all(child.kind == "const" for child in children):
@@ -486,6 +516,27 @@ class _Translator:
             return ""
         parts = [":" if axis in dims else "None" for axis in range(len(self.domain))]
         return f"[{', '.join(parts)}]"
+
+    def gathered(self, node: Load, values: list[_Value]) -> _Value:
+        """A data-dependent read: every axis's index a tensor over the domain (a computed
+        axis's from its values), read by advanced indexing."""
+        boundary = node.boundary or Boundary("clamp")
+        given = iter(values)
+        parts = []
+        assert node.indices is not None and node.dims is not None
+        for axis, (dim, offset, index) in enumerate(zip(node.dims, node.offsets, node.indices,
+                                                        strict=True)):
+            if index is not None:
+                parts.append(f"('at', {self.operand(next(given))}, {offset})")
+            else:
+                numerator, denominator = node.scale(axis)
+                parts.append(f"('axis', {numerator}, {denominator}, {offset}, "
+                             f"{self.size(self.domain[dim])}, {dim})")
+        source = self.buffer_vars[node.buffer]
+        expression = (f"_gather_read({source}, ({', '.join(parts)},), {len(self.domain)}, "
+                      f"{boundary.mode!r}, {_literal(boundary.value, 'float64')})")
+        axes = frozenset(range(len(self.domain)))
+        return self.tensor(expression, axes, *values)
 
     def load(self, node: Load) -> _Value:
         boundary = node.boundary or Boundary("clamp")

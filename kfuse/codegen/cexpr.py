@@ -449,7 +449,7 @@ class ExprEmitter:
                 answered = self.load_hook(node, self)
                 if answered is not None:
                     return answered
-            text, key, refs, accesses = self.load_read(node)
+            text, key, refs, accesses = self.load_read(node, args)
             return self.define(node.dtype, text, prefix=f"ld_{node.buffer}_", key=key,
                                refs=refs, accesses=accesses)
         dtype = node.dtype
@@ -488,9 +488,11 @@ class ExprEmitter:
         raise TypeError(f"unknown expression node {type(node).__name__}")
 
     # -- reads -------------------------------------------------------------------------------
-    def load_read(self, load: Load) -> tuple[str, tuple, tuple[str, ...], tuple[str, ...]]:
+    def load_read(self, load: Load, index_values: list[str] | None = None
+                  ) -> tuple[str, tuple, tuple[str, ...], tuple[str, ...]]:
         """(C expression reading ``load`` with the boundary mode applied, its key, the
-        statements it reads, its reads of staged buffers)."""
+        statements it reads, its reads of staged buffers); ``index_values``: the C values of
+        a data-dependent read's index expressions (its children), in order."""
         buffer = self.graph.buffers[load.buffer]
         pointer = c_name(load.buffer)
         ref_of = self.state.ref_of
@@ -501,14 +503,17 @@ class ExprEmitter:
         if identity and self.flat_index is not None:
             return (element_value(f"{pointer}[{self.flat_index}]", buffer.dtype),
                     ("flat", load.buffer, ref_of(self.flat_index)), (), ())
-        vector = load.dims == tuple(range(len(self.domain))) and not load.is_scaled \
+        vector = load.dims == tuple(range(len(self.domain))) and not load.is_remapped \
             and self.vector_column(load)
         indices, inside = [], []
         for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
             if vector and axis == buffer.ndim - 1:
                 break  # the column is the vector's component
             size = size_var(buffer.shape[axis])
-            if load.scale(axis) != (1, 1):
+            if load.indices is not None and load.indices[axis] is not None:
+                value = (index_values or [])[sum(i is not None for i in load.indices[:axis])]
+                index, flag = self.computed_index(value, offset, size, load)
+            elif load.scale(axis) != (1, 1):
                 index, flag = self.scaled_index(self.coords[dim], load.scale(axis), offset,
                                                 size, load)
             else:
@@ -596,6 +601,32 @@ class ExprEmitter:
                 self.state.reads_of(*row_indices),
                 (access,) if access in self.state.accesses else ())
         return self.state.texts[texts], "xyzw"[column - start]
+
+    def computed_index(self, value: str, offset: int, size: str, load: Load
+                       ) -> tuple[str, str | None]:
+        """(index variable, inside-flag variable or None) for an axis a data-dependent read
+        indexes by ``value`` (an integer C value) plus ``offset``, through its mode."""
+        text = f"(int){value}" if offset == 0 else \
+            f"(int){value} {'+' if offset > 0 else '-'} {abs(offset)}"
+        mode = load.boundary.mode if load.boundary else "clamp"
+        state = self.state
+        key = ("computed", state.ref_of(value), offset, size, mode)
+        tag = self.fresh("at")
+        if key not in state.indices:
+            function = {"clamp": "kf_clamp", "mirror": "kf_mirror_any",
+                        "repeat": "kf_repeat_any", "constant": "kf_clamp"}[mode]
+            state.indices[key] = state.declare("int", f"{tag}_{mode}",
+                                               f"{function}({text}, {size})", key,
+                                               state.reads_of(value))
+        flag = None
+        if mode == "constant":
+            flag_key = (*key[:-1], "flag")
+            if flag_key not in state.indices:
+                state.indices[flag_key] = state.declare(
+                    "bool", f"in_{tag}", f"kf_inside({text}, {size})", flag_key,
+                    state.reads_of(value))
+            flag = state.indices[flag_key]
+        return state.indices[key], flag
 
     def scaled_index(self, coord: Coordinate, scale: tuple[int, int], offset: int, size: str,
                      load: Load) -> tuple[str, str | None]:

@@ -106,15 +106,18 @@ class KernelGroup(GroupNames):
             lines.append(f"{prefix}{kernel.kind}" + (f", written at {comment_text(kernel.where)}"
                                                      if kernel.where else ""))
             for access in kernel.accesses:
-                radius = access.radius if access.scales else kernel.halo_radius(access.buffer)
+                radius = access.radius if access.remapped else \
+                    kernel.halo_radius(access.buffer)
                 modes = sorted({str(b) for b in access.boundaries if b is not None})
                 source = "in registers" if access.buffer in self.produced else "from memory"
                 detail = (f"radius {radius}, boundary {', '.join(modes)}" if any(radius)
                           else "at the point")
-                if access.scales:
-                    points = ", ".join("p" if scale == (1, 1) else f"{scale[0]}p" if
+                if access.remapped:
+                    scales = access.scales or ((1, 1),) * len(access.dims)
+                    points = ", ".join("a value" if axis in access.gathered else "p" if
+                                       scale == (1, 1) else f"{scale[0]}p" if
                                        scale[1] == 1 else f"p/{scale[1]}"
-                                       for scale in access.scales)
+                                       for axis, scale in enumerate(scales))
                     detail = f"at ({points}) of its grid, " + (
                         detail if any(radius) else f"boundary {', '.join(modes)}")
                 lines.append(f"{prefix}  reads '{access.buffer}' {source}: {detail}")
@@ -455,8 +458,8 @@ def reach(group: KernelGroup, tile: tuple[int, ...]) -> list[tuple[int, int]]:
                                for axis in range(group.ndim)]
     for kernel in group.members:
         for access in kernel.accesses:
-            if access.buffer in group.produced:
-                continue  # intermediates are evaluated points
+            if access.buffer in group.produced or access.remapped:
+                continue  # intermediates are evaluated points; remapped reads always map
             for position, axis in enumerate(access.dims):
                 reached[axis] |= {p[axis] + offset[position] for p in points[kernel.name]
                                   for offset in access.offsets}

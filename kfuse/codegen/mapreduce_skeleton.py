@@ -270,7 +270,7 @@ class MapReduceKernel:
         if producer is not None:
             emitter.state.evaluated.add((producer.name, emitter.coords))
             return emitter.emit(producer.body)  # type: ignore[arg-type]
-        if load.is_scaled:
+        if load.is_remapped:
             return None  # (read where it is, through its boundary mode)
         if load.dims == tuple(range(group.ndim)) and load.buffer in group.tile_inputs:
             return f"kf_ld_{c_name(load.buffer)}{self.row_index}[{element}]"

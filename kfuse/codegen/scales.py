@@ -138,7 +138,8 @@ class _Rewriter:
     def _rewrite(self, node: Expr) -> Scaled:
         if isinstance(node, Const) and node.dtype in FLOAT_DTYPES:
             return Scaled(float(node.value), None)
-        if isinstance(node, Load):
+        if isinstance(node, Load):  # (a data-dependent read's index at its true value)
+            node = with_children(node, tuple(self.plain(child) for child in node.children()))
             factor = self.factors.get(node.buffer, 1.0)
             if factor == 1.0:
                 return Scaled(1.0, node)

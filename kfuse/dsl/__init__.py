@@ -42,7 +42,16 @@ from kfuse.dsl.functions import (
     tanh,
     where,
 )
-from kfuse.dsl.ops import convolve, local, point, reduce, reduce_max, reduce_min, reduce_sum
+from kfuse.dsl.ops import (
+    convolve,
+    local,
+    lookup,
+    point,
+    reduce,
+    reduce_max,
+    reduce_min,
+    reduce_sum,
+)
 from kfuse.dsl.pipeline import Array, Pipeline
 from kfuse.dsl.pyramid import (
     collapse,
@@ -57,7 +66,8 @@ from kfuse.dsl.user import read, size, user_kernel, written
 
 __all__ = [
     "Array", "Pipeline", "abs", "astype", "ceil", "clamp", "constant", "convolve", "coord",
-    "cos", "eq", "exp", "floor", "local", "log", "max", "maximum", "min", "minimum", "mirror",
+    "cos", "eq", "exp", "floor", "local", "log", "lookup", "max", "maximum", "min", "minimum",
+    "mirror",
     "ne", "point", "pow", "reduce", "reduce_max", "reduce_min", "reduce_sum", "repeat",
     "rsqrt", "sin", "sqrt", "tanh", "where",
     # BLAS-1/2 (kfuse.dsl.blas)

@@ -191,3 +191,15 @@ def reduce_max(expr: object, axis: int | None = None, *, name: str | None = None
 
 __all__ = ["Load", "convolve", "local", "point", "reduce", "reduce_max", "reduce_min",
            "reduce_sum"]
+
+
+def lookup(table: Array, index: object, *, boundary: object = "clamp") -> Load:
+    """``table[index]``: a 1-D array read at a computed integer ``index`` (a lookup table,
+    a histogram-equalisation remap), through ``boundary`` where the index falls outside.
+    An expression, to use in an operator; the planner takes its footprint to be the whole
+    table (it is never fused with the operator that computes it)."""
+    if not isinstance(table, Array) or table.ndim != 1:
+        raise DslError("lookup() takes a 1-D array of a pipeline as its table",
+                       operator="lookup")
+    return table.at(0, index={0: index}, boundary=boundary_of(boundary, "lookup"))
+

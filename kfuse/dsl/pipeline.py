@@ -18,6 +18,7 @@ from kfuse.dsl.functions import boundary_of
 from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
     HALF_DTYPES,
+    INT_DTYPES,
     SMALL_INT_DTYPES,
     Boundary,
     Coord,
@@ -60,8 +61,8 @@ class Array:
         return tuple(self.pipeline._find(s) for s in self._shape)
 
     def at(self, *offsets: int, boundary: object = None, dims: Sequence[int] | None = None,
-           down: int | Sequence[int] | None = None, up: int | Sequence[int] | None = None
-           ) -> Load:
+           down: int | Sequence[int] | None = None, up: int | Sequence[int] | None = None,
+           index: Mapping[int, object] | None = None) -> Load:
         """Read at constant integer ``offsets`` from the current point, one per axis.
 
         ``boundary`` (clamp, mirror, repeat, constant(v)) answers reads outside the array;
@@ -70,7 +71,11 @@ class Array:
         left out, the identity. ``down=f`` reads at ``f * p + offset`` (the operator's
         points are a grid ``f`` times coarser: a downsampling read), ``up=f`` at
         ``p // f + offset`` (``f`` times finer: upsampling); one factor for every axis, or
-        one per axis (1: that axis at the point's resolution).
+        one per axis (1: that axis at the point's resolution). ``index={axis: value}`` reads
+        an axis at a computed integer ``value`` plus its offset (a data-dependent read: a
+        lookup table, a level chosen per point), through the boundary mode; the array's
+        other axes are the iteration space's, in order (or as ``dims`` says, -1 for each
+        computed axis).
         """
         if len(offsets) == 1 and isinstance(offsets[0], (tuple, list)):
             offsets = tuple(offsets[0])
@@ -84,13 +89,26 @@ class Array:
             dims = ()
         if dims is not None and len(tuple(dims)) != self.ndim:
             raise DslError(f"'{self.name}' is {self.ndim}-D: dims needs {self.ndim} entries")
-        if dims is not None and not all(is_integer_scalar(d) and d >= 0 for d in dims):
-            raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}")
         bound = None if boundary is None else boundary_of(boundary)
+        indices = _read_indices(self.name, self.ndim, index)
+        if dims is not None and not all(is_integer_scalar(d) and (
+                d >= 0 or indices is not None and indices[axis] is not None)
+                for axis, d in enumerate(dims)):
+            raise DslError(f"dims must be axis numbers of the iteration space, got {dims!r}")
         dims = None if dims is None else tuple(int(d) for d in dims)
+        if indices is not None:
+            following = iter(range(self.ndim))
+            dims = tuple(-1 if computed is not None else (next(following) if dims is None
+                                                         else dims[axis])
+                         for axis, computed in enumerate(indices))
         scales = _read_scales(self.name, self.ndim, down, up)
+        if scales is not None and indices is not None and any(
+                scale != (1, 1) and computed is not None
+                for scale, computed in zip(scales, indices, strict=True)):
+            raise DslError(f"'{self.name}': an axis read at a computed index= is not also "
+                           "read down= or up=")
         return Load(self.name, self.dtype, tuple(int(o) for o in offsets), dims, bound,
-                    self.pipeline, scales)
+                    self.pipeline, scales, indices)
 
     def expr(self) -> Load:
         """This array read at the current point."""
@@ -120,6 +138,26 @@ def _read_scales(name: str, ndim: int, down: object, up: object
         raise DslError(f"'{name}': an axis is read either down= or up=, not both")
     scales = tuple((d, u) for d, u in zip(downs, ups, strict=True))
     return None if all(scale == (1, 1) for scale in scales) else scales
+
+
+def _read_indices(name: str, ndim: int, index: object) -> tuple[Expr | None, ...] | None:
+    """Per axis the integer expression ``x.at``'s ``index=`` reads it at (None: the
+    point's coordinate)."""
+    if index is None:
+        return None
+    if not isinstance(index, Mapping) or not index:
+        raise DslError(f"'{name}': index= takes {{axis: integer expression}}, got {index!r}")
+    indices: list[Expr | None] = [None] * ndim
+    for axis, value in index.items():
+        if not is_integer_scalar(axis) or not -ndim <= axis < ndim:
+            raise DslError(f"'{name}' is {ndim}-D: index= names axis {axis!r}")
+        expr = as_expr(value)
+        if expr.dtype not in INT_DTYPES:
+            raise DtypeError(f"'{name}': the index of axis {axis} must be an integer "
+                             f"expression, got {expr.dtype} (kf.astype(v, 'int32') "
+                             "truncates, kf.floor first rounds down)")
+        indices[int(axis) % ndim] = expr
+    return tuple(indices)
 
 
 # Arithmetic on an array is arithmetic on the array read at the current point.
@@ -413,7 +451,7 @@ class Pipeline:
         if node.origin is not self or node.buffer not in self._arrays:
             raise DslError(f"array '{node.buffer}' does not belong to pipeline '{self.name}'",
                            operator=operator, where=where)
-        if node.boundary is None and node.is_scaled and default is None:
+        if node.boundary is None and node.is_remapped and default is None:
             default = Boundary("clamp")  # a level's reads at its far edge (odd sizes)
         if node.boundary is None and not node.is_centered:
             if default is None:
@@ -464,6 +502,8 @@ class Pipeline:
         for load in loads(body):
             array = self._arrays[load.buffer]
             for axis, dim in enumerate(load.dims):
+                if load.indices is not None and load.indices[axis] is not None:
+                    continue  # a computed index: any size
                 if not 0 <= dim < len(domain):
                     raise ShapeError(f"dims of '{array.name}' name axis {dim} of a "
                                      f"{len(domain)}-D iteration space", operator=operator,

@@ -114,6 +114,9 @@ def rule_internal_reads_aligned(graph: Graph, members: Sequence[str]) -> str | N
         kernel = graph.kernel_by_name[name]
         for access in kernel.accesses:
             producer = graph.producer.get(access.buffer)
+            if producer in group and access.gathered:
+                return (f"'{name}' reads '{access.buffer}' at indices it computes (a "
+                        "data-dependent read: any point of the gathered axis)")
             if producer in group and access.dims != tuple(range(kernel.ndim)):
                 return (f"'{name}' reads '{access.buffer}' through a transposed or broadcast "
                         "index, not aligned with its own iteration space")

@@ -153,8 +153,8 @@ class MapReduceGroup(GroupNames):
                     self.generic = True
                 if not isinstance(node, Load) or node.buffer in self.produced:
                     continue
-                if node.is_scaled:
-                    self.generic = True  # a read at another resolution: read where it is
+                if node.is_remapped:
+                    self.generic = True  # scaled or data-dependent: read where it is
                 elif node.dims == identity:
                     if node.buffer not in self.tile_inputs:
                         self.tile_inputs.append(node.buffer)

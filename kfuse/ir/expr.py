@@ -257,7 +257,10 @@ class Load(Expr):
     ``scales[k]`` (``(numerator, denominator)``) reads array axis ``k`` at
     ``floor(p * numerator / denominator) + offsets[k]`` for the point's coordinate ``p``
     along ``dims[k]``: ``(2, 1)`` a downsampling read, ``(1, 2)`` an upsampling one; None
-    (and ``(1, 1)``) reads at ``p + offsets[k]``.
+    (and ``(1, 1)``) reads at ``p + offsets[k]``. ``indices[k]`` (an integer expression)
+    reads axis ``k`` at its value plus ``offsets[k]`` (a data-dependent read: a lookup
+    table, a level chosen by a value); that axis follows no iteration axis (``dims[k]`` is
+    -1) and the expression is a child of the read.
     """
 
     buffer: str
@@ -267,10 +270,35 @@ class Load(Expr):
     boundary: Boundary | None = None
     origin: object = field(default=None, compare=False, repr=False)  # the DSL pipeline
     scales: tuple[tuple[int, int], ...] | None = None
+    indices: tuple[Expr | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.scales is not None and all(scale == (1, 1) for scale in self.scales):
             object.__setattr__(self, "scales", None)  # one spelling of "not scaled"
+        if self.indices is not None and all(index is None for index in self.indices):
+            object.__setattr__(self, "indices", None)
+
+    def children(self) -> tuple[Expr, ...]:
+        return () if self.indices is None else tuple(i for i in self.indices if i is not None)
+
+    def replace_children(self, children: tuple[Expr, ...]) -> Expr:
+        if self.indices is None:
+            return self
+        given = iter(children)
+        indices = tuple(None if index is None else next(given) for index in self.indices)
+        return Load(self.buffer, self.dtype, self.offsets, self.dims, self.boundary,
+                    self.origin, self.scales, indices)
+
+    @property
+    def is_gathered(self) -> bool:
+        """True for a data-dependent read (some axis indexed by a computed value)."""
+        return self.indices is not None
+
+    @property
+    def is_remapped(self) -> bool:
+        """True for a read not at the point plus an offset on some axis (scaled or
+        data-dependent): forms that stage or stream what a point reads read it where it is."""
+        return self.scales is not None or self.indices is not None
 
     @property
     def is_scaled(self) -> bool:
@@ -286,12 +314,14 @@ class Load(Expr):
     def read_key(self) -> tuple:
         """What makes two reads the same read (code generation may rebuild a body's
         nodes): the array, where and how it is read."""
-        return (self.buffer, self.offsets, self.dims, self.boundary, self.scales)
+        indices = None if self.indices is None else tuple(  # (their values: the children)
+            index is not None for index in self.indices)
+        return (self.buffer, self.offsets, self.dims, self.boundary, self.scales, indices)
 
     @property
     def is_centered(self) -> bool:
-        """True for a read at the current point itself (no offset, not scaled)."""
-        return self.scales is None and all(offset == 0 for offset in self.offsets)
+        """True for a read at the current point itself (no offset, not remapped)."""
+        return not self.is_remapped and all(offset == 0 for offset in self.offsets)
 
     def __repr__(self) -> str:
         if self.is_centered:
@@ -303,7 +333,11 @@ class Load(Expr):
                 f"{numerator}p" if denominator == 1 else f"p/{denominator}" \
                 if numerator == 1 else f"{numerator}p/{denominator}"
             terms.append(f"{point}{offset:+d}")
-        if self.scales is None:
+        if self.indices is not None:
+            terms = [term if index is None else f"({index!r}){offset:+d}"
+                     for term, index, offset in zip(terms, self.indices, self.offsets,
+                                                    strict=True)]
+        elif self.scales is None:
             return f"{self.buffer}[{', '.join(f'{o:+d}' for o in self.offsets)}]"
         return f"{self.buffer}[{', '.join(terms)}]"
 
@@ -653,7 +687,7 @@ def shift_between(a: Expr, b: Expr) -> dict[int, int] | None:
             return None
         if isinstance(x, Load):
             assert isinstance(y, Load)
-            if (x.buffer, x.dims) != (y.buffer, y.dims) or x.is_scaled or y.is_scaled \
+            if (x.buffer, x.dims) != (y.buffer, y.dims) or x.is_remapped or y.is_remapped \
                     or None not in (
                     x.boundary, y.boundary) and x.boundary != y.boundary:
                 return None  # a read at the point itself has no boundary mode

@@ -62,11 +62,18 @@ class Access:
     offsets: tuple[tuple[int, ...], ...]
     boundaries: tuple[Boundary | None, ...]
     scales: tuple[tuple[int, int], ...] | None = None  # a read at another resolution (Load)
+    gathered: tuple[int, ...] = ()  # array axes indexed by computed values (Load.indices)
 
     @property
     def is_point(self) -> bool:
-        return self.scales is None and all(all(o == 0 for o in offset)
-                                           for offset in self.offsets)
+        return not self.remapped and all(all(o == 0 for o in offset)
+                                         for offset in self.offsets)
+
+    @property
+    def remapped(self) -> bool:
+        """True for reads not at the point plus offsets (scaled or data-dependent): the
+        footprint of a gathered axis is the whole axis."""
+        return self.scales is not None or bool(self.gathered)
 
     @property
     def radius(self) -> tuple[int, ...]:
@@ -198,14 +205,17 @@ class Kernel:
                          for access in self.opaque.reads)
         grouped: dict[tuple, list[Load]] = {}
         for load in loads(self.body):
-            grouped.setdefault((load.buffer, load.dims, load.scales), []).append(load)
+            gathered = tuple(axis for axis, index in enumerate(load.indices or ())
+                             if index is not None)
+            grouped.setdefault((load.buffer, load.dims, load.scales, gathered),
+                               []).append(load)
         result = []
-        for (name, dims, scales), group in grouped.items():
+        for (name, dims, scales, gathered), group in grouped.items():
             unique: dict[tuple, Load] = {}
             for load in group:
                 unique.setdefault((load.offsets, load.boundary), load)
             result.append(Access(name, dims, tuple(k[0] for k in unique),
-                                 tuple(k[1] for k in unique), scales))
+                                 tuple(k[1] for k in unique), scales, gathered))
         return tuple(result)
 
     @cached_property
@@ -418,6 +428,8 @@ class Graph:
                                  f"{len(access.dims)} indices", operator=kernel.name,
                                  where=kernel.where)
             for axis, dim in enumerate(access.dims):
+                if axis in access.gathered:
+                    continue  # (any index of the axis, through the read's mode)
                 if dim >= kernel.ndim:
                     raise ShapeError(f"indexes array '{buffer.name}' by axis {dim} of a "
                                      f"{kernel.ndim}-D iteration space",
@@ -517,7 +529,7 @@ class Graph:
 
     def _check_offsets(self, kernel: Kernel, sizes: Mapping[str, int]) -> None:
         for access in kernel.accesses:
-            if access.scales is not None:  # (any distance outside follows the mode)
+            if access.remapped:  # (any distance outside follows the mode)
                 continue
             buffer = self.buffers[access.buffer]
             for axis, radius in enumerate(access.radius):

@@ -89,7 +89,7 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                 continue
             for base in evaluated[kernel.name]:  # (a reduction's points have fewer axes
                 cached.add((load.buffer, tuple(  # than its reads: the rest start at 0)
-                    (base[d] if d < len(base) else 0) + o
+                    (base[d] if 0 <= d < len(base) else 0) + o
                     for d, o in zip(load.dims, load.offsets, strict=True))))
     cached_bytes = len(cached) * 4 * points / rows
     arithmetic_rate, l1_rate = _rates(profile)

@@ -43,6 +43,34 @@ _BINARY = {
 _REDUCE = {"sum": np.sum, "min": np.min, "max": np.max}
 
 
+def _gather_computed(array: np.ndarray, load: Load, domain: tuple[int, ...],
+                     computed: list[np.ndarray]) -> np.ndarray:
+    """A data-dependent read: every axis's index as an array broadcast over the domain (a
+    gathered axis's from its computed values), read at once."""
+    boundary = load.boundary or Boundary("clamp")
+    values = iter(computed)
+    indices, inside = [], np.ones((1,) * len(domain), dtype=bool)
+    assert load.indices is not None and load.dims is not None
+    for axis, (dim, offset, index) in enumerate(zip(load.dims, load.offsets, load.indices,
+                                                    strict=True)):
+        if index is not None:
+            raw = np.asarray(next(values)).astype(np.int64) + offset
+            raw = raw.reshape(raw.shape + (1,) * (len(domain) - raw.ndim)) if raw.ndim else \
+                raw.reshape((1,) * len(domain))
+        else:
+            numerator, denominator = load.scale(axis)
+            shape = [1] * len(domain)
+            shape[dim] = domain[dim]
+            raw = (np.arange(domain[dim]) * numerator // denominator + offset).reshape(shape)
+        mapped, within = remap_index(raw, array.shape[axis], boundary)
+        indices.append(mapped)
+        inside = inside & within
+    picked = array[tuple(indices)]
+    if boundary.mode == "constant":
+        picked = np.where(inside, picked, np.asarray(boundary.value, dtype=array.dtype))
+    return picked
+
+
 def remap_index(index: np.ndarray, size: int, boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
     """Map possibly out-of-range indices into ``[0, size)``; also return which were inside.
 
@@ -168,7 +196,9 @@ class NumpyEvaluator:
             shape[node.axis] = domain[node.axis]
             return np.arange(domain[node.axis], dtype=np.int32).reshape(shape)
         if isinstance(node, Load):
-            return gather(values[node.buffer], node, domain).astype(dtype, copy=False)
+            computed = [memo[id(child)] for child in node.children()]
+            return gather(values[node.buffer], node, domain, computed).astype(dtype,
+                                                                              copy=False)
         args = [memo[id(child)] for child in node.children()]
         with np.errstate(all="ignore"):
             if isinstance(node, Unary):
@@ -182,13 +212,17 @@ class NumpyEvaluator:
         raise TypeError(f"unknown expression node {type(node).__name__}")
 
 
-def gather(array: np.ndarray, load: Load, domain: tuple[int, ...]) -> np.ndarray:
-    """Values of ``array`` read at every point of ``domain`` with the load's offsets and mode.
+def gather(array: np.ndarray, load: Load, domain: tuple[int, ...],
+           computed: list[np.ndarray] | None = None) -> np.ndarray:
+    """Values of ``array`` read at every point of ``domain`` with the load's offsets and mode
+    (``computed``: the values of a data-dependent read's index expressions, in order).
 
     The result broadcasts against the domain (axes the load does not index have size 1).
     """
     if array.ndim == 0:
         return array
+    if load.indices is not None:
+        return _gather_computed(array, load, domain, computed or [])
     boundary = load.boundary or Boundary("clamp")
     indices, masks = [], []
     for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):

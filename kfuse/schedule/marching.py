@@ -76,7 +76,7 @@ def staged_inputs(graph: Graph, members: Sequence[str]) -> list[str]:
         for access in kernel.accesses:
             buffer = graph.buffers[access.buffer]
             if access.buffer not in produced and access.dims == identity and \
-                    access.scales is None and buffer.shape == domain and \
+                    not access.remapped and buffer.shape == domain and \
                     access.buffer not in names:
                 names.append(access.buffer)
     return names

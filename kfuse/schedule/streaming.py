@@ -135,8 +135,8 @@ def wrapped(graph: Graph, members: Sequence[str]) -> bool:
     blocks then compute the rows and columns beyond the grid's edges as their wrapped
     copies, and no read needs mapping."""
     offsets = [load for name in members for load in loads(graph.kernel_by_name[name].body)
-               if any(load.offsets) or load.is_scaled]
-    return bool(offsets) and all(periodic(load) and not load.is_scaled for load in offsets)
+               if any(load.offsets) or load.is_remapped]
+    return bool(offsets) and all(periodic(load) and not load.is_remapped for load in offsets)
 
 
 def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
@@ -151,7 +151,7 @@ def staged_reads(graph: Graph, members: Sequence[str]) -> dict[str, list[Load]]:
     for name in members:
         kernel = graph.kernel_by_name[name]
         reads[name] = [load for load in loads(kernel.body) if load.dims == (0, 1) and not
-                       load.is_scaled and (graph.producer.get(load.buffer) in group or (
+                       load.is_remapped and (graph.producer.get(load.buffer) in group or (
                 graph.buffers[load.buffer].shape == domain and (wraps or not periodic(load))))]
     return reads
 
