@@ -23,7 +23,8 @@ def main() -> None:
         given = cupy.random.random((n, n), dtype=cupy.float32)
         compiled = p.compile("cuda")
         compiled(x=given)
-        print(f"downsample {n}x{n}: {time_gpu(lambda: compiled(x=given)).median * 1e3:.4f} ms")
+        timing = time_gpu(lambda compiled=compiled, given=given: compiled(x=given))
+        print(f"downsample {n}x{n}: {timing.median_ms:.4f} ms")
     app = get_app("blend")
     arrays, _ = app.make_inputs((4096, 4096), np.random.default_rng(0), "float32")
     given = {k: cupy.asarray(v) for k, v in arrays.items()}
@@ -31,7 +32,7 @@ def main() -> None:
     for graphs in (True, False):
         compiled = pipeline.compile("cuda", graphs=graphs)
         compiled(**given)
-        ms = time_gpu(lambda compiled=compiled: compiled(**given)).median * 1e3
+        ms = time_gpu(lambda compiled=compiled: compiled(**given)).median_ms
         print(f"blend 4096^2 graphs={graphs}: {ms:.4f} ms")
     print(compiled.explain() if hasattr(compiled, "explain") else "")
 
