@@ -96,7 +96,9 @@ class Outcome:
 def draw_case(seed: int) -> Case:
     """The case of ``seed`` (the same on every machine)."""
     rng = random.Random(seed)
-    family = FAMILIES[seed % len(FAMILIES)]
+    # one seed in four draws a pyramid; the others the first three families by seed % 3, as
+    # they did before the fourth came (a seed's case stays the case it was)
+    family = "multires" if seed % 4 == 3 else FAMILIES[seed % 3]
     if family == "blas":
         rows, columns = rng.randint(3, 45), rng.randint(3, 45)
         dtype = rng.choice(FLOAT_DTYPES)

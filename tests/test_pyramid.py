@@ -40,7 +40,7 @@ def _pad_read(x: np.ndarray, index: np.ndarray, axis: int, mode) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mode", MODES, ids=str)
-@pytest.mark.parametrize("shape", [(13, 17), (1, 1), (2, 5), (30, 9)])
+@pytest.mark.parametrize("shape", [(13, 17), (1, 1), (2, 5)])
 def test_downsample_and_upsample_equal_numpy(mode, shape):
     p = kf.Pipeline("levels2")
     x = p.input("x", 2)

@@ -3,12 +3,8 @@
 #   the cuda tests of user kernels and side-by-side kernels, the benchmark pairs
 #   (benchmarks/hfuse_bench.py), and compute-sanitizer's racecheck and synccheck over every
 #   side-by-side candidate at the pairs' test sizes.
-set -uo pipefail
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 KFUSE_CACHE_DIR="${KFUSE_CACHE_DIR:-/tmp/kfuse-cache}"
-OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-echo "== $(date -u +%FT%TZ) part ${1:-all}"
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv
-python3 -m kfuse calibrate > "$OUT/calibrate.txt" 2>&1
+GPU_PART="part ${1:-all}"
+source tools/gpu_setup.sh
 python3 -m pytest -q tests/test_cuda_backend.py -k "user or side" 2>&1 | tail -5 | tee "$OUT/pytest_cuda.txt"
 python3 benchmarks/hfuse_bench.py --json "$OUT/hfuse_bench.json" ${PAIRS:-} 2>&1 | tee "$OUT/hfuse_bench.txt"
 [ "${SANITIZE:-1}" = 1 ] && for tool in racecheck synccheck; do

@@ -3,16 +3,11 @@
 # at another resolution and at computed indices and of the pyramid apps, kfuse bench of the
 # pyramid apps beside torch.compile (SIZES: which), compute-sanitizer's memcheck over the
 # remapped reads, and the fuzzer's cases on the cuda backend (SEEDS, default 0:400).
-set -uo pipefail
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 KFUSE_CACHE_DIR="${KFUSE_CACHE_DIR:-/tmp/kfuse-cache}"
-OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-echo "== $(date -u +%FT%TZ)"
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv
-python3 -m kfuse calibrate > "$OUT/calibrate.txt" 2>&1
+source tools/gpu_setup.sh
 python3 -m pytest -q tests/test_cuda_backend.py -k "pyramid or remapped" 2>&1 | tail -5 \
   | tee "$OUT/pytest_cuda.txt"
-for size in ${SIZES:-4096x4096 2048x2048}; do
-  python3 -m kfuse bench blend --size "$size" --json "$OUT/bench_blend_$size.json" 2>&1 \
+for size in ${SIZES:-4096x4096}; do
+  python3 -m kfuse bench blend --no-calls --size "$size" --json "$OUT/bench_blend_$size.json" 2>&1 \
     | tee "$OUT/bench_blend_$size.txt"
 done
 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -x \

@@ -16,6 +16,9 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Pyramid blending (H200, 2026-11-28, session 29)",
+     "2026-11-28-session29-run3-bench_blend_4096.json",
+     "kfuse bench blend --no-calls --json F"),
     ("Normalisations: rows in segments, held columns (H100, 2026-11-27, session 27)",
      "2026-11-27-session27-final-h100-norm.json",
      "kfuse bench rmsnorm layernorm logsoftmax softmax crossentropy colstandardise --json F"),

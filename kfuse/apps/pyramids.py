@@ -1,5 +1,15 @@
 """Multiresolution pipelines: image pyramids built from downsampling and upsampling reads.
 
+``local_laplacian`` — the local Laplacian filter (Paris, Hasinoff and Kautz 2011) as Halide's
+``apps/local_laplacian`` generator defines it: a uint16 RGB image's grey level processed at
+``INTENSITY_LEVELS`` intensities (a tone curve ``alpha * fx * exp(-fx^2 / 2)`` quantised to
+256 steps per level, and ``beta``), a Laplacian pyramid of each processed image
+(``LAPLACIAN_LEVELS`` levels), the output's Laplacian pyramid interpolated per point between
+the two processed levels the input's Gaussian pyramid selects (a read at a computed level),
+collapsed, and the colour put back. Same definition choices as below; Halide clamps the
+input once and extends every level beyond its edges, kfuse reads each level through the
+boundary mode (the two agree away from the borders).
+
 ``blend`` — Laplacian pyramid blending (Burt and Adelson 1983, "A multiresolution spline
 with application to image mosaics"): two images ``a`` and ``b`` and a ``mask`` in [0, 1]::
 
@@ -131,4 +141,136 @@ BLEND = App(
     test_size=(37, 53),
 )
 
-PYRAMID_APPS = (BLEND,)
+# -- the local Laplacian filter ------------------------------------------------------------
+
+LAPLACIAN_LEVELS = 8      # J, the pyramid's levels (Halide's app: pyramid_levels = 8)
+INTENSITY_LEVELS = 8      # K, the intensity levels the image is processed at (levels = 8)
+GRAY_WEIGHTS = (0.299, 0.587, 0.114)
+COLOR_EPS = 0.01
+
+
+def build_local_laplacian(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
+    """Input ``image`` (3, h, w) uint16 RGB; parameters ``alpha`` and ``beta``; output
+    ``output`` (3, h, w) uint16. ``dtype`` is the type computed in; ``boundary`` every read's
+    mode at every level."""
+    p = kf.Pipeline("local_laplacian")
+    image = p.input("image", shape=(3, "h", "w"), dtype="uint16")
+    alpha, beta = p.param("alpha", dtype), p.param("beta", dtype)
+    levels, intensities = LAPLACIAN_LEVELS, INTENSITY_LEVELS
+    channel = [kf.astype(image.at(0, 0, 0, index={0: c}, dims=(-1, 0, 1)), dtype) / 65535.0
+               for c in range(3)]
+    gray = kf.point(sum(w * c for w, c in zip(GRAY_WEIGHTS, channel, strict=True)),
+                    name="gray", shape=("h", "w"))
+    # the processed pyramid's finest level, one plane per intensity level k: a tone curve
+    # around k / (K - 1), quantised to 256 steps per level as Halide's lookup table is
+    level = kf.astype(kf.coord(0), dtype) * (1.0 / (intensities - 1))
+    step = kf.minimum(kf.maximum(kf.astype(gray.at(0, 0, dims=(1, 2)) * (
+        (intensities - 1) * 256.0), "int32"), 0), (intensities - 1) * 256)
+    fx = kf.astype(step - kf.coord(0) * 256, dtype) * (1.0 / 256.0)
+    remapped = alpha * fx * kf.exp(-fx * fx * 0.5)
+    processed = kf.point(beta * (gray.at(0, 0, dims=(1, 2)) - level) + level + remapped,
+                         name="processed", shape=(intensities, "h", "w"))
+    spatial = (1, 2)
+    laplacian = kf.laplacian_pyramid(processed, levels, axes=spatial, boundary=boundary,
+                                     name="processed")
+    gray_levels = kf.gaussian_pyramid(gray, levels, boundary=boundary, name="gray")
+    # each level of the output's Laplacian pyramid: the processed levels' interpolated at
+    # the intensity of the input's Gaussian level there (a read at a computed level)
+    output_levels = []
+    for j in range(levels):
+        value = gray_levels[j] * float(intensities - 1)
+        chosen = kf.minimum(kf.maximum(kf.astype(value, "int32"), 0), intensities - 2)
+        weight = value - kf.astype(chosen, dtype)
+        below = laplacian[j].at(0, 0, 0, index={0: chosen}, boundary=boundary)
+        above = laplacian[j].at(1, 0, 0, index={0: chosen}, boundary=boundary)
+        output_levels.append(kf.point((1.0 - weight) * below + weight * above,
+                                      name=f"out_l{j}"))
+    result = kf.collapse(output_levels, boundary=boundary, name="result")
+    color = (result.at(0, 0, dims=(1, 2)) * (kf.astype(image, dtype) / 65535.0 + COLOR_EPS)
+             / (gray.at(0, 0, dims=(1, 2)) + COLOR_EPS))
+    p.output(kf.point(kf.astype(kf.minimum(kf.maximum(color, 0.0), 1.0) * 65535.0, "uint16"),
+                      name="output"))
+    return p
+
+
+def local_laplacian_reference(arrays: Mapping[str, np.ndarray], params: Mapping[str, float],
+                              boundary: object) -> dict[str, np.ndarray]:
+    """The local Laplacian filter in float64 with plain NumPy (Paris et al. 2011 as Halide's
+    app computes it, every level's reads through ``boundary``)."""
+    image = np.asarray(arrays["image"], dtype=np.float64) / 65535.0
+    alpha, beta = float(params["alpha"]), float(params["beta"])
+    levels, intensities = LAPLACIAN_LEVELS, INTENSITY_LEVELS
+    gray = sum(w * image[c] for c, w in enumerate(GRAY_WEIGHTS))
+    k = np.arange(intensities, dtype=np.float64)[:, None, None]
+    step = np.clip((gray * ((intensities - 1) * 256.0)).astype(np.int64), 0,
+                   (intensities - 1) * 256)
+    fx = (step[None] - 256 * k) / 256.0
+    processed = beta * (gray[None] - k / (intensities - 1)) + k / (intensities - 1) + \
+        alpha * fx * np.exp(-fx * fx / 2.0)
+
+    def down(x: np.ndarray) -> np.ndarray:  # the spatial axes of a stack or an image
+        if x.ndim == 3:
+            return np.stack([downsample_reference(plane, boundary) for plane in x])
+        return downsample_reference(x, boundary)
+
+    def up(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        if x.ndim == 3:
+            return np.stack([upsample_reference(plane, shape[1:], boundary) for plane in x])
+        return upsample_reference(x, shape, boundary)
+
+    gaussian = [processed]
+    gray_levels = [gray]
+    for _ in range(levels - 1):
+        gaussian.append(down(gaussian[-1]))
+        gray_levels.append(down(gray_levels[-1]))
+    laplacian = [fine - up(coarse, fine.shape)
+                 for fine, coarse in zip(gaussian[:-1], gaussian[1:], strict=True)]
+    laplacian.append(gaussian[-1])
+    outputs = []
+    for lap, g in zip(laplacian, gray_levels, strict=True):
+        value = g * (intensities - 1)
+        chosen = np.clip(value.astype(np.int64), 0, intensities - 2)
+        weight = value - chosen
+        rows, columns = np.meshgrid(np.arange(g.shape[0]), np.arange(g.shape[1]),
+                                    indexing="ij")
+        outputs.append((1 - weight) * lap[chosen, rows, columns]
+                       + weight * lap[chosen + 1, rows, columns])
+    result = outputs[-1]
+    for level in range(levels - 2, -1, -1):
+        result = outputs[level] + up(result, outputs[level].shape)
+    color = result[None] * (image + COLOR_EPS) / (gray[None] + COLOR_EPS)
+    return {"output": np.clip(color, 0.0, 1.0) * 65535.0}
+
+
+def local_laplacian_inputs(size: tuple[int, ...], rng: np.random.Generator,
+                           dtype: str = "float32"
+                           ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """A random RGB image (uint16, 3 x h x w) and the parameters of Halide's default run
+    (``process input 8 1 1``: levels 8, alpha 1, beta 1; its driver passes the generator
+    ``alpha / (levels - 1)``, the ``alpha`` here)."""
+    image = rng.integers(0, 65536, size=(3, *size)).astype(np.uint16)
+    return {"image": image}, {"alpha": 1.0 / (INTENSITY_LEVELS - 1), "beta": 1.0}
+
+
+class LocalLaplacianApp(App):
+    """An app whose input is an RGB image of 3 x h x w for a size h x w."""
+
+    def sizes(self, graph: object, size: tuple[int, ...]) -> dict[str, int]:
+        size = self.check_size(size)
+        return graph.bind_shapes({"image": (3, *size)})  # type: ignore[attr-defined]
+
+
+LOCAL_LAPLACIAN = LocalLaplacianApp(
+    name="local_laplacian",
+    title=f"Local Laplacian filter ({LAPLACIAN_LEVELS} levels, {INTENSITY_LEVELS} intensity "
+          "levels), uint16 RGB",
+    origin="Paris, Hasinoff and Kautz 2011; Halide's apps/local_laplacian",
+    build=build_local_laplacian,
+    reference=local_laplacian_reference,
+    make_inputs=local_laplacian_inputs,
+    bench_size=(2160, 3840),
+    test_size=(37, 53),
+    tolerance=1e-4,
+)
+
+PYRAMID_APPS = (BLEND, LOCAL_LAPLACIAN)

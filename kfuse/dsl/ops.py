@@ -35,11 +35,23 @@ def _pipeline_of(value: object, operator: str) -> Pipeline:
     return next(iter(pipelines.values()))
 
 
-def point(expr: object, *, name: str | None = None, dtype: object = None) -> Array:
-    """Elementwise operator: every output element depends on inputs at the same point."""
+def point(expr: object, *, name: str | None = None, dtype: object = None,
+          shape: Sequence[str | int] | None = None) -> Array:
+    """Elementwise operator: every output element depends on inputs at the same point.
+
+    ``shape``: the iteration space's sizes (symbols of the pipeline's arrays, ``x.shape[1]``,
+    or fixed numbers) where no read gives it: every read broadcast (``dims=``) or at
+    computed indices, as a stack of levels built from a 2-D image."""
     line = user_line()
     pipeline = _pipeline_of(expr, name or "point")
-    return pipeline.add_kernel("point", expr, name=name, line=line, dtype=dtype)
+    if shape is not None:
+        if any(is_integer_scalar(size) and size < 1 or not (is_integer_scalar(size) or
+                                                            isinstance(size, str))
+               for size in shape):
+            raise DslError(f"shape takes size symbols or positive sizes, got {shape!r}",
+                           operator=name or "point", where=where_of(line))
+        shape = [str(int(size)) if is_integer_scalar(size) else size for size in shape]
+    return pipeline.add_kernel("point", expr, name=name, line=line, dtype=dtype, shape=shape)
 
 
 def local(expr: object, *, boundary: object = "clamp", name: str | None = None,
