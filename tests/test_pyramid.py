@@ -237,3 +237,18 @@ def test_one_array_read_at_the_point_and_at_another_resolution_stays_two_reads()
     coarse = values[np.arange(7) // 2][:, np.arange(9) // 2]
     np.testing.assert_allclose(got["mixed"], values + coarse * 10.0, rtol=1e-6)
     np.testing.assert_allclose(got["columns"], values - values[:, np.arange(9) // 3], rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+@pytest.mark.parametrize("size", [(37, 53), (1, 1), (6, 5)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_local_laplacian_filter_as_written_equals_its_numpy_reference(mode, size):
+    """The app's pipeline (levels, intensity stacks, reads at computed levels, uint16 in and
+    out) evaluated by kfuse's truth, against the independent reference."""
+    from kfuse.apps.check import reference_errors
+    from kfuse.apps.pyramids import LOCAL_LAPLACIAN
+
+    arrays, params = LOCAL_LAPLACIAN.make_inputs(size, np.random.default_rng(9), "float32")
+    outputs = LOCAL_LAPLACIAN.build(boundary=_boundary(mode)).run(backend="numpy", **arrays,
+                                                                  **params)
+    errors = reference_errors(LOCAL_LAPLACIAN, arrays, params, outputs, mode)
+    assert max(errors.values()) <= LOCAL_LAPLACIAN.tolerance, errors
