@@ -608,25 +608,8 @@ class ExprEmitter:
         indexes by ``value`` (an integer C value) plus ``offset``, through its mode."""
         text = f"(int){value}" if offset == 0 else \
             f"(int){value} {'+' if offset > 0 else '-'} {abs(offset)}"
-        mode = load.boundary.mode if load.boundary else "clamp"
-        state = self.state
-        key = ("computed", state.ref_of(value), offset, size, mode)
-        tag = self.fresh("at")
-        if key not in state.indices:
-            function = {"clamp": "kf_clamp", "mirror": "kf_mirror_any",
-                        "repeat": "kf_repeat_any", "constant": "kf_clamp"}[mode]
-            state.indices[key] = state.declare("int", f"{tag}_{mode}",
-                                               f"{function}({text}, {size})", key,
-                                               state.reads_of(value))
-        flag = None
-        if mode == "constant":
-            flag_key = (*key[:-1], "flag")
-            if flag_key not in state.indices:
-                state.indices[flag_key] = state.declare(
-                    "bool", f"in_{tag}", f"kf_inside({text}, {size})", flag_key,
-                    state.reads_of(value))
-            flag = state.indices[flag_key]
-        return state.indices[key], flag
+        key = ("computed", self.state.ref_of(value), offset, size)
+        return self._mapped_anywhere(text, key, "at", size, load, self.state.reads_of(value))
 
     def scaled_index(self, coord: Coordinate, scale: tuple[int, int], offset: int, size: str,
                      load: Load) -> tuple[str, str | None]:
@@ -644,22 +627,28 @@ class ExprEmitter:
             else f"x{numerator}d{denominator}"
         tag = "".join([step, f"s{shift}" if shift > 0 else f"sm{-shift}" if shift else "",
                        f"p{offset}" if offset > 0 else f"m{-offset}" if offset else ""])
+        key = ("scaled", base, shift, numerator, denominator, offset, size)
+        return self._mapped_anywhere(text, key, f"{base}_{tag}", size, load)
+
+    def _mapped_anywhere(self, text: str, key: tuple, name: str, size: str, load: Load,
+                         refs: tuple[str, ...] = ()) -> tuple[str, str | None]:
+        """(index variable, inside-flag variable or None) for the index ``text`` mapped by
+        the read's mode however far outside ``[0, size)`` it lies (reads at another
+        resolution or at computed indices), each declared once per ``key``."""
         mode = load.boundary.mode if load.boundary else "clamp"
         state = self.state
-        key = ("scaled", base, shift, numerator, denominator, offset, size, mode)
+        key = (*key, mode)
         if key not in state.indices:
+            if name == "at":  # (a computed value: a fresh name)
+                name = self.fresh("at")
             function = {"clamp": "kf_clamp", "mirror": "kf_mirror_any",
                         "repeat": "kf_repeat_any", "constant": "kf_clamp"}[mode]
-            state.indices[key] = state.declare("int", f"{base}_{tag}_{mode}",
-                                               f"{function}({text}, {size})", key)
-        flag = None
-        if mode == "constant":
-            flag_key = (*key[:-1], "flag")
-            if flag_key not in state.indices:
-                state.indices[flag_key] = state.declare(
-                    "bool", f"in_{base}_{tag}", f"kf_inside({text}, {size})", flag_key)
-            flag = state.indices[flag_key]
-        return state.indices[key], flag
+            state.indices[key] = state.declare("int", f"{name}_{mode}",
+                                               f"{function}({text}, {size})", key, refs)
+            if mode == "constant":
+                state.indices[(*key, "flag")] = state.declare(
+                    "bool", f"in_{name}", f"kf_inside({text}, {size})", (*key, "flag"), refs)
+        return state.indices[key], state.indices.get((*key, "flag"))
 
     def index(self, coord: Coordinate, offset: int, size: str, load: Load
               ) -> tuple[str, str | None]:
