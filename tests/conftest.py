@@ -10,9 +10,23 @@ Every test is of one kind, which ``-m`` selects:
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
+
+# The cpu backend compiles the suite's kernels at -O0: they run on a few points, and the
+# compiler's optimiser takes half of the suite's time. The results are the same (IEEE
+# arithmetic, no fast-math, no contraction in ISO C++). The fuzzer's CI slice and the apps'
+# reference tests compile at the default -O2 (the ``default_optimisation`` fixture), where
+# an optimiser's bug would show (GCC's SLP vectorizer was found so, kfuse.runtime.host_compiler).
+os.environ.setdefault("KFUSE_CPU_OPT", "-O0")
+
+
+@pytest.fixture
+def default_optimisation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cpu backend at its default optimisation level (-O2) for this test."""
+    monkeypatch.delenv("KFUSE_CPU_OPT", raising=False)
 
 
 def pytest_configure(config: pytest.Config) -> None:

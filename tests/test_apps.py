@@ -81,7 +81,7 @@ def test_float64_pipeline_matches_reference_tightly(name, boundary):
 @pytest.mark.parametrize(("name", "boundary"),
                          [(name, BOUNDARIES[i % len(BOUNDARIES)])
                           for i, name in enumerate(APP_NAMES)], ids=str)
-def test_cpu_backend_matches_reference(name, boundary):
+def test_cpu_backend_matches_reference(name, boundary, default_optimisation):
     from kfuse.runtime.cpu_backend import CpuBackend
     if not CpuBackend.available():
         pytest.skip("no host C++ compiler")

@@ -553,13 +553,13 @@ def test_a_baseline_that_fails_while_timed_is_dropped_with_a_note():
         raise RuntimeError("triton exploded\nin a long traceback")
 
     row = harness.BenchRow("app", (4,), "device", "cpu")
-    timed = {"kfuse": (lambda: None, []), "torch.compile": (broken, [])}
+    timed = {"kfuse": (lambda: None, [], None), "torch.compile": (broken, [], None)}
     harness._time_side_by_side(row, SimpleNamespace(timer=clock), timed, warmup=0, repeat=5)
     assert row.kfuse_ms == pytest.approx(1.0) and row.compile_ms is None
     assert row.notes == ["torch.compile failed while timed: RuntimeError: triton exploded"]
     with pytest.raises(RuntimeError, match="exploded"):  # kfuse's own failures are not hidden
         harness._time_side_by_side(row, SimpleNamespace(timer=clock),
-                                   {"kfuse": (broken, [])}, warmup=0, repeat=5)
+                                   {"kfuse": (broken, [], None)}, warmup=0, repeat=5)
 
 
 def test_harness_reports_a_failing_app_and_goes_on():

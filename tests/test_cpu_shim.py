@@ -903,6 +903,17 @@ def test_cache_hit_skips_compiler(tmp_path, monkeypatch):
     assert not list((tmp_path / "cpu").glob(".kfuse-*tmp"))
 
 
+def test_the_optimisation_level_is_the_one_named_and_a_bad_one_is_refused(monkeypatch):
+    monkeypatch.delenv("KFUSE_CPU_OPT", raising=False)
+    assert host_compiler.base_flags() == host_compiler.BASE_FLAGS
+    monkeypatch.setenv("KFUSE_CPU_OPT", "-O1")
+    flags = host_compiler.base_flags()
+    assert "-O1" in flags and "-O2" not in flags and len(flags) == len(host_compiler.BASE_FLAGS)
+    monkeypatch.setenv("KFUSE_CPU_OPT", "-O9; rm -rf /")
+    with pytest.raises(BackendUnavailable, match="KFUSE_CPU_OPT"):
+        compile_host_library("int x;")
+
+
 def test_missing_compiler_is_backend_unavailable(monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent/kfuse-c++")
     with pytest.raises(BackendUnavailable):

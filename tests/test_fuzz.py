@@ -19,7 +19,7 @@ CI_SEEDS = (2, 9, 18, 34, 36, 109, 4029)
 
 @pytest.mark.integration
 @pytest.mark.parametrize("seed", CI_SEEDS)
-def test_a_fixed_slice_of_fuzzed_cases_computes_the_reference(seed):
+def test_a_fixed_slice_of_fuzzed_cases_computes_the_reference(seed, default_optimisation):
     outcome = fuzz.check_seed(seed)
     assert outcome is not None and outcome.status == "ok", outcome and (
         outcome.case.describe(), outcome.message, outcome.errors)

@@ -29,7 +29,9 @@ from kfuse.runtime.binding import to_numpy
 from kfuse.tune.timing import Timing, input_sets_needed, time_gpu, time_host
 
 ERROR_TOLERANCE = 1e-4
-BASELINES = ("torch eager", "torch.compile", "cublas")
+# Halide computes the integer outputs of its apps in float32 too: one step of 16 bits apart
+HALIDE_TOLERANCE = 2e-4
+BASELINES = ("torch eager", "torch.compile", "cublas", "halide")
 
 
 @dataclass
@@ -79,6 +81,11 @@ class BenchRow:
     cublas_error: float | None = None    # cuBLAS vs kfuse: max|a - b| / max|b|
     cublas_calls: str | None = None
     autotune: list[dict[str, Any]] = field(default_factory=list)  # implementations timed
+    halide_ms: float | None = None       # Halide's own manual GPU schedule (pyramid apps)
+    halide_auto_ms: float | None = None  # the fastest of Halide's GPU autoschedulers
+    halide_auto: str | None = None       # which autoscheduler that was
+    halide_error: float | None = None    # Halide vs kfuse (max over schedules), away from
+    # the borders where Halide's boundary handling differs (kfuse.bench.halide_baseline)
     # a call from Python, in microseconds per call (kfuse.bench.calls), at the benchmark
     # size and at a small one: one dict per size
     calls: list[dict[str, Any]] = field(default_factory=list)
@@ -106,6 +113,14 @@ class BenchRow:
         return _ratio(self.cublas_ms, self.kfuse_ms)
 
     @property
+    def halide_over_kfuse(self) -> float | None:
+        return _ratio(self.halide_ms, self.kfuse_ms)
+
+    @property
+    def halide_auto_over_kfuse(self) -> float | None:
+        return _ratio(self.halide_auto_ms, self.kfuse_ms)
+
+    @property
     def fusion_speedup(self) -> float | None:
         """Unfused time over fused time."""
         return _ratio(self.unfused_ms, self.kfuse_ms)
@@ -129,7 +144,7 @@ class BenchRow:
         data["size"] = list(self.size)
         for name in ("kfuse_gbps", "kfuse_over_floor", "eager_over_kfuse",
                      "compile_over_kfuse", "error_ok", "fusion_speedup", "unfused_over_floor",
-                     "cublas_over_kfuse"):
+                     "cublas_over_kfuse", "halide_over_kfuse", "halide_auto_over_kfuse"):
             data[name] = getattr(self, name)
         return _finite(data)
 
@@ -421,8 +436,12 @@ def _timing_dict(timing: Timing) -> dict[str, float]:
 BENCH_ROUNDS = 5
 # the row's field of each timed program's median, in ms
 _TIMED_FIELDS = {"kfuse": "kfuse_ms", "kfuse unfused": "unfused_ms", "torch eager": "eager_ms",
-                 "torch.compile": "compile_ms", "cublas": "cublas_ms"}
-Timed = dict[str, tuple[Callable[[], object], list[Callable[[], None]]]]
+                 "torch.compile": "compile_ms", "cublas": "cublas_ms",
+                 "halide manual": "halide_ms"}
+# label -> (run, input-set setters, timer or None for the environment's): a program that
+# runs outside the environment's stream (Halide's own CUDA context) brings its own timer
+Timed = dict[str, tuple[Callable[[], object], list[Callable[[], None]],
+                        Callable[..., Timing] | None]]
 
 
 def _time_side_by_side(row: BenchRow, env: _Env, timed: Timed, *, warmup: int,
@@ -435,10 +454,10 @@ def _time_side_by_side(row: BenchRow, env: _Env, timed: Timed, *, warmup: int,
     per_round = max(1, repeat // rounds)
     results: dict[str, list[Timing]] = {label: [] for label in timed}
     for _ in range(rounds):
-        for label, (run, rotate) in list(timed.items()):
+        for label, (run, rotate, timer) in list(timed.items()):
             try:
-                results[label].append(env.timer(run, warmup=warmup, repeat=per_round,
-                                                rotate=rotate))
+                results[label].append((timer or env.timer)(run, warmup=warmup,
+                                                           repeat=per_round, rotate=rotate))
             except Exception as error:  # a broken baseline must not lose the row
                 if label.startswith("kfuse"):
                     raise
@@ -451,7 +470,14 @@ def _time_side_by_side(row: BenchRow, env: _Env, timed: Timed, *, warmup: int,
                         float(np.median([t.p90 for t in timings])),
                         sum(t.runs for t in timings))
         row.timings[label] = _timing_dict(timing)
-        setattr(row, _TIMED_FIELDS[label], timing.median_s * 1e3)
+        if label in _TIMED_FIELDS:
+            setattr(row, _TIMED_FIELDS[label], timing.median_s * 1e3)
+    autoscheduled = {label.removeprefix("halide "): timing["median_s"] * 1e3
+                     for label, timing in row.timings.items()
+                     if label.startswith("halide ") and label != "halide manual"}
+    if autoscheduled:
+        row.halide_auto = min(autoscheduled, key=autoscheduled.__getitem__)
+        row.halide_auto_ms = autoscheduled[row.halide_auto]
 
 
 def _failure(what: str, error: Exception) -> str:
@@ -508,13 +534,15 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
         error = max_relative_error(unfused.buffers[name], outputs[name])
         if error > ERROR_TOLERANCE:
             row.notes.append(f"unfused and fused '{name}' differ: {error:.1e}")
-    timed: Timed = {"kfuse": (executable.launch_all, rotate),
-                    "kfuse unfused": (unfused.launch_all, unfused_rotate)}
+    timed: Timed = {"kfuse": (executable.launch_all, rotate, None),
+                    "kfuse unfused": (unfused.launch_all, unfused_rotate, None)}
     if set(baselines) & {"torch eager", "torch.compile"}:
         _bench_torch(graph, row, env, input_sets, params, outputs, timed, status=status,
                      with_compile="torch.compile" in baselines, compile_mode=compile_mode)
     if "cublas" in baselines:
         _bench_cublas(app, graph, row, env, input_sets, params, outputs, timed, status=status)
+    if "halide" in baselines:
+        _bench_halide(app, graph, row, env, input_sets, params, outputs, timed, status=status)
     del outputs
     status(f"timing {', '.join(timed)} in turn")
     _time_side_by_side(row, env, timed, warmup=warmup, repeat=repeat)
@@ -627,7 +655,50 @@ def _bench_cublas(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[di
         row.notes.append(f"cuBLAS and kfuse differ: max relative error {row.cublas_error:.3g}")
     current = [sequences[0]]
     rotate = [_chooser(current, one) for one in sequences]  # type: ignore[arg-type]
-    timed["cublas"] = (lambda: current[0].run(), rotate)
+    timed["cublas"] = (lambda: current[0].run(), rotate, None)
+
+
+def _bench_halide(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any]],
+                  params: dict[str, Any], outputs: dict[str, Any], timed: Timed, *,
+                  status: Callable[[str], None]) -> None:
+    """Halide's program of the app (the pyramid apps), under its manual GPU schedule and
+    each GPU autoscheduler, checked against kfuse away from the borders and added to
+    ``timed`` with Halide's own timer (:mod:`kfuse.bench.halide_baseline`)."""
+    from kfuse.bench import halide_baseline as halide
+    if not halide.has_program(app.name):
+        return
+    why_not = halide.available() or (
+        None if env.backend == "cuda" else "it needs the cuda backend")
+    if why_not:
+        row.notes.append(f"Halide baseline skipped: {why_not}")
+        return
+    host_sets = [{name: to_numpy(array) for name, array in one.items()} for one in input_sets]
+    margin = halide.border_margin(app.name)
+    (output_name,) = graph.outputs
+    expected = to_numpy(outputs[output_name])
+    inner = (Ellipsis, *(slice(margin, size - margin) for size in expected.shape[-2:]))
+    errors = []
+    for schedule in (halide.MANUAL, *halide.AUTOSCHEDULERS):
+        status(f"Halide ({schedule}: compiling)")
+        try:
+            run = halide.prepare(app.name, host_sets, params, schedule)
+        except Exception as error:  # an autoscheduler that fails must not lose the row
+            row.notes.append(_failure(f"Halide {schedule} failed", error))
+            continue
+        errors.append(max_relative_error(run.result()[inner], expected[inner]))
+        row.notes.append(f"Halide {schedule}: compiled in {run.compile_seconds:.1f} s")
+
+        def timer(call: Callable[[], object], *, warmup: int, repeat: int,
+                  rotate: list[Callable[[], None]], run: Any = run) -> Timing:
+            return halide.time_halide(call, warmup=warmup, repeat=repeat, rotate=rotate,
+                                      sync=run.sync)
+        timed[f"halide {schedule}"] = (run.run, [lambda i=i, run=run: run.use(i)
+                                                 for i in range(len(host_sets))], timer)
+    if errors:
+        row.halide_error = max(errors)
+        if row.halide_error > HALIDE_TOLERANCE:
+            row.notes.append(f"Halide and kfuse differ away from the borders: max relative "
+                             f"error {row.halide_error:.3g}")
 
 
 def _setter(executable: Any, arrays: dict[str, Any]) -> Callable[[], None]:
@@ -671,7 +742,7 @@ def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any
     if row.error_ok is False:
         row.notes.append(f"kfuse differs from torch eager: max relative error "
                          f"{row.max_error:.3g} > {ERROR_TOLERANCE:g}")
-    timed["torch eager"] = (lambda: eager(**current[0], **params), rotate)
+    timed["torch eager"] = (lambda: eager(**current[0], **params), rotate, None)
 
     if not with_compile:
         return
@@ -682,7 +753,7 @@ def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any
         result = compiled(**tensor_sets[0], **params)
         row.compile_error = max((max_relative_error(result[n], reference[n])
                                  for n in graph.outputs), default=0.0)
-        timed["torch.compile"] = (lambda: compiled(**current[0], **params), rotate)
+        timed["torch.compile"] = (lambda: compiled(**current[0], **params), rotate, None)
     except Exception as error:  # a broken Triton/inductor must not lose the row
         row.notes.append(_failure("torch.compile failed", error))
     del reference

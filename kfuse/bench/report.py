@@ -16,6 +16,8 @@ COLUMNS = ("app", "size", "fused ms", "unfused ms", "fusion speedup", "floor ms"
            "fused/floor", "eager ms", "compile ms", "compile/fused", "eager/fused", "GB/s",
            "max err")
 KERNEL_COLUMNS = ("app", "kernel", "operators", "ms", "MB", "GB/s", "of copy")
+HALIDE_COLUMNS = ("app", "size", "kfuse ms", "Halide manual ms", "manual/kfuse",
+                  "Halide auto ms", "auto/kfuse", "compile/kfuse", "max err")
 CALL_COLUMNS = ("app", "size", "launches", "kernels us", "run us", "compiled us",
                 "no graphs us", "torch.compile us", "compiled/kernels")
 
@@ -65,6 +67,17 @@ def call_cells(row: BenchRow) -> list[list[str]]:
                       _num(call.get("torch_compile_us"), 1),
                       _ratio(call["compiled_us"] / kernels if kernels else None)])
     return lines
+
+
+def halide_cells(row: BenchRow) -> list[list[str]]:
+    """The Halide table's row of one app (none when Halide did not run on it)."""
+    if row.halide_ms is None and row.halide_auto_ms is None:
+        return []
+    auto = _num(row.halide_auto_ms) + (f" ({row.halide_auto})" if row.halide_auto else "")
+    error = MISSING if row.halide_error is None else f"{row.halide_error:.1e}"
+    return [[row.app, _size(row.size), _num(row.kfuse_ms), _num(row.halide_ms),
+             _ratio(row.halide_over_kfuse), auto, _ratio(row.halide_auto_over_kfuse),
+             _ratio(row.compile_over_kfuse), error]]
 
 
 def _percent(fraction: float | None) -> str:
@@ -137,6 +150,8 @@ def print_report(rows: Sequence[BenchRow], console: Any = None, *, kernels: bool
     if kernels:
         detail("kfuse unfused program, each kernel timed alone", KERNEL_COLUMNS,
                [line for row in rows for line in kernel_cells(row)], 3)
+    detail("Halide (its own GPU schedule, its best GPU autoscheduler), same inputs",
+           HALIDE_COLUMNS, [line for row in rows for line in halide_cells(row)], 2)
     detail("a call from Python, microseconds per call (calls back to back)", CALL_COLUMNS,
            [line for row in rows for line in call_cells(row)], 2)
     for row in rows:
@@ -199,6 +214,12 @@ def to_markdown(rows: Sequence[BenchRow]) -> str:
         lines += ["", "Each kernel of kfuse's unfused program timed alone (its reads once + "
                   "its write once):", ""]
         lines += _md_table(KERNEL_COLUMNS, kernel_rows)
+    halide_rows = [line for row in rows for line in halide_cells(row)]
+    if halide_rows:
+        lines += ["", "Halide on the same inputs, in the same run (Halide's own GPU schedule "
+                  "and its fastest GPU autoscheduler; host-timed, kfuse.bench.halide_baseline;"
+                  " max err away from the borders):", ""]
+        lines += _md_table(HALIDE_COLUMNS, halide_rows)
     call_rows = [line for row in rows for line in call_cells(row)]
     if call_rows:
         lines += ["", "A call from Python, microseconds per call (calls back to back, the "
