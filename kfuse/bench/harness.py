@@ -678,7 +678,7 @@ def _bench_halide(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[di
     expected = to_numpy(outputs[output_name])
     inner = (Ellipsis, *(slice(margin, size - margin) for size in expected.shape[-2:]))
     errors = []
-    for schedule in (halide.MANUAL, *halide.AUTOSCHEDULERS):
+    for schedule in halide.schedules():
         status(f"Halide ({schedule}: compiling)")
         try:
             run = halide.prepare(app.name, host_sets, params, schedule)
