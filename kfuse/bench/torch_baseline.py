@@ -34,7 +34,7 @@ from kfuse.ir.expr import (
     Unary,
 )
 from kfuse.ir.graph import Graph, Kernel
-from kfuse.ir.sizes import derived_size
+from kfuse.ir.sizes import derived_size, fixed_size
 
 # torch.compile mode of the baseline (reported with every row). Measured on an H200 at
 # 8192^2: in the default mode inductor's untuned 2-D tiles run the fused replicate-pad
@@ -62,7 +62,9 @@ _TORCH_UNARY = {
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|"}
 _TORCH_DTYPE = {"float32": "torch.float32", "float64": "torch.float64", "int32": "torch.int32",
-                "bool": "torch.bool"}
+                "bool": "torch.bool", "uint8": "torch.uint8", "int8": "torch.int8",
+                "int16": "torch.int16", "uint16": "torch.uint16", "float16": "torch.float16",
+                "bfloat16": "torch.bfloat16"}
 _REDUCE = {"sum": "torch.sum", "min": "torch.amin", "max": "torch.amax"}
 
 
@@ -360,7 +362,9 @@ class _Translator:
     def size(self, symbol: str) -> str:
         if symbol not in self.size_vars:
             derived = derived_size(symbol)
-            if symbol in self.holders:
+            if fixed_size(symbol) is not None:  # a size written as a number
+                text = str(fixed_size(symbol))
+            elif symbol in self.holders:
                 holder, axis = self.holders[symbol]
                 text = f"{holder}.shape[{axis}]"
             elif derived is not None:  # a pyramid level's: from its base's
@@ -535,8 +539,9 @@ class _Translator:
         source = self.buffer_vars[node.buffer]
         expression = (f"_gather_read({source}, ({', '.join(parts)},), {len(self.domain)}, "
                       f"{boundary.mode!r}, {_literal(boundary.value, 'float64')})")
-        axes = frozenset(range(len(self.domain)))
-        return self.tensor(expression, axes, *values)
+        var = self.fresh()  # (the source array is used here too: kept alive until then)
+        self.emit(f"{var} = {expression}", var, (source, *self._uses(*values)))
+        return _Value("tensor", var, axes=frozenset(range(len(self.domain))))
 
     def load(self, node: Load) -> _Value:
         boundary = node.boundary or Boundary("clamp")
