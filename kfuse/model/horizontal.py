@@ -70,6 +70,7 @@ class PartShape:
     memory_s: float
     arithmetic_s: float
     bytes_in_flight: float = 64.0  # per thread: what it asks of DRAM before it waits
+    static_shared_bytes: int = 0  # of shared_bytes, what the compiler reported (not launched)
 
     @property
     def bound(self) -> str:

@@ -37,6 +37,7 @@ from kfuse.schedule.lowering import LaunchShape, lowering
 SPLIT_STEP = 128  # HFuse's step: one warpgroup
 BLOCK_THREADS = MAX_BLOCK_THREADS  # the fused block HFuse splits: the largest
 TIE = 0.01  # candidates predicted this close count as equal
+PARTNERS_SEARCHED = 2  # per group, the pairs its bound ranks best are searched
 UNKNOWN_REGISTERS = 32  # per thread, where no compiler reports a kernel's
 # the bytes a thread reads count as in flight at once up to this many (the loads of a
 # register tile; a thread that loops over more waits between its iterations; stores do not
@@ -55,15 +56,21 @@ class Candidate:
 
 def part_shape(graph: Graph, group: GroupSchedule, sizes: Mapping[str, int],
                profile: DeviceProfile, threads: int | None = None,
-               compiled: bool = True, shape: LaunchShape | None = None) -> PartShape:
+               compiled: bool = True, shape: LaunchShape | None = None,
+               like: PartShape | None = None) -> PartShape:
     """What the model needs of one group's kernel at ``sizes`` (in blocks of ``threads``);
     ``compiled=False``: without the compiler's figures (registers assumed); ``shape``: the
-    kernel as already lowered (at ``threads``)."""
+    kernel as already lowered (at ``threads``); ``like``: the same kernel compiled at its own
+    block size, whose registers and static shared memory this one is taken to have (the code
+    of a thread is the same; the compiler is not run again)."""
     shape = shape or lowering().launch_shape(graph, group, sizes, threads)
     figures = (lowering().figures(shape.kernel)
-               if compiled and lowering().measures() else None)
-    registers = figures.registers if figures else UNKNOWN_REGISTERS
-    shared = shape.dynamic_shared_bytes + (figures.shared_bytes if figures else 0)
+               if compiled and like is None and lowering().measures() else None)
+    registers = figures.registers if figures else like.registers if like else \
+        UNKNOWN_REGISTERS
+    static_shared = figures.shared_bytes if figures else \
+        like.static_shared_bytes if like else 0
+    shared = shape.dynamic_shared_bytes + static_shared
     kernels = [graph.kernel_by_name[m] for m in group.members]
     threads_in_all = shape.threads * shape.blocks
     if kernels[0].kind == "opaque":
@@ -85,7 +92,8 @@ def part_shape(graph: Graph, group: GroupSchedule, sizes: Mapping[str, int],
     return PartShape("+".join(group.members), shape.blocks, shape.threads, registers, shared,
                      dram / profile.copy_bandwidth_bytes_per_s,
                      operations / arithmetic_rate(profile),
-                     min(in_flight, MOST_BYTES_IN_FLIGHT_PER_THREAD))
+                     min(in_flight, MOST_BYTES_IN_FLIGHT_PER_THREAD),
+                     static_shared_bytes=static_shared)
 
 
 def candidates(graph: Graph, parts: Sequence[GroupSchedule],
@@ -116,19 +124,39 @@ def candidates(graph: Graph, parts: Sequence[GroupSchedule],
     return found
 
 
+def resized(shape: LaunchShape, threads: int) -> LaunchShape | None:
+    """``shape`` in blocks of ``threads``: as many blocks as cover its threads (None where
+    its shared memory depends on the block: the kernel is lowered again there)."""
+    if shape.dynamic_shared_bytes:
+        return None
+    return replace(shape, threads=threads,
+                   blocks=max(1, -(-shape.blocks * shape.threads // threads)))
+
+
+def screened(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mapping[str, int],
+             profile: DeviceProfile, lowered: Sequence[LaunchShape] | None = None
+             ) -> SideBySidePrediction:
+    """A bound for ``parts`` side by side, from the parts as written alone (nothing
+    compiled): a pair that no split could make pay is not searched (planning stays fast
+    where branches abound). ``lowered``: the parts already lowered at their own blocks."""
+    lowered = lowered or [lowering().launch_shape(graph, part, sizes) for part in parts]
+    return predict([part_shape(graph, part, sizes, profile, compiled=False, shape=shape)
+                    for part, shape in zip(parts, lowered, strict=True)], profile, ideal=True)
+
+
 def best_side_by_side(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mapping[str, int],
-                      profile: DeviceProfile | None = None
+                      profile: DeviceProfile | None = None,
+                      lowered: Sequence[LaunchShape] | None = None
                       ) -> tuple[Candidate, SideBySidePrediction] | None:
     """The candidate predicted fastest for ``parts`` side by side, and its prediction
-    (None where none can be written: a part that cannot run beside another)."""
+    (None where none can be written: a part that cannot run beside another). ``lowered``:
+    the parts already lowered at their own blocks. Each part is compiled once, at its own
+    block; a split's parts at other blocks are taken to need the registers they need there
+    (the compiler is run on the winner when the plan is checked)."""
     profile = profile or current_profile()
     try:
-        # a bound first, from the parts as written alone (nothing compiled): a pair that no
-        # split could make pay is not searched (planning stays fast where branches abound)
-        lowered = [lowering().launch_shape(graph, part, sizes) for part in parts]
-        bound = predict([part_shape(graph, part, sizes, profile, compiled=False, shape=shape)
-                         for part, shape in zip(parts, lowered, strict=True)],
-                        profile, ideal=True)
+        lowered = lowered or [lowering().launch_shape(graph, part, sizes) for part in parts]
+        bound = screened(graph, parts, sizes, profile, lowered)
         if not bound.pays:
             return Candidate(tuple(None for _ in parts)), replace(
                 bound, reason=f"cannot pay at any split: {bound.reason}")
@@ -143,9 +171,10 @@ def best_side_by_side(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mappi
     for candidate in candidates(graph, parts, alone, profile, caps=False):
         try:
             shapes = [shape if threads is None else
-                      part_shape(graph, part, sizes, profile, threads)
-                      for part, shape, threads in zip(parts, alone, candidate.threads,
-                                                      strict=True)]
+                      part_shape(graph, part, sizes, profile, threads, like=shape,
+                                 shape=resized(own, threads))
+                      for part, shape, own, threads in zip(parts, alone, lowered,
+                                                           candidate.threads, strict=True)]
         except CompileError:
             continue
         if sum(shape.threads for shape in shapes) > BLOCK_THREADS:
@@ -173,17 +202,49 @@ def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
     if not levels:
         return plan
     judged = []
+    skipped: list[tuple[tuple[int, int], str]] = []  # pairs not searched, and why
     taken = {index for fusion in plan.side_by_side for index in fusion.parts}
+    lowered: dict[int, LaunchShape | None] = {}  # each group lowered once, at its own block
+
+    def lowered_alone(index: int) -> LaunchShape | None:
+        if index not in lowered:
+            try:
+                lowered[index] = lowering().launch_shape(
+                    plan.graph, plan.groups[index].schedule, sizes)
+            except CompileError:
+                lowered[index] = None
+        return lowered[index]
+
     for level in levels:
+        # every pair screened by its bound (nothing compiled); the pairs the bound ranks
+        # best searched, at most PARTNERS_SEARCHED per group (a pyramid's levels make
+        # hundreds of pairs, and a group runs beside one other at most)
+        bounds = []
         for first, second in combinations(level, 2):
             if taken & {first, second}:
                 continue
             parts = (plan.groups[first].schedule, plan.groups[second].schedule)
-            if HorizontalSchedule(parts).why_not(plan.graph):
+            shapes = (lowered_alone(first), lowered_alone(second))
+            if None in shapes or HorizontalSchedule(parts).why_not(plan.graph):
                 continue
-            best = best_side_by_side(plan.graph, parts, sizes, profile)
+            bound = screened(plan.graph, parts, sizes, profile, shapes)
+            bounds.append((bound.fused_s - bound.best_apart_s, (first, second), parts,
+                           shapes, bound))
+        searched: dict[int, int] = {}
+        for _, pair, parts, shapes, bound in sorted(bounds, key=lambda item: item[0]):
+            if not bound.pays:
+                judged.append((pair, Candidate((None, None)), replace(
+                    bound, reason=f"cannot pay at any split: {bound.reason}")))
+                continue
+            if any(searched.get(index, 0) >= PARTNERS_SEARCHED for index in pair):
+                skipped.append((pair, f"not searched: a part had {PARTNERS_SEARCHED} "
+                                "partners its bound ranked higher"))
+                continue
+            for index in pair:
+                searched[index] = searched.get(index, 0) + 1
+            best = best_side_by_side(plan.graph, parts, sizes, profile, shapes)
             if best is not None:
-                judged.append(((first, second), *best))
+                judged.append((pair, *best))
     judged.sort(key=lambda item: item[2].fused_s - item[2].best_apart_s)
     used: set[int] = set()
     fusions, apart = [], []
@@ -194,6 +255,7 @@ def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
         else:
             apart.append((pair, prediction.reason if not prediction.pays else
                           "each already runs side by side with another"))
+    apart += skipped
     names = [(plan.groups[a].members[0], plan.groups[b].members[0]) for (a, b), *_ in fusions]
     apart_names = [((plan.groups[a].members[0], plan.groups[b].members[0]), why)
                    for (a, b), why in apart]
@@ -206,4 +268,5 @@ def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
                                      for (a, b), why in apart_names))
 
 
-__all__ = ["Candidate", "best_side_by_side", "candidates", "part_shape", "side_by_side_plan"]
+__all__ = ["Candidate", "best_side_by_side", "candidates", "part_shape", "screened",
+           "side_by_side_plan"]
