@@ -727,15 +727,18 @@ def _bench_torch(graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any
     from kfuse.bench.torch_baseline import compile_core, compile_description, translate
 
     status("translating to PyTorch")
-    program = translate(graph)
-    tensor_sets = [{name: _to_torch(array, env.torch_device) for name, array in one.items()}
-                   for one in input_sets]
+    try:
+        program = translate(graph)
+        tensor_sets = [{name: _to_torch(array, env.torch_device) for name, array in one.items()}
+                       for one in input_sets]
+        eager = program.function()
+        status("torch eager")
+        reference = eager(**tensor_sets[0], **params)
+    except Exception as error:  # a baseline that cannot run must not lose the row
+        row.notes.append(_failure("PyTorch baselines failed", error))
+        return
     current: list[dict[str, Any]] = [tensor_sets[0]]
     rotate = [_chooser(current, one) for one in tensor_sets]
-
-    eager = program.function()
-    status("torch eager")
-    reference = eager(**tensor_sets[0], **params)
     errors = [max_relative_error(_to_torch(outputs[name], env.torch_device), reference[name])
               for name in graph.outputs]
     row.max_error = max(errors) if errors else 0.0

@@ -212,11 +212,14 @@ def runtime_helpers(torch: Any, F: Any) -> dict[str, Callable]:
             within = (raw >= 0) & (raw < size)
             inside = within if inside is None else inside & within
             indices.append(_remapped(raw, size, mode))
+        stored = x.dtype
+        if stored in (torch.uint16, torch.uint32, torch.uint64):  # (no CUDA indexing kernels)
+            x = x.to(torch.int64)
         read = x[tuple(indices)]
         if mode == "constant":
             read = torch.where(inside, read, torch.tensor(value, dtype=x.dtype,
                                                           device=x.device))
-        return read
+        return read.to(stored)
 
     return {"_pad": _pad, "_scalar_tensor": _scalar_tensor, "_read_at": _read_at,
             "_gather_read": _gather_read}
