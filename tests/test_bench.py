@@ -651,3 +651,80 @@ def test_interleaved_calls_take_turns_round_after_round():
     runs = [timed[i:i + 3] for i in range(0, len(timed), 3)]
     assert [run[0] for run in runs] == ["a", "b"] * 3
     assert all(len(set(run)) == 1 for run in runs)
+
+
+def test_halide_schedules_are_the_defaults_or_the_ones_named(monkeypatch):
+    from kfuse.bench import halide_baseline as halide
+
+    monkeypatch.delenv(halide.SCHEDULES_VARIABLE, raising=False)
+    assert halide.schedules() == halide.DEFAULT_SCHEDULES
+    assert "Anderson2021" not in halide.schedules()
+    monkeypatch.setenv(halide.SCHEDULES_VARIABLE, "manual, Anderson2021")
+    assert halide.schedules() == ("manual", "Anderson2021")
+    monkeypatch.setenv(halide.SCHEDULES_VARIABLE, "manual,Adams2019")
+    with pytest.raises(ValueError, match="Adams2019"):
+        halide.schedules()
+    assert halide.has_program("local_laplacian") and halide.has_program("blend")
+    assert not halide.has_program("harris")
+    assert halide.border_margin("local_laplacian") > 0 == halide.border_margin("blend")
+
+
+def test_the_halide_baseline_off_the_gpu_is_a_note_not_a_failure():
+    import kfuse.bench.harness as harness
+
+    row = harness.BenchRow("blend", (8, 8), "device", "cpu")
+    timed: dict = {}
+    harness._bench_halide(SimpleNamespace(name="blend"), None, row,
+                          SimpleNamespace(backend="cpu"), [], {}, {}, timed,
+                          status=lambda text: None)
+    assert not timed and len(row.notes) == 1 and "Halide baseline skipped" in row.notes[0]
+    harness._bench_halide(SimpleNamespace(name="harris"), None, row,
+                          SimpleNamespace(backend="cuda"), [], {}, {}, timed,
+                          status=lambda text: None)
+    assert not timed and len(row.notes) == 1  # (no Halide program: nothing said)
+
+
+def test_halide_columns_appear_only_where_halide_ran():
+    from kfuse.bench.report import halide_cells, to_markdown
+
+    row = BenchRow("local_laplacian", (64, 64), "device", kfuse_ms=1.0, halide_ms=0.8,
+                   halide_auto_ms=6.0, halide_auto="Li2018", halide_error=2e-3)
+    (cells,) = halide_cells(row)
+    assert cells[3] == "0.800" and cells[4] == "0.80x" and "Li2018" in cells[5]
+    assert "Halide on the same inputs" in to_markdown([row])
+    assert halide_cells(BenchRow("harris", (64, 64), "device", kfuse_ms=1.0)) == []
+
+
+def test_halide_timing_takes_the_autoscheduler_that_was_fastest():
+    import kfuse.bench.harness as harness
+
+    def clock(seconds):
+        def timer(run, *, warmup, repeat, rotate=None):
+            return Timing(seconds, seconds, seconds, seconds, repeat)
+        return timer
+
+    row = harness.BenchRow("local_laplacian", (4,), "device", "cuda")
+    timed = {"kfuse": (lambda: None, [], clock(1e-3)),
+             "halide manual": (lambda: None, [], clock(0.8e-3)),
+             "halide Li2018": (lambda: None, [], clock(6e-3)),
+             "halide Mullapudi2016": (lambda: None, [], clock(4e-3))}
+    harness._time_side_by_side(row, SimpleNamespace(timer=clock(1.0)), timed, warmup=0,
+                               repeat=5)
+    assert row.halide_ms == pytest.approx(0.8) and row.kfuse_ms == pytest.approx(1.0)
+    assert row.halide_auto == "Mullapudi2016" and row.halide_auto_ms == pytest.approx(4.0)
+
+
+def test_the_local_laplacian_translates_to_pytorch_with_its_gathers_and_uint16():
+    torch = pytest.importorskip("torch")
+    from kfuse.apps.pyramids import LOCAL_LAPLACIAN
+    from kfuse.bench.torch_baseline import translate
+
+    graph = LOCAL_LAPLACIAN.build().graph()
+    arrays, params = LOCAL_LAPLACIAN.make_inputs((21, 34), np.random.default_rng(3))
+    result = translate(graph).function()(**{name: torch.from_numpy(value)
+                                            for name, value in arrays.items()}, **params)
+    expected = LOCAL_LAPLACIAN.reference(arrays, params, "clamp")["output"]
+    got = result["output"]
+    assert got.dtype == torch.uint16 and tuple(got.shape) == expected.shape
+    # one step of 16 bits: float32 against float64 at the final truncation
+    assert np.max(np.abs(got.numpy().astype(np.float64) - expected)) <= 1.0 + 1e-6

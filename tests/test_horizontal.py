@@ -248,3 +248,33 @@ def test_a_3d_chain_beside_another_kernel_keeps_its_register_tiles_where_it_woul
     plan = p.fuse([["first", "second"]], forms=["recompute"]).run_side_by_side("second",
                                                                                 "doubled")
     assert max(_errors(p.run(backend="cpu", plan=plan, **inputs), want).values()) < 1e-5
+
+
+def test_many_independent_kernels_search_at_most_two_partners_each(monkeypatch):
+    """A pyramid makes many independent kernels: every pair is screened by its bound, and
+    only the best-ranked pairs of each group are searched (compiled), the rest explained."""
+    import kfuse.search.hfuse as hfuse
+
+    p = kf.Pipeline("branches")
+    images = [p.input(f"img{k}", 2) for k in range(6)]
+    p.output(*[kf.local((x.at(0, -1) + x.at(0, 1)) * (0.5 + k), name=f"b{k}")
+               for k, x in enumerate(images)])
+    graph = p.graph()
+    sizes = graph.bind_shapes({f"img{k}": (8192, 8192) for k in range(6)})
+    searched = []
+    real = hfuse.best_side_by_side
+
+    def counted(graph, parts, sizes, profile=None, lowered=None):
+        searched.append(tuple(part.members for part in parts))
+        return real(graph, parts, sizes, profile, lowered)
+
+    monkeypatch.setattr(hfuse, "best_side_by_side", counted)
+    plan = hfuse.side_by_side_plan(unfused_plan(graph), sizes, h200_like_profile())
+    per_group: dict[tuple[str, ...], int] = {}
+    for pair in searched:
+        for members in pair:
+            per_group[members] = per_group.get(members, 0) + 1
+    assert searched and max(per_group.values()) <= hfuse.PARTNERS_SEARCHED
+    assert len(searched) < 15  # of the 15 pairs of six kernels
+    if len(searched) + len(plan.side_by_side) < 15:
+        assert "not searched" in plan.explain() or "cannot pay" in plan.explain()

@@ -16,6 +16,10 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Local Laplacian filter beside Halide and torch.compile (H200, 2026-11-28, session 30)",
+     "2026-11-28-session30-local_laplacian-halide.json",
+     "python3 benchmarks/pyramid_bench.py --apps local_laplacian --no-calls --out D "
+     "(tools/gpu_halide.sh)"),
     ("Pyramid blending (H200, 2026-11-28, session 29)",
      "2026-11-28-session29-run3-bench_blend_4096.json",
      "kfuse bench blend --no-calls --json F"),
