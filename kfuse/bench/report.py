@@ -209,23 +209,19 @@ def to_markdown(rows: Sequence[BenchRow]) -> str:
         lines += ["Fusion plans (greedy search, roofline model), one kernel per group:", ""]
         lines += plans + [""]
     lines += _md_table(COLUMNS, [cells(row) for row in rows])
-    kernel_rows = [line for row in rows for line in kernel_cells(row)]
-    if kernel_rows:
-        lines += ["", "Each kernel of kfuse's unfused program timed alone (its reads once + "
-                  "its write once):", ""]
-        lines += _md_table(KERNEL_COLUMNS, kernel_rows)
-    halide_rows = [line for row in rows for line in halide_cells(row)]
-    if halide_rows:
-        lines += ["", "Halide on the same inputs, in the same run (Halide's own GPU schedule "
-                  "and its fastest GPU autoscheduler; host-timed, kfuse.bench.halide_baseline;"
-                  " max err away from the borders):", ""]
-        lines += _md_table(HALIDE_COLUMNS, halide_rows)
-    call_rows = [line for row in rows for line in call_cells(row)]
-    if call_rows:
-        lines += ["", "A call from Python, microseconds per call (calls back to back, the "
-                  "device waited on once; kernels: the program alone, replayed in a CUDA "
-                  "graph):", ""]
-        lines += _md_table(CALL_COLUMNS, call_rows)
+    details = (
+        ("Each kernel of kfuse's unfused program timed alone (its reads once + its write "
+         "once):", KERNEL_COLUMNS, kernel_cells),
+        ("Halide on the same inputs, in the same run (Halide's own GPU schedule and its "
+         "fastest GPU autoscheduler; host-timed, kfuse.bench.halide_baseline; max err away "
+         "from the borders):", HALIDE_COLUMNS, halide_cells),
+        ("A call from Python, microseconds per call (calls back to back, the device waited "
+         "on once; kernels: the program alone, replayed in a CUDA graph):", CALL_COLUMNS,
+         call_cells))
+    for title, columns, cells_of in details:
+        body = [line for row in rows for line in cells_of(row)]
+        if body:
+            lines += ["", title, ""] + _md_table(columns, body)
     notes = [f"- {row.app}: {note}" for row in rows for note in row.notes]
     if notes:
         lines += ["", "Notes:", ""] + notes
