@@ -38,8 +38,11 @@ def harris_case(size, boundary, seed):
     return graph, arrays, params, reference
 
 
-@pytest.mark.parametrize("boundary", BOUNDARIES, ids=str)
-@pytest.mark.parametrize("app", [a.name for a in list_apps()])
+# every image app in every mode, but Shi-Tomasi (Harris's plan with another response: the
+# same kernels but the last) in two of them
+@pytest.mark.parametrize(("app", "boundary"), [
+    (a.name, boundary) for a in list_apps() for index, boundary in enumerate(BOUNDARIES)
+    if a.name != "shi_tomasi" or index % 2 == 0], ids=str)
 def test_default_plan_matches_reference(app, boundary):
     check_app(app, boundary, "auto")
 
