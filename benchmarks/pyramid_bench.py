@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kfuse.apps.pyramids import BLEND, LOCAL_LAPLACIAN
+from kfuse.apps.pyramids import BLEND, EXPOSURE_FUSION, LOCAL_LAPLACIAN
 from kfuse.bench import bench_apps
 from kfuse.bench.report import print_report, to_json, to_markdown
 from kfuse.search import default_plan
@@ -26,7 +26,8 @@ def main() -> None:
     parser.add_argument("--apps", default="local_laplacian,blend")
     parser.add_argument("--no-calls", action="store_true")
     args = parser.parse_args()
-    apps = {"local_laplacian": LOCAL_LAPLACIAN, "blend": BLEND}
+    apps = {"local_laplacian": LOCAL_LAPLACIAN, "blend": BLEND,
+            "exposure_fusion": EXPOSURE_FUSION}
     chosen = [apps[name] for name in args.apps.split(",")]
     start = time.perf_counter()
     for app in chosen:  # planning cold (nvcc's resource checks; the benchmark's plan is warm)

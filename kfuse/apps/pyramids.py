@@ -10,6 +10,14 @@ collapsed, and the colour put back. Same definition choices as below; Halide cla
 input once and extends every level beyond its edges, kfuse reads each level through the
 boundary mode (the two agree away from the borders).
 
+``exposure_fusion`` — exposure fusion (Mertens, Kautz and Van Reeth 2007) of
+``EXPOSURES`` grey exposures of one scene: each pixel of each exposure weighed by its contrast
+(the absolute response of the 4-neighbour Laplacian) and its well-exposedness
+(``exp(-(v - 0.5)^2 / (2 * 0.2^2))``), the weights normalised across the exposures per pixel,
+and the exposures' Laplacian pyramids mixed level by level with their weights' Gaussian
+pyramids, then collapsed (``FUSION_LEVELS`` levels). Grey exposures: Mertens et al.'s
+saturation term (the spread of the colour channels) has no grey counterpart (its exponent 0).
+
 ``blend`` — Laplacian pyramid blending (Burt and Adelson 1983, "A multiresolution spline
 with application to image mosaics"): two images ``a`` and ``b`` and a ``mask`` in [0, 1]::
 
@@ -103,24 +111,35 @@ def blend_reference(arrays: Mapping[str, np.ndarray], params: Mapping[str, float
                     boundary: object) -> dict[str, np.ndarray]:
     """Pyramid blending in float64 with plain NumPy."""
     values = as_float64(arrays)
-
-    def gaussian(x: np.ndarray) -> list[np.ndarray]:
-        levels = [x]
-        for _ in range(BLEND_LEVELS - 1):
-            levels.append(downsample_reference(levels[-1], boundary))
-        return levels
-
-    def laplacian(x: np.ndarray) -> list[np.ndarray]:
-        levels = gaussian(x)
-        return [fine - upsample_reference(coarse, fine.shape, boundary)
-                for fine, coarse in zip(levels[:-1], levels[1:], strict=True)] + [levels[-1]]
-
-    la, lb, gm = laplacian(values["a"]), laplacian(values["b"]), gaussian(values["mask"])
+    la, lb = (laplacian_reference(values[name], BLEND_LEVELS, boundary) for name in "ab")
+    gm = gaussian_reference(values["mask"], BLEND_LEVELS, boundary)
     mixed = [m * (x - y) + y for x, y, m in zip(la, lb, gm, strict=True)]
-    image = mixed[-1]
-    for level in range(BLEND_LEVELS - 2, -1, -1):
-        image = mixed[level] + upsample_reference(image, mixed[level].shape, boundary)
-    return {"blended": image}
+    return {"blended": collapse_reference(mixed, boundary)}
+
+
+def gaussian_reference(x: np.ndarray, count: int, boundary: object) -> list[np.ndarray]:
+    """The ``count`` levels of ``x``'s Gaussian pyramid (float64), finest first."""
+    levels = [x]
+    for _ in range(count - 1):
+        levels.append(downsample_reference(levels[-1], boundary))
+    return levels
+
+
+def laplacian_reference(x: np.ndarray, count: int, boundary: object) -> list[np.ndarray]:
+    """The ``count`` levels of ``x``'s Laplacian pyramid (float64): each Gaussian level less
+    the next one upsampled, the coarsest as it is."""
+    levels = gaussian_reference(x, count, boundary)
+    return [fine - upsample_reference(coarse, fine.shape, boundary)
+            for fine, coarse in zip(levels[:-1], levels[1:], strict=True)] + [levels[-1]]
+
+
+def collapse_reference(levels: list[np.ndarray], boundary: object) -> np.ndarray:
+    """A Laplacian pyramid's image: from the coarsest level up, each level plus the image so
+    far upsampled to it."""
+    image = levels[-1]
+    for level in reversed(levels[:-1]):
+        image = level + upsample_reference(image, level.shape, boundary)
+    return image
 
 
 def blend_inputs(size: tuple[int, ...], rng: np.random.Generator, dtype: str = "float32"
@@ -271,6 +290,85 @@ LOCAL_LAPLACIAN = LocalLaplacianApp(
     bench_size=(2160, 3840),
     test_size=(37, 53),
     tolerance=1e-4,
+)
+
+# -- exposure fusion ----------------------------------------------------------------------
+
+EXPOSURES = 3
+FUSION_LEVELS = 5
+WELL_EXPOSED_SIGMA = 0.2
+WEIGHT_EPS = 1e-6  # added to every weight: a region flat in every exposure mixes them evenly
+
+
+def build_exposure_fusion(dtype: str = "float32", boundary: object = "clamp") -> kf.Pipeline:
+    """Inputs ``e0`` .. ``e{EXPOSURES-1}`` (2-D, one shape, values in [0, 1]); output
+    ``fused``."""
+    p = kf.Pipeline("exposure_fusion")
+    exposures = [p.input(f"e{k}", ndim=2, dtype=dtype) for k in range(EXPOSURES)]
+    weights = []
+    for k, e in enumerate(exposures):
+        laplacian = e.at(-1, 0) + e.at(1, 0) + e.at(0, -1) + e.at(0, 1) - 4.0 * e
+        exposed = kf.exp((e - 0.5) * (e - 0.5) * (-0.5 / WELL_EXPOSED_SIGMA ** 2))
+        weights.append(kf.local(kf.abs(laplacian) * exposed + WEIGHT_EPS, boundary=boundary,
+                                name=f"weight{k}"))
+    total = kf.point(sum(weights[1:], weights[0]), name="total")
+    normalised = [kf.point(w / total, name=f"share{k}") for k, w in enumerate(weights)]
+    shares = [kf.gaussian_pyramid(w, FUSION_LEVELS, boundary=boundary, name=f"share{k}")
+              for k, w in enumerate(normalised)]
+    details = [kf.laplacian_pyramid(e, FUSION_LEVELS, boundary=boundary, name=f"e{k}")
+               for k, e in enumerate(exposures)]
+    mixed = []
+    for level in range(FUSION_LEVELS):
+        terms = [shares[k][level] * details[k][level] for k in range(EXPOSURES)]
+        mixed.append(kf.point(sum(terms[1:], terms[0]), name=f"fused{level}"))
+    p.output(kf.collapse(mixed, boundary=boundary, name="fused"))
+    return p
+
+
+def exposure_fusion_reference(arrays: Mapping[str, np.ndarray], params: Mapping[str, float],
+                              boundary: object) -> dict[str, np.ndarray]:
+    """Exposure fusion in float64 with plain NumPy."""
+    values = as_float64(arrays)
+    exposures = [values[f"e{k}"] for k in range(EXPOSURES)]
+    weights = []
+    for e in exposures:
+        padded = _pad_axis(e, [(1, 1), (1, 1)], boundary)
+        laplacian = (padded[:-2, 1:-1] + padded[2:, 1:-1] + padded[1:-1, :-2]
+                     + padded[1:-1, 2:] - 4.0 * e)
+        exposed = np.exp(-((e - 0.5) ** 2) / (2 * WELL_EXPOSED_SIGMA ** 2))
+        weights.append(np.abs(laplacian) * exposed + WEIGHT_EPS)
+    total = sum(weights)
+    fused = [np.zeros(1)] * FUSION_LEVELS
+    for e, w in zip(exposures, weights, strict=True):
+        shares = gaussian_reference(w / total, FUSION_LEVELS, boundary)
+        details = laplacian_reference(e, FUSION_LEVELS, boundary)
+        fused = [f + g * d for f, g, d in zip(fused, shares, details, strict=True)]
+    return {"fused": collapse_reference(fused, boundary)}
+
+
+def exposure_fusion_inputs(size: tuple[int, ...], rng: np.random.Generator,
+                           dtype: str = "float32"
+                           ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """One random scene seen at ``EXPOSURES`` exposures (darker to brighter, clipped to
+    [0, 1]), each with its own noise."""
+    scene = rng.uniform(0.05, 0.6, size)
+    arrays = {}
+    for k in range(EXPOSURES):
+        gain = 0.5 * 2.0 ** k
+        arrays[f"e{k}"] = np.clip(scene * gain + rng.normal(0.0, 0.02, size), 0.0,
+                                  1.0).astype(dtype)
+    return arrays, {}
+
+
+EXPOSURE_FUSION = App(
+    name="exposure_fusion",
+    title=f"Exposure fusion of {EXPOSURES} grey exposures ({FUSION_LEVELS} levels)",
+    origin="Mertens, Kautz and Van Reeth 2007",
+    build=build_exposure_fusion,
+    reference=exposure_fusion_reference,
+    make_inputs=exposure_fusion_inputs,
+    bench_size=(4096, 4096),
+    test_size=(37, 53),
 )
 
 # The local Laplacian filter is not registered yet: planning it cold takes ~100 s on two
