@@ -2,7 +2,8 @@
 targets): local Laplacian (Halide's parameters, 4K RGB uint16) and pyramid blending.
 
 Run on the GPU machine with the halide package importable (tools/gpu_halide.sh unpacks it);
-writes the rows as JSON and Markdown to ``--out``. ``KFUSE_HALIDE_SCHEDULES`` picks Halide's
+writes the rows as JSON and Markdown to ``--out`` (each row's notes say how long planning
+took: cold on a fresh machine). ``KFUSE_HALIDE_SCHEDULES`` picks Halide's
 schedules (kfuse.bench.halide_baseline).
 """
 
@@ -12,12 +13,9 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
-
 from kfuse.apps.pyramids import BLEND, EXPOSURE_FUSION, LOCAL_LAPLACIAN
 from kfuse.bench import bench_apps
 from kfuse.bench.report import print_report, to_json, to_markdown
-from kfuse.search import default_plan
 
 
 def main() -> None:
@@ -30,14 +28,6 @@ def main() -> None:
             "exposure_fusion": EXPOSURE_FUSION}
     chosen = [apps[name] for name in args.apps.split(",")]
     start = time.perf_counter()
-    for app in chosen:  # planning cold (nvcc's resource checks; the benchmark's plan is warm)
-        graph = app.build().graph()
-        arrays, _ = app.make_inputs(app.test_size, np.random.default_rng(0))
-        shapes = {name: (*array.shape[:-2], *app.bench_size) for name, array in arrays.items()}
-        began = time.perf_counter()
-        plan = default_plan(graph, sizes=graph.bind_shapes(shapes))
-        print(f"{app.name}: planned in {time.perf_counter() - began:.1f} s, "
-              f"{len(plan.groups)} kernels", flush=True)
     rows = bench_apps(chosen, baselines=("torch eager", "torch.compile", "halide"),
                       progress=True, calls=not args.no_calls)
     args.out.mkdir(parents=True, exist_ok=True)

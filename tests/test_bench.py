@@ -710,6 +710,7 @@ def test_halide_timing_takes_the_autoscheduler_that_was_fastest():
              "halide Mullapudi2016": (lambda: None, [], clock(4e-3))}
     harness._time_side_by_side(row, SimpleNamespace(timer=clock(1.0)), timed, warmup=0,
                                repeat=5)
+    harness._fastest_autoscheduler(row)
     assert row.halide_ms == pytest.approx(0.8) and row.kfuse_ms == pytest.approx(1.0)
     assert row.halide_auto == "Mullapudi2016" and row.halide_auto_ms == pytest.approx(4.0)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,17 +87,14 @@ class HalideRun:
     input_sets: list[dict[str, Any]]           # hl.Buffer per input, per set
     output: Any                                 # hl.Buffer
     compile_seconds: float = 0.0
-    chosen: int = 0
-    notes: list[str] = field(default_factory=list)
 
     def use(self, index: int) -> None:
         """Point the pipeline's inputs at input set ``index``."""
-        self.chosen = index
+        for name, buffer in self.input_sets[index].items():
+            self.params[name].set(buffer)
 
     def run(self) -> None:
         """One call: realize into the device output (asynchronous on the device)."""
-        for name, buffer in self.input_sets[self.chosen].items():
-            self.params[name].set(buffer)
         self.pipeline.realize(self.output, self.target)
 
     def sync(self) -> None:
@@ -123,15 +120,12 @@ def prepare(app_name: str, arrays: Sequence[Mapping[str, np.ndarray]],
     target = target or gpu_target()
     on_gpu = target.has_gpu_feature()
     definition = _BUILDERS[app_name](hl, arrays[0], scalars)
+    start = time.perf_counter()
     if schedule == MANUAL:
         definition.manual_schedule(on_gpu)
+        pipeline = hl.Pipeline(definition.output)
     else:
-        _autoschedule(hl, definition, schedule, target)
-    start = time.perf_counter()
-    pipeline = hl.Pipeline(definition.output)
-    if schedule != MANUAL:
-        pipeline.apply_autoscheduler(target, hl.AutoschedulerParams(
-            schedule, _autoscheduler_options(schedule)))
+        pipeline = _autoscheduled(hl, definition, schedule, target)
     pipeline.compile_jit(target)
     compiled = time.perf_counter() - start
     input_sets = []
@@ -147,6 +141,7 @@ def prepare(app_name: str, arrays: Sequence[Mapping[str, np.ndarray]],
     output = hl.Buffer(definition.output_type, list(reversed(definition.output_shape)))
     run = HalideRun(app_name, schedule, pipeline, target, definition.params, input_sets,
                     output, compile_seconds=compiled)
+    run.use(0)
     run.run()  # the first call allocates and uploads
     run.sync()
     return run
@@ -163,39 +158,37 @@ def time_halide(run: Callable[[], object], *, warmup: int = 5, repeat: int = 50,
                 rotate: Sequence[Callable[[], object]] | None = None,
                 max_seconds: float | None = 30.0, sync: Callable[[], None] | None = None
                 ) -> Any:
-    """Host wall-clock per call of ``run``: blocks of back-to-back calls ended by ``sync``
-    (the device's work done), the block's time over its length; the median of the blocks.
-    Input sets rotate between calls as :func:`kfuse.tune.timing.time_gpu` rotates them."""
-    from kfuse.tune.timing import Timing
+    """Host wall-clock per call of ``run``: blocks of back-to-back calls, one per input set
+    (``rotate``), ended by ``sync`` (the device's work done), each block's time over its
+    length (:func:`kfuse.tune.timing.time_host` times the blocks)."""
+    from kfuse.tune.timing import Timing, time_host
 
-    sync = sync or (lambda: None)
-    rotate = list(rotate or [])
-    for index in range(max(warmup, 1)):
-        if rotate:
-            rotate[index % len(rotate)]()
-        run()
-    sync()
-    block = max(1, len(rotate))
-    samples: list[float] = []
-    budget = time.perf_counter()
-    for _ in range(max(3, repeat // block)):
-        start = time.perf_counter()
-        for index in range(block):
-            if rotate:
-                rotate[index]()
+    setters = list(rotate or []) or [lambda: None]
+
+    def block() -> None:
+        for choose in setters:
+            choose()
             run()
-        sync()
-        samples.append((time.perf_counter() - start) / block)
-        if max_seconds is not None and time.perf_counter() - budget > max_seconds:
-            break
-    return Timing.from_samples(samples)
+        if sync is not None:
+            sync()
+
+    blocks = time_host(block, warmup=max(1, warmup // len(setters)),
+                       repeat=max(3, repeat // len(setters)), max_seconds=max_seconds)
+    count = len(setters)
+    return Timing(blocks.median_s / count, blocks.min_s / count, blocks.p10 / count,
+                  blocks.p90 / count, blocks.runs * count)
 
 
-def _autoschedule(hl: Any, definition: _Definition, name: str, target: Any) -> None:
-    """Load ``name``'s plugin (it ships in the halide package's lib64)."""
+def _autoscheduled(hl: Any, definition: _Definition, name: str, target: Any) -> Any:
+    """The definition's pipeline scheduled by autoscheduler ``name`` (its plugin ships in
+    the halide package's lib64) for ``target``, from the definition's estimates."""
     library = Path(hl.__file__).parent / "lib64" / f"libautoschedule_{name.lower()}.so"
     hl.load_plugin(str(library))
     definition.estimates()
+    pipeline = hl.Pipeline(definition.output)
+    pipeline.apply_autoscheduler(target, hl.AutoschedulerParams(
+        name, _autoscheduler_options(name)))
+    return pipeline
 
 
 def _autoscheduler_options(name: str) -> dict[str, str]:

@@ -14,10 +14,12 @@ the fastest.
 from __future__ import annotations
 
 import math
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -472,12 +474,6 @@ def _time_side_by_side(row: BenchRow, env: _Env, timed: Timed, *, warmup: int,
         row.timings[label] = _timing_dict(timing)
         if label in _TIMED_FIELDS:
             setattr(row, _TIMED_FIELDS[label], timing.median_s * 1e3)
-    autoscheduled = {label.removeprefix("halide "): timing["median_s"] * 1e3
-                     for label, timing in row.timings.items()
-                     if label.startswith("halide ") and label != "halide manual"}
-    if autoscheduled:
-        row.halide_auto = min(autoscheduled, key=autoscheduled.__getitem__)
-        row.halide_auto_ms = autoscheduled[row.halide_auto]
 
 
 def _failure(what: str, error: Exception) -> str:
@@ -516,7 +512,9 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
         row.notes.append(f"kfuse runs program '{chosen.name}' ({len(chosen.launches)} "
                          "launches)")
     else:
+        began = time.perf_counter()
         plan = _choose_plan(app, graph, given, sizes, profile, env, row, autotune)
+        row.notes.append(f"planned in {time.perf_counter() - began:.1f} s")
         row.plan_groups = [list(group.members) for group in plan.groups]
         executable = backend.prepare(graph, given, plan=plan)
         plan_of_row = plan
@@ -546,6 +544,7 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     del outputs
     status(f"timing {', '.join(timed)} in turn")
     _time_side_by_side(row, env, timed, warmup=warmup, repeat=repeat)
+    _fastest_autoscheduler(row)
 
     if env.backend == "cuda" and calls:
         status("timing calls from Python")
@@ -688,17 +687,24 @@ def _bench_halide(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[di
         errors.append(max_relative_error(run.result()[inner], expected[inner]))
         row.notes.append(f"Halide {schedule}: compiled in {run.compile_seconds:.1f} s")
 
-        def timer(call: Callable[[], object], *, warmup: int, repeat: int,
-                  rotate: list[Callable[[], None]], run: Any = run) -> Timing:
-            return halide.time_halide(call, warmup=warmup, repeat=repeat, rotate=rotate,
-                                      sync=run.sync)
-        timed[f"halide {schedule}"] = (run.run, [lambda i=i, run=run: run.use(i)
-                                                 for i in range(len(host_sets))], timer)
+        timed[f"halide {schedule}"] = (
+            run.run, [partial(run.use, index) for index in range(len(host_sets))],
+            partial(halide.time_halide, sync=run.sync))
     if errors:
         row.halide_error = max(errors)
         if row.halide_error > HALIDE_TOLERANCE:
             row.notes.append(f"Halide and kfuse differ away from the borders: max relative "
                              f"error {row.halide_error:.3g}")
+
+
+def _fastest_autoscheduler(row: BenchRow) -> None:
+    """The row's fastest Halide autoscheduler (timed as ``halide <name>``) and its time."""
+    autoscheduled = {label.removeprefix("halide "): timing["median_s"] * 1e3
+                     for label, timing in row.timings.items()
+                     if label.startswith("halide ") and label != "halide manual"}
+    if autoscheduled:
+        row.halide_auto = min(autoscheduled, key=autoscheduled.__getitem__)
+        row.halide_auto_ms = autoscheduled[row.halide_auto]
 
 
 def _setter(executable: Any, arrays: dict[str, Any]) -> Callable[[], None]:

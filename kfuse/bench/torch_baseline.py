@@ -364,9 +364,9 @@ class _Translator:
 
     def size(self, symbol: str) -> str:
         if symbol not in self.size_vars:
-            derived = derived_size(symbol)
-            if fixed_size(symbol) is not None:  # a size written as a number
-                text = str(fixed_size(symbol))
+            derived, fixed = derived_size(symbol), fixed_size(symbol)
+            if fixed is not None:  # a size written as a number
+                text = str(fixed)
             elif symbol in self.holders:
                 holder, axis = self.holders[symbol]
                 text = f"{holder}.shape[{axis}]"

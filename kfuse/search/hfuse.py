@@ -144,22 +144,31 @@ def screened(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mapping[str, i
                     for part, shape in zip(parts, lowered, strict=True)], profile, ideal=True)
 
 
+def cannot_pay(bound: SideBySidePrediction, parts: int
+               ) -> tuple[Candidate, SideBySidePrediction]:
+    """The answer for parts whose :func:`screened` bound does not pay: their own blocks,
+    and the bound with the reason."""
+    return Candidate(tuple(None for _ in range(parts))), replace(
+        bound, reason=f"cannot pay at any split: {bound.reason}")
+
+
 def best_side_by_side(graph: Graph, parts: Sequence[GroupSchedule], sizes: Mapping[str, int],
                       profile: DeviceProfile | None = None,
-                      lowered: Sequence[LaunchShape] | None = None
+                      lowered: Sequence[LaunchShape] | None = None,
+                      bound: SideBySidePrediction | None = None
                       ) -> tuple[Candidate, SideBySidePrediction] | None:
     """The candidate predicted fastest for ``parts`` side by side, and its prediction
     (None where none can be written: a part that cannot run beside another). ``lowered``:
-    the parts already lowered at their own blocks. Each part is compiled once, at its own
-    block; a split's parts at other blocks are taken to need the registers they need there
-    (the compiler is run on the winner when the plan is checked)."""
+    the parts already lowered at their own blocks; ``bound``: their :func:`screened` bound.
+    Each part is compiled once, at its own block; a split's parts at other blocks are taken
+    to need the registers they need there (the compiler is run on the winner when the plan
+    is checked)."""
     profile = profile or current_profile()
     try:
         lowered = lowered or [lowering().launch_shape(graph, part, sizes) for part in parts]
-        bound = screened(graph, parts, sizes, profile, lowered)
+        bound = bound or screened(graph, parts, sizes, profile, lowered)
         if not bound.pays:
-            return Candidate(tuple(None for _ in parts)), replace(
-                bound, reason=f"cannot pay at any split: {bound.reason}")
+            return cannot_pay(bound, len(parts))
         alone = [part_shape(graph, part, sizes, profile, shape=shape)
                  for part, shape in zip(parts, lowered, strict=True)]
     except CompileError:
@@ -233,8 +242,7 @@ def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
         searched: dict[int, int] = {}
         for _, pair, parts, shapes, bound in sorted(bounds, key=lambda item: item[0]):
             if not bound.pays:
-                judged.append((pair, Candidate((None, None)), replace(
-                    bound, reason=f"cannot pay at any split: {bound.reason}")))
+                judged.append((pair, *cannot_pay(bound, 2)))
                 continue
             if any(searched.get(index, 0) >= PARTNERS_SEARCHED for index in pair):
                 skipped.append((pair, f"not searched: a part had {PARTNERS_SEARCHED} "
@@ -242,7 +250,7 @@ def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
                 continue
             for index in pair:
                 searched[index] = searched.get(index, 0) + 1
-            best = best_side_by_side(plan.graph, parts, sizes, profile, shapes)
+            best = best_side_by_side(plan.graph, parts, sizes, profile, shapes, bound)
             if best is not None:
                 judged.append((pair, *best))
     judged.sort(key=lambda item: item[2].fused_s - item[2].best_apart_s)
@@ -268,5 +276,5 @@ def side_by_side_plan(plan: FusionPlan, sizes: Mapping[str, int] | None,
                                      for (a, b), why in apart_names))
 
 
-__all__ = ["Candidate", "best_side_by_side", "candidates", "part_shape", "screened",
-           "side_by_side_plan"]
+__all__ = ["Candidate", "best_side_by_side", "candidates", "cannot_pay", "part_shape",
+           "screened", "side_by_side_plan"]
