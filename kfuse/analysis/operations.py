@@ -3,7 +3,8 @@
 Facts of the IR that the cost models, the choice of a group's form and code generation all
 read: operations per point with special functions weighted (:data:`SFU_WEIGHT`), the
 logarithms that may be the hardware's (:func:`logs_in_exp`), and the points at which a
-register tile evaluates each member of a group (:func:`evaluation_points`).
+register tile evaluates each member of a group (:func:`evaluation_points`,
+:func:`remote_evaluations`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ def _body_operations(body: Expr) -> float:
     return counts["alu"] + SFU_WEIGHT * counts["sfu"]
 
 
+def aligned_read(kernel: Kernel, access: object) -> bool:
+    """True for a read at the reader's own point plus constant offsets along its own axes
+    (what register tiles share between points); reads at another resolution, at computed
+    indices or through a broadcast index are evaluated where they land instead."""
+    return not access.remapped and access.dims == tuple(range(kernel.ndim))  # type: ignore[attr-defined]
+
+
 def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                       tile: tuple[int, ...] | None = None) -> dict[str, set[tuple[int, ...]]]:
     """The points (offsets from a thread's first point) at which each member is evaluated.
@@ -77,21 +85,44 @@ def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[st
     A thread computes a register tile of ``tile[d]`` consecutive points along each axis d
     (one point when left out); a member written to memory is evaluated at each of them,
     and a producer read by a consumer in the group at offsets is evaluated at every
-    composed offset (each distinct point once).
+    composed offset (each distinct point once). Members read at other points (another
+    resolution, computed indices, a broadcast) are counted by :func:`remote_evaluations`.
+    ``members`` are in program order (the last one is evaluated at the group's points).
     """
     group = set(members)
-    ndim = graph.kernel_by_name[members[0]].ndim
+    ndim = graph.kernel_by_name[members[-1]].ndim
     rows = list(product(*(range(n) for n in (tile or (1,) * ndim))))
     offsets: dict[str, set[tuple[int, ...]]] = {name: set() for name in members}
     for name in members:
         if graph.kernel_by_name[name].output in outputs:
             offsets[name].update(rows)
     for name in reversed(list(members)):
-        for access in graph.kernel_by_name[name].accesses:
+        kernel = graph.kernel_by_name[name]
+        for access in kernel.accesses:
             producer = graph.producer.get(access.buffer)
-            if producer not in group:
+            if producer not in group or not aligned_read(kernel, access):
                 continue
             for base in offsets[name]:
                 for offset in access.offsets:
                     offsets[producer].add(tuple(b + o for b, o in zip(base, offset, strict=True)))
     return offsets
+
+
+def remote_evaluations(graph: Graph, members: Sequence[str],
+                       evaluated: dict[str, set[tuple[int, ...]]]) -> dict[str, int]:
+    """Per member, how many times a register tile evaluates it where a consumer of the group
+    reads it at other points than the tile's own (:func:`aligned_read`), given
+    :func:`evaluation_points`' answer ``evaluated``: once per such read of each evaluation of
+    its consumer, and so on up through what it reads (no sharing counted: an upper bound)."""
+    group = set(members)
+    counts = dict.fromkeys(members, 0)
+    for name in reversed(list(members)):
+        kernel = graph.kernel_by_name[name]
+        for access in kernel.accesses:
+            producer = graph.producer.get(access.buffer)
+            if producer not in group:
+                continue
+            times = counts[name] if aligned_read(kernel, access) else \
+                counts[name] + len(evaluated[name])
+            counts[producer] += times * len(access.offsets)
+    return counts

@@ -129,7 +129,10 @@ class KernelGroup(GroupNames):
 
     def parameters(self) -> tuple[KernelParam, ...]:
         """The kernel's arguments: buffers, sizes and runtime parameters."""
-        symbols = sizes_of(self.graph, self.reads + list(self.outputs), self.domain)
+        # (an intermediate evaluated where read at another resolution or a computed index
+        # maps the read by its own sizes)
+        symbols = sizes_of(self.graph, self.reads + list(self.outputs) + list(self.produced),
+                           self.domain)
         params = param_list(self.graph, self.reads, list(self.outputs), symbols, self.params)
         return tuple(KernelParam(*p) for p in params)
 
@@ -149,23 +152,39 @@ class KernelGroup(GroupNames):
         if producer is None:
             return None
         dtype = producer.body.dtype  # type: ignore[union-attr]
-        if not load.is_centered:  # the producer where the read's boundary mode puts it
+        # (a producer never has fewer axes than its reader in a group: an identity read is
+        # at the reader's own point, which flat kernels address by one flat index)
+        here = load.is_centered and load.dims == tuple(range(len(load.dims)))
+        if not here:  # the producer where the read's boundary mode puts it
             coords, inside = self.mapped_point(load, emitter)
             emitter = emitter.at(coords)
         emitter.state.evaluated.add((producer.name, emitter.coords))
         value = emitter.emit(producer.body)  # type: ignore[arg-type]
         value = emitter.state.wrap(rounded(value, dtype), rounded("{}", dtype), value)
-        return value if load.is_centered else self.guarded(load, emitter, value, inside)
+        return value if here else self.guarded(load, emitter, value, inside)
 
     def mapped_point(self, load: Load, emitter: ExprEmitter
                      ) -> tuple[tuple[Coordinate, ...], list[str]]:
-        """The read's point mapped by its boundary mode (index exchange), per axis, and the
-        inside flags that constant mode needs."""
+        """The read's point on its producer's axes, mapped by the read's boundary mode (index
+        exchange), and the inside flags that constant mode needs. An axis read at an offset
+        stays a shift of the reader's coordinate where the kernel knows it inside; one read
+        at another resolution or at a computed index (the producer evaluated where read)
+        becomes an index variable."""
         coords, inside = [], []
         buffer = self.graph.buffers[load.buffer]
-        for axis, offset in enumerate(load.offsets):
-            coord, flag = emitter.shifted(emitter.coords[axis], offset,
-                                          size_var(buffer.shape[axis]), load)
+        computed = iter(load.children())
+        for axis, (dim, offset) in enumerate(zip(load.dims, load.offsets, strict=True)):
+            size = size_var(buffer.shape[axis])
+            if load.indices is not None and load.indices[axis] is not None:
+                index, flag = emitter.computed_index(emitter.emit(next(computed)), offset, size,
+                                                     load)
+                coord: Coordinate = (index, 0)
+            elif load.scale(axis) != (1, 1):
+                index, flag = emitter.scaled_index(emitter.coords[dim], load.scale(axis),
+                                                   offset, size, load)
+                coord = (index, 0)
+            else:
+                coord, flag = emitter.shifted(emitter.coords[dim], offset, size, load)
             coords.append(coord)
             if flag:
                 inside.append(flag)
@@ -457,6 +476,8 @@ def reach(group: KernelGroup, tile: tuple[int, ...]) -> list[tuple[int, int]]:
     reached: list[set[int]] = [{p[axis] for evaluated in points.values() for p in evaluated}
                                for axis in range(group.ndim)]
     for kernel in group.members:
+        if not points[kernel.name]:
+            continue  # evaluated only where read at other points: its reads always map
         for access in kernel.accesses:
             if access.buffer in group.produced or access.remapped:
                 continue  # intermediates are evaluated points; remapped reads always map

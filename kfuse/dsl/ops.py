@@ -209,7 +209,8 @@ def lookup(table: Array, index: object, *, boundary: object = "clamp") -> Load:
     """``table[index]``: a 1-D array read at a computed integer ``index`` (a lookup table,
     a histogram-equalisation remap), through ``boundary`` where the index falls outside.
     An expression, to use in an operator; the planner takes its footprint to be the whole
-    table (it is never fused with the operator that computes it)."""
+    table (fused with the operator that computes it, that operator is evaluated where
+    read)."""
     if not isinstance(table, Array) or table.ndim != 1:
         raise DslError("lookup() takes a 1-D array of a pipeline as its table",
                        operator="lookup")

@@ -21,7 +21,14 @@ from kfuse.errors import FusionError
 from kfuse.ir.expr import Binary, Coord, Expr, Load, Unary, loads, transform
 from kfuse.ir.fingerprint import canonical
 from kfuse.ir.graph import Graph
-from kfuse.schedule.forms import Form, MapReduceVariant, as_form, half_reason, is_variant_text
+from kfuse.schedule.forms import (
+    Form,
+    MapReduceVariant,
+    as_form,
+    evaluated_where_read,
+    half_reason,
+    is_variant_text,
+)
 
 # Hopper limits (an H100/H200 block): used when no device profile says otherwise.
 MAX_SHARED_BYTES_PER_BLOCK = 227 * 1024
@@ -99,30 +106,16 @@ def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> s
 
 
 def rule_same_iteration_space(graph: Graph, members: Sequence[str]) -> str | None:
-    """All members iterate over the same space (Qiao 2021 header compatibility, Eq. 3.3)."""
-    domains = {graph.kernel_by_name[n].domain for n in members}
+    """Members evaluated at the kernel's points share one iteration space (Qiao 2021 header
+    compatibility, Eq. 3.3); a member read only at other points (another resolution,
+    computed indices, a broadcast) is evaluated where read and may have its own
+    (:func:`~kfuse.schedule.forms.evaluated_where_read`)."""
+    remote = set(evaluated_where_read(graph, members))
+    domains = {graph.kernel_by_name[n].domain for n in members if n not in remote}
     if len(domains) > 1:
         shapes = " vs ".join(str(d) for d in domains)
-        return f"iteration spaces differ ({shapes})"
-    return None
-
-
-def rule_internal_reads_aligned(graph: Graph, members: Sequence[str]) -> str | None:
-    """Intermediates are read at the consumer's own point plus offsets (Qiao 2021 AccPattern_a)."""
-    group = set(members)
-    for name in members:
-        kernel = graph.kernel_by_name[name]
-        for access in kernel.accesses:
-            producer = graph.producer.get(access.buffer)
-            if producer in group and access.gathered:
-                return (f"'{name}' reads '{access.buffer}' at indices it computes (a "
-                        "data-dependent read: any point of the gathered axis)")
-            if producer in group and access.dims != tuple(range(kernel.ndim)):
-                return (f"'{name}' reads '{access.buffer}' through a transposed or broadcast "
-                        "index, not aligned with its own iteration space")
-            if producer in group and access.scales is not None:
-                return (f"'{name}' reads '{access.buffer}' at another resolution (a pyramid "
-                        "level's read): its points are not those of its producer")
+        return (f"iteration spaces differ ({shapes}) between operators written to memory or "
+                "read at their consumers' points")
     return None
 
 
@@ -192,15 +185,22 @@ def rule_reductions_fusible(graph: Graph, members: Sequence[str]) -> str | None:
 
 
 def rule_same_nesting_depth(graph: Graph, members: Sequence[str]) -> str | None:
-    """Operators of different nesting depth are never fused (Filipovič et al. 2015 F3).
+    """No operator is fused into a consumer of more axes (Filipovič et al. 2015 F3).
 
     Fusing a vector operator into a matrix one would repeat it for every row or column
-    and save no memory traffic.
+    and save no memory traffic; a consumer of fewer axes (a plane chosen by a computed
+    index, a reduction of it) evaluates its producer no more often than it has points.
+    Operators evaluated at the kernel's points share its space, hence its depth.
     """
-    depths = sorted({len(graph.kernel_by_name[n].domain) for n in members})
-    if len(depths) > 1:
-        return (f"iteration spaces differ in nesting depth ({' vs '.join(map(str, depths))} "
-                "axes): the shallower operator would be repeated and save no traffic")
+    group = set(members)
+    for name in members:
+        kernel = graph.kernel_by_name[name]
+        for buffer in kernel.reads:
+            producer = graph.producer.get(buffer)
+            if producer in group and graph.kernel_by_name[producer].ndim < kernel.ndim:
+                return (f"iteration spaces differ in nesting depth ('{producer}' has "
+                        f"{graph.kernel_by_name[producer].ndim} axes, '{name}' {kernel.ndim}): "
+                        "the shallower operator would be repeated and save no traffic")
     return None
 
 
@@ -660,7 +660,6 @@ GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (
     rule_connected,
     rule_no_reduction_consumed_inside,
     rule_reductions_fusible,
-    rule_internal_reads_aligned,
     rule_same_nesting_depth,
 )
 

@@ -14,6 +14,7 @@ from functools import cached_property
 
 import networkx as nx
 
+from kfuse.analysis.operations import aligned_read
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import (
     Violation,
@@ -420,6 +421,12 @@ def _fused_reason(graph: Graph, source: str, target: str, buffer: str,
             else "the row's segments"
         return (f"'{buffer}' is complete in the block after a pass over {walked}; the next "
                 "pass reads them again (from shared memory or L2 where they still are)")
+    elsewhere = [access for access in consumer.accesses if access.buffer == buffer
+                 and not aligned_read(consumer, access)]
+    if elsewhere:
+        how = ("at computed indices" if elsewhere[0].gathered else "at another resolution"
+               if elsewhere[0].scales else "through a broadcast or transposed index")
+        return f"'{source}' is evaluated where '{target}' reads it ({how}), in registers"
     radius = consumer.halo_radius(buffer)
     if radius and any(radius):
         window = "x".join(str(2 * r + 1) for r in radius)

@@ -22,7 +22,7 @@ from kfuse.fusion.legality import Violation, resource_violation
 from kfuse.ir.alone import GroupAlone, group_alone
 from kfuse.ir.fingerprint import digest
 from kfuse.ir.graph import Graph
-from kfuse.schedule.forms import Form, GroupSchedule, Tiled, as_form, default_form
+from kfuse.schedule.forms import Form, GroupSchedule, Tiled, as_form, default_form, group_ndim
 from kfuse.schedule.lowering import LoweredKernel, lowering
 from kfuse.schedule.tiles import tile_choices
 
@@ -52,7 +52,7 @@ def fitting_tile(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     """
     form = as_form(form) or default_form(graph, members)
     named = getattr(form, "tile", None)  # a form that names its tile is checked with it alone
-    tiles = [named] if named else tile_choices(form.name, graph.kernel_by_name[members[0]].ndim)
+    tiles = [named] if named else tile_choices(form.name, group_ndim(graph, members))
     if len(members) < 2 or not lowering().measures():
         return tiles[0], None
     # (groups alike up to names fit alike: the pairs of a chain of one stencil compile once)

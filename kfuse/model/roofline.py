@@ -14,7 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 
-from kfuse.analysis.operations import evaluation_points, operations_per_point
+from kfuse.analysis.operations import (
+    evaluation_points,
+    operations_per_point,
+    remote_evaluations,
+)
 from kfuse.ir.expr import Load, loads
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile
@@ -80,18 +84,22 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
                          len(kernels[-1].domain))
     rows = prod(tile)  # points per thread
     evaluated = evaluation_points(graph, members, outputs, tile)
+    remote = remote_evaluations(graph, members, evaluated)  # (evaluated where read)
     operations = 0.0
     cached: set[tuple] = set()
+    remote_loads = 0.0
     for kernel in kernels:
-        operations += len(evaluated[kernel.name]) * operations_per_point(kernel) * points / rows
+        operations += (len(evaluated[kernel.name]) + remote[kernel.name]) * \
+            operations_per_point(kernel) * points / rows
         for load in _distinct_loads(kernel.body):
             if graph.producer.get(load.buffer) in group:
                 continue
+            remote_loads += remote[kernel.name]
             for base in evaluated[kernel.name]:  # (a reduction's points have fewer axes
                 cached.add((load.buffer, tuple(  # than its reads: the rest start at 0)
                     (base[d] if 0 <= d < len(base) else 0) + o
                     for d, o in zip(load.dims, load.offsets, strict=True))))
-    cached_bytes = len(cached) * 4 * points / rows
+    cached_bytes = (len(cached) + remote_loads) * 4 * points / rows
     arithmetic_rate, l1_rate = _rates(profile)
     times = {"memory": dram / profile.copy_bandwidth_bytes_per_s,
              "arithmetic": operations / arithmetic_rate,

@@ -14,6 +14,7 @@ from kfuse.schedule.forms import (
     Single,
     Staged,
     Tiled,
+    WhereRead,
     as_form,
     default_form,
     group_schedule,
@@ -21,4 +22,4 @@ from kfuse.schedule.forms import (
 )
 
 __all__ = ["Form", "GroupSchedule", "MapReduceVariant", "Recompute", "Registers", "Single",
-           "Staged", "Tiled", "as_form", "default_form", "group_schedule", "parse_form"]
+           "Staged", "Tiled", "WhereRead", "as_form", "default_form", "group_schedule", "parse_form"]

@@ -8,6 +8,8 @@ says how that kernel is written (as Halide separates an algorithm from its sched
 - :class:`Recompute` — a fused stencil chain whose producers are evaluated again at each
   tap of their consumers, in registers (register tiles; marching planes along z in 3-D
   on devices where that pays);
+- :class:`WhereRead` — a fused group whose members read at another resolution, at computed
+  indices or through a broadcast are evaluated where read (Halide's inlining), in registers;
 - :class:`Staged` — a fused 2-D stencil chain whose read-at-an-offset intermediates are
   computed once per block into shared memory, halo included;
 - :class:`MapReduceVariant` — a map/reduce group (Filipovič et al. 2015): one point of
@@ -30,7 +32,7 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import Any, ClassVar
 
-from kfuse.analysis.operations import evaluation_points
+from kfuse.analysis.operations import aligned_read, evaluation_points, remote_evaluations
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
 from kfuse.errors import FusionError
 from kfuse.ir.expr import HALF_DTYPES, ITEM_SIZE, Coord, Load
@@ -105,6 +107,17 @@ class Recompute(Tiled):
 
 
 @dataclass(frozen=True)
+class WhereRead(Tiled):
+    """A fused group with members evaluated where read at other points than the kernel's
+    own (:func:`evaluated_where_read`: a level read by a coarser or finer one, a plane
+    chosen by a computed index), each at the point its consumer's read lands on, in
+    registers; short register tiles (a thread's points share little)."""
+
+    name: ClassVar[str] = "where_read"
+    grows: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class Staged(Form):
     """A fused 2-D stencil chain through shared memory: each intermediate read at an offset
     is computed once per block over the output tile grown by its halo. ``rows``: output
@@ -130,6 +143,9 @@ class Staged(Form):
         return (block_y * rows, block_x)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
+        remote = remote_reason(graph, members, self.name)
+        if remote:
+            return remote
         if any(ITEM_SIZE[graph.buffers[name].dtype] < 4 for name in touched(graph, members)):
             return (f"the {self.name} implementation cannot compute it: it keeps values of "
                     "4 and 8 bytes in shared memory")
@@ -184,6 +200,9 @@ class Streamed(Form):
         return cls(**fields)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
+        remote = remote_reason(graph, members, self.name)
+        if remote:
+            return remote
         reason = streaming.stream_reasons(graph, members)
         if reason is None:
             layout = streaming.stream_layout(graph, members)
@@ -402,7 +421,8 @@ class MapReduceVariant(Form):
                    stash, held_columns)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
-        return half_reason(graph, members, "map-reduce")
+        return remote_reason(graph, members, "map-reduce") or \
+            half_reason(graph, members, "map-reduce")
 
     def width(self, item_size: int | None) -> int:
         """Elements per thread and access: ``vector_bytes``' worth when wide, else 1."""
@@ -475,7 +495,7 @@ def is_variant_text(variant: object) -> bool:
 
 
 FORMS: dict[str, type[Form]] = {form.name: form for form in (Single, Registers, Recompute,
-                                                              Staged, Streamed)}
+                                                              WhereRead, Staged, Streamed)}
 
 
 def parse_form(text: str) -> Form | None:
@@ -624,6 +644,47 @@ def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
     return tuple(written)
 
 
+def group_ndim(graph: Graph, members: Sequence[str]) -> int:
+    """Axes of the group's kernel's iteration space: its last operator's in program order
+    (a member evaluated where read may have others, :func:`evaluated_where_read`)."""
+    position = {kernel.name: index for index, kernel in enumerate(graph.kernels)}
+    return graph.kernel_by_name[max(members, key=position.__getitem__)].ndim
+
+
+def evaluated_where_read(graph: Graph, members: Sequence[str]) -> tuple[str, ...]:
+    """Members the group's kernel evaluates only where its members read them at other
+    points than the kernel's own: at another resolution, at computed indices or through a
+    broadcast index (a pyramid level's producer, a lookup's source: Halide's inlining,
+    Ragan-Kelley et al. 2013). Every other member is evaluated at the kernel's points or at
+    offsets from them, and shares its iteration space (:func:`kfuse.fusion.legality.rule_same_iteration_space`).
+    In program order."""
+    group = set(members)
+    position = {kernel.name: index for index, kernel in enumerate(graph.kernels)}
+    ordered = sorted(group, key=position.__getitem__)
+    written = set(group_outputs(graph, ordered))
+    aligned = {name for name in ordered if set(graph.kernel_by_name[name].writes) & written}
+    for name in reversed(ordered):
+        if name not in aligned:
+            continue
+        kernel = graph.kernel_by_name[name]
+        for access in kernel.accesses:
+            producer = graph.producer.get(access.buffer)
+            if producer in group and aligned_read(kernel, access):
+                aligned.add(producer)
+    return tuple(name for name in ordered if name not in aligned)
+
+
+def remote_reason(graph: Graph, members: Sequence[str], form: str) -> str | None:
+    """Why a form that keeps intermediates at the kernel's own points (shared memory,
+    planes, rows) cannot compute a group with members evaluated where read (None: none)."""
+    remote = evaluated_where_read(graph, members)
+    if remote:
+        return (f"the {form} implementation cannot compute it: '{remote[0]}' is read at "
+                "other points than the kernel's own (another resolution, computed indices "
+                "or a broadcast) and is evaluated where read, in registers")
+    return None
+
+
 def touched(graph: Graph, members: Sequence[str]) -> set[str]:
     """Every buffer the group reads or writes."""
     return {name for member in members for name in
@@ -669,6 +730,8 @@ def default_form(graph: Graph, members: Sequence[str]) -> Form:
     """
     if len(members) == 1:
         return Single()
+    if evaluated_where_read(graph, members):
+        return WhereRead()
     group = set(members)
     stencil_inside = any(graph.producer.get(access.buffer) in group and not access.is_point
                          for name in members for access in graph.kernel_by_name[name].accesses)
@@ -678,7 +741,9 @@ def default_form(graph: Graph, members: Sequence[str]) -> Form:
     if not keeping:
         return Recompute()
     outputs = group_outputs(graph, members)
-    tile = tiles.register_tile("recompute", graph.kernel_by_name[members[0]].ndim)
+    tile = tiles.register_tile("recompute", group_ndim(graph, members))
     points = evaluation_points(graph, members, outputs, tile)
-    per_output = sum(len(p) for p in points.values()) / (prod(tile) * len(members))
+    remote = remote_evaluations(graph, members, points)
+    per_output = (sum(len(p) for p in points.values()) + sum(remote.values())) / (
+        prod(tile) * len(members))
     return keeping[0] if per_output > STAGE_ABOVE_EVALUATIONS else Recompute()

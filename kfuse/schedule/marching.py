@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from kfuse import config
 from kfuse.ir.graph import Graph
 from kfuse.schedule import tiles
-from kfuse.schedule.forms import Form, Recompute, reads_only_at_points
+from kfuse.schedule.forms import Form, Recompute, reads_only_at_points, remote_reason
 from kfuse.schedule.tiles import is_arithmetic_heavy
 
 # Whether 3-D recompute groups march: kfuse.config's ``march`` (None: per device, the cuda
@@ -89,6 +89,9 @@ def march_reasons(graph: Graph, members: Sequence[str], outputs: Sequence[str]) 
         return "only 3-D map and stencil groups march along z"
     if is_arithmetic_heavy(kernels):
         return "arithmetic-heavy operators keep narrow register tiles"
+    remote = remote_reason(graph, members, "marching")
+    if remote:
+        return remote
     names = staged_inputs(graph, members)
     if not names:
         return "no input is read plane by plane"

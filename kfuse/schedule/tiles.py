@@ -27,6 +27,7 @@ TILE_X, TILE_Y = 64, 4  # measured on an H200: slightly ahead of 32 x 8 (docs/jo
 TILED_BLOCKS: dict[tuple[str, int], tuple[int, int]] = {
     ("single", 2): (TILE_X, TILE_Y), ("recompute", 2): (32, 2), ("arithmetic", 2): (TILE_X, TILE_Y),
     ("single", 3): (32, 4), ("recompute", 3): (32, 4), ("arithmetic", 3): (32, 4),
+    ("where_read", 2): (TILE_X, TILE_Y), ("where_read", 3): (32, 4),
 }
 # Blocks per SM that tiled kernels ask the compiler to fit (__launch_bounds__; 0: no
 # request, the compiler may use up to 255 registers per thread)
@@ -44,14 +45,19 @@ ITEMS_PER_THREAD = 4  # points per thread of flat kernels: loads in flight
 REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
     ("single", 2): (8, 4), ("recompute", 2): (10, 4), ("arithmetic", 2): (8, 1),
     ("single", 3): (8, 2, 4), ("recompute", 3): (8, 2, 4), ("arithmetic", 3): (8, 1, 1),
+    # members evaluated where read at other points (another level, a computed index) share
+    # little between a thread's points: short tiles, each point's reads of its own
+    ("where_read", 2): (2, 4), ("where_read", 3): (2, 1, 4),
 }
 # Operators above this many operations per point (special functions weighted as in the
 # roofline model) are arithmetic-bound on an H100/H200: they get the "arithmetic" tiles.
 ARITHMETIC_HEAVY_OPERATIONS = 100
 # Smaller register tiles for fused groups whose kernel would not fit the registers
 # (ptxas decides, see kfuse.fusion.resources), in order of preference.
-FALLBACK_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
-    2: ((8, 4), (4, 4), (4, 2), (4, 1)), 3: ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
+FALLBACK_TILES: dict[tuple[str, int], tuple[tuple[int, ...], ...]] = {
+    ("recompute", 2): ((8, 4), (4, 4), (4, 2), (4, 1)),
+    ("recompute", 3): ((4, 2, 4), (8, 1, 4), (4, 1, 1)),
+    ("where_read", 2): ((1, 4), (1, 1)), ("where_read", 3): ((1, 1, 4), (1, 1, 1)),
 }
 STAGED_ROWS = 8  # points per thread along the outermost axis of staged kernels
 
@@ -68,10 +74,10 @@ def is_arithmetic_heavy(members: Sequence[Kernel]) -> bool:
 
 def tile_choices(variant: str, ndim: int) -> list[tuple[int, ...] | None]:
     """Register tiles to try for a group, best first (None: the variant has no tile)."""
-    if variant != "recompute" or ndim < 2:
+    if variant not in ("recompute", "where_read") or ndim < 2:
         return [None]
     first = register_tile(variant, ndim)
-    return [first, *(tile for tile in FALLBACK_TILES[ndim] if tile != first)]
+    return [first, *(tile for tile in FALLBACK_TILES[(variant, ndim)] if tile != first)]
 
 
 def staged_tile() -> tuple[int, int]:
@@ -119,4 +125,4 @@ def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
 
 def tile_kind(variant: str) -> str:
     """The REGISTER_TILES / TILED_BLOCKS kind of a group's variant."""
-    return variant if variant in ("recompute", "arithmetic") else "single"
+    return variant if variant in ("recompute", "arithmetic", "where_read") else "single"

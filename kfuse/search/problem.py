@@ -606,8 +606,7 @@ GRAPH_MODELS: dict[str, GraphModel] = {
 # Rules of kfuse.fusion.legality that a superset of a failing group fails too (the failing
 # members, or their pair, are still there); only those of GROUP_RULES are used for pruning.
 HEREDITARY_GRAPH_RULES = frozenset({
-    "rule_no_opaque", "rule_same_iteration_space", "rule_no_reduction_consumed_inside",
-    "rule_reductions_fusible", "rule_internal_reads_aligned",
+    "rule_no_opaque", "rule_no_reduction_consumed_inside", "rule_reductions_fusible",
     "rule_same_nesting_depth"})
 
 
