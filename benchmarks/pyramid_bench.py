@@ -23,12 +23,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--apps", default="local_laplacian,blend")
     parser.add_argument("--no-calls", action="store_true")
+    parser.add_argument("--baselines", default="torch eager,torch.compile,halide",
+                        help="comma-separated, of kfuse.bench.harness.BASELINES")
     args = parser.parse_args()
     apps = {"local_laplacian": LOCAL_LAPLACIAN, "blend": BLEND,
             "exposure_fusion": EXPOSURE_FUSION}
     chosen = [apps[name] for name in args.apps.split(",")]
     start = time.perf_counter()
-    rows = bench_apps(chosen, baselines=("torch eager", "torch.compile", "halide"),
+    rows = bench_apps(chosen, baselines=tuple(args.baselines.split(",")),
                       progress=True, calls=not args.no_calls)
     args.out.mkdir(parents=True, exist_ok=True)
     to_json(rows, args.out / "pyramid_bench.json")

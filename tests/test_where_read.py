@@ -140,3 +140,18 @@ def test_forms_that_keep_values_at_their_own_points_say_why_not():
     assert plan.groups[0].variant == "where_read"
     assert "'smooth' is evaluated where 'coarse' reads it (at another resolution)" in \
         plan.explain()
+
+
+def test_chains_of_reads_at_other_points_are_bounded():
+    p = kf.Pipeline("zoom")
+    x = p.input("x", 2)
+    once = kf.upsample(x, name="once")
+    twice = kf.upsample(once, name="twice")
+    p.output(kf.upsample(twice, name="thrice"))
+    graph = p.graph()
+    assert group_violations(graph, ["once", "twice"]) == []  # 9 interpolation taps
+    (violation,) = group_violations(graph, ["once", "twice", "thrice"])
+    assert violation.rule == "evaluations_where_read_bounded"
+    assert "90 times per point ('once' 81 times; at most 32)" in violation.reason
+    values = np.random.default_rng(6).random((5, 4), dtype=np.float32)
+    _check(p, [["once", "twice"]], x=values)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from kfuse.analysis.operations import evaluation_points, remote_evaluations
 from kfuse.analysis.order import Reachability
 from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.errors import FusionError
@@ -26,6 +27,7 @@ from kfuse.schedule.forms import (
     MapReduceVariant,
     as_form,
     evaluated_where_read,
+    group_outputs,
     half_reason,
     is_variant_text,
 )
@@ -116,6 +118,33 @@ def rule_same_iteration_space(graph: Graph, members: Sequence[str]) -> str | Non
         shapes = " vs ".join(str(d) for d in domains)
         return (f"iteration spaces differ ({shapes}) between operators written to memory or "
                 "read at their consumers' points")
+    return None
+
+
+# Evaluations where read are code: each is written out for every point of a thread's tile
+# and none is shared, so a chain of them grows as the product of its taps (a collapse's
+# levels fused: nine interpolation taps a level, sixteen a downsample). Beyond this many per
+# point a group is refused: the local Laplacian filter's levels fused three deep made a
+# kernel of 110,000 lines of C that nvcc took minutes to compile.
+MAX_EVALUATIONS_WHERE_READ = 32
+
+
+def rule_evaluations_where_read_bounded(graph: Graph, members: Sequence[str]) -> str | None:
+    """Members evaluated where read (:func:`~kfuse.schedule.forms.evaluated_where_read`) are
+    evaluated at most :data:`MAX_EVALUATIONS_WHERE_READ` times per point of the kernel."""
+    remote = evaluated_where_read(graph, members)
+    if not remote:
+        return None
+    position = {kernel.name: index for index, kernel in enumerate(graph.kernels)}
+    ordered = sorted(members, key=position.__getitem__)
+    points = evaluation_points(graph, ordered, group_outputs(graph, ordered))
+    counts = remote_evaluations(graph, ordered, points)
+    total = sum(counts.values())
+    if total > MAX_EVALUATIONS_WHERE_READ:
+        most = max(remote, key=counts.__getitem__)
+        return (f"its kernel would evaluate operators where read {total} times per point "
+                f"('{most}' {counts[most]} times; at most {MAX_EVALUATIONS_WHERE_READ}): "
+                "chained reads at other points multiply their taps")
     return None
 
 
@@ -661,6 +690,7 @@ GROUP_RULES: tuple[Callable[[Graph, Sequence[str]], str | None], ...] = (
     rule_no_reduction_consumed_inside,
     rule_reductions_fusible,
     rule_same_nesting_depth,
+    rule_evaluations_where_read_bounded,
 )
 
 
