@@ -14,6 +14,7 @@ the fastest.
 from __future__ import annotations
 
 import math
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -377,6 +378,8 @@ def bench_apps(names: Sequence[Any], *, backend: str = "cuda",
             def status(text: str, name: str = app.name, task: Any = task) -> None:
                 if bar is not None:
                     bar.update(task, description=f"{name}: {text}")
+                    if not sys.stdout.isatty():  # (a log: rich draws no bar into it)
+                        print(f"[{time.strftime('%H:%M:%S')}] {name}: {text}", flush=True)
 
             row = BenchRow(app.name, _as_size(size, app), profile.name, backend,
                            copy_gbps=profile.copy_bandwidth_bytes_per_s / 1e9,
@@ -513,9 +516,11 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
                          "launches)")
     else:
         began = time.perf_counter()
+        status("planning")
         plan = _choose_plan(app, graph, given, sizes, profile, env, row, autotune)
         row.notes.append(f"planned in {time.perf_counter() - began:.1f} s")
         row.plan_groups = [list(group.members) for group in plan.groups]
+        status(f"compiling the plan's program ({len(plan.kernel_groups)} kernels)")
         executable = backend.prepare(graph, given, plan=plan)
         plan_of_row = plan
     row.floor_bytes = dram_floor_bytes(graph, sizes)
