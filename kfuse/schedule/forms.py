@@ -662,7 +662,10 @@ def evaluated_where_read(graph: Graph, members: Sequence[str]) -> tuple[str, ...
     position = {kernel.name: index for index, kernel in enumerate(graph.kernels)}
     ordered = sorted(group, key=position.__getitem__)
     written = set(group_outputs(graph, ordered))
-    aligned = {name for name in ordered if set(graph.kernel_by_name[name].writes) & written}
+    # (a reduction is never evaluated where read: its result is complete only once its
+    # kernel has folded every point, which map-reduce forms arrange for their epilogues)
+    aligned = {name for name in ordered if set(graph.kernel_by_name[name].writes) & written
+               or graph.kernel_by_name[name].reduction is not None}
     for name in reversed(ordered):
         if name not in aligned:
             continue
