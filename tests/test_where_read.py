@@ -155,3 +155,19 @@ def test_chains_of_reads_at_other_points_are_bounded():
     assert "90 times per point ('once' 81 times; at most 32)" in violation.reason
     values = np.random.default_rng(6).random((5, 4), dtype=np.float32)
     _check(p, [["once", "twice"]], x=values)
+
+
+def test_grids_that_differ_are_named_whatever_else_the_group_holds():
+    p = kf.Pipeline("grids")
+    image = p.input("image", 2)
+    planes = kf.point(image.at(0, 0, dims=(1, 2)) + kf.astype(kf.coord(0), "float32"),
+                      name="planes", shape=(3, "h", "w"))
+    stack = kf.point(planes * 2.0, name="stack")
+    scaled = kf.point(image * 3.0, name="scaled")
+    chosen = kf.astype(image * 3.0, "int32")
+    p.output(stack, kf.point(stack.at(0, 0, 0, index={0: chosen})
+                             + kf.upsampled(kf.downsample(scaled, name="half")),
+                             name="picked"))
+    reasons = [str(v) for v in group_violations(
+        p.graph(), ["planes", "stack", "scaled", "half", "picked"])]
+    assert any("iteration spaces differ" in r for r in reasons), reasons

@@ -133,8 +133,8 @@ def rule_evaluations_where_read_bounded(graph: Graph, members: Sequence[str]) ->
     """Members evaluated where read (:func:`~kfuse.schedule.forms.evaluated_where_read`) are
     evaluated at most :data:`MAX_EVALUATIONS_WHERE_READ` times per point of the kernel."""
     remote = evaluated_where_read(graph, members)
-    if not remote:
-        return None
+    if not remote or rule_same_iteration_space(graph, members):
+        return None  # (grids that differ are that rule's to name)
     position = {kernel.name: index for index, kernel in enumerate(graph.kernels)}
     ordered = sorted(members, key=position.__getitem__)
     points = evaluation_points(graph, ordered, group_outputs(graph, ordered))
