@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from itertools import product
 
 from kfuse.ir.expr import Binary, Const, Expr, Unary, count_operations, transform, with_children
-from kfuse.ir.graph import Graph, Kernel
+from kfuse.ir.graph import Access, Graph, Kernel
 
 SFU_WEIGHT = 8  # an accurate special function costs about 8 simple operations
 LOG_IN_EXP = "log_in_exp"  # codegen's own unary op: a log emitted as kf_logf_in_exp
@@ -71,11 +71,11 @@ def _body_operations(body: Expr) -> float:
     return counts["alu"] + SFU_WEIGHT * counts["sfu"]
 
 
-def aligned_read(kernel: Kernel, access: object) -> bool:
+def aligned_read(kernel: Kernel, access: Access) -> bool:
     """True for a read at the reader's own point plus constant offsets along its own axes
     (what register tiles share between points); reads at another resolution, at computed
     indices or through a broadcast index are evaluated where they land instead."""
-    return not access.remapped and access.dims == tuple(range(kernel.ndim))  # type: ignore[attr-defined]
+    return not access.remapped and access.dims == tuple(range(kernel.ndim))
 
 
 def evaluation_points(graph: Graph, members: Sequence[str], outputs: Sequence[str],

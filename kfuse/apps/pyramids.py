@@ -371,7 +371,7 @@ EXPOSURE_FUSION = App(
     test_size=(37, 53),
 )
 
-# The local Laplacian filter is not registered yet: planning it cold takes ~100 s on two
-# cores (nvcc's resource checks of its many candidate groups), more than CI can give it;
+# The local Laplacian filter is not registered yet: planning it cold takes ~35 s on two
+# cores (nvcc's resource checks of its fused groups), more than CI can give it;
 # it is checked against its reference on the numpy backend (tests/test_pyramid.py).
 PYRAMID_APPS = (BLEND,)

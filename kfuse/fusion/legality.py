@@ -107,13 +107,18 @@ def rule_no_reduction_consumed_inside(graph: Graph, members: Sequence[str]) -> s
     return None
 
 
+def _kernel_domains(graph: Graph, members: Sequence[str], remote: Sequence[str]
+                    ) -> set[tuple[str, ...]]:
+    """Iteration spaces of the members a kernel evaluates at its own points."""
+    return {graph.kernel_by_name[n].domain for n in members if n not in remote}
+
+
 def rule_same_iteration_space(graph: Graph, members: Sequence[str]) -> str | None:
     """Members evaluated at the kernel's points share one iteration space (Qiao 2021 header
     compatibility, Eq. 3.3); a member read only at other points (another resolution,
     computed indices, a broadcast) is evaluated where read and may have its own
     (:func:`~kfuse.schedule.forms.evaluated_where_read`)."""
-    remote = set(evaluated_where_read(graph, members))
-    domains = {graph.kernel_by_name[n].domain for n in members if n not in remote}
+    domains = _kernel_domains(graph, members, evaluated_where_read(graph, members))
     if len(domains) > 1:
         shapes = " vs ".join(str(d) for d in domains)
         return (f"iteration spaces differ ({shapes}) between operators written to memory or "
@@ -133,10 +138,9 @@ def rule_evaluations_where_read_bounded(graph: Graph, members: Sequence[str]) ->
     """Members evaluated where read (:func:`~kfuse.schedule.forms.evaluated_where_read`) are
     evaluated at most :data:`MAX_EVALUATIONS_WHERE_READ` times per point of the kernel."""
     remote = evaluated_where_read(graph, members)
-    if not remote or rule_same_iteration_space(graph, members):
-        return None  # (grids that differ are that rule's to name)
-    position = {kernel.name: index for index, kernel in enumerate(graph.kernels)}
-    ordered = sorted(members, key=position.__getitem__)
+    if not remote or len(_kernel_domains(graph, members, remote)) > 1:
+        return None  # (grids that differ are rule_same_iteration_space's to name)
+    ordered = graph.in_program_order(members)
     points = evaluation_points(graph, ordered, group_outputs(graph, ordered))
     counts = remote_evaluations(graph, ordered, points)
     total = sum(counts.values())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -287,6 +287,14 @@ class Graph:
     @cached_property
     def kernel_by_name(self) -> dict[str, Kernel]:
         return {kernel.name: kernel for kernel in self.kernels}
+
+    @cached_property
+    def _position(self) -> dict[str, int]:
+        return {kernel.name: index for index, kernel in enumerate(self.kernels)}
+
+    def in_program_order(self, names: Iterable[str]) -> tuple[str, ...]:
+        """Operators ``names`` in the order the pipeline runs them (producers first)."""
+        return tuple(sorted(names, key=self._position.__getitem__))
 
     @cached_property
     def producer(self) -> dict[str, str]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import Any, ClassVar
 
-from kfuse.analysis.operations import aligned_read, evaluation_points, remote_evaluations
+from kfuse.analysis.operations import aligned_read, evaluation_points
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
 from kfuse.errors import FusionError
 from kfuse.ir.expr import HALF_DTYPES, ITEM_SIZE, Coord, Load
@@ -647,8 +647,7 @@ def group_outputs(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
 def group_ndim(graph: Graph, members: Sequence[str]) -> int:
     """Axes of the group's kernel's iteration space: its last operator's in program order
     (a member evaluated where read may have others, :func:`evaluated_where_read`)."""
-    position = {kernel.name: index for index, kernel in enumerate(graph.kernels)}
-    return graph.kernel_by_name[max(members, key=position.__getitem__)].ndim
+    return graph.kernel_by_name[graph.in_program_order(members)[-1]].ndim
 
 
 def evaluated_where_read(graph: Graph, members: Sequence[str]) -> tuple[str, ...]:
@@ -659,8 +658,7 @@ def evaluated_where_read(graph: Graph, members: Sequence[str]) -> tuple[str, ...
     offsets from them, and shares its iteration space (:func:`kfuse.fusion.legality.rule_same_iteration_space`).
     In program order."""
     group = set(members)
-    position = {kernel.name: index for index, kernel in enumerate(graph.kernels)}
-    ordered = sorted(group, key=position.__getitem__)
+    ordered = graph.in_program_order(group)
     written = set(group_outputs(graph, ordered))
     # (a reduction is never evaluated where read: its result is complete only once its
     # kernel has folded every point, which map-reduce forms arrange for their epilogues)
@@ -746,7 +744,5 @@ def default_form(graph: Graph, members: Sequence[str]) -> Form:
     outputs = group_outputs(graph, members)
     tile = tiles.register_tile("recompute", group_ndim(graph, members))
     points = evaluation_points(graph, members, outputs, tile)
-    remote = remote_evaluations(graph, members, points)
-    per_output = (sum(len(p) for p in points.values()) + sum(remote.values())) / (
-        prod(tile) * len(members))
+    per_output = sum(len(p) for p in points.values()) / (prod(tile) * len(members))
     return keeping[0] if per_output > STAGE_ABOVE_EVALUATIONS else Recompute()
