@@ -16,6 +16,14 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Pyramid apps beside Halide and torch.compile (H200, 2026-11-28, session 32)",
+     "2026-11-28-session32-pyramids-halide.json",
+     "python3 benchmarks/pyramid_bench.py --apps local_laplacian,blend --baselines "
+     "torch.compile,halide --no-calls --out D (tools/gpu_halide.sh)"),
+    ("Local Laplacian filter: calls from Python (H200, 2026-11-28, session 32)",
+     "2026-11-28-session32-local_laplacian-calls.json",
+     "KFUSE_HALIDE_SCHEDULES=manual python3 benchmarks/pyramid_bench.py --apps local_laplacian "
+     "--baselines torch.compile,halide --out D (tools/gpu_halide.sh)"),
     ("Local Laplacian filter beside Halide and torch.compile (H200, 2026-11-28, session 30)",
      "2026-11-28-session30-local_laplacian-halide.json",
      "python3 benchmarks/pyramid_bench.py --apps local_laplacian --no-calls --out D "

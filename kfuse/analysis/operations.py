@@ -126,3 +126,24 @@ def remote_evaluations(graph: Graph, members: Sequence[str],
                 counts[name] + len(evaluated[name])
             counts[producer] += times * len(access.offsets)
     return counts
+
+
+def tile_reach(graph: Graph, members: Sequence[str], outputs: Sequence[str],
+               tile: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Per axis, how many points before a thread's first and after its last point (of a
+    register tile ``tile``) a thread of the group ``members`` evaluates a member at or
+    loads an input from (reads at other points than the kernel's own always map)."""
+    points = evaluation_points(graph, members, outputs, tile)
+    reached: list[set[int]] = [{p[axis] for evaluated in points.values() for p in evaluated}
+                               for axis in range(len(tile))]
+    for kernel in (graph.kernel_by_name[name] for name in members):
+        if not points[kernel.name]:
+            continue  # evaluated only where read at other points: its reads always map
+        for access in kernel.accesses:
+            if graph.producer.get(access.buffer) in members or access.remapped:
+                continue  # intermediates are evaluated points; remapped reads always map
+            for position, axis in enumerate(access.dims):
+                reached[axis] |= {p[axis] + offset[position] for p in points[kernel.name]
+                                  for offset in access.offsets}
+    return [(max(0, -min(values)), max(0, max(values) - (tile[axis] - 1)))
+            for axis, values in enumerate(reached)]

@@ -550,6 +550,9 @@ def _bench_one(app: Any, row: BenchRow, env: _Env, profile: DeviceProfile, *,
     status(f"timing {', '.join(timed)} in turn")
     _time_side_by_side(row, env, timed, warmup=warmup, repeat=repeat)
     _fastest_autoscheduler(row)
+    status("measured " + ", ".join(f"{label} {timing['median_s'] * 1e3:.3f} ms"
+                                   for label, timing in row.timings.items())
+           + f" (floor {row.floor_ms:.3f} ms)")
 
     if env.backend == "cuda" and calls:
         status("timing calls from Python")

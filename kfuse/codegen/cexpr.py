@@ -175,7 +175,8 @@ def _is_product(term: Expr) -> bool:
 
 
 def structural_key(node: Expr, child_keys: tuple) -> tuple:
-    """A hashable key equal for structurally identical nodes."""
+    """A hashable key equal for structurally identical nodes whose children have the keys
+    ``child_keys`` (numbers, :attr:`EmitState.structures`)."""
     if isinstance(node, Const):
         return ("const", node.value, node.dtype)
     if isinstance(node, Param):
@@ -257,7 +258,10 @@ class EmitState:
     # reads of staged buffers as written in statements (a marker for the address) -> the
     # buffer and the index of each axis, for the kernel to render (kfuse.codegen.marching)
     accesses: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
-    values: dict[tuple, dict[tuple, str]] = field(default_factory=dict)  # per coordinates
+    values: dict[tuple, dict[int, str]] = field(default_factory=dict)  # per coordinates
+    # an expression's structural key -> a number: keys of nodes name their children by
+    # number, so hashing one costs its own fields (a chain of n sums: n, not n squared)
+    structures: dict[tuple, int] = field(default_factory=dict)
     indices: dict[tuple, str] = field(default_factory=dict)
     counter: int = 0
     in_range: dict[str, tuple[int, int]] = field(default_factory=dict)  # base -> safe shifts
@@ -362,7 +366,7 @@ class ExprEmitter:
         """Append the statements computing ``body``; return the C variable holding it."""
         values = self.state.values.setdefault(self.coords, {})
         body = logs_in_exp(body)
-        keys: dict[int, tuple] = {}
+        keys: dict[int, int] = {}
         names: dict[int, str] = {}
         nodes = list(body.walk())
         windows = self.state.window_sums
@@ -381,8 +385,11 @@ class ExprEmitter:
                 names[id(node)] = values[key]
             return names[id(node)]
 
+        structures = self.state.structures
         for node in nodes:
-            key = structural_key(node, tuple(keys[id(c)] for c in node.children()))
+            key = structures.setdefault(
+                structural_key(node, tuple(keys[id(c)] for c in node.children())),
+                len(structures))
             keys[id(node)] = key
             if key in values:
                 names[id(node)] = values[key]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kfuse.analysis.operations import tile_reach
 from kfuse.codegen import marching
 from kfuse.codegen.cexpr import (
     VECTOR_TYPES,
@@ -294,12 +295,8 @@ def map_kernel(group: KernelGroup, form: Tiled, march: bool = False
     if group.is_flat() or group.ndim <= 1:
         return _linear_kernel(group, form.block[0] * form.block[1] if form.block
                               else MAP_BLOCK_1D)
-    kind = "arithmetic" if tiles.is_arithmetic_heavy(group.members) else form.kind
-    tile = form.tile
-    if tile is None or kind == "arithmetic":
-        tile = tiles.register_tile(kind, group.ndim)
-    block = form.block or tiles.tiled_block(kind, group.ndim)
-    kernel, launch = _tiled_kernel(group, tile, block)
+    tile, block = form.shape(group.members, group.ndim)
+    kernel, launch = _tiled_kernel(group, tile, block, form.borders == "partitioned")
     if march and marches(group.graph, [k.name for k in group.members], group.outputs, form):
         # 3-D chains march along z; the register tiles serve the sizes marching does not
         fallback = [line[2:] for line in kernel.body]
@@ -341,14 +338,16 @@ def _linear_kernel(group: KernelGroup, threads: int = 0) -> tuple[KernelSource, 
     return group.source(launch_bounds(threads), params, body), launch
 
 
-def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, int]
-                  ) -> tuple[KernelSource, LaunchSpec]:
+def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, int],
+                  partitioned: bool = False) -> tuple[KernelSource, LaunchSpec]:
     """2-D/3-D blocks of ``block`` (x, y) threads over the two innermost axes.
 
     Each thread computes a register tile of points: ``tile[0]`` consecutive points along
     the outermost axis (rows of an image, planes of a volume), ``tile[-1]`` along the
     innermost axis and, in 3-D, ``tile[1]`` along the middle axis. The stencil taps and
     intermediates its points share are loaded or computed once and kept in registers.
+    ``partitioned``: threads whose tile and halo lie inside on every axis read with no
+    boundary handling (:mod:`kfuse.schedule.borders`); the others keep the edge test.
     """
     rows, columns = tile[0], tile[-1]
     block_x, block_y = block
@@ -365,12 +364,13 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
     fast = _items_code(group, fast_points, sizes, in_range)
     aligned = _vector_condition(group, columns)
     edge_lines: list[str] = []
+    reached = reach(group, tile) if aligned or partitioned else []
     if aligned:
         # in 2-D, warps away from the left and right edges read their halo columns as whole
         # aligned vectors too, with no boundary mode to apply along the rows (in 3-D rows
         # are short: two of the four warps of a 512-wide row would take the other path;
         # measured 4% slower for diffusion3d, docs/journal/benchmarks.md, session 12)
-        left, right = _column_reach(group, tile) if group.ndim == 2 else (0, 0)
+        left, right = reached[-1] if group.ndim == 2 else (0, 0)
         left, right = -(-left // columns) * columns, -(-right // columns) * columns
         edge_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
         vector = _items_code(group, fast_points, sizes,
@@ -378,6 +378,29 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         fast = [f"if ({' && '.join([aligned, *interior])}) {{",
                 f"  // rows of {columns} columns: one aligned vector load or store each",
                 *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
+    if partitioned:
+        # the interior region first: the thread's tile and every point it reads inside on
+        # every axis (along x by warps), no boundary modes; the rest as above
+        left, right = reached[-1]
+        if aligned:
+            left, right = -(-left // columns) * columns, -(-right // columns) * columns
+        warp_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
+        edge_lines = edge_lines or warp_lines
+        inside_ranges = in_range | {"ix": (-left, columns - 1 + right)}
+        for axis, base in enumerate([outer, "iy"][:group.ndim - 1]):
+            before, after = reached[axis]
+            inside_ranges[base] = (-before, tile[axis] - 1 + after)
+            interior += ([f"{base} >= {before}"] if before else []) + (
+                [f"{base} + {tile[axis] - 1 + after} < {sizes[axis]}"] if after else [])
+        conditions = [aligned] if aligned else []
+        conditions += interior
+        if conditions:
+            inside = _items_code(group, fast_points, sizes, inside_ranges,
+                                 columns if aligned else 0)
+            fast = [f"if ({' && '.join(conditions)}) {{",
+                    "  // tile and halo inside on every axis: no boundary modes"
+                    + (f"; rows of {columns} columns as aligned vectors" if aligned else ""),
+                    *indent(inside, 1), "} else {", *indent(fast, 1), "}"]
     single = _items_code(group, [single_point], sizes, {})
     extent, width = sizes[0], sizes[-1]
     block_index = "blockIdx.y" if group.ndim == 2 else "blockIdx.z"
@@ -460,32 +483,10 @@ def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: st
     return lines, conditions
 
 
-def _column_reach(group: KernelGroup, tile: tuple[int, ...]) -> tuple[int, int]:
-    """How many columns left of a thread's first and right of its last column the thread
-    evaluates a member at or loads an input from."""
-    return reach(group, tile)[-1]
-
-
 def reach(group: KernelGroup, tile: tuple[int, ...]) -> list[tuple[int, int]]:
     """Per axis, how many points before a thread's first and after its last point (of a
     register tile ``tile``) the thread evaluates a member at or loads an input from."""
-    from kfuse.analysis.operations import evaluation_points
-
-    members = tuple(k.name for k in group.members)
-    points = evaluation_points(group.graph, members, group.outputs, tile)
-    reached: list[set[int]] = [{p[axis] for evaluated in points.values() for p in evaluated}
-                               for axis in range(group.ndim)]
-    for kernel in group.members:
-        if not points[kernel.name]:
-            continue  # evaluated only where read at other points: its reads always map
-        for access in kernel.accesses:
-            if access.buffer in group.produced or access.remapped:
-                continue  # intermediates are evaluated points; remapped reads always map
-            for position, axis in enumerate(access.dims):
-                reached[axis] |= {p[axis] + offset[position] for p in points[kernel.name]
-                                  for offset in access.offsets}
-    return [(max(0, -min(values)), max(0, max(values) - (tile[axis] - 1)))
-            for axis, values in enumerate(reached)]
+    return tile_reach(group.graph, tuple(k.name for k in group.members), group.outputs, tile)
 
 
 def _vector_condition(group: KernelGroup, columns: int) -> str | None:

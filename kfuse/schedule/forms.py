@@ -40,6 +40,12 @@ from kfuse.ir.graph import Graph
 from kfuse.schedule import streaming, tiles
 
 VARIANT_PREFIX = "mapreduce"
+# a tiled kernel's border handling (Tiled.borders; Membarth 2013, ch. 5): ``edge_test``
+# applies the modes on every axis except along the rows of warps away from the left and
+# right edges; ``partitioned`` splits the iteration space into an interior region (threads
+# whose every read is inside the arrays, boundary modes left out on every axis) and the
+# border region, which keeps the edge test
+BORDERS = ("edge_test", "partitioned")
 ROWSUM_MODES = ("shuffle", "smem", "stream")
 VECTOR_BYTES = (8, 16)       # one vector access: two or four 32-bit words
 # Stage a stencil chain in shared memory where recomputing it would evaluate its producers
@@ -75,11 +81,33 @@ class Tiled(Form):
 
     tile: tuple[int, ...] | None = None
     block: tuple[int, int] | None = None
+    # how a stencil kernel's threads apply the boundary modes (:data:`BORDERS`,
+    # :mod:`kfuse.schedule.borders`); None: the edge test
+    borders: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.borders is not None and self.borders not in BORDERS:
+            raise FusionError(f"form '{self.name}': borders {self.borders!r} is not one of "
+                              f"{', '.join(BORDERS)}")
 
     @property
     def kind(self) -> str:
         """The kind under which :mod:`kfuse.schedule.tiles` lists its defaults."""
         return tiles.tile_kind(self.name)
+
+    def text(self) -> str:
+        return self.name if self.borders is None else f"{self.name}:{self.borders}"
+
+    def shape(self, kernels: Sequence[Any], ndim: int) -> tuple[tuple[int, ...],
+                                                                tuple[int, int]]:
+        """(register tile, block) of this form's kernel computing ``kernels`` over ``ndim``
+        axes: its own, else the defaults (arithmetic-bound operators always keep the
+        ``arithmetic`` tiles)."""
+        kind = "arithmetic" if tiles.is_arithmetic_heavy(kernels) else self.kind
+        tile = self.tile
+        if tile is None or kind == "arithmetic":
+            tile = tiles.register_tile(kind, ndim)
+        return tile, self.block or tiles.tiled_block(kind, ndim)
 
 
 @dataclass(frozen=True)
@@ -507,7 +535,12 @@ def parse_form(text: str) -> Form | None:
         return MapReduceVariant.parse(text)
     if text.startswith(Streamed.name + ":"):
         return Streamed.parse(text)
-    form = FORMS.get(text)
+    name, _, borders = text.partition(":")
+    form = FORMS.get(name)
+    if form is not None and borders:
+        if not issubclass(form, Tiled):
+            raise FusionError(f"form '{name}' takes no borders (only the tiled forms do)")
+        return form(borders=borders)
     if form is None:
         raise FusionError(f"unknown implementation {text!r}: the forms are "
                           f"{', '.join(sorted(FORMS))} and map-reduce variants "
