@@ -98,7 +98,7 @@ def groupings(draw, graph):
     return groups
 
 
-@settings(max_examples=18, deadline=None, derandomize=True,
+@settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_random_legal_groupings_compute_the_reference(data):

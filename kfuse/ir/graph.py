@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
@@ -253,6 +253,11 @@ class Graph:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     params: Mapping[str, str] = field(default_factory=dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as its fields only: what later stages cached on the graph (compiled
+        programs hold handles that do not pickle) is worked out again where unpickled."""
+        return {item.name: getattr(self, item.name) for item in fields(self)}
 
     # -- lookups -----------------------------------------------------------------------------
     @cached_property

@@ -1,0 +1,214 @@
+"""A kfuse pipeline over chunked :mod:`dask.array` inputs: lazy, chunk by chunk, exact.
+
+Dask schedules the chunks (threads, processes, one worker per GPU with ``dask.distributed``);
+kfuse computes each chunk with the pipeline's compiled form, which is reused for every
+chunk of the same shape. Each chunk is computed on the chunk grown by the pipeline's
+*halo*: per axis, how far an output point's value reaches into the inputs through every
+chain of stencils (:func:`halo_depths`, computed from the graph, never asked of the user).
+The grown part is cropped from the result, so only points whose whole dependence lies
+inside the grown chunk are kept.
+
+Boundary modes stay exact at the array's outer edges: along an axis whose reads are all
+clamped, mirrored or constant, a chunk at the edge is not grown past it, so the pipeline's
+own modes apply at the array's true edge (Dask's ``boundary="none"``); along an axis read
+only periodically (``repeat``), chunks at the edge are grown with the values from the far
+side (Dask's ``boundary="periodic"``). An axis read under both kinds of mode is kept in one
+chunk (the modes then apply where they would unchunked).
+
+What runs chunked: pipelines whose operators all compute on the inputs' grid and read at
+constant offsets (point and stencil operators); others raise :class:`ChunkingError` naming
+the operator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from kfuse.errors import KfuseError
+from kfuse.ir.graph import Graph
+from kfuse.runtime.numpy_backend import numpy_dtype
+
+PERIODIC_MODES = frozenset({"repeat"})
+
+
+class ChunkingError(KfuseError):
+    """A pipeline (or its arguments) cannot run chunk by chunk on Dask arrays."""
+
+
+def is_dask_array(value: Any) -> bool:
+    """Whether ``value`` is a :class:`dask.array.Array` (without importing Dask)."""
+    return type(value).__module__.startswith("dask.") and hasattr(value, "chunks")
+
+
+def _check_chunkable(graph: Graph) -> tuple[str, ...]:
+    """The pipeline's domain (size symbols); a :class:`ChunkingError` names an operator
+    that does not compute on the inputs' grid at constant offsets."""
+    domain = None
+    for kernel in graph.kernels:
+        if kernel.kind == "opaque" or kernel.reduction is not None:
+            what = "a user kernel" if kernel.kind == "opaque" else "a reduction"
+            raise ChunkingError(f"{what} does not run chunk by chunk on Dask arrays yet "
+                                "(point and stencil pipelines do)", operator=kernel.name,
+                                where=kernel.where)
+        if domain is None:
+            domain = kernel.domain
+        if kernel.domain != domain:
+            raise ChunkingError(f"it computes over {kernel.domain}, another grid than the "
+                                f"pipeline's {domain}: only pipelines on one grid run chunked",
+                                operator=kernel.name, where=kernel.where)
+        for access in kernel.accesses:
+            shape = graph.buffers[access.buffer].shape
+            if access.remapped or shape != domain or access.dims != tuple(range(len(domain))):
+                raise ChunkingError(f"it reads '{access.buffer}' at another resolution, at "
+                                    "computed indices or along other axes: only reads at "
+                                    "constant offsets on the pipeline's grid run chunked",
+                                    operator=kernel.name, where=kernel.where)
+    if domain is None:
+        raise ChunkingError("the pipeline has no operators")
+    return domain
+
+
+def halo_depths(graph: Graph) -> list[tuple[int, int]]:
+    """Per axis, how many points before and after an output point the pipeline reads its
+    inputs at (the sum of the stencils' offsets along the deepest chain)."""
+    domain = _check_chunkable(graph)
+    ndim = len(domain)
+    need: dict[str, list[tuple[int, int]]] = {name: [(0, 0)] * ndim for name in graph.outputs}
+    for kernel in reversed(graph.kernels):
+        reach = need.get(kernel.output)
+        if reach is None:
+            continue
+        for access in kernel.accesses:
+            found = need.setdefault(access.buffer, [(0, 0)] * ndim)
+            lowest = [min(offset[axis] for offset in access.offsets) for axis in range(ndim)]
+            highest = [max(offset[axis] for offset in access.offsets) for axis in range(ndim)]
+            need[access.buffer] = [
+                (max(found[axis][0], reach[axis][0] + max(0, -lowest[axis])),
+                 max(found[axis][1], reach[axis][1] + max(0, highest[axis])))
+                for axis in range(ndim)]
+    depths = [(0, 0)] * ndim
+    for name in graph.inputs:
+        for axis, (before, after) in enumerate(need.get(name, [(0, 0)] * ndim)):
+            depths[axis] = (max(depths[axis][0], before), max(depths[axis][1], after))
+    return depths
+
+
+def axis_modes(graph: Graph) -> list[set[str]]:
+    """Per axis, the boundary modes of the reads that step off the point along it."""
+    ndim = len(_check_chunkable(graph))
+    modes: list[set[str]] = [set() for _ in range(ndim)]
+    for kernel in graph.kernels:
+        for access in kernel.accesses:
+            for offset, boundary in zip(access.offsets, access.boundaries, strict=True):
+                for axis in range(ndim):
+                    if offset[axis]:
+                        modes[axis].add(boundary.mode if boundary is not None else "clamp")
+    return modes
+
+
+def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
+                       arrays_and_params: Mapping[str, Any]) -> dict[str, Any]:
+    """The pipeline's outputs, by name, as lazy :class:`dask.array.Array` computed chunk by
+    chunk on ``backend`` (:meth:`kfuse.Pipeline.run` calls this where an input is a Dask
+    array). Every input array must be a Dask array of the same shape; parameters are
+    scalars. The chunks of the first input are kept (an axis read under both periodic and
+    other modes is made one chunk; chunks smaller than the halo are merged by Dask)."""
+    import dask.array as da
+    from dask.array.overlap import ensure_minimum_chunksize
+    from dask.array.utils import meta_from_array
+
+    graph = pipeline.graph()
+    depths = halo_depths(graph)
+    modes = axis_modes(graph)
+    arrays = {name: value for name, value in arrays_and_params.items() if name in graph.inputs}
+    params = {name: value for name, value in arrays_and_params.items() if name not in arrays}
+    missing = [name for name in graph.inputs if name not in arrays]
+    if missing:
+        raise ChunkingError(f"missing inputs {missing} (the pipeline reads {list(graph.inputs)})")
+    not_dask = [name for name, value in arrays.items() if not is_dask_array(value)]
+    if not_dask:
+        raise ChunkingError(f"inputs {not_dask} are not Dask arrays: give every input as a "
+                            "dask.array (da.from_array) or none")
+    shapes = {tuple(value.shape) for value in arrays.values()}
+    if len(shapes) > 1:
+        raise ChunkingError(f"the inputs' shapes differ ({sorted(shapes)}): a chunked "
+                            "pipeline takes inputs of one shape")
+    first = arrays[graph.inputs[0]]
+    ndim = first.ndim
+    if ndim != len(depths):
+        raise ChunkingError(f"the inputs have {ndim} axes, the pipeline's operators "
+                            f"{len(depths)}")
+    chunks = list(first.chunks)
+    depth: dict[int, int] = {}
+    boundary: dict[int, str] = {}
+    for axis in range(ndim):
+        grown = max(depths[axis])
+        periodic = modes[axis] & PERIODIC_MODES
+        if grown and periodic and modes[axis] - PERIODIC_MODES:
+            chunks[axis] = (first.shape[axis],)  # periodic and other modes: one chunk
+            grown = 0
+        depth[axis] = grown
+        boundary[axis] = "periodic" if periodic else "none"
+        if grown:
+            chunks[axis] = ensure_minimum_chunksize(grown, tuple(chunks[axis]))
+    chunks_tuple = tuple(tuple(c) for c in chunks)
+    grown_inputs = [da.overlap.overlap(arrays[name].rechunk(chunks_tuple), depth=depth,
+                                       boundary=boundary) for name in graph.inputs]
+    if isinstance(plan, str) and plan == "auto":  # one plan, made for the largest grown
+        # chunk, for every chunk: one program per chunk shape (sizes compiled in), else one
+        largest = tuple(max(c) + 2 * depth[axis] for axis, c in enumerate(chunks_tuple))
+        plan = pipeline.plan(sizes=graph.bind_shapes(dict.fromkeys(graph.inputs, largest)))
+    compute = _ChunkTask(graph, backend, plan, params, depth,
+                         {axis: kind == "periodic" for axis, kind in boundary.items()},
+                         [len(c) for c in chunks_tuple])
+    # one task per chunk computes every output (a tuple); each output takes its item
+    together = da.map_blocks(compute, *grown_inputs, chunks=chunks_tuple, dtype=object,
+                             meta=np.empty((0,) * ndim, dtype=object))
+    result = {}
+    for index, name in enumerate(graph.outputs):
+        dtype = numpy_dtype(graph.buffers[name].dtype)
+        result[name] = da.map_blocks(_item, together, index, chunks=chunks_tuple, dtype=dtype,
+                                     meta=meta_from_array(first, ndim, dtype))
+    return result
+
+
+def _item(outputs: tuple[Any, ...], index: int) -> Any:
+    return outputs[index]
+
+
+# compiled pipelines of this process, by the digest of their graph, backend and plan: every
+# chunk a worker computes reuses the one compiled pipeline (its programs per chunk shape)
+_COMPILED: dict[str, Any] = {}
+
+
+class _ChunkTask:
+    """Computes the pipeline on one grown chunk and crops what the halo grew (picklable:
+    sent to Dask's workers, which compile the pipeline once each)."""
+
+    def __init__(self, graph: Graph, backend: str, plan: Any, params: Mapping[str, Any],
+                 depth: Mapping[int, int], periodic: Mapping[int, bool], counts: list[int]):
+        self.graph, self.backend, self.plan = graph, backend, plan
+        self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
+            dict(periodic), counts
+        self.key = hashlib.sha256(pickle.dumps((graph, backend, plan))).hexdigest()
+
+    def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
+        run = _COMPILED.get(self.key)
+        if run is None:
+            from kfuse import driver
+            run = _COMPILED.setdefault(self.key, driver.compile(self.graph, self.backend,
+                                                                self.plan))
+        location = block_info[0]["chunk-location"]
+        crop = []
+        for axis, grown in self.depth.items():
+            inner_before = self.periodic[axis] or location[axis] > 0
+            inner_after = self.periodic[axis] or location[axis] < self.counts[axis] - 1
+            crop.append(slice(grown if grown and inner_before else 0,
+                              -grown if grown and inner_after else None))
+        outputs = run(**dict(zip(self.graph.inputs, blocks, strict=True)), **self.params)
+        return tuple(outputs[name][tuple(crop)] for name in self.graph.outputs)

@@ -1,0 +1,108 @@
+"""kfuse pipelines over chunked Dask arrays (kfuse.scaleout.dask_arrays) on the cpu backend:
+the chunked result equals the one-shot run in every boundary mode, on chunkings that do not
+divide the array, through Dask's threaded scheduler and a local cluster of two processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kfuse as kf
+from kfuse.scaleout import ChunkingError, halo_depths
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+
+MODES = ["clamp", "mirror", "repeat", kf.constant(0.25)]
+
+
+def chain(mode, second_mode=None) -> kf.Pipeline:
+    """A blur, then an asymmetric stencil of it (reaching 1 up and 2 right), then a point
+    operator reading both: halo 2 before and 3 after along x, 2 and 1 along y."""
+    p = kf.Pipeline("chain")
+    x = p.input("x", 2)
+    blur = kf.local((x.at(-1, 0) + x.at(1, 0) + x.at(0, -1) + x.at(0, 1)) * 0.25, boundary=mode,
+                    name="blur")
+    edge = kf.local(blur.at(-1, 2) - blur.at(0, -1) + x.at(0, 1) * 0.5,
+                    boundary=second_mode or mode, name="edge")
+    p.output(kf.point(edge * edge + blur, name="out"), edge)
+    return p
+
+
+def chunked_equals_one_shot(pipeline: kf.Pipeline, values: dict, chunks, **compute):
+    # (one plan for both: on the cpu backend one program then serves every size)
+    plan = "unfused"
+    want = pipeline.run(backend="cpu", plan=plan, **values)
+    got = pipeline.run(backend="cpu", plan=plan, **{
+        name: da.from_array(value, chunks=chunks) for name, value in values.items()})
+    assert all(isinstance(array, da.Array) for array in got.values())  # lazy
+    results = dask.compute(got, **compute)[0]
+    for name in want:
+        np.testing.assert_allclose(results[name], want[name], rtol=2e-6, atol=1e-6,
+                                   err_msg=name)
+    return got
+
+
+def test_the_halo_is_the_pipelines_reach_along_each_axis():
+    # blur reaches 1 each way; edge reads blur 1 up, 2 right, 1 left and x 1 right
+    assert halo_depths(chain("clamp").graph()) == [(2, 1), (2, 3)]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_chunks_that_do_not_divide_equal_the_one_shot_run(mode):
+    values = {"x": np.random.default_rng(7).random((29, 47), dtype=np.float32)}
+    got = chunked_equals_one_shot(chain(mode), values, (8, 11), scheduler="threads")
+    assert got["out"].chunks == ((8, 8, 8, 5), (11, 11, 11, 11, 3))
+
+
+def test_chunks_smaller_than_the_halo_are_merged():
+    values = {"x": np.random.default_rng(6).random((17, 19), dtype=np.float32)}
+    got = chunked_equals_one_shot(chain("mirror"), values, (5, 2), scheduler="threads")
+    assert min(got["out"].chunks[1]) >= 3  # (Dask's overlap needs chunks as deep as it)
+
+
+def test_an_axis_read_periodically_and_clamped_is_one_chunk():
+    values = {"x": np.random.default_rng(8).random((23, 31), dtype=np.float32)}
+    got = chunked_equals_one_shot(chain("repeat", "clamp"), values, (7, 9),
+                                  scheduler="threads")
+    assert got["out"].chunks == ((23,), (31,))  # both axes read under both kinds of mode
+
+
+def test_a_volume_in_chunks():
+    from kfuse.apps import get_app
+
+    app = get_app("diffusion3d")
+    pipeline = app.build(boundary="mirror")
+    arrays, params = app.make_inputs((7, 10, 13), np.random.default_rng(9), "float32")
+    want = pipeline.run(backend="cpu", plan="unfused", **arrays, **params)
+    got = pipeline.run(backend="cpu", plan="unfused", **{
+        k: da.from_array(v, chunks=(3, 4, 6)) for k, v in arrays.items()}, **params)
+    results = dask.compute(got, scheduler="threads")[0]
+    for name in want:
+        np.testing.assert_allclose(results[name], want[name], rtol=2e-6, atol=1e-6)
+
+
+def test_two_worker_processes():
+    distributed = pytest.importorskip("distributed")
+    values = {"x": np.random.default_rng(10).random((26, 35), dtype=np.float32)}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        got = chunked_equals_one_shot(chain("mirror"), values, (9, 12), scheduler=client)
+        assert len(client.has_what()) == 2 and got["out"].npartitions == 9
+
+
+def test_what_cannot_run_in_chunks_is_refused_by_name():
+    p = kf.Pipeline("total")
+    x = p.input("x", 2)
+    p.output(kf.reduce_sum(x * 2.0, name="total"))
+    with pytest.raises(ChunkingError, match="operator 'total'.*a reduction"):
+        p.run(backend="cpu", x=da.ones((8, 8), chunks=4))
+    values = np.ones((8, 8), dtype=np.float32)
+    with pytest.raises(ChunkingError, match="out= does not apply"):
+        chain("clamp").run(backend="cpu", x=da.from_array(values, chunks=4), out={})
+    q = kf.Pipeline("two")
+    a, b = q.input("a", 2), q.input("b", 2)
+    q.output(kf.point(a + b, name="s"))
+    with pytest.raises(ChunkingError, match=r"inputs \['b'\] are not Dask arrays"):
+        q.run(backend="cpu", a=da.from_array(values, chunks=4), b=values)
