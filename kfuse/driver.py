@@ -42,4 +42,12 @@ def compile(graph: Graph | Callable[[], Graph], backend: str, plan: Any,
     return CompiledPipeline(graph, backend, plan, **options)
 
 
+def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
+                       arrays_and_params: Mapping[str, Any]) -> dict[str, Any]:
+    """The pipeline's outputs over Dask arrays, lazily, chunk by chunk
+    (:func:`kfuse.scaleout.dask_arrays.run_on_dask_arrays`)."""
+    from kfuse.scaleout.dask_arrays import run_on_dask_arrays as run_chunked
+    return run_chunked(pipeline, backend, plan, arrays_and_params)
+
+
 install_driver(sys.modules[__name__])

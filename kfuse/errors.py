@@ -90,3 +90,8 @@ class MetadataError(KfuseError):
 
     The message names the file, the kernel or array, and the field at fault.
     """
+
+
+class ChunkingError(KfuseError):
+    """A pipeline (or its arguments) cannot run chunk by chunk on Dask arrays
+    (:mod:`kfuse.scaleout`)."""

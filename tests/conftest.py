@@ -21,6 +21,15 @@ import pytest
 # reference tests compile at the default -O2 (the ``default_optimisation`` fixture), where
 # an optimiser's bug would show (GCC's SLP vectorizer was found so, kfuse.runtime.host_compiler).
 os.environ.setdefault("KFUSE_CPU_OPT", "-O0")
+# Planning does not ask nvcc for registers (a fifth of the suite's time went to it); the
+# tests of the compiled checks ask for it (the ``nvcc_figures`` fixture).
+os.environ.setdefault("KFUSE_NVCC", "0")
+
+
+@pytest.fixture
+def nvcc_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvcc's figures (registers, spills) for this test, where nvcc is on PATH."""
+    monkeypatch.delenv("KFUSE_NVCC", raising=False)
 
 
 @pytest.fixture

@@ -416,7 +416,7 @@ def test_min_max_int_and_double_reductions():
     assert out["total"] == data["k"].sum() and (out["top"] == data["k"].max(axis=1)).all()
 
 
-def test_generated_map_reduce_code_is_valid_cuda():
+def test_generated_map_reduce_code_is_valid_cuda(nvcc_figures):
     from kfuse.codegen.resources import kernel_resources, nvcc_available
     if not nvcc_available():
         pytest.skip("nvcc is not on PATH")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 
@@ -11,7 +12,7 @@ from kfuse.apps import list_apps
 from kfuse.apps.check import relative_error
 from kfuse.codegen import generate_unfused
 from kfuse.codegen.prelude import PRELUDE
-from kfuse.codegen.resources import kernel_resources, nvcc_available, parse_ptxas
+from kfuse.codegen.resources import kernel_resources, parse_ptxas
 from kfuse.fusion.legality import SPILL_TOLERANCE_BYTES
 from kfuse.runtime.binding import to_numpy
 
@@ -100,9 +101,9 @@ def test_parse_ptxas():
     assert figures["k_b"].registers == 12 and figures["k_b"].shared_bytes == 0
 
 
-@pytest.mark.skipif(not nvcc_available(), reason="nvcc is not on PATH")
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("app", [a.name for a in list_apps()])
-def test_every_app_compiles_with_nvcc(app):
+def test_every_app_compiles_with_nvcc(app, nvcc_figures):
     from kfuse.apps import get_app
     graph = get_app(app).build().graph()
     program = generate_unfused(graph)

@@ -92,11 +92,29 @@ def test_two_worker_processes():
         assert len(client.has_what()) == 2 and got["out"].npartitions == 9
 
 
-def test_what_cannot_run_in_chunks_is_refused_by_name():
-    p = kf.Pipeline("total")
+def test_reductions_fold_each_chunk_then_through_dasks_tree():
+    p = kf.Pipeline("stats")
     x = p.input("x", 2)
-    p.output(kf.reduce_sum(x * 2.0, name="total"))
-    with pytest.raises(ChunkingError, match="operator 'total'.*a reduction"):
+    smooth = kf.local((x.at(0, -1) + x + x.at(0, 1)) / 3.0, boundary="mirror", name="smooth")
+    p.output(smooth, kf.reduce_sum(smooth * smooth, name="energy"),
+             kf.reduce_max(smooth - x, name="peak"), kf.reduce_min(x.at(1, 0), name="low"))
+    values = np.random.default_rng(11).random((21, 34), dtype=np.float32)
+    got = chunked_equals_one_shot(p, {"x": values}, (6, 9), scheduler="threads")
+    assert got["energy"].shape == () and got["smooth"].chunks == ((6, 6, 6, 3), (9, 9, 9, 7))
+    # the halo's points are not folded twice: the sum of ones is the number of points
+    q = kf.Pipeline("count")
+    y = q.input("y", 2)
+    q.output(kf.reduce_sum(kf.local(y.at(0, 1) * 0.0 + 1.0, name="one"), name="n"))
+    counted = q.run(backend="cpu", plan="unfused", y=da.from_array(values, chunks=(5, 8)))
+    assert float(counted["n"].compute(scheduler="threads")) == values.size
+
+
+def test_what_cannot_run_in_chunks_is_refused_by_name():
+    p = kf.Pipeline("rows")
+    x = p.input("x", 2)
+    rows = kf.reduce_sum(x * 2.0, axis=1, name="rows")
+    p.output(kf.point(x - rows.at(0, dims=(0,)), name="centred"))
+    with pytest.raises(ChunkingError, match="operator 'rows'.*a reduction along some axes"):
         p.run(backend="cpu", x=da.ones((8, 8), chunks=4))
     values = np.ones((8, 8), dtype=np.float32)
     with pytest.raises(ChunkingError, match="out= does not apply"):
@@ -106,3 +124,24 @@ def test_what_cannot_run_in_chunks_is_refused_by_name():
     q.output(kf.point(a + b, name="s"))
     with pytest.raises(ChunkingError, match=r"inputs \['b'\] are not Dask arrays"):
         q.run(backend="cpu", a=da.from_array(values, chunks=4), b=values)
+
+
+def test_time_steps_iterated_exchange_halos_once_per_call():
+    from kfuse.apps import get_app
+    from kfuse.scaleout import iterate
+
+    app = get_app("wave2d")  # two time levels, 4 leapfrog steps per call
+    pipeline = app.build(boundary="clamp")
+    arrays, params = app.make_inputs((23, 41), np.random.default_rng(12), "float32")
+    state = dict(arrays)
+    for _ in range(3):  # the one-shot runs, three calls of four steps
+        out = pipeline.run(backend="cpu", plan="unfused", **state, **params)
+        state = {"u_prev": out["w3"], "u_cur": out["w4"]}
+    chunked = {k: da.from_array(v, chunks=(8, 13)) for k, v in arrays.items()}
+    got = iterate(pipeline, 3, {"w3": "u_prev", "w4": "u_cur"}, plan="unfused", **chunked,
+                  **params)
+    assert halo_depths(pipeline.graph()) == [(4, 4), (4, 4)]  # 4 steps of radius 1
+    result = got["w4"].compute(scheduler="threads")
+    np.testing.assert_allclose(result, state["u_cur"], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ChunkingError, match="feedback maps outputs"):
+        iterate(pipeline, 2, {"w4": "nope"}, **chunked, **params)

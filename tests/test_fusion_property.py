@@ -180,7 +180,7 @@ def test_explain_names_every_edge():
                                                                            ("total", "b")}
 
 
-def test_resources_are_checked_with_ptxas(monkeypatch):
+def test_resources_are_checked_with_ptxas(monkeypatch, nvcc_figures):
     from kfuse.codegen import resources
     if not resources.nvcc_available():
         pytest.skip("nvcc is not on PATH")
@@ -202,7 +202,8 @@ def test_resources_are_checked_with_ptxas(monkeypatch):
         p.fuse([["a", "b"]])
 
 
-def test_register_tiles_are_checked_compiled_for_the_sizes_they_run_at(monkeypatch):
+def test_register_tiles_are_checked_compiled_for_the_sizes_they_run_at(monkeypatch,
+                                                                      nvcc_figures):
     """A plan made for known sizes checks its kernels compiled for them (as the cuda backend
     runs them); without sizes, compiled for any size. Here only kernels for any size spill,
     so the plan for sizes keeps the largest tile and the other takes a smaller one."""
@@ -235,6 +236,7 @@ def _counting_spills(monkeypatch, spills: Callable[[str], bool]) -> list[str]:
     compiled sources are listed in the returned list."""
     from kfuse.codegen import resources
 
+    monkeypatch.delenv("KFUSE_NVCC", raising=False)  # (the nvcc_figures fixture's work)
     if not resources.nvcc_available():
         pytest.skip("nvcc is not on PATH")
     real, compiled = resources.kernel_resources, []
@@ -297,7 +299,7 @@ def test_groups_holding_one_that_fits_no_tile_are_not_compiled(monkeypatch):
     assert "as its part ['s1', 's2']" in reason and len(compiled) == count
 
 
-def test_a_plan_made_again_reads_the_fits_it_stored(monkeypatch, tmp_path):
+def test_a_plan_made_again_reads_the_fits_it_stored(monkeypatch, tmp_path, nvcc_figures):
     """The register tile a fused group fits is stored on disk: planning the same pipeline
     again (another graph object, as another process would) runs no compiler."""
     from kfuse.codegen import resources

@@ -75,7 +75,7 @@ def test_parameters_keep_their_order_and_the_sizes_their_values():
     assert alone.sizes == (("n0", 1000),)
 
 
-def test_a_group_alone_fits_as_it_does_in_its_pipeline():
+def test_a_group_alone_fits_as_it_does_in_its_pipeline(nvcc_figures):
     """The register tile found for the group alone is the one found in the pipeline."""
     from kfuse.codegen import resources as compiler
     from kfuse.fusion import resources

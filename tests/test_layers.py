@@ -28,6 +28,7 @@ LAYERS = (
     ("runtime",),
     ("apps",),  # pipelines from the literature, written with kfuse.dsl
     ("tune",),  # what measures the GPU: timing, calibration, the measured model, autotuning
+    ("scaleout",),  # pipelines over chunked Dask arrays (the driver runs them)
     ("driver",),  # what a Pipeline calls to fuse, plan, compile and run
     ("jit",),
     ("__init__",),  # the public API: ``import kfuse``

@@ -7,6 +7,7 @@ Later models use these figures for occupancy; ``kfuse run --resources`` prints t
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -41,7 +42,15 @@ _BARRIERS = re.compile(r"used (\d+) barriers")
 _CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
 
 
+# $KFUSE_NVCC=0: planning does not ask nvcc for kernels' registers and spills (estimates
+# only: planning is faster, its register checks less exact; the test suite's default)
+NVCC_VARIABLE = "KFUSE_NVCC"
+
+
 def nvcc_available() -> bool:
+    """Whether nvcc is on PATH and not switched off (``$KFUSE_NVCC=0``)."""
+    if os.environ.get(NVCC_VARIABLE, "").strip() == "0":
+        return False
     return shutil.which("nvcc") is not None
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from kfuse.dsl.functions import boundary_of
-from kfuse.errors import DslError, DtypeError, FusionError, ShapeError
+from kfuse.errors import ChunkingError, DslError, DtypeError, FusionError, ShapeError
 from kfuse.ir.expr import (
     HALF_DTYPES,
     INT_DTYPES,
@@ -572,11 +572,10 @@ class Pipeline:
         """
         if any(type(value).__module__.startswith("dask.") for value in
                arrays_and_params.values()):
-            from kfuse.scaleout.dask_arrays import ChunkingError, run_on_dask_arrays
             if out is not None:
                 raise ChunkingError("out= does not apply to Dask arrays: the outputs are "
                                     "new lazy arrays (store them with dask.array.store)")
-            return run_on_dask_arrays(self, backend, plan, arrays_and_params)
+            return _driver().run_on_dask_arrays(self, backend, plan, arrays_and_params)
         return self.compiled_run(backend, plan)(out=out, **arrays_and_params)
 
     def compiled_run(self, backend: str = "auto", plan: Any = "auto") -> Any:

@@ -16,8 +16,9 @@ side (Dask's ``boundary="periodic"``). An axis read under both kinds of mode is 
 chunk (the modes then apply where they would unchunked).
 
 What runs chunked: pipelines whose operators all compute on the inputs' grid and read at
-constant offsets (point and stencil operators); others raise :class:`ChunkingError` naming
-the operator.
+constant offsets (point and stencil operators), and reductions over every axis that are only
+outputs: each chunk folds its own points (not the halo's) and Dask's reduction tree folds the
+chunks' values. Others raise :class:`ChunkingError` naming the operator.
 """
 
 from __future__ import annotations
@@ -25,19 +26,16 @@ from __future__ import annotations
 import hashlib
 import pickle
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from kfuse.errors import KfuseError
+from kfuse.errors import ChunkingError
 from kfuse.ir.graph import Graph
 from kfuse.runtime.numpy_backend import numpy_dtype
 
 PERIODIC_MODES = frozenset({"repeat"})
-
-
-class ChunkingError(KfuseError):
-    """A pipeline (or its arguments) cannot run chunk by chunk on Dask arrays."""
 
 
 def is_dask_array(value: Any) -> bool:
@@ -45,15 +43,44 @@ def is_dask_array(value: Any) -> bool:
     return type(value).__module__.startswith("dask.") and hasattr(value, "chunks")
 
 
+def terminal_reductions(graph: Graph) -> dict[str, str]:
+    """The pipeline's reductions over every axis that no operator reads (outputs only), by
+    name, with their operation: each chunk folds its own points, and Dask's reduction tree
+    folds the chunks' results."""
+    read = {access.buffer for kernel in graph.kernels for access in kernel.accesses}
+    return {kernel.name: kernel.reduction.op for kernel in graph.kernels
+            if kernel.reduction is not None and kernel.output not in read
+            and kernel.reduction.axes == tuple(range(kernel.ndim))}
+
+
+def chunk_graph(graph: Graph) -> Graph:
+    """``graph`` with each of its :func:`terminal_reductions` made the operator that
+    computes the values it folds (written on the grid; each chunk folds its own)."""
+    folded = terminal_reductions(graph)
+    if not folded:
+        return graph
+    kernels = tuple(replace(kernel, reduction=None, kind="point" if all(
+        access.is_point for access in kernel.accesses) else "local")
+        if kernel.name in folded else kernel for kernel in graph.kernels)
+    buffers = {name: replace(buffer, shape=graph.kernel_by_name[name].domain)
+               if name in folded else buffer for name, buffer in graph.buffers.items()}
+    return Graph(graph.name, buffers, kernels, graph.inputs, graph.outputs,
+                 dict(graph.params)).validate()
+
+
 def _check_chunkable(graph: Graph) -> tuple[str, ...]:
     """The pipeline's domain (size symbols); a :class:`ChunkingError` names an operator
     that does not compute on the inputs' grid at constant offsets."""
     domain = None
+    folded = terminal_reductions(graph)
     for kernel in graph.kernels:
-        if kernel.kind == "opaque" or kernel.reduction is not None:
-            what = "a user kernel" if kernel.kind == "opaque" else "a reduction"
+        if kernel.kind == "opaque" or (kernel.reduction is not None
+                                       and kernel.name not in folded):
+            what = "a user kernel" if kernel.kind == "opaque" else \
+                "a reduction along some axes or one that other operators read"
             raise ChunkingError(f"{what} does not run chunk by chunk on Dask arrays yet "
-                                "(point and stencil pipelines do)", operator=kernel.name,
+                                "(point and stencil operators do, and reductions over every "
+                                "axis that are only outputs)", operator=kernel.name,
                                 where=kernel.where)
         if domain is None:
             domain = kernel.domain
@@ -125,6 +152,12 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     graph = pipeline.graph()
     depths = halo_depths(graph)
     modes = axis_modes(graph)
+    folded = terminal_reductions(graph)
+    if folded and not isinstance(plan, str):
+        raise ChunkingError(f"a plan made for the whole pipeline does not apply to its chunks, "
+                            f"which fold the reductions {sorted(folded)} themselves: give "
+                            "plan='auto' or 'unfused'")
+    graph = chunk_graph(graph)
     arrays = {name: value for name, value in arrays_and_params.items() if name in graph.inputs}
     params = {name: value for name, value in arrays_and_params.items() if name not in arrays}
     missing = [name for name in graph.inputs if name not in arrays]
@@ -162,18 +195,27 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     if isinstance(plan, str) and plan == "auto":  # one plan, made for the largest grown
         # chunk, for every chunk: one program per chunk shape (sizes compiled in), else one
         largest = tuple(max(c) + 2 * depth[axis] for axis, c in enumerate(chunks_tuple))
-        plan = pipeline.plan(sizes=graph.bind_shapes(dict.fromkeys(graph.inputs, largest)))
+        from kfuse.search import plan_for
+        plan = plan_for(graph, "auto", "roofline",
+                        graph.bind_shapes(dict.fromkeys(graph.inputs, largest)))
     compute = _ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
-                         [len(c) for c in chunks_tuple])
+                         [len(c) for c in chunks_tuple], folded)
     # one task per chunk computes every output (a tuple); each output takes its item
     together = da.map_blocks(compute, *grown_inputs, chunks=chunks_tuple, dtype=object,
                              meta=np.empty((0,) * ndim, dtype=object))
     result = {}
     for index, name in enumerate(graph.outputs):
         dtype = numpy_dtype(graph.buffers[name].dtype)
+        meta = meta_from_array(first, ndim, dtype)
+        if name in folded:  # one value per chunk, folded by Dask's reduction tree
+            partial = da.map_blocks(_item, together, index, dtype=dtype, meta=meta,
+                                    chunks=tuple((1,) * len(c) for c in chunks_tuple))
+            result[name] = getattr(partial, folded[name])(dtype=dtype) \
+                if folded[name] == "sum" else getattr(partial, folded[name])()
+            continue
         result[name] = da.map_blocks(_item, together, index, chunks=chunks_tuple, dtype=dtype,
-                                     meta=meta_from_array(first, ndim, dtype))
+                                     meta=meta)
     return result
 
 
@@ -191,8 +233,9 @@ class _ChunkTask:
     sent to Dask's workers, which compile the pipeline once each)."""
 
     def __init__(self, graph: Graph, backend: str, plan: Any, params: Mapping[str, Any],
-                 depth: Mapping[int, int], periodic: Mapping[int, bool], counts: list[int]):
-        self.graph, self.backend, self.plan = graph, backend, plan
+                 depth: Mapping[int, int], periodic: Mapping[int, bool], counts: list[int],
+                 folded: Mapping[str, str]):
+        self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
         self.key = hashlib.sha256(pickle.dumps((graph, backend, plan))).hexdigest()
@@ -200,9 +243,9 @@ class _ChunkTask:
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
         run = _COMPILED.get(self.key)
         if run is None:
-            from kfuse import driver
-            run = _COMPILED.setdefault(self.key, driver.compile(self.graph, self.backend,
-                                                                self.plan))
+            from kfuse.runtime.compiled import CompiledPipeline
+            run = _COMPILED.setdefault(self.key, CompiledPipeline(self.graph, self.backend,
+                                                                  self.plan))
         location = block_info[0]["chunk-location"]
         crop = []
         for axis, grown in self.depth.items():
@@ -211,4 +254,32 @@ class _ChunkTask:
             crop.append(slice(grown if grown and inner_before else 0,
                               -grown if grown and inner_after else None))
         outputs = run(**dict(zip(self.graph.inputs, blocks, strict=True)), **self.params)
-        return tuple(outputs[name][tuple(crop)] for name in self.graph.outputs)
+        results = []
+        for name in self.graph.outputs:
+            values = outputs[name][tuple(crop)]
+            if name in self.folded:  # this chunk's fold, one value shaped as a block
+                values = getattr(values, self.folded[name])(keepdims=True)
+            results.append(values)
+        return tuple(results)
+
+
+def iterate(pipeline: Any, calls: int, feedback: Mapping[str, str], *, backend: str = "cpu",
+            plan: Any = "auto", **arrays_and_params: Any) -> dict[str, Any]:
+    """Run ``pipeline`` ``calls`` times over Dask arrays, each call's outputs named in
+    ``feedback`` (output -> input) becoming the next call's inputs; the last call's
+    outputs. A pipeline of k time steps then exchanges halos once per k steps, as deep as
+    its k steps reach (:func:`halo_depths`), not once per step."""
+    if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
+        raise ChunkingError(f"calls must be a positive integer, got {calls!r}")
+    graph = pipeline.graph()
+    unknown = [f"{out} -> {inp}" for out, inp in feedback.items()
+               if out not in graph.outputs or inp not in graph.inputs]
+    if unknown or not feedback:
+        raise ChunkingError(f"feedback maps outputs {list(graph.outputs)} to inputs "
+                            f"{list(graph.inputs)}; got {unknown or 'nothing'}")
+    given = dict(arrays_and_params)
+    outputs: dict[str, Any] = {}
+    for _ in range(calls):
+        outputs = pipeline.run(backend=backend, plan=plan, **given)
+        given.update({feedback[name]: outputs[name] for name in feedback})
+    return outputs

@@ -1,0 +1,95 @@
+"""A kfuse pipeline over Dask arrays of CuPy chunks on one and on two GPUs, in one run
+(GPU benchmark for kfuse.scaleout; issue 32's "two GPUs: >= 1.8x one GPU").
+
+One worker process per GPU (a ``distributed`` cluster whose workers each see one GPU
+through ``CUDA_VISIBLE_DEVICES``; dask-cuda's ``LocalCUDACluster`` does the same). The input
+is drawn on the workers (CuPy chunks, never on the host), persisted, then the pipeline's
+outputs are persisted on the workers (nothing gathered to the client) and timed after a
+warm-up call that compiles the pipeline once per worker. Prints seconds per call and the
+speed-up of each GPU count over one.
+
+Usage on the device machine (repo root; Dask installed from carried wheels)::
+
+    PYTHONPATH=. python3 benchmarks/dask_bench.py --gpus 1,2 [--apps harris,heat3d]
+        [--size2d 32768] [--size3d 1024] [--chunks2d 8192] [--chunks3d 256] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def cluster_of(gpus: int):
+    """A local cluster of one single-threaded worker process per GPU."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    workers = {f"gpu{i}": {"cls": Nanny, "options": {
+        "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}} for i in range(gpus)}
+    return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {
+        "dashboard_address": None}})
+
+
+def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
+             repeat: int) -> float:
+    """Median seconds of one call of app ``name`` over a Dask array of CuPy chunks."""
+    import cupy
+    import dask.array as da
+    from distributed import wait
+
+    from kfuse.apps import get_app
+
+    app = get_app(name)
+    pipeline = app.build()
+    graph = pipeline.graph()
+    _, params = app.make_inputs(tuple(9 for _ in size), np.random.default_rng(0), "float32")
+    state = da.random.RandomState(RandomState=cupy.random.RandomState)
+    arrays = {key: state.random_sample(size, chunks=chunks).astype("float32").persist()
+              for key in graph.inputs}
+    wait(list(arrays.values()))
+    times = []
+    for index in range(repeat + 1):  # the first call compiles on every worker
+        began = time.perf_counter()
+        outputs = pipeline.run(backend="cuda", **arrays, **params)
+        persisted = [value.persist() for value in outputs.values()]
+        wait(persisted)
+        if index:
+            times.append(time.perf_counter() - began)
+        del persisted
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", default="1,2")
+    parser.add_argument("--apps", default="harris,heat3d")
+    parser.add_argument("--size2d", type=int, default=32768)
+    parser.add_argument("--size3d", type=int, default=1024)
+    parser.add_argument("--chunks2d", type=int, default=8192)
+    parser.add_argument("--chunks3d", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    from distributed import Client
+
+    from kfuse.apps import get_app
+
+    results: dict[tuple[str, int], float] = {}
+    for gpus in [int(g) for g in args.gpus.split(",")]:
+        with cluster_of(gpus) as cluster, Client(cluster) as client:
+            for name in args.apps.split(","):
+                ndim = get_app(name).ndim
+                size = (args.size2d,) * 2 if ndim == 2 else (args.size3d,) * 3
+                chunks = (args.chunks2d,) * 2 if ndim == 2 else (args.chunks3d,) * 3
+                seconds = time_app(client, name, size, chunks, args.repeat)
+                results[(name, gpus)] = seconds
+                one = results.get((name, 1))
+                print(f"{name} {'x'.join(map(str, size))} on {gpus} GPU(s): {seconds:.3f} s "
+                      f"per call" + (f", {one / seconds:.2f}x one GPU" if one else ""),
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
