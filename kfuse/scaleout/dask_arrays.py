@@ -16,9 +16,9 @@ side (Dask's ``boundary="periodic"``). An axis read under both kinds of mode is 
 chunk (the modes then apply where they would unchunked).
 
 What runs chunked: pipelines whose operators all compute on the inputs' grid and read at
-constant offsets (point and stencil operators), and reductions over every axis that are only
-outputs: each chunk folds its own points (not the halo's) and Dask's reduction tree folds the
-chunks' values. Others raise :class:`ChunkingError` naming the operator.
+constant offsets (point and stencil operators), and reductions (over every axis or along
+some) that are only outputs: each chunk folds its own points (not the halo's) and Dask's
+reduction tree folds the chunks' values. Others raise :class:`ChunkingError` naming the operator.
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ def is_dask_array(value: Any) -> bool:
     return type(value).__module__.startswith("dask.") and hasattr(value, "chunks")
 
 
-def terminal_reductions(graph: Graph) -> dict[str, str]:
-    """The pipeline's reductions over every axis that no operator reads (outputs only), by
-    name, with their operation: each chunk folds its own points, and Dask's reduction tree
-    folds the chunks' results."""
+def terminal_reductions(graph: Graph) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The pipeline's reductions that no operator reads (outputs only), by name, with their
+    operation and axes: each chunk folds its own points along those axes, and Dask's
+    reduction tree folds the chunks' results."""
     read = {access.buffer for kernel in graph.kernels for access in kernel.accesses}
-    return {kernel.name: kernel.reduction.op for kernel in graph.kernels
-            if kernel.reduction is not None and kernel.output not in read
-            and kernel.reduction.axes == tuple(range(kernel.ndim))}
+    return {kernel.name: (kernel.reduction.op, kernel.reduction.axes)
+            for kernel in graph.kernels
+            if kernel.reduction is not None and kernel.output not in read}
 
 
 def chunk_graph(graph: Graph) -> Graph:
@@ -77,11 +77,10 @@ def _check_chunkable(graph: Graph) -> tuple[str, ...]:
         if kernel.kind == "opaque" or (kernel.reduction is not None
                                        and kernel.name not in folded):
             what = "a user kernel" if kernel.kind == "opaque" else \
-                "a reduction along some axes or one that other operators read"
+                "a reduction that other operators read"
             raise ChunkingError(f"{what} does not run chunk by chunk on Dask arrays yet "
-                                "(point and stencil operators do, and reductions over every "
-                                "axis that are only outputs)", operator=kernel.name,
-                                where=kernel.where)
+                                "(point and stencil operators do, and reductions that are "
+                                "only outputs)", operator=kernel.name, where=kernel.where)
         if domain is None:
             domain = kernel.domain
         if kernel.domain != domain:
@@ -208,11 +207,13 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     for index, name in enumerate(graph.outputs):
         dtype = numpy_dtype(graph.buffers[name].dtype)
         meta = meta_from_array(first, ndim, dtype)
-        if name in folded:  # one value per chunk, folded by Dask's reduction tree
+        if name in folded:  # one value per chunk along the axes, folded by Dask's tree
+            op, axes = folded[name]
             partial = da.map_blocks(_item, together, index, dtype=dtype, meta=meta,
-                                    chunks=tuple((1,) * len(c) for c in chunks_tuple))
-            result[name] = getattr(partial, folded[name])(dtype=dtype) \
-                if folded[name] == "sum" else getattr(partial, folded[name])()
+                                    chunks=tuple((1,) * len(c) if axis in axes else c
+                                                 for axis, c in enumerate(chunks_tuple)))
+            fold = getattr(partial, op)
+            result[name] = fold(axis=axes, dtype=dtype) if op == "sum" else fold(axis=axes)
             continue
         result[name] = da.map_blocks(_item, together, index, chunks=chunks_tuple, dtype=dtype,
                                      meta=meta)
@@ -234,7 +235,7 @@ class _ChunkTask:
 
     def __init__(self, graph: Graph, backend: str, plan: Any, params: Mapping[str, Any],
                  depth: Mapping[int, int], periodic: Mapping[int, bool], counts: list[int],
-                 folded: Mapping[str, str]):
+                 folded: Mapping[str, tuple[str, tuple[int, ...]]]):
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
@@ -257,8 +258,9 @@ class _ChunkTask:
         results = []
         for name in self.graph.outputs:
             values = outputs[name][tuple(crop)]
-            if name in self.folded:  # this chunk's fold, one value shaped as a block
-                values = getattr(values, self.folded[name])(keepdims=True)
+            if name in self.folded:  # this chunk's fold along the axes, shaped as a block
+                op, axes = self.folded[name]
+                values = getattr(values, op)(axis=axes, keepdims=True)
             results.append(values)
         return tuple(results)
 
