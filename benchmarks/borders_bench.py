@@ -24,12 +24,17 @@ from kfuse.schedule.forms import GroupSchedule, Single, Tiled, default_form
 STENCIL_APPS = ["harris", "shi_tomasi", "sobel", "unsharp", "enhance", "night", "diffusion3d"]
 
 
+def form_of(graph, group: GroupSchedule):
+    """The form ``group`` is generated under (its own, else the default)."""
+    return group.form or (Single() if len(group.members) == 1
+                          else default_form(graph, group.members))
+
+
 def with_borders(graph, groups: list[GroupSchedule], choice: str | None) -> list[GroupSchedule]:
     """``groups`` with every tiled form's border handling set to ``choice``."""
     chosen = []
     for group in groups:
-        form = group.form or (Single() if len(group.members) == 1
-                              else default_form(graph, group.members))
+        form = form_of(graph, group)
         if isinstance(form, Tiled):
             group = replace(group, form=replace(form, borders=choice))
         chosen.append(group)
@@ -51,8 +56,7 @@ def compare(name: str, rounds: int, runs: int) -> None:
                                       ("partitioned", "partitioned"), ("model", None))}
     for group in groups:
         estimate = None
-        form = group.form or (Single() if len(group.members) == 1
-                              else default_form(case.graph, group.members))
+        form = form_of(case.graph, group)
         if isinstance(form, Tiled):
             kernels = [case.graph.kernel_by_name[m] for m in group.members]
             tile, block = form.shape(kernels, len(kernels[-1].domain))

@@ -370,8 +370,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         # aligned vectors too, with no boundary mode to apply along the rows (in 3-D rows
         # are short: two of the four warps of a 512-wide row would take the other path;
         # measured 4% slower for diffusion3d, docs/journal/benchmarks.md, session 12)
-        left, right = reached[-1] if group.ndim == 2 else (0, 0)
-        left, right = -(-left // columns) * columns, -(-right // columns) * columns
+        left, right = _whole_vectors(reached[-1], columns) if group.ndim == 2 else (0, 0)
         edge_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
         vector = _items_code(group, fast_points, sizes,
                              in_range | {"ix": (-left, columns - 1 + right)}, columns)
@@ -381,9 +380,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
     if partitioned:
         # the interior region first: the thread's tile and every point it reads inside on
         # every axis (along x by warps), no boundary modes; the rest as above
-        left, right = reached[-1]
-        if aligned:
-            left, right = -(-left // columns) * columns, -(-right // columns) * columns
+        left, right = _whole_vectors(reached[-1], columns) if aligned else reached[-1]
         warp_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
         edge_lines = edge_lines or warp_lines
         inside_ranges = in_range | {"ix": (-left, columns - 1 + right)}
@@ -453,6 +450,12 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
     launch = LaunchSpec(group.symbol, tuple(k.name for k in group.members), params,
                         (block_x, block_y, 1), grid)
     return group.source(launch_bounds(block_x * block_y, tiles.least_blocks()), params, body), launch
+
+
+def _whole_vectors(reach: tuple[int, int], columns: int) -> tuple[int, int]:
+    """Columns left and right of a thread's own that its aligned vector loads of
+    ``columns`` take to cover ``reach``."""
+    return tuple(-(-side // columns) * columns for side in reach)  # type: ignore[return-value]
 
 
 def _warp_edge_test(block_x: int, columns: int, left: int, right: int, width: str

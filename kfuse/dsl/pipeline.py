@@ -238,6 +238,11 @@ def _driver() -> Any:
     return _DRIVERS[0]
 
 
+
+def is_dask_array(value: Any) -> bool:
+    """Whether ``value`` is a :class:`dask.array.Array` (without importing Dask)."""
+    return type(value).__module__.startswith("dask.") and hasattr(value, "chunks")
+
 class Pipeline:
     """A named pipeline of operators with named inputs, parameters and outputs."""
 
@@ -570,8 +575,7 @@ class Pipeline:
         chunk (:mod:`kfuse.scaleout.dask_arrays`: halos from the pipeline, boundary modes
         exact at the array's edges).
         """
-        if any(type(value).__module__.startswith("dask.") for value in
-               arrays_and_params.values()):
+        if any(is_dask_array(value) for value in arrays_and_params.values()):
             if out is not None:
                 raise ChunkingError("out= does not apply to Dask arrays: the outputs are "
                                     "new lazy arrays (store them with dask.array.store)")

@@ -31,16 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from kfuse.dsl.pipeline import is_dask_array
 from kfuse.errors import ChunkingError
 from kfuse.ir.graph import Graph
 from kfuse.runtime.numpy_backend import numpy_dtype
 
 PERIODIC_MODES = frozenset({"repeat"})
-
-
-def is_dask_array(value: Any) -> bool:
-    """Whether ``value`` is a :class:`dask.array.Array` (without importing Dask)."""
-    return type(value).__module__.startswith("dask.") and hasattr(value, "chunks")
 
 
 def terminal_reductions(graph: Graph) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -124,9 +120,8 @@ def halo_depths(graph: Graph) -> list[tuple[int, int]]:
     return depths
 
 
-def axis_modes(graph: Graph) -> list[set[str]]:
+def _axis_modes(graph: Graph, ndim: int) -> list[set[str]]:
     """Per axis, the boundary modes of the reads that step off the point along it."""
-    ndim = len(_check_chunkable(graph))
     modes: list[set[str]] = [set() for _ in range(ndim)]
     for kernel in graph.kernels:
         for access in kernel.accesses:
@@ -149,8 +144,8 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     from dask.array.utils import meta_from_array
 
     graph = pipeline.graph()
-    depths = halo_depths(graph)
-    modes = axis_modes(graph)
+    depths = halo_depths(graph)  # (the graph checked to run chunked)
+    modes = _axis_modes(graph, len(depths))
     folded = terminal_reductions(graph)
     if folded and not isinstance(plan, str):
         raise ChunkingError(f"a plan made for the whole pipeline does not apply to its chunks, "

@@ -61,13 +61,13 @@ class BorderEstimate:
         return self.edge_test / self.partitioned if self.partitioned else 1.0
 
 
-def _interior_count(extent: int, step: int, span: int, before: int, after: int) -> int:
-    """How many of the starts ``0, step, 2 step, ...`` below ``extent`` have ``before``
-    points before them and ``span - 1 + after`` after them inside ``[0, extent)``."""
-    starts = ceil(extent / step)
-    first = ceil(before / step)
-    last = (extent - after - span) // step  # start * step + span - 1 + after < extent
-    return max(0, min(starts - 1, last) - first + 1)
+def _interior_count(extent: int, span: int, before: int, after: int) -> int:
+    """How many of the spans ``[0, span), [span, 2 span), ...`` covering ``extent`` points
+    have ``before`` points before them and ``after`` after them inside ``[0, extent)``."""
+    spans = ceil(extent / span)
+    first = ceil(before / span)
+    last = (extent - after - span) // span  # start + span - 1 + after < extent
+    return max(0, min(spans - 1, last) - first + 1)
 
 
 def estimate(graph: Graph, members: Sequence[str], outputs: Sequence[str],
@@ -117,12 +117,9 @@ def estimate(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     shares = []
     for axis in range(ndim):
         before, after = reach[axis]
-        if axis == ndim - 1:
-            total = ceil(extents[axis] / warp_columns)
-            inside = _interior_count(extents[axis], warp_columns, warp_columns, before, after)
-        else:
-            total = ceil(extents[axis] / tile[axis])
-            inside = _interior_count(extents[axis], tile[axis], tile[axis], before, after)
+        span = warp_columns if axis == ndim - 1 else tile[axis]
+        total = ceil(extents[axis] / span)
+        inside = _interior_count(extents[axis], span, before, after)
         shares.append(inside / total if total else 0.0)
     interior = prod(shares)
     edge_test = work + checks
