@@ -148,3 +148,19 @@ def test_time_steps_iterated_exchange_halos_once_per_call():
     np.testing.assert_allclose(result, state["u_cur"], rtol=1e-5, atol=1e-5)
     with pytest.raises(ChunkingError, match="feedback maps outputs"):
         iterate(pipeline, 2, {"w4": "nope"}, **chunked, **params)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_cupy_chunks_on_the_cuda_backend(mode):
+    cupy = pytest.importorskip("cupy")
+    values = np.random.default_rng(13).random((61, 97), dtype=np.float32)
+    pipeline = chain(mode)
+    want = pipeline.run(backend="cpu", plan="unfused", x=values)
+    chunked = da.from_array(cupy.asarray(values), chunks=(16, 40), asarray=False)
+    got = pipeline.run(backend="cuda", x=chunked)
+    results = dask.compute(got, scheduler="threads")[0]
+    for name in want:
+        assert isinstance(results[name], cupy.ndarray), name  # the chunks stayed on the GPU
+        np.testing.assert_allclose(cupy.asnumpy(results[name]), want[name], rtol=1e-5,
+                                   atol=1e-5, err_msg=name)
