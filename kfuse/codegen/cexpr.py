@@ -268,6 +268,10 @@ class EmitState:
     texts: dict[tuple[str, str], str] = field(default_factory=dict)  # C text -> variable
     evaluated: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)  # (kernel, point)
     vector_columns: int = 0  # >1: reads of columns ix .. ix+n-1 of one row are one vector load
+    # base coordinate -> a number it is always a multiple of (a register tile's origin):
+    # ``(base + k) % m`` and ``(base + k) / m`` for m dividing it fold to constants and
+    # shifts of ``base / m``, so points of a tile share the coarse points they resample
+    multiples: dict[str, int] = field(default_factory=dict)
     window_sums: dict[Expr, bool] = field(default_factory=dict)  # node -> _three_term_sum
     # buffers whose element reads are left as markers (``accesses``), for the kernel to
     # render as global or shared-memory addresses (kfuse.codegen.marching)
@@ -475,6 +479,9 @@ class ExprEmitter:
                 _LONG_WRAPPING.get(node.op) if dtype == "int64" else None
             if wrapping:
                 return self.define_of(dtype, f"{wrapping}({{}}, {{}})", *args)
+            aligned = self._aligned_coordinate(node)
+            if aligned is not None:
+                return aligned
             if node.op == "floordiv":  # by a positive constant: one less where C's
                 return self.define_of(dtype, _wrapped("{0} / {1} - ({0} % {1} < 0)", dtype),
                                       *args)  # remainder is negative
@@ -493,6 +500,25 @@ class ExprEmitter:
                 return self.define_of(dtype, rounded("{}", dtype), *args)
             return self.define_of(dtype, f"({C_TYPES[dtype]})({{}})", *args)
         raise TypeError(f"unknown expression node {type(node).__name__}")
+
+    def _aligned_coordinate(self, node: Binary) -> str | None:
+        """``coord % m`` or ``coord // m`` where the coordinate is ``base + shift`` and
+        ``base`` a known multiple of ``m`` (:attr:`EmitState.multiples`): the constant
+        ``shift % m``, or ``base / m`` shifted by ``shift // m``; else None."""
+        if node.op not in ("mod", "floordiv") or not isinstance(node.a, Coord) or \
+                not isinstance(node.b, Const) or node.dtype not in ("int32", "int64"):
+            return None
+        divisor = node.b.value
+        base, shift = self.coords[node.a.axis]
+        multiple = self.state.multiples.get(base, 0)
+        if not isinstance(divisor, int) or divisor < 1 or multiple < 1 or multiple % divisor:
+            return None
+        if node.op == "mod":
+            return format_value(shift % divisor, node.dtype)
+        steps = shift // divisor
+        text = f"{base} / {divisor}" if steps == 0 else \
+            f"{base} / {divisor} {'+' if steps > 0 else '-'} {abs(steps)}"
+        return self.define(node.dtype, text, key=("aligned", base, divisor, steps))
 
     # -- reads -------------------------------------------------------------------------------
     def load_read(self, load: Load, index_values: list[str] | None = None
@@ -622,14 +648,23 @@ class ExprEmitter:
                      load: Load) -> tuple[str, str | None]:
         """(index variable, inside-flag variable or None) for an axis read at another
         resolution: ``floor(p * numerator / denominator) + offset`` through the read's
-        boundary mode."""
+        boundary mode. The same coarse or fine point read from different points of a
+        register tile is one index (and one load): ``(base + k) * n + offset`` is ``base * n``
+        shifted, and so is ``(base + k) / d`` where ``base`` is a known multiple of ``d``."""
         numerator, denominator = scale
-        position = coordinate_text(coord)
+        base, shift = coord
+        multiple = self.state.multiples.get(base, 0)
+        exact = numerator == 1 and multiple > 0 and multiple % denominator == 0
+        if denominator == 1:
+            shift, offset = 0, shift * numerator + offset
+        elif exact:
+            shift, offset = 0, shift // denominator + offset
+        position = coordinate_text((base, shift))
         scaled = f"{position} * {numerator}" if denominator == 1 else \
+            f"{base} / {denominator}" if exact else \
             f"kf_floor_div({position}, {denominator})" if numerator == 1 else \
             f"kf_floor_div({position} * {numerator}, {denominator})"
         text = scaled if offset == 0 else f"{scaled} {'+' if offset > 0 else '-'} {abs(offset)}"
-        base, shift = coord
         step = f"x{numerator}" if denominator == 1 else f"d{denominator}" if numerator == 1 \
             else f"x{numerator}d{denominator}"
         tag = "".join([step, f"s{shift}" if shift > 0 else f"sm{-shift}" if shift else "",

@@ -19,7 +19,7 @@ Code shapes:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kfuse.analysis.operations import tile_reach
 from kfuse.codegen import marching
@@ -240,22 +240,26 @@ def _flat_address(sizes: tuple[str, ...], coords: tuple[Coordinate, ...]) -> str
 
 def _items_code(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], str | None]],
                 sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]],
-                vector_columns: int = 0) -> list[str]:
+                vector_columns: int = 0, multiples: Mapping[str, int] | None = None
+                ) -> list[str]:
     """Straight-line code computing the group's outputs at several points of one thread.
 
     Every point's loads and arithmetic come first and the stores last, so independent loads
     are in flight together; values shared between points (rows of a stencil) are computed
     once. With ``vector_columns`` (points in rows of that many consecutive columns, from
     ``ix``, alignment checked by the caller) each row of an input is one vector load and
-    each row of an output one vector store.
+    each row of an output one vector store. ``multiples``: base coordinates known to be
+    multiples of a number (a tile's origin), which reads at another resolution exploit.
     """
-    emitter, stores, _ = items_emitted(group, points, sizes, in_range, vector_columns)
+    emitter, stores, _ = items_emitted(group, points, sizes, in_range, vector_columns,
+                                       multiples=multiples)
     return emitter.lines + stores
 
 
 def items_emitted(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...], str | None]],
                   sizes: tuple[str, ...], in_range: dict[str, tuple[int, int]],
-                  vector_columns: int = 0, staged: frozenset[str] = frozenset()
+                  vector_columns: int = 0, staged: frozenset[str] = frozenset(),
+                  multiples: Mapping[str, int] | None = None
                   ) -> tuple[ExprEmitter, list[str], list[str]]:
     """(emitter holding the value statements, store lines, the values they store) of
     :func:`_items_code`; reads of ``staged`` buffers are left as address markers
@@ -264,6 +268,7 @@ def items_emitted(group: KernelGroup, points: list[tuple[tuple[Coordinate, ...],
     emitter.state.in_range.update(in_range)
     emitter.state.vector_columns = vector_columns
     emitter.state.staged = staged
+    emitter.state.multiples.update(multiples or {})
     stores, stored = [], []
     rows: dict[tuple, dict[str, list[str]]] = {}
     for coords, flat in points:
@@ -359,9 +364,12 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
     middle = (("iy_k", 0),) if group.ndim == 3 else ()
     single_point = (((f"{outer}_k", 0), *middle, ("ix_k", 0)), None)
     in_range = {outer: (0, rows - 1), "ix": (0, columns - 1)}
+    # the tile's origin: rows, (middle points,) columns per thread from 0
+    multiples = {outer: rows, "ix": columns}
     if group.ndim == 3:
         in_range["iy"] = (0, middle_count - 1)
-    fast = _items_code(group, fast_points, sizes, in_range)
+        multiples["iy"] = middle_count
+    fast = _items_code(group, fast_points, sizes, in_range, multiples=multiples)
     aligned = _vector_condition(group, columns)
     edge_lines: list[str] = []
     reached = reach(group, tile) if aligned or partitioned else []
@@ -373,7 +381,8 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         left, right = _whole_vectors(reached[-1], columns) if group.ndim == 2 else (0, 0)
         edge_lines, interior = _warp_edge_test(block_x, columns, left, right, sizes[-1])
         vector = _items_code(group, fast_points, sizes,
-                             in_range | {"ix": (-left, columns - 1 + right)}, columns)
+                             in_range | {"ix": (-left, columns - 1 + right)}, columns,
+                             multiples)
         fast = [f"if ({' && '.join([aligned, *interior])}) {{",
                 f"  // rows of {columns} columns: one aligned vector load or store each",
                 *indent(vector, 1), "} else {", *indent(fast, 1), "}"]
@@ -393,7 +402,7 @@ def _tiled_kernel(group: KernelGroup, tile: tuple[int, ...], block: tuple[int, i
         conditions += interior
         if conditions:
             inside = _items_code(group, fast_points, sizes, inside_ranges,
-                                 columns if aligned else 0)
+                                 columns if aligned else 0, multiples)
             fast = [f"if ({' && '.join(conditions)}) {{",
                     "  // tile and halo inside on every axis: no boundary modes"
                     + (f"; rows of {columns} columns as aligned vectors" if aligned else ""),
