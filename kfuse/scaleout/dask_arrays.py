@@ -120,7 +120,7 @@ def halo_depths(graph: Graph) -> list[tuple[int, int]]:
     return depths
 
 
-def _axis_modes(graph: Graph, ndim: int) -> list[set[str]]:
+def axis_modes(graph: Graph, ndim: int) -> list[set[str]]:
     """Per axis, the boundary modes of the reads that step off the point along it."""
     modes: list[set[str]] = [set() for _ in range(ndim)]
     for kernel in graph.kernels:
@@ -145,7 +145,7 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
 
     graph = pipeline.graph()
     depths = halo_depths(graph)  # (the graph checked to run chunked)
-    modes = _axis_modes(graph, len(depths))
+    modes = axis_modes(graph, len(depths))
     folded = terminal_reductions(graph)
     if folded and not isinstance(plan, str):
         raise ChunkingError(f"a plan made for the whole pipeline does not apply to its chunks, "
@@ -224,6 +224,22 @@ def _item(outputs: tuple[Any, ...], index: int) -> Any:
 _COMPILED: dict[str, Any] = {}
 
 
+def compiled_once(graph: Graph, backend: str, plan: Any, shape: tuple[int, ...] | None = None
+                  ) -> Any:
+    """The process's compiled pipeline of ``graph`` on ``backend`` under ``plan`` (``"auto"``
+    with ``shape``: planned once for inputs of that shape), made at the first call."""
+    key = hashlib.sha256(pickle.dumps((graph, backend, plan, shape))).hexdigest()
+    run = _COMPILED.get(key)
+    if run is None:
+        from kfuse.runtime.compiled import CompiledPipeline
+        if shape is not None and isinstance(plan, str) and plan == "auto":
+            from kfuse.search import plan_for
+            plan = plan_for(graph, "auto", "roofline",
+                            graph.bind_shapes(dict.fromkeys(graph.inputs, shape)))
+        run = _COMPILED.setdefault(key, CompiledPipeline(graph, backend, plan))
+    return run
+
+
 class _ChunkTask:
     """Computes the pipeline on one grown chunk and crops what the halo grew (picklable:
     sent to Dask's workers, which compile the pipeline once each)."""
@@ -234,14 +250,9 @@ class _ChunkTask:
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
-        self.key = hashlib.sha256(pickle.dumps((graph, backend, plan))).hexdigest()
 
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
-        run = _COMPILED.get(self.key)
-        if run is None:
-            from kfuse.runtime.compiled import CompiledPipeline
-            run = _COMPILED.setdefault(self.key, CompiledPipeline(self.graph, self.backend,
-                                                                  self.plan))
+        run = compiled_once(self.graph, self.backend, self.plan)
         location = block_info[0]["chunk-location"]
         crop = []
         for axis, grown in self.depth.items():

@@ -1,0 +1,117 @@
+"""Host arrays streamed through one GPU in slabs (kfuse.scaleout.host_slabs), against the same
+pipeline on data that fits (GPU benchmark; issue 32's "larger than a GPU").
+
+For each app, one host volume (page-locked, random) and, side by side in one run:
+
+- ``resident``: the pipeline on device arrays of one slab's size (the kernels alone; no copy);
+- ``fits, host to host``: the whole volume copied in, computed in one call, copied out, one
+  after another (what a user with data that fits in the GPU does from host memory);
+- ``slabs``: :func:`kfuse.scaleout.run_in_slabs` over the same volume in slabs of
+  ``--slab-rows`` (default: what the device's memory gives), copies overlapped with compute
+  on three streams, outputs into page-locked arrays given once;
+- ``slabs, pageable input``: the same from an ordinary NumPy array (page-locked in place for
+  each call).
+
+Throughput is input bytes per second; the slabbed result is checked against the one-shot run.
+
+    PYTHONPATH=. python3 benchmarks/slab_bench.py [--apps heat3d,harris] [--planes 2048]
+        [--slab-rows 128] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def seconds(call, repeat: int) -> float:
+    """Median wall seconds of ``call()`` (the device synchronised after each)."""
+    import cupy
+
+    times = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        call()
+        cupy.cuda.runtime.deviceSynchronize()
+        times.append(time.perf_counter() - began)
+    return float(np.median(times))
+
+
+def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int) -> None:
+    import cupy
+    import cupyx
+
+    from kfuse.apps import get_app
+    from kfuse.scaleout import run_in_slabs
+
+    app = get_app(name)
+    pipeline = app.build()
+    graph = pipeline.graph()
+    _, params = app.make_inputs(tuple(9 for _ in shape), np.random.default_rng(0), "float32")
+    began = time.perf_counter()
+    inputs = {}
+    for key in graph.inputs:  # random values drawn on the device, page-locked host copies
+        inputs[key] = cupyx.empty_pinned(shape, dtype=np.float32)
+        for start in range(0, shape[0], 256):
+            block = cupy.random.random((min(256, shape[0] - start), *shape[1:]),
+                                       dtype=cupy.float32)
+            block.get(out=inputs[key][start:start + len(block)])
+    outputs = {key: cupyx.empty_pinned(shape, dtype=np.float32) for key in graph.outputs}
+    gigabytes = sum(value.nbytes for value in inputs.values()) / 1e9
+    print(f"== {name} {'x'.join(map(str, shape))}: {gigabytes:.1f} GB of inputs "
+          f"(made in {time.perf_counter() - began:.0f} s)", flush=True)
+
+    rows = {}
+    # one slab's worth resident on the device: the kernels' own throughput
+    slab = slab_rows or min(shape[0], 256)
+    resident = {key: cupy.asarray(value[:slab]) for key, value in inputs.items()}
+    compiled = pipeline.compile(backend="cuda")
+    compiled(**resident, **params)
+    rows["resident (kernels only)"] = seconds(lambda: compiled(**resident, **params),
+                                              repeat) * shape[0] / slab
+
+    def host_to_host() -> None:
+        given = {key: cupy.asarray(value) for key, value in inputs.items()}
+        results = compiled(**given, **params)
+        for key, value in results.items():
+            value.get(out=outputs[key])
+
+    host_to_host()
+    rows["fits, host to host"] = seconds(host_to_host, repeat)
+    want = {key: value.copy() for key, value in outputs.items()}
+
+    def slabs(given=inputs) -> dict:
+        return run_in_slabs(pipeline, backend="cuda", slab_rows=slab_rows, out=outputs,
+                            **given, **params)
+
+    slabs()
+    for key in want:
+        error = float(np.max(np.abs(outputs[key] - want[key])))
+        print(f"  slabs against one call: '{key}' differs by at most {error:.3g}", flush=True)
+    rows["slabs (page-locked input)"] = seconds(slabs, repeat)
+    pageable = {key: np.array(value) for key, value in inputs.items()}
+    rows["slabs (pageable input)"] = seconds(lambda: slabs(pageable), repeat)
+    fits = rows["fits, host to host"]
+    for label, value in rows.items():
+        print(f"  {label:28s} {value * 1e3:10.1f} ms  {gigabytes / value:8.1f} GB/s  "
+              f"{fits / value:6.2f}x of fits host-to-host", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--apps", default="heat3d,harris")
+    parser.add_argument("--planes", type=int, default=2048, help="3-D: planes of 1024 x 1024")
+    parser.add_argument("--rows", type=int, default=65536, help="2-D: rows of 32768")
+    parser.add_argument("--slab-rows", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    for name in args.apps.split(","):
+        shape = (args.planes, 1024, 1024) if name in ("heat3d", "diffusion3d", "stencil27") \
+            else (args.rows, 32768)
+        bench(name, shape, args.slab_rows, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""A pipeline over arrays larger than the GPU: streamed through it slab by slab from host
+memory, the copies overlapped with the computation.
+
+The host arrays are cut into *slabs* along their first axis; each slab is copied to the
+device grown by the pipeline's halo along that axis (:func:`~kfuse.scaleout.halo_depths`:
+rows above and below that its outputs read through every chain of stencils), computed with
+the pipeline's compiled form (one per slab shape), and only its own rows are copied back.
+Boundary modes stay exact as in :mod:`kfuse.scaleout.dask_arrays`: slabs are not grown
+past the array's first or last row where reads along that axis clamp, mirror or read a
+constant (the pipeline applies its modes at the true edge), and grown with the rows from
+the far side where every such read is periodic. Reductions that are only outputs fold per
+slab, then across the slabs on the host.
+
+On the cuda backend the slabs go round ``streams`` CUDA streams: while one slab computes,
+the next is copied in and the one before copied out (the host arrays are page-locked in
+place for the call, so the copies run asynchronously at the link's bandwidth, and outputs
+are written to page-locked host arrays). On the cpu backend the same slabs run one after
+another (what the tests check against the one-shot run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kfuse.errors import ChunkingError
+from kfuse.ir.graph import Graph
+from kfuse.runtime.numpy_backend import numpy_dtype
+from kfuse.scaleout.dask_arrays import (
+    PERIODIC_MODES,
+    axis_modes,
+    chunk_graph,
+    compiled_once,
+    halo_depths,
+    terminal_reductions,
+)
+
+# device memory a call may hold per stream of slabs (its inputs, intermediates and
+# outputs), as a fraction of what is free when the call starts
+SLAB_MEMORY_SHARE = 0.6
+CPU_SLAB_BYTES = 1 << 28  # the cpu backend's default slab (all its arrays together)
+
+
+@dataclass(frozen=True)
+class Slab:
+    """Rows ``start:stop`` of the outputs, computed from the input rows ``rows`` (the slab
+    grown by the halo; wrapped indices where the axis is periodic); the slab's own rows are
+    ``crop`` of the grown result."""
+
+    start: int
+    stop: int
+    rows: np.ndarray
+    crop: slice
+
+
+def plan_slabs(length: int, slab_rows: int, before: int, after: int,
+               periodic: bool) -> list[Slab]:
+    """The slabs of an axis of ``length`` rows, ``slab_rows`` each (the last may be
+    shorter), grown by ``before`` and ``after`` rows (wrapped where ``periodic``, else not
+    past the ends)."""
+    slabs = []
+    for start in range(0, length, slab_rows):
+        stop = min(start + slab_rows, length)
+        low, high = (start - before, stop + after) if periodic else \
+            (max(0, start - before), min(length, stop + after))
+        rows = np.arange(low, high) % length
+        slabs.append(Slab(start, stop, rows, slice(start - low, start - low + stop - start)))
+    return slabs
+
+
+def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None = None,
+                 plan: Any = "auto", streams: int = 3,
+                 out: Mapping[str, np.ndarray] | None = None,
+                 **arrays_and_params: Any) -> dict[str, np.ndarray]:
+    """The pipeline's outputs (NumPy arrays in host memory) for host arrays of any size,
+    computed ``slab_rows`` rows at a time (default: as many as fit in the device's free
+    memory, ``streams`` slabs at once). Every input is a NumPy array of one shape;
+    parameters are scalars; ``out`` may give host arrays for outputs on the grid (on the
+    cuda backend page-locked ones, e.g. from ``cupyx.empty_pinned``, spare locking them
+    at each call). What cannot run in slabs raises :class:`ChunkingError`."""
+    graph = pipeline.graph()
+    depths = halo_depths(graph)  # (checks that the pipeline runs in pieces at all)
+    modes = axis_modes(graph, len(depths))[0]
+    folded = terminal_reductions(graph)
+    if folded and not isinstance(plan, str):
+        raise ChunkingError(f"a plan made for the whole pipeline does not apply to its slabs, "
+                            f"which fold the reductions {sorted(folded)} themselves: give "
+                            "plan='auto' or 'unfused'")
+    before, after = depths[0]
+    periodic = bool(modes & PERIODIC_MODES)
+    if (before or after) and periodic and modes - PERIODIC_MODES:
+        raise ChunkingError("the first axis is read both periodically and under other "
+                            f"modes ({sorted(modes)}): it cannot be cut into slabs")
+    graph = chunk_graph(graph)
+    arrays, params = _split_arguments(graph, arrays_and_params, len(depths))
+    shape = next(iter(arrays.values())).shape
+    for name, value in (("streams", streams), ("slab_rows", slab_rows)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
+            raise ChunkingError(f"{name} must be a positive integer, got {value!r}")
+    slab_rows = slab_rows or _default_slab_rows(graph, shape, backend, streams)
+    slabs = plan_slabs(shape[0], slab_rows, before, after, periodic)
+    # planned once for the largest slab, compiled once per process
+    run = compiled_once(graph, backend, plan,
+                        (max(len(slab.rows) for slab in slabs), *shape[1:]))
+    on_device = backend == "cuda"
+    outputs = _outputs(graph, shape, folded, out, on_device)
+    partials: dict[str, list[Any]] = {name: [] for name in folded}
+    if not on_device:
+        for slab in slabs:
+            results = run(**{name: value[slab.rows] for name, value in arrays.items()},
+                          **params)
+            _keep(results, slab, outputs, partials, folded, _store_on_host)
+        return outputs | _fold(partials, folded, graph)
+    import cupy
+
+    lanes = [cupy.cuda.Stream(non_blocking=True) for _ in range(streams)]
+    locked = _page_lock(list(arrays.values()))
+    try:
+        for index, slab in enumerate(slabs):
+            lane = lanes[index % streams]
+            with lane:
+                results = run(**{name: _copied_in(value, slab, lane)
+                                 for name, value in arrays.items()}, **params)
+                _keep(results, slab, outputs, partials, folded,
+                      lambda own, host, lane=lane: own.get(stream=lane, out=host))
+        for lane in lanes:
+            lane.synchronize()
+    finally:
+        for pointer in locked:
+            cupy.cuda.runtime.hostUnregister(pointer)
+    return outputs | _fold(partials, folded, graph)
+
+
+def _split_arguments(graph: Graph, arrays_and_params: Mapping[str, Any], ndim: int
+                     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(the input arrays, checked: NumPy arrays of one shape; the parameters)."""
+    arrays = {name: value for name, value in arrays_and_params.items() if name in graph.inputs}
+    params = {name: value for name, value in arrays_and_params.items() if name not in arrays}
+    missing = [name for name in graph.inputs if name not in arrays]
+    if missing:
+        raise ChunkingError(f"missing inputs {missing} (the pipeline reads {list(graph.inputs)})")
+    not_host = [name for name, value in arrays.items() if not isinstance(value, np.ndarray)]
+    if not_host:
+        raise ChunkingError(f"inputs {not_host} are not NumPy arrays: slabs stream from host "
+                            "memory (give device arrays to Pipeline.run)")
+    shapes = {value.shape for value in arrays.values()}
+    if len(shapes) > 1:
+        raise ChunkingError(f"the inputs' shapes differ ({sorted(shapes)}): a pipeline in "
+                            "slabs takes inputs of one shape")
+    shape = shapes.pop()
+    if len(shape) != ndim:
+        raise ChunkingError(f"the inputs have {len(shape)} axes, the pipeline's operators {ndim}")
+    for name, value in arrays.items():
+        want = numpy_dtype(graph.buffers[name].dtype)
+        if value.dtype != want:
+            raise ChunkingError(f"input '{name}' is {value.dtype}, the pipeline reads {want}")
+    return {name: np.ascontiguousarray(value) for name, value in arrays.items()}, params
+
+
+def _default_slab_rows(graph: Graph, shape: tuple[int, ...], backend: str,
+                       streams: int) -> int:
+    """Rows per slab: ``streams`` slabs of every array the program holds (inputs,
+    intermediates, outputs) within :data:`SLAB_MEMORY_SHARE` of the device's free memory;
+    :data:`CPU_SLAB_BYTES` on the host."""
+    budget = CPU_SLAB_BYTES
+    if backend == "cuda":
+        import cupy
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        budget = int(free * SLAB_MEMORY_SHARE) // streams
+    per_point = sum(np.dtype(numpy_dtype(buffer.dtype)).itemsize
+                    for buffer in graph.buffers.values())
+    row_bytes = per_point * int(np.prod(shape[1:], dtype=np.int64))
+    return max(1, min(shape[0], budget // max(1, row_bytes)))
+
+
+def _outputs(graph: Graph, shape: tuple[int, ...], folded: Mapping[str, Any],
+             given: Mapping[str, np.ndarray] | None, page_locked: bool
+             ) -> dict[str, np.ndarray]:
+    """The host arrays of the outputs on the grid: ``given`` ones (checked), else new ones
+    (page-locked for the device's copies)."""
+    given = dict(given or {})
+    outputs = {}
+    for name in graph.outputs:
+        if name in folded:
+            continue
+        dtype = numpy_dtype(graph.buffers[name].dtype)
+        array = given.pop(name, None)
+        if array is None:
+            if page_locked:
+                import cupyx
+                array = cupyx.empty_pinned(shape, dtype=dtype)
+            else:
+                array = np.empty(shape, dtype=dtype)
+        elif not isinstance(array, np.ndarray) or array.shape != shape or \
+                array.dtype != dtype or not array.flags.c_contiguous:
+            raise ChunkingError(f"out['{name}'] must be a C-contiguous NumPy array of shape "
+                                f"{shape} and dtype {dtype}", operator=name)
+        outputs[name] = array
+    if given:
+        raise ChunkingError(f"out names {sorted(given)}, which are not outputs on the grid "
+                            f"(those are {sorted(outputs)})")
+    return outputs
+
+
+def _store_on_host(own: np.ndarray, host: np.ndarray) -> None:
+    host[...] = own
+
+
+def _keep(results: Mapping[str, Any], slab: Slab, outputs: dict[str, np.ndarray],
+          partials: dict[str, list[Any]], folded: Mapping[str, tuple[str, tuple[int, ...]]],
+          store: Any) -> None:
+    """``store`` a slab's own rows of each output in its rows of the host array; fold each
+    folded reduction over them."""
+    for name, values in results.items():
+        own = values[slab.crop]
+        if name in folded:
+            op, axes = folded[name]
+            partials[name].append(getattr(own, op)(axis=axes, keepdims=True))
+        else:
+            store(own, outputs[name][slab.start:slab.stop])
+
+
+def _fold(partials: Mapping[str, list[Any]], folded: Mapping[str, tuple[str, tuple[int, ...]]],
+          graph: Graph) -> dict[str, np.ndarray]:
+    """Each folded reduction's slabs combined: folded again along the first axis where the
+    reduction runs along it, else the slabs' rows one after another."""
+    result = {}
+    for name, pieces in partials.items():
+        op, axes = folded[name]
+        joined = np.concatenate([piece.get() if hasattr(piece, "get") else piece
+                                 for piece in pieces], axis=0)
+        if 0 in axes:
+            joined = getattr(joined, op)(axis=0, keepdims=True)
+        result[name] = np.squeeze(joined, axis=axes).astype(
+            numpy_dtype(graph.buffers[name].dtype), copy=False)
+    return result
+
+
+def _copied_in(value: np.ndarray, slab: Slab, lane: Any) -> Any:
+    """The slab's grown rows of a host array in a new device array, copied on ``lane``."""
+    import cupy
+
+    first, count = int(slab.rows[0]), len(slab.rows)
+    host = value[first:first + count] if int(slab.rows[-1]) == first + count - 1 \
+        else np.ascontiguousarray(value[slab.rows])  # wrapped rows (a periodic axis)
+    device = cupy.empty(host.shape, dtype=host.dtype)
+    device.set(host, stream=lane)
+    return device
+
+
+def _page_lock(values: list[np.ndarray]) -> list[int]:
+    """Page-lock the host arrays not locked already, in place, for the call (asynchronous
+    copies need it); the pointers locked. An array the driver refuses stays pageable (its
+    copies then wait for the host)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    locked = []
+    for value in values:
+        pointer = value.ctypes.data
+        try:
+            if runtime.pointerGetAttributes(pointer).type == runtime.memoryTypeHost:
+                continue  # page-locked already (cupyx.empty_pinned)
+        except runtime.CUDARuntimeError:
+            pass  # pageable memory the runtime does not know
+        try:
+            runtime.hostRegister(pointer, value.nbytes, 0)
+        except runtime.CUDARuntimeError:
+            continue
+        locked.append(pointer)
+    return locked

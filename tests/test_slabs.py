@@ -1,0 +1,114 @@
+"""Host arrays streamed through the device in slabs (kfuse.scaleout.host_slabs): on the cpu
+backend (and the cuda backend where a GPU is usable) the slabbed result equals the one-shot
+run in every boundary mode, for slabs that do not divide the array, volumes and reductions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kfuse as kf
+from kfuse.scaleout import ChunkingError, plan_slabs, run_in_slabs
+
+MODES = ["clamp", "mirror", "repeat", kf.constant(0.25)]
+
+
+def chain(mode) -> kf.Pipeline:
+    """A blur, an asymmetric stencil of it (2 rows up, 1 down) and a point operator."""
+    p = kf.Pipeline("chain")
+    x = p.input("x", 2)
+    blur = kf.local((x.at(-1, 0) + x.at(1, 0) + x.at(0, -1) + x.at(0, 1)) * 0.25, boundary=mode,
+                    name="blur")
+    edge = kf.local(blur.at(-1, 2) - blur.at(0, -1) + x.at(1, 1) * 0.5, boundary=mode,
+                    name="edge")
+    p.output(kf.point(edge * edge + blur, name="out"), edge)
+    return p
+
+
+def slabbed_equals_one_shot(pipeline: kf.Pipeline, values: dict, backend: str = "cpu",
+                            **options):
+    want = pipeline.run(backend="cpu", plan="unfused", **values)
+    got = run_in_slabs(pipeline, backend=backend, **options, **values)
+    assert set(got) == set(want)
+    for name in want:
+        result = got[name]
+        assert isinstance(result, np.ndarray) and result.shape == np.shape(want[name]), name
+        np.testing.assert_allclose(result, want[name], rtol=2e-6, atol=1e-6, err_msg=name)
+    return got
+
+
+def test_slabs_are_grown_by_the_halo_and_wrap_where_periodic():
+    slabs = plan_slabs(10, 4, 2, 1, periodic=False)
+    assert [(s.start, s.stop) for s in slabs] == [(0, 4), (4, 8), (8, 10)]
+    assert [list(s.rows) for s in slabs] == [[0, 1, 2, 3, 4], list(range(2, 9)),
+                                             list(range(6, 10))]
+    assert [s.crop for s in slabs] == [slice(0, 4), slice(2, 6), slice(2, 4)]
+    wrapped = plan_slabs(10, 4, 2, 1, periodic=True)
+    assert list(wrapped[0].rows) == [8, 9, 0, 1, 2, 3, 4] and wrapped[0].crop == slice(2, 6)
+    assert list(wrapped[-1].rows) == [6, 7, 8, 9, 0]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+@pytest.mark.parametrize("rows", [1, 4, 7])
+def test_slabs_that_do_not_divide_equal_the_one_shot_run(mode, rows):
+    values = {"x": np.random.default_rng(rows).random((23, 19), dtype=np.float32)}
+    slabbed_equals_one_shot(chain(mode), values, slab_rows=rows, plan="unfused")
+
+
+def test_a_volume_in_slabs_under_the_planned_program():
+    from kfuse.apps import get_app
+
+    app = get_app("heat3d")  # four steps: a halo of 4 planes each side
+    pipeline = app.build(boundary="mirror")
+    arrays, params = app.make_inputs((11, 9, 13), np.random.default_rng(3), "float32")
+    want = pipeline.run(backend="cpu", plan="unfused", **arrays, **params)
+    got = run_in_slabs(pipeline, backend="cpu", slab_rows=3, **arrays, **params)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+
+
+def test_reductions_fold_per_slab_then_across_slabs():
+    p = kf.Pipeline("stats")
+    x = p.input("x", 2)
+    smooth = kf.local((x.at(-1, 0) + x + x.at(1, 0)) / 3.0, boundary="mirror", name="smooth")
+    p.output(smooth, kf.reduce_sum(smooth * smooth, name="energy"),
+             kf.reduce_max(smooth - x, name="peak"),
+             kf.reduce_sum(smooth, axis=1, name="rows"),
+             kf.reduce_min(smooth.at(1, 0), axis=0, name="columns"))
+    values = {"x": np.random.default_rng(4).random((21, 34), dtype=np.float32)}
+    got = slabbed_equals_one_shot(p, values, slab_rows=5)
+    assert got["energy"].shape == () and got["rows"].shape == (21,)
+
+
+def test_outputs_into_given_arrays():
+    values = {"x": np.random.default_rng(5).random((17, 12), dtype=np.float32)}
+    out = {"out": np.empty((17, 12), np.float32)}
+    got = run_in_slabs(chain("clamp"), backend="cpu", slab_rows=6, out=out, **values)
+    assert got["out"] is out["out"]
+    np.testing.assert_allclose(out["out"], chain("clamp").run(backend="cpu", **values)["out"],
+                               rtol=2e-6, atol=1e-6)
+
+
+def test_what_cannot_run_in_slabs_is_refused_by_name():
+    values = np.random.default_rng(6).random((9, 8), dtype=np.float32)
+    p = kf.Pipeline("mixed")
+    x = p.input("x", 2)
+    up = kf.local(x.at(-1, 0) * 2.0, boundary="repeat", name="up")
+    p.output(kf.local(up.at(1, 0) + x, boundary="clamp", name="down"))
+    with pytest.raises(ChunkingError, match="first axis is read both periodically"):
+        run_in_slabs(p, backend="cpu", x=values)
+    with pytest.raises(ChunkingError, match="not NumPy arrays"):
+        run_in_slabs(chain("clamp"), backend="cpu", x=[[1.0]])
+    with pytest.raises(ChunkingError, match="slab_rows must be a positive integer"):
+        run_in_slabs(chain("clamp"), backend="cpu", slab_rows=0, x=values)
+    with pytest.raises(ChunkingError, match=r"out\['out'\] must be"):
+        run_in_slabs(chain("clamp"), backend="cpu", out={"out": np.empty((2, 2))}, x=values)
+    with pytest.raises(ChunkingError, match="is float64, the pipeline reads float32"):
+        run_in_slabs(chain("clamp"), backend="cpu", x=values.astype(np.float64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_slabs_through_the_gpu_on_several_streams(mode):
+    values = {"x": np.random.default_rng(7).random((61, 45), dtype=np.float32)}
+    slabbed_equals_one_shot(chain(mode), values, backend="cuda", slab_rows=8, streams=3)
