@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 import time
 from collections.abc import Callable, Mapping
 from math import prod
@@ -380,11 +381,11 @@ class CudaArrays:
         if family == "torch":
             torch = self._torch()
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            if raw is not None:
-                return functools.partial(raw, device)
-            return lambda: torch.cuda.current_stream(device).cuda_stream
-        current = self.cupy.cuda.get_current_stream
-        return lambda: current().ptr
+            current = functools.partial(raw, device) if raw is not None else \
+                (lambda: torch.cuda.current_stream(device).cuda_stream)
+        else:
+            current = functools.partial(_stream_pointer, self.cupy.cuda.get_current_stream)
+        return functools.partial(_in_context, self.cupy.cuda, device, current)
 
     def to_host(self, array: Any) -> np.ndarray:
         return self.cupy.asnumpy(array)
@@ -486,3 +487,22 @@ class CudaBackend(CompiledBackend):
         volumes = {tuple(sizes[symbol] for symbol in kernel.domain) for kernel in graph.kernels
                    if len(kernel.domain) == 3}
         return all(fills_device(*volume, multiprocessors) for volume in volumes)
+
+
+_THREAD = threading.local()  # whether this host thread was checked for a current context
+
+
+def _stream_pointer(get_current_stream: Callable[[], Any]) -> int:
+    return get_current_stream().ptr
+
+
+def _in_context(cuda: Any, device: int, current: Callable[[], int]) -> int:
+    """``current()`` (the caller's stream), the first call of each host thread making sure
+    it has a current context: kernels are launched through the driver, which needs one,
+    and a thread that never called the runtime (a Dask worker's, say) has none (then
+    ``device``'s primary context is made current; a thread's own context is left alone)."""
+    if not getattr(_THREAD, "checked", False):
+        if not cuda.driver.ctxGetCurrent():
+            cuda.runtime.setDevice(device)
+        _THREAD.checked = True
+    return current()
