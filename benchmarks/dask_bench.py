@@ -33,9 +33,9 @@ def cluster_of(gpus: int):
 
 
 def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
-             repeat: int) -> float:
-    """Median seconds of one call of app ``name`` over a Dask array of CuPy chunks."""
-    import cupy
+             repeat: int, backend: str = "cuda") -> float:
+    """Median seconds of one call of app ``name`` over a Dask array of CuPy chunks (NumPy
+    chunks on the cpu backend: a smoke test of this script without a GPU)."""
     import dask.array as da
     from distributed import wait
 
@@ -45,14 +45,18 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
     pipeline = app.build()
     graph = pipeline.graph()
     _, params = app.make_inputs(tuple(9 for _ in size), np.random.default_rng(0), "float32")
-    state = da.random.RandomState(RandomState=cupy.random.RandomState)
+    if backend == "cuda":
+        import cupy
+        state = da.random.RandomState(RandomState=cupy.random.RandomState)
+    else:
+        state = da.random.RandomState()
     arrays = {key: state.random_sample(size, chunks=chunks).astype("float32").persist()
               for key in graph.inputs}
     wait(list(arrays.values()))
     times = []
     for index in range(repeat + 1):  # the first call compiles on every worker
         began = time.perf_counter()
-        outputs = pipeline.run(backend="cuda", **arrays, **params)
+        outputs = pipeline.run(backend=backend, **arrays, **params)
         persisted = [value.persist() for value in outputs.values()]
         wait(persisted)
         if index:
@@ -68,9 +72,11 @@ def main() -> None:
     parser.add_argument("--apps", default="harris,heat3d")
     parser.add_argument("--size2d", type=int, default=32768)
     parser.add_argument("--size3d", type=int, default=1024)
-    parser.add_argument("--chunks2d", type=int, default=8192)
-    parser.add_argument("--chunks3d", type=int, default=256)
+    parser.add_argument("--chunks2d", default="8192,32768",
+                        help="a chunk's shape (comma-separated; one number: a cube)")
+    parser.add_argument("--chunks3d", default="256,1024,1024")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--backend", default="cuda", help="cpu: NumPy chunks (a smoke test)")
     args = parser.parse_args()
     from distributed import Client
 
@@ -82,8 +88,10 @@ def main() -> None:
             for name in args.apps.split(","):
                 ndim = get_app(name).ndim
                 size = (args.size2d,) * 2 if ndim == 2 else (args.size3d,) * 3
-                chunks = (args.chunks2d,) * 2 if ndim == 2 else (args.chunks3d,) * 3
-                seconds = time_app(client, name, size, chunks, args.repeat)
+                given = [int(n) for n in (args.chunks2d if ndim == 2 else args.chunks3d)
+                         .split(",")]
+                chunks = tuple(given * ndim if len(given) == 1 else given)
+                seconds = time_app(client, name, size, chunks, args.repeat, args.backend)
                 results[(name, gpus)] = seconds
                 one = results.get((name, 1))
                 print(f"{name} {'x'.join(map(str, size))} on {gpus} GPU(s): {seconds:.3f} s "

@@ -188,10 +188,8 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                                        boundary=boundary) for name in graph.inputs]
     if isinstance(plan, str) and plan == "auto":  # one plan, made for the largest grown
         # chunk, for every chunk: one program per chunk shape (sizes compiled in), else one
-        largest = tuple(max(c) + 2 * depth[axis] for axis, c in enumerate(chunks_tuple))
-        from kfuse.search import plan_for
-        plan = plan_for(graph, "auto", "roofline",
-                        graph.bind_shapes(dict.fromkeys(graph.inputs, largest)))
+        plan = planned_once(graph, tuple(max(c) + 2 * depth[axis]
+                                         for axis, c in enumerate(chunks_tuple)))
     compute = _ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
                          [len(c) for c in chunks_tuple], folded)
@@ -222,20 +220,31 @@ def _item(outputs: tuple[Any, ...], index: int) -> Any:
 # compiled pipelines of this process, by the digest of their graph, backend and plan: every
 # chunk a worker computes reuses the one compiled pipeline (its programs per chunk shape)
 _COMPILED: dict[str, Any] = {}
+_PLANS: dict[str, Any] = {}  # default plans of this process, by graph and shape
+
+
+def planned_once(graph: Graph, shape: tuple[int, ...]) -> Any:
+    """The default plan of ``graph`` for inputs of ``shape``, made once per process (a
+    chunked call plans for its largest chunk; the next calls reuse the plan)."""
+    key = hashlib.sha256(pickle.dumps((graph, shape))).hexdigest()
+    plan = _PLANS.get(key)
+    if plan is None:
+        from kfuse.search import plan_for
+        plan = _PLANS.setdefault(key, plan_for(
+            graph, "auto", "roofline", graph.bind_shapes(dict.fromkeys(graph.inputs, shape))))
+    return plan
 
 
 def compiled_once(graph: Graph, backend: str, plan: Any, shape: tuple[int, ...] | None = None
                   ) -> Any:
     """The process's compiled pipeline of ``graph`` on ``backend`` under ``plan`` (``"auto"``
-    with ``shape``: planned once for inputs of that shape), made at the first call."""
-    key = hashlib.sha256(pickle.dumps((graph, backend, plan, shape))).hexdigest()
+    with ``shape``: :func:`planned_once` for inputs of that shape), made at the first call."""
+    if shape is not None and isinstance(plan, str) and plan == "auto":
+        plan = planned_once(graph, shape)
+    key = hashlib.sha256(pickle.dumps((graph, backend, plan))).hexdigest()
     run = _COMPILED.get(key)
     if run is None:
         from kfuse.runtime.compiled import CompiledPipeline
-        if shape is not None and isinstance(plan, str) and plan == "auto":
-            from kfuse.search import plan_for
-            plan = plan_for(graph, "auto", "roofline",
-                            graph.bind_shapes(dict.fromkeys(graph.inputs, shape)))
         run = _COMPILED.setdefault(key, CompiledPipeline(graph, backend, plan))
     return run
 
