@@ -16,6 +16,12 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Pyramid apps beside Halide and torch.compile: resampled reads shared across register "
+     "tiles (H200, 2026-11-28, session 33)",
+     "2026-11-28-session33-pyramids-halide.json",
+     "KFUSE_HALIDE_SCHEDULES=manual python3 benchmarks/pyramid_bench.py --apps "
+     "blend,local_laplacian --baselines torch.compile,halide --no-calls --out D "
+     "(tools/gpu_halide.sh)"),
     ("Pyramid apps beside Halide and torch.compile (H200, 2026-11-28, session 32)",
      "2026-11-28-session32-pyramids-halide.json",
      "python3 benchmarks/pyramid_bench.py --apps local_laplacian,blend --baselines "
