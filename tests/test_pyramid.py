@@ -5,6 +5,8 @@ one element, every boundary mode, fused and unfused."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -272,3 +274,44 @@ def test_exposure_fusion_equals_its_numpy_reference(mode):
         errors = reference_errors(app, arrays, params,
                                   pipeline.run(backend="numpy", **arrays), mode)
         assert max(errors.values()) <= app.tolerance, (size, errors)
+
+
+def test_a_register_tile_resamples_with_constant_phases_and_shared_points():
+    """A tile starts at a multiple of its shape: an upsampled read's phase in it is a
+    constant (no ``%`` left, selects resolved) and a downsampled tap reached from two points
+    is one index; the program still equals NumPy (above) in every mode."""
+    from kfuse.codegen import generate
+
+    p = kf.Pipeline("tile")
+    x = p.input("x", 2)
+    coarse = kf.downsample(x, name="coarse")
+    p.output(kf.point(x - kf.upsampled(coarse), name="detail"))
+    graph = p.graph()
+    source = generate(graph, [(["detail"], ["detail"])], fixed_sizes={"x.0": 64, "x.1": 64})
+    tile = source.source.split("register tile")[1].split("} else {")[0]
+    assert "% 2" not in tile and "?" not in tile
+    down = generate(graph, [(["coarse"], ["coarse"])], fixed_sizes={"x.0": 64, "x.1": 64})
+    tile = down.source.split("register tile")[1].split("} else {")[0]
+    columns = re.findall(r"kf_clamp\((ix[^,]*), n_x_1\)", tile)
+    assert columns and len(columns) == len(set(columns))  # each column index once
+    assert len(set(columns)) == 2 * 4 + 2  # 4 columns of taps 2p-1 .. 2p+2, shared
+
+
+def test_constant_operations_fold_as_c_computes_them():
+    from kfuse.codegen.cexpr import folded_value
+    from kfuse.ir.expr import Binary, Cast, Const, Unary
+
+    def binary(op, a, b, dtype):
+        return folded_value(Binary(op, Const(a, dtype), Const(b, dtype), dtype), [a, b])
+
+    assert binary("mul", 2, 3, "int32") == 6 and binary("mod", -3, 2, "int32") == 1
+    assert binary("floordiv", -3, 2, "int32") == -2
+    assert binary("mul", 2**20, 2**12, "int32") is None  # wraps in C: left to the device
+    assert binary("add", 0.1, 0.2, "float32") == float(np.float32(0.1) + np.float32(0.2))
+    assert folded_value(Binary("lt", Const(1, "int32"), Const(2, "int32"), "bool"),
+                        [1, 2]) is True
+    assert folded_value(Cast(Const(3, "int32"), "float32"), [3]) == 3.0
+    assert folded_value(Cast(Const(2**25, "int32"), "float32"), [2**25]) is None
+    assert folded_value(Unary("abs", Const(-0.5, "float32"), "float32"), [-0.5]) == 0.5
+    assert folded_value(Binary("add", Const(1.0, "float64"), Const(2.0, "float64"),
+                               "float64"), [1.0, 2.0]) is None  # only bool, int32, float32

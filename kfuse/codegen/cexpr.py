@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from kfuse import config
 from kfuse.analysis.operations import LOG_IN_EXP, logs_in_exp
@@ -46,6 +49,52 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
 # wraparound); the smaller integers compute in int and are cast back (:func:`_wrapped`)
 _INT_WRAPPING = {"add": "kf_iadd", "sub": "kf_isub", "mul": "kf_imul"}
 _LONG_WRAPPING = {"add": "kf_ladd", "sub": "kf_lsub", "mul": "kf_lmul"}
+
+
+FOLDED_DTYPES = frozenset({"bool", "int32", "float32"})
+_INT32_RANGE = range(-2**31, 2**31)
+_FOLDED_INT = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+               "floordiv": lambda a, b: a // b if b > 0 else None,
+               "mod": lambda a, b: a % b if b > 0 else None}
+_FOLDED_FLOAT = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+_FOLDED_COMPARISON = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+                      "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+                      "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
+
+
+def folded_value(node: Expr, values: list[Any]) -> int | float | bool | None:
+    """The value of ``node`` on constant operands where C computes it exactly as Python
+    does here (int32 arithmetic inside its range, float32 sums and products rounded to
+    float32, comparisons, logic, exact casts, negation and absolute values); else None."""
+    dtype = node.dtype
+    if dtype not in FOLDED_DTYPES:
+        return None
+    if isinstance(node, Cast):
+        value = values[0]
+        if dtype == "float32" and isinstance(value, int) and abs(value) < 2**24:
+            return float(value)
+        return value if dtype == "int32" and type(value) is int else None
+    if isinstance(node, Unary):
+        value = values[0]
+        if node.op == "not" and dtype == "bool":
+            return not value
+        if node.op in ("neg", "abs") and dtype != "bool":
+            result = -value if node.op == "neg" else abs(value)
+            return result if dtype == "float32" or result in _INT32_RANGE else None
+        return None
+    if not isinstance(node, Binary):
+        return None
+    a, b = values
+    if node.op in _FOLDED_COMPARISON and dtype == "bool":
+        return bool(_FOLDED_COMPARISON[node.op](a, b))
+    if node.op in ("and", "or") and dtype == "bool":
+        return bool(a and b) if node.op == "and" else bool(a or b)
+    if dtype == "int32" and node.op in _FOLDED_INT and type(a) is int and type(b) is int:
+        result = _FOLDED_INT[node.op](a, b)
+        return result if result is not None and result in _INT32_RANGE else None
+    if dtype == "float32" and node.op in _FOLDED_FLOAT:
+        return float(_FOLDED_FLOAT[node.op](np.float32(a), np.float32(b)))
+    return None
 
 
 def element_value(text: str, dtype: str) -> str:
@@ -272,6 +321,9 @@ class EmitState:
     # ``(base + k) % m`` and ``(base + k) / m`` for m dividing it fold to constants and
     # shifts of ``base / m``, so points of a tile share the coarse points they resample
     multiples: dict[str, int] = field(default_factory=dict)
+    # C literals emitted for constants -> their values: operations on constants only
+    # (a resampled read's phase in a tile) are folded to literals, selects on them resolved
+    constants: dict[str, int | float | bool] = field(default_factory=dict)
     window_sums: dict[Expr, bool] = field(default_factory=dict)  # node -> _three_term_sum
     # buffers whose element reads are left as markers (``accesses``), for the kernel to
     # render as global or shared-memory addresses (kfuse.codegen.marching)
@@ -447,7 +499,11 @@ class ExprEmitter:
 
     def _emit_node(self, node: Expr, args: list[str]) -> str:
         if isinstance(node, Const):
-            return format_value(node.value, node.dtype)
+            return self._literal(node.value, node.dtype)
+        if isinstance(node, (Unary, Binary, Cast, Select)):
+            folded = self._folded(node, args)
+            if folded is not None:
+                return folded
         if isinstance(node, Param):
             return param_var(node.name)
         if isinstance(node, Coord):
@@ -501,6 +557,24 @@ class ExprEmitter:
             return self.define_of(dtype, f"({C_TYPES[dtype]})({{}})", *args)
         raise TypeError(f"unknown expression node {type(node).__name__}")
 
+    def _literal(self, value: int | float | bool, dtype: str) -> str:
+        """The C literal of a constant, remembered as one (:attr:`EmitState.constants`)."""
+        text = format_value(value, dtype)
+        if dtype in FOLDED_DTYPES:
+            self.state.constants.setdefault(text, value)
+        return text
+
+    def _folded(self, node: Unary | Binary | Cast | Select, args: list[str]) -> str | None:
+        """A literal for an operation whose operands are all constants (a select on a
+        constant condition: the chosen operand), else None."""
+        known = self.state.constants
+        if isinstance(node, Select):
+            return (args[1] if known[args[0]] else args[2]) if args[0] in known else None
+        if not all(arg in known for arg in args):
+            return None
+        value = folded_value(node, [known[arg] for arg in args])
+        return None if value is None else self._literal(value, node.dtype)
+
     def _aligned_coordinate(self, node: Binary) -> str | None:
         """``coord % m`` or ``coord // m`` where the coordinate is ``base + shift`` and
         ``base`` a known multiple of ``m`` (:attr:`EmitState.multiples`): the constant
@@ -514,7 +588,7 @@ class ExprEmitter:
         if not isinstance(divisor, int) or divisor < 1 or multiple < 1 or multiple % divisor:
             return None
         if node.op == "mod":
-            return format_value(shift % divisor, node.dtype)
+            return self._literal(shift % divisor, node.dtype)
         steps = shift // divisor
         text = f"{base} / {divisor}" if steps == 0 else \
             f"{base} / {divisor} {'+' if steps > 0 else '-'} {abs(steps)}"
