@@ -309,3 +309,28 @@ def test_model_check_no_measure_prints_predictions(capsys):
     code, out, _ = run_cli(capsys, "model-check", "sobel", "--no-measure",
                            "--candidates", "pairs")
     assert code == 0 and "roofline" in out and "dx+mag" in out.replace("\n", "")
+
+
+def test_the_roofline_predicts_the_register_tile_a_form_names():
+    """A recompute group's shared taps depend on its register tile: the model counts the
+    tile the form gives (the generator's), not the default one."""
+    from kfuse.apps import get_app
+    from kfuse.model import roofline
+    from kfuse.schedule.forms import Recompute
+
+    app = get_app("harris")
+    graph = app.build().graph()
+    sizes = app.sizes(graph, app.bench_size)
+    members = tuple(kernel.name for kernel in graph.kernels)
+    outputs = tuple(graph.outputs)
+    profile = default_profile()
+
+    def predicted(tile):
+        return roofline.predict_group(graph, members, outputs, sizes, profile,
+                                      Recompute(tile=tile))
+
+    assert predicted(None) == roofline.predict_group(graph, members, outputs, sizes, profile)
+    # one point per thread recomputes the window sums at every tap; a tall tile shares rows
+    one, tall = predicted((1, 1)), predicted((8, 1))
+    assert one.operations > tall.operations > 0
+    assert one.cached_loads > tall.cached_loads > 0

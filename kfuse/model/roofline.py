@@ -27,6 +27,7 @@ from kfuse.schedule.forms import (
     Single,
     Staged,
     Streamed,
+    Tiled,
     default_form,
     staged_members,
 )
@@ -79,9 +80,11 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
         return _predict_staged(graph, members, points, dram, profile, form)
     if isinstance(form, Streamed):
         return _predict_streamed(graph, members, outputs, sizes, profile, form)
-    # the tile the generator uses: arithmetic-heavy operators keep narrow ones
-    tile = register_tile("arithmetic" if is_arithmetic_heavy(kernels) else form.name,
-                         len(kernels[-1].domain))
+    # the tile the generator uses (the form's own, else its kind's default; arithmetic-heavy
+    # operators keep narrow ones)
+    heavy = is_arithmetic_heavy(kernels)
+    tile = form.tile if isinstance(form, Tiled) and form.tile is not None and not heavy else \
+        register_tile("arithmetic" if heavy else form.name, len(kernels[-1].domain))
     rows = prod(tile)  # points per thread
     evaluated = evaluation_points(graph, members, outputs, tile)
     remote = remote_evaluations(graph, members, evaluated)  # (evaluated where read)
