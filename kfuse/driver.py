@@ -50,4 +50,20 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     return run_chunked(pipeline, backend, plan, arrays_and_params)
 
 
+def slab_reason(graph: Graph, backend: str, arrays_and_params: Mapping[str, Any]
+                ) -> str | None:
+    """Why a call's host arrays go through the GPU in slabs, or None
+    (:func:`kfuse.scaleout.host_slabs.slab_reason`)."""
+    from kfuse.scaleout.host_slabs import slab_reason as reason
+    return reason(graph, backend, arrays_and_params)
+
+
+def run_in_slabs(pipeline: Any, backend: str, plan: Any, out: Any,
+                 arrays_and_params: Mapping[str, Any]) -> dict[str, Any]:
+    """The pipeline's outputs for host arrays streamed through the device in slabs
+    (:func:`kfuse.scaleout.host_slabs.run_in_slabs`)."""
+    from kfuse.scaleout.host_slabs import run_in_slabs as run_slabbed
+    return run_slabbed(pipeline, backend=backend, plan=plan, out=out, **arrays_and_params)
+
+
 install_driver(sys.modules[__name__])

@@ -112,3 +112,35 @@ def test_what_cannot_run_in_slabs_is_refused_by_name():
 def test_slabs_through_the_gpu_on_several_streams(mode):
     values = {"x": np.random.default_rng(7).random((61, 45), dtype=np.float32)}
     slabbed_equals_one_shot(chain(mode), values, backend="cuda", slab_rows=8, streams=3)
+
+
+def test_calls_stream_in_slabs_only_where_the_arrays_do_not_fit():
+    from kfuse.scaleout.host_slabs import slab_reason
+
+    graph = chain("clamp").graph()
+    values = {"x": np.random.default_rng(8).random((64, 32), dtype=np.float32)}
+    needed = 4 * 4 * 64 * 32  # x, blur, edge, out: float32 on the grid
+    assert slab_reason(graph, "cuda", values, free_bytes=2 * needed) is None  # fits
+    reason = slab_reason(graph, "cuda", values, free_bytes=needed // 8)
+    assert reason is not None and "in slabs" in reason
+    assert slab_reason(graph, "auto", values, free_bytes=needed // 8) is not None
+    assert slab_reason(graph, "cpu", values, free_bytes=1) is None  # the host has no limit
+    assert slab_reason(graph, "cuda", {"x": values["x"].tolist()}, free_bytes=1) is None
+    p = kf.Pipeline("readback")  # a reduction read back: not runnable in slabs, runs whole
+    y = p.input("y", 2)
+    total = kf.reduce_sum(y, name="total")
+    p.output(kf.point(y - total, name="centred"))
+    assert slab_reason(p.graph(), "cuda", {"y": values["x"]}, free_bytes=1) is None
+
+
+@pytest.mark.gpu
+def test_a_call_too_large_for_the_gpu_runs_in_slabs(monkeypatch):
+    from kfuse.scaleout import host_slabs
+
+    values = {"x": np.random.default_rng(9).random((96, 40), dtype=np.float32)}
+    want = chain("mirror").run(backend="cpu", plan="unfused", **values)
+    monkeypatch.setattr(host_slabs, "device_free_bytes", lambda: 4096)  # a tiny GPU
+    got = chain("mirror").run(backend="cuda", **values)
+    for name in want:
+        assert isinstance(got[name], np.ndarray)
+        np.testing.assert_allclose(got[name], want[name], rtol=2e-6, atol=1e-6)

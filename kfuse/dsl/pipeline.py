@@ -35,6 +35,7 @@ from kfuse.ir.expr import (
 )
 from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction, fixed_size
 from kfuse.ir.sizes import base_symbols, derived_size, describe_size, scaled_size
+from kfuse.log import LOG
 from kfuse.user_line import UserLine, where_of
 
 
@@ -573,13 +574,20 @@ class Pipeline:
 
         Inputs given as :class:`dask.array.Array` give lazy Dask arrays, computed chunk by
         chunk (:mod:`kfuse.scaleout.dask_arrays`: halos from the pipeline, boundary modes
-        exact at the array's edges).
+        exact at the array's edges). NumPy inputs on the GPU whose arrays would not fit in
+        its free memory stream through it in slabs (:mod:`kfuse.scaleout.host_slabs`).
         """
         if any(is_dask_array(value) for value in arrays_and_params.values()):
             if out is not None:
                 raise ChunkingError("out= does not apply to Dask arrays: the outputs are "
                                     "new lazy arrays (store them with dask.array.store)")
             return _driver().run_on_dask_arrays(self, backend, plan, arrays_and_params)
+        reason = _driver().slab_reason(self.graph(), backend, arrays_and_params)
+        if reason is not None:
+            LOG.info("pipeline '%s': %s", self.name, reason)
+            if out is not None and not isinstance(out, Mapping):
+                out = {self.outputs[0]: out}
+            return _driver().run_in_slabs(self, "cuda", plan, out, arrays_and_params)
         return self.compiled_run(backend, plan)(out=out, **arrays_and_params)
 
     def compiled_run(self, backend: str = "auto", plan: Any = "auto") -> Any:

@@ -20,6 +20,7 @@ another (what the tests check against the one-shot run).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -136,6 +137,58 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
         for pointer in locked:
             cupy.cuda.runtime.hostUnregister(pointer)
     return outputs | _fold(partials, folded, graph)
+
+
+def slab_reason(graph: Graph, backend: str, arrays_and_params: Mapping[str, Any],
+                free_bytes: int | None = None) -> str | None:
+    """Why a call should stream its host arrays through the GPU in slabs, or None: on the
+    cuda backend (named, or ``auto`` where CuPy sees a GPU), every input a NumPy array of
+    one shape, the pipeline's arrays (inputs, intermediates, outputs) larger than
+    :data:`SLAB_MEMORY_SHARE` of the device's free memory (``free_bytes``: as measured),
+    and the pipeline runnable in slabs (else the call runs whole, as it would)."""
+    if backend not in ("cuda", "auto"):
+        return None
+    inputs = [arrays_and_params.get(name) for name in graph.inputs]
+    if not inputs or not all(isinstance(value, np.ndarray) for value in inputs) or \
+            len({value.shape for value in inputs}) != 1:
+        return None
+    per_point = sum(np.dtype(numpy_dtype(buffer.dtype)).itemsize
+                    for buffer in graph.buffers.values())  # (an upper bound: every array
+    needed = per_point * inputs[0].size                    # counted on the grid)
+    if free_bytes is None:
+        free_bytes = device_free_bytes()
+    if free_bytes is None or needed <= free_bytes * SLAB_MEMORY_SHARE:
+        return None
+    try:
+        depths = halo_depths(graph)
+    except ChunkingError:
+        return None
+    if inputs[0].ndim != len(depths):
+        return None
+    return (f"its arrays need up to {needed / 1e6:,.0f} MB on the device, where "
+            f"{free_bytes / 1e6:,.0f} MB are free: streamed through it in slabs")
+
+
+def device_free_bytes() -> int | None:
+    """Free memory of the current GPU (CuPy's view), or None where there is none."""
+    runtime = _cuda_runtime()
+    if runtime is None:
+        return None
+    try:
+        return int(runtime.memGetInfo()[0])
+    except Exception:  # noqa: BLE001 - no GPU usable: calls run whole, as they would
+        return None
+
+
+@functools.cache
+def _cuda_runtime() -> Any:
+    """CuPy's CUDA runtime module, or None where CuPy is not installed (looked up once: a
+    call with host arrays asks at every call)."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return cupy.cuda.runtime
 
 
 def _split_arguments(graph: Graph, arrays_and_params: Mapping[str, Any], ndim: int
