@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -138,7 +139,11 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     chunk on ``backend`` (:meth:`kfuse.Pipeline.run` calls this where an input is a Dask
     array). Every input array must be a Dask array of the same shape; parameters are
     scalars. The chunks of the first input are kept (an axis read under both periodic and
-    other modes is made one chunk; chunks smaller than the halo are merged by Dask)."""
+    other modes is made one chunk; chunks smaller than the halo are merged by Dask).
+
+    Where a ``dask.distributed`` client holds every chunk of the inputs (persisted: one
+    worker per GPU, say), each chunk's task is submitted at once to the worker holding the
+    chunk, and the outputs are Dask arrays of those tasks' futures (:func:`_submitted`)."""
     import dask.array as da
     from dask.array.overlap import ensure_minimum_chunksize
     from dask.array.utils import meta_from_array
@@ -184,8 +189,6 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
         if grown:
             chunks[axis] = ensure_minimum_chunksize(grown, tuple(chunks[axis]))
     chunks_tuple = tuple(tuple(c) for c in chunks)
-    grown_inputs = [da.overlap.overlap(arrays[name].rechunk(chunks_tuple), depth=depth,
-                                       boundary=boundary) for name in graph.inputs]
     if isinstance(plan, str) and plan == "auto":  # one plan, made for the largest grown
         # chunk, for every chunk: one program per chunk shape (sizes compiled in), else one
         plan = planned_once(graph, tuple(max(c) + 2 * depth[axis]
@@ -193,6 +196,13 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     compute = _ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
                          [len(c) for c in chunks_tuple], folded)
+    inputs = [arrays[name].rechunk(chunks_tuple) for name in graph.inputs]
+    held = _held_chunks(inputs)
+    if held is not None:  # on a cluster that holds every chunk: each runs where it lies
+        return _submitted(compute, inputs, held, chunks_tuple, meta_of=lambda dtype: (
+            meta_from_array(first, ndim, dtype)))
+    grown_inputs = [da.overlap.overlap(array, depth=depth, boundary=boundary)
+                    for array in inputs]
     # one task per chunk computes every output (a tuple); each output takes its item
     # (a stable key prefix: Dask learns the tasks' durations across calls, and its
     # dashboard names the pipeline)
@@ -218,6 +228,126 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
 
 def _item(outputs: tuple[Any, ...], index: int) -> Any:
     return outputs[index]
+
+
+def _sliced(block: Any, cut: tuple[slice, ...]) -> Any:
+    return block[cut]
+
+
+def _joined(pieces: Any, axis: int) -> Any:
+    """The array ``pieces`` (nested lists, one level per axis) make, joined axis by axis
+    (NumPy's concatenate; CuPy chunks dispatch it to CuPy's)."""
+    if not isinstance(pieces, list):
+        return pieces
+    parts = [_joined(piece, axis + 1) for piece in pieces]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
+
+
+def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any]],
+                                             dict[tuple[int, ...], str]] | None:
+    """(the ``dask.distributed`` client, per input its chunks' futures by location, the
+    worker holding each chunk of the first input) where a client is in use and holds every
+    chunk of every input (persisted); else None (the chunks then run lazily, where Dask's
+    scheduler places them)."""
+    try:
+        from distributed import default_client, futures_of
+        client = default_client()
+    except (ImportError, ValueError):  # no distributed, or no client
+        return None
+    futures = []
+    for array in inputs:
+        found = {tuple(future.key[1:]): future for future in futures_of(array)
+                 if isinstance(future.key, tuple) and future.key[0] == array.name}
+        if len(found) != array.npartitions:
+            return None
+        futures.append(found)
+    holders = client.who_has(list(futures[0].values()))
+    owners = {}
+    for location, future in futures[0].items():
+        workers = holders.get(future.key) or holders.get(str(future.key))
+        if not workers:
+            return None
+        owners[location] = sorted(workers)[0]
+    return client, futures, owners
+
+
+def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
+               chunks: tuple[tuple[int, ...], ...], meta_of: Any) -> dict[str, Any]:
+    """The outputs as Dask arrays of futures: each chunk's task submitted to the worker
+    holding the chunk, with the chunk itself and its neighbours' halo slices (cut on the
+    neighbours' workers) as arguments, restricted to that worker (the chunk is there; were
+    the worker lost, so would the chunk be). Left to its scheduler, Dask moved whole chunks
+    between workers to balance its queues (docs/journal/benchmarks.md, session 33)."""
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    client, futures, owners = held
+    graph = compute.graph
+    # (a key of its own per call: its halo slices are new tasks at every call)
+    token = tokenize(compute.digest, [array.name for array in inputs], uuid.uuid4().hex)
+    grid = tuple(len(c) for c in chunks)
+    sliced: dict[tuple, Any] = {}
+
+    def halo(input_index: int, at: tuple[int, ...], cut: tuple[slice, ...]) -> Any:
+        source = futures[input_index][at]
+        if all(c == slice(None) for c in cut):
+            return source
+        key = (input_index, at, tuple((c.start, c.stop) for c in cut))
+        if key not in sliced:  # cut where the neighbour lies: only the halo moves
+            sliced[key] = client.submit(_sliced, source, cut, workers=[owners[at]],
+                                        allow_other_workers=False, pure=False)
+        return sliced[key]
+
+    tasks = {}
+    for location in np.ndindex(grid):
+        grown = [_grown_pieces(lambda at, cut, i=i: halo(i, at, cut), grid, location,
+                               compute.depth, compute.periodic) for i in range(len(inputs))]
+        tasks[location] = client.submit(
+            compute.from_pieces, location, *grown, workers=[owners[location]],
+            allow_other_workers=False, key=f"kfuse-{graph.name}-{token}-"
+            + "-".join(map(str, location)))
+    result = {}
+    for index, name in enumerate(graph.outputs):
+        dtype = numpy_dtype(graph.buffers[name].dtype)
+        axes = compute.folded[name][1] if name in compute.folded else ()
+        # the array's chunks are the futures themselves (as a persisted array's are): no
+        # task stands between them and the array that Dask could place elsewhere
+        array_name = f"kfuse-{graph.name}-{name}-{token}"
+        layer = {(array_name, *location): client.submit(
+            _item, task, index, workers=[owners[location]], allow_other_workers=False,
+            key=(array_name, *location)) for location, task in tasks.items()}
+        array = da.Array(HighLevelGraph.from_collections(array_name, layer, dependencies=()),
+                         array_name, tuple((1,) * len(c) if axis in axes else c
+                                           for axis, c in enumerate(chunks)),
+                         meta=meta_of(dtype))
+        if name in compute.folded:  # one value per chunk along the axes, folded by Dask
+            op = compute.folded[name][0]
+            fold = getattr(array, op)
+            array = fold(axis=axes, dtype=dtype) if op == "sum" else fold(axis=axes)
+        result[name] = array
+    return result
+
+
+def _grown_pieces(piece: Any, grid: tuple[int, ...], location: tuple[int, ...],
+                  depth: Mapping[int, int], periodic: Mapping[int, bool]) -> Any:
+    """The pieces of the chunk at ``location`` grown by ``depth`` along each axis, nested
+    one list per axis (as ``np.block`` takes them): ``piece(at, cut)`` of the neighbours
+    before and after (wrapped where ``periodic``; none past an edge otherwise) around the
+    chunk itself."""
+    def pieces(axis: int, at: tuple[int, ...], cut: tuple[slice, ...]) -> Any:
+        if axis == len(location):
+            return piece(at, cut)
+        grown, count = depth.get(axis, 0), grid[axis]
+        parts = []
+        for step, part in ((-1, slice(-grown, None)), (0, slice(None)), (1, slice(0, grown))):
+            neighbour = location[axis] + step
+            if step and (not grown or (not periodic.get(axis) and not 0 <= neighbour < count)):
+                continue
+            parts.append(pieces(axis + 1, (*at, neighbour % count), (*cut, part)))
+        return parts
+
+    return pieces(0, (), ())
 
 
 # compiled pipelines of this process, by the digest of their graph, backend and plan: every
@@ -262,10 +392,22 @@ class _ChunkTask:
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
+        self.digest = hashlib.sha256(pickle.dumps((
+            graph, backend, plan, sorted(self.params.items()), sorted(self.depth.items()),
+            sorted(self.periodic.items()), counts, sorted(self.folded.items())))).hexdigest()
 
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
+        return self.outputs(block_info[0]["chunk-location"], blocks)
+
+    def from_pieces(self, location: tuple[int, ...], *grown: Any) -> tuple[Any, ...]:
+        """:meth:`outputs` from each input's pieces (:func:`_grown_pieces`: the chunk and
+        its neighbours' halo slices), joined here."""
+        return self.outputs(location, [_joined(pieces, 0) for pieces in grown])
+
+    def outputs(self, location: tuple[int, ...], blocks: Any) -> tuple[Any, ...]:
+        """Every output of the chunk at ``location`` (an item each; a folded reduction's
+        fold along its axes) from the inputs' grown ``blocks``."""
         run = compiled_once(self.graph, self.backend, self.plan)
-        location = block_info[0]["chunk-location"]
         crop = []
         for axis, grown in self.depth.items():
             inner_before = self.periodic[axis] or location[axis] > 0
