@@ -144,3 +144,8 @@ def test_a_call_too_large_for_the_gpu_runs_in_slabs(monkeypatch):
     for name in want:
         assert isinstance(got[name], np.ndarray)
         np.testing.assert_allclose(got[name], want[name], rtol=2e-6, atol=1e-6)
+
+
+def test_auto_runs_the_slabs_on_the_backend_it_picks():
+    values = {"x": np.random.default_rng(10).random((19, 14), dtype=np.float32)}
+    slabbed_equals_one_shot(chain("mirror"), values, backend="auto", slab_rows=5)

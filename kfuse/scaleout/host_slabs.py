@@ -101,6 +101,9 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
     graph = chunk_graph(graph)
     arrays, params = _split_arguments(graph, arrays_and_params, len(depths))
     shape = next(iter(arrays.values())).shape
+    if backend == "auto":  # (the slabs' streams and copies are the GPU's)
+        from kfuse.runtime import get_backend
+        backend = get_backend(backend).name
     for name, value in (("streams", streams), ("slab_rows", slab_rows)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or value < 1):
