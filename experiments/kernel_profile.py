@@ -27,7 +27,7 @@ def profile(name: str, size: tuple[int, ...] | None, calls: int) -> None:
     pipeline = app.build()
     graph = pipeline.graph()
     arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
-    plan = default_plan(graph, app.sizes(graph, size))
+    plan = default_plan(graph, app.sizes(graph, size), fill_device=True)
     given = {key: cupy.asarray(value) for key, value in arrays.items()} | params
     compiled = pipeline.compile(backend="cuda", plan=plan)
     compiled(**given)

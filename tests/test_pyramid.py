@@ -315,3 +315,45 @@ def test_constant_operations_fold_as_c_computes_them():
     assert folded_value(Unary("abs", Const(-0.5, "float32"), "float32"), [-0.5]) == 0.5
     assert folded_value(Binary("add", Const(1.0, "float64"), Const(2.0, "float64"),
                                "float64"), [1.0, 2.0]) is None  # only bool, int32, float32
+
+
+def test_coarse_levels_get_tiles_that_fill_the_gpu():
+    """Where the GPU runs a plan, 2-D tiled kernels over few points (a pyramid's coarse
+    levels) get smaller register tiles, so that their grids fill the device; the finest
+    level keeps its tile, the cpu backend's plans the default ones, and the program still
+    equals NumPy."""
+    from kfuse.apps import get_app
+    from kfuse.model.device import default_profile
+    from kfuse.runtime import planned
+    from kfuse.schedule.tiles import FILL_THREADS_PER_SM, filling_tile
+    from kfuse.search import default_plan
+
+    sms = default_profile().sm_count
+    assert filling_tile((8, 4), 8192 * 8192, sms) == (8, 4)
+    assert filling_tile((8, 4), 1024 * 1024, 132) == (1, 4)  # 262144 threads
+    assert filling_tile((10, 4), 64 * 64, 132) == (1, 1)
+    app = get_app("blend")
+    graph = app.build().graph()
+    sizes = app.sizes(graph, (4096, 4096))
+    plain = default_plan(graph, sizes)
+    filled = default_plan(graph, sizes, fill_device=True)
+    tiles = {group.members: group.tile for group in filled.groups}
+    assert all(group.tile == tiles[group.members] or "too few to fill" in
+               filled.group_of(group.members[0]).reason for group in plain.groups)
+    assert tiles[plain.group_of("blended").members] is None  # the finest level: as it was
+    level2 = filled.group_of("b_g2")  # 1024 x 1024 points: 1 x 4 tiles
+    assert "too few to fill" in level2.reason
+    points = sizes["a.0/2/2"] * sizes["a.1/2/2"]
+    assert level2.tile == filling_tile((8, 4), points, sms)
+    assert points // (level2.tile[0] * level2.tile[1]) >= sms * FILL_THREADS_PER_SM
+    assert filled.group_of("b_g4").tile == (1, 1)  # 256 x 256: one point a thread
+    small = (45, 67)
+    arrays, params = app.make_inputs(small, np.random.default_rng(5), "float32")
+    pipeline = app.build()
+    gpu_plan = planned(pipeline.graph(), app.sizes(pipeline.graph(), small), "auto", "cuda")
+    assert any(group.tile for group in gpu_plan.groups)
+    got = pipeline.run(backend="cpu", plan=gpu_plan, **arrays, **params)
+    want = app.reference(arrays, params, "clamp")
+    np.testing.assert_allclose(got["blended"], want["blended"], rtol=1e-4, atol=1e-5)
+    cpu_plan = planned(pipeline.graph(), app.sizes(pipeline.graph(), small), "auto", "cpu")
+    assert not any("too few to fill" in group.reason for group in cpu_plan.groups)

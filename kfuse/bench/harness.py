@@ -634,7 +634,7 @@ def app_plan(app: Any, graph: Graph, sizes: Mapping[str, int],
     if planner is not None:
         return planner(graph, sizes, profile)
     from kfuse.search import default_plan
-    return default_plan(graph, sizes=sizes, profile=profile)
+    return default_plan(graph, sizes=sizes, profile=profile, fill_device=True)
 
 
 def _bench_cublas(app: Any, graph, row: BenchRow, env: _Env, input_sets: list[dict[str, Any]],

@@ -87,11 +87,15 @@ def planned(graph: Graph, sizes: Mapping[str, int], plan: Any, backend: str,
     if isinstance(plan, str):
         from kfuse.search import default_plan
 
+        fill_device = backend == "cuda"  # (the GPU's plans fill it; the cpu backend runs
+        # the default tiles, which the tests then cover)
+
         def search() -> FusionPlan:
             if on_search is not None:
                 on_search()
-            return default_plan(graph, sizes)
-        return graph.remembered(("auto plan", tuple(sorted(sizes.items()))), search)
+            return default_plan(graph, sizes, fill_device=fill_device)
+        return graph.remembered(("auto plan", fill_device, tuple(sorted(sizes.items()))),
+                                search)
     if plan.graph is graph:
         return plan
     return _rechecked_plan(graph, sizes if compiles_for_sizes(backend) else None, plan)

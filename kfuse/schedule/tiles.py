@@ -12,6 +12,7 @@ changes the defaults of every kernel for a scope (what ``benchmarks/tile_sweep.p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 
 from kfuse import config
 from kfuse.analysis.operations import operations_per_point
@@ -49,6 +50,11 @@ REGISTER_TILES: dict[tuple[str, int], tuple[int, ...]] = {
     # little between a thread's points: short tiles, each point's reads of its own
     ("where_read", 2): (2, 4), ("where_read", 3): (2, 1, 4),
 }
+# Threads per multiprocessor a 2-D tiled kernel's grid offers at least where the GPU plans
+# it (half of Hopper's 2048 resident): a pyramid's coarse levels under the default 8 x 4
+# tiles ran as a few dozen blocks, 20-48 us each for megabytes (docs/journal/benchmarks.md,
+# session 33)
+FILL_THREADS_PER_SM = 1024
 # Operators above this many operations per point (special functions weighted as in the
 # roofline model) are arithmetic-bound on an H100/H200: they get the "arithmetic" tiles.
 ARITHMETIC_HEAVY_OPERATIONS = 100
@@ -126,3 +132,16 @@ def register_tile(variant: str, ndim: int) -> tuple[int, ...]:
 def tile_kind(variant: str) -> str:
     """The REGISTER_TILES / TILED_BLOCKS kind of a group's variant."""
     return variant if variant in ("recompute", "arithmetic", "where_read") else "single"
+
+
+def filling_tile(tile: tuple[int, ...], points: int, sm_count: int) -> tuple[int, ...]:
+    """``tile``, or the largest tile it halves down to (its rows first, its columns last:
+    they make the vector accesses) whose grid over ``points`` gives each of ``sm_count``
+    multiprocessors :data:`FILL_THREADS_PER_SM` threads: a grid of few blocks leaves the
+    GPU waiting on memory latency, which more threads hide."""
+    wanted = sm_count * FILL_THREADS_PER_SM
+    shrunk = list(tile)
+    while points < wanted * prod(shrunk) and prod(shrunk) > 1:
+        axis = next(axis for axis, count in enumerate(shrunk) if count > 1)
+        shrunk[axis] //= 2
+    return tuple(shrunk)

@@ -72,19 +72,27 @@ def is_map_reduce_graph(graph: Graph) -> bool:
 
 
 def default_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
-                 profile: DeviceProfile | None = None) -> FusionPlan:
+                 profile: DeviceProfile | None = None, *, fill_device: bool = False
+                 ) -> FusionPlan:
     """The plan ``plan="auto"`` runs: for map/reduce pipelines the predicted-best
     combination of fusions and implementations (Filipovič et al. 2015, :mod:`kfuse.search.variants`:
     sibling reductions sharing a matrix pass, stream variants, epilogues); for everything
     else the greedy search under the roofline model; then, at known sizes, independent
-    groups side by side where predicted to pay (:mod:`kfuse.search.hfuse`)."""
+    groups side by side where predicted to pay (:mod:`kfuse.search.hfuse`). ``fill_device``
+    (plans the GPU runs): 2-D tiled kernels over few points get tiles small enough to fill
+    the device (:mod:`kfuse.search.filling`)."""
     from kfuse.search.hfuse import side_by_side_plan
 
     if is_map_reduce_graph(graph):
         from kfuse.search.variants import best_plan
 
         return side_by_side_plan(best_plan(graph, sizes, profile), sizes, profile)
-    return side_by_side_plan(search(graph, sizes=sizes, profile=profile), sizes, profile)
+    plan = search(graph, sizes=sizes, profile=profile)
+    if fill_device and sizes is not None:
+        from kfuse.model.device import default_profile
+        from kfuse.search.filling import filled_plan
+        plan = filled_plan(plan, sizes, profile or default_profile())
+    return side_by_side_plan(plan, sizes, profile)
 
 
 def plan_for(graph: Graph, strategy: str = "auto", model: str = "roofline",
