@@ -132,6 +132,21 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
         got = dask.compute(stats.run(backend="cpu", plan="unfused", y=x))[0]
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=2e-6, atol=1e-6)
+        from kfuse.apps import get_app
+        from kfuse.scaleout import iterate
+
+        wave = get_app("wave2d").build(boundary="clamp")  # two inputs, fed back twice
+        rng = np.random.default_rng(15)
+        arrays = {name: rng.random((40, 33), dtype=np.float32) for name in ("u_prev", "u_cur")}
+        state = dict(arrays)
+        for _ in range(2):
+            out = wave.run(backend="cpu", plan="unfused", **state, c=0.2)
+            state = {"u_prev": out["w3"], "u_cur": out["w4"]}
+        held = {name: da.from_array(value, chunks=(10, 33)).persist()
+                for name, value in arrays.items()}
+        got = iterate(wave, 2, {"w3": "u_prev", "w4": "u_cur"}, plan="unfused", **held,
+                      c=0.2)
+        np.testing.assert_allclose(got["w4"].compute(), state["u_cur"], rtol=1e-5, atol=1e-5)
 
 
 def test_reductions_fold_each_chunk_then_through_dasks_tree():

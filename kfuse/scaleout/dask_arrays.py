@@ -244,11 +244,11 @@ def _joined(pieces: Any, axis: int) -> Any:
 
 
 def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any]],
-                                             dict[tuple[int, ...], str]] | None:
-    """(the ``dask.distributed`` client, per input its chunks' futures by location, the
-    worker holding each chunk of the first input) where a client is in use and holds every
-    chunk of every input (persisted); else None (the chunks then run lazily, where Dask's
-    scheduler places them)."""
+                                             list[dict[tuple[int, ...], str]]] | None:
+    """(the ``dask.distributed`` client, per input its chunks' futures by location, per
+    input the worker holding each chunk) where a client is in use and holds every chunk of
+    every input (persisted); else None (the chunks then run lazily, where Dask's scheduler
+    places them)."""
     try:
         from distributed import default_client, futures_of
         client = default_client()
@@ -261,13 +261,16 @@ def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any
         if len(found) != array.npartitions:
             return None
         futures.append(found)
-    holders = client.who_has(list(futures[0].values()))
-    owners = {}
-    for location, future in futures[0].items():
-        workers = holders.get(future.key) or holders.get(str(future.key))
-        if not workers:
-            return None
-        owners[location] = sorted(workers)[0]
+    holders = client.who_has([future for found in futures for future in found.values()])
+    owners = []
+    for found in futures:
+        owner = {}
+        for location, future in found.items():
+            workers = holders.get(future.key) or holders.get(str(future.key))
+            if not workers:
+                return None
+            owner[location] = sorted(workers)[0]
+        owners.append(owner)
     return client, futures, owners
 
 
@@ -282,8 +285,12 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
 
-    client, futures, owners = held
+    client, futures, holders = held
     graph = compute.graph
+    # each chunk's task where most of its inputs' chunks lie (the first input's on a tie)
+    owners = {location: max(holders, key=lambda owner, location=location: sum(
+        held_by[location] == owner[location] for held_by in holders))[location]
+        for location in holders[0]}
     # (a key of its own per call: its halo slices are new tasks at every call)
     token = tokenize(compute.digest, [array.name for array in inputs], uuid.uuid4().hex)
     grid = tuple(len(c) for c in chunks)
@@ -295,7 +302,8 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
             return source
         key = (input_index, at, tuple((c.start, c.stop) for c in cut))
         if key not in sliced:  # cut where the neighbour lies: only the halo moves
-            sliced[key] = client.submit(_sliced, source, cut, workers=[owners[at]],
+            sliced[key] = client.submit(_sliced, source, cut,
+                                        workers=[holders[input_index][at]],
                                         allow_other_workers=False, pure=False)
         return sliced[key]
 
