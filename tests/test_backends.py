@@ -198,9 +198,9 @@ def test_auto_plan_is_searched_once_per_graph_and_sizes(rng, monkeypatch, tmp_pa
     calls = []
     original = kfuse.search.default_plan
 
-    def counting(graph, sizes=None, profile=None):
+    def counting(graph, sizes=None, profile=None, **options):
         calls.append(dict(sizes))
-        return original(graph, sizes, profile)
+        return original(graph, sizes, profile, **options)
 
     monkeypatch.setattr(kfuse.search, "default_plan", counting)
     p = kf.Pipeline("blur_again")
