@@ -97,6 +97,12 @@ def folded_value(node: Expr, values: list[Any]) -> int | float | bool | None:
     return None
 
 
+def plus_constant(text: str, constant: int) -> str:
+    """C text of ``text + constant`` (``text`` itself for 0)."""
+    return text if constant == 0 else \
+        f"{text} {'+' if constant > 0 else '-'} {abs(constant)}"
+
+
 def element_value(text: str, dtype: str) -> str:
     """The value of the element ``text`` reads from memory (a two-byte float's: as float)."""
     return f"kf_value({text})" if dtype in HALF_DTYPES else text
@@ -328,6 +334,12 @@ class EmitState:
     # buffers whose element reads are left as markers (``accesses``), for the kernel to
     # render as global or shared-memory addresses (kfuse.codegen.marching)
     staged: frozenset[str] = frozenset()
+
+    def divides_base(self, base: str, divisor: int) -> bool:
+        """Whether the base coordinate ``base`` is a known multiple of ``divisor``
+        (:attr:`multiples`)."""
+        multiple = self.multiples.get(base, 0)
+        return divisor >= 1 and multiple >= 1 and multiple % divisor == 0
 
     @property
     def lines(self) -> list[str]:
@@ -584,15 +596,13 @@ class ExprEmitter:
             return None
         divisor = node.b.value
         base, shift = self.coords[node.a.axis]
-        multiple = self.state.multiples.get(base, 0)
-        if not isinstance(divisor, int) or divisor < 1 or multiple < 1 or multiple % divisor:
+        if not isinstance(divisor, int) or not self.state.divides_base(base, divisor):
             return None
         if node.op == "mod":
             return self._literal(shift % divisor, node.dtype)
         steps = shift // divisor
-        text = f"{base} / {divisor}" if steps == 0 else \
-            f"{base} / {divisor} {'+' if steps > 0 else '-'} {abs(steps)}"
-        return self.define(node.dtype, text, key=("aligned", base, divisor, steps))
+        return self.define(node.dtype, plus_constant(f"{base} / {divisor}", steps),
+                           key=("aligned", base, divisor, steps))
 
     # -- reads -------------------------------------------------------------------------------
     def load_read(self, load: Load, index_values: list[str] | None = None
@@ -713,8 +723,7 @@ class ExprEmitter:
                        ) -> tuple[str, str | None]:
         """(index variable, inside-flag variable or None) for an axis a data-dependent read
         indexes by ``value`` (an integer C value) plus ``offset``, through its mode."""
-        text = f"(int){value}" if offset == 0 else \
-            f"(int){value} {'+' if offset > 0 else '-'} {abs(offset)}"
+        text = plus_constant(f"(int){value}", offset)
         key = ("computed", self.state.ref_of(value), offset, size)
         return self._mapped_anywhere(text, key, "at", size, load, self.state.reads_of(value))
 
@@ -727,8 +736,7 @@ class ExprEmitter:
         shifted, and so is ``(base + k) / d`` where ``base`` is a known multiple of ``d``."""
         numerator, denominator = scale
         base, shift = coord
-        multiple = self.state.multiples.get(base, 0)
-        exact = numerator == 1 and multiple > 0 and multiple % denominator == 0
+        exact = numerator == 1 and self.state.divides_base(base, denominator)
         if denominator == 1:
             shift, offset = 0, shift * numerator + offset
         elif exact:
@@ -738,7 +746,7 @@ class ExprEmitter:
             f"{base} / {denominator}" if exact else \
             f"kf_floor_div({position}, {denominator})" if numerator == 1 else \
             f"kf_floor_div({position} * {numerator}, {denominator})"
-        text = scaled if offset == 0 else f"{scaled} {'+' if offset > 0 else '-'} {abs(offset)}"
+        text = plus_constant(scaled, offset)
         step = f"x{numerator}" if denominator == 1 else f"d{denominator}" if numerator == 1 \
             else f"x{numerator}d{denominator}"
         tag = "".join([step, f"s{shift}" if shift > 0 else f"sm{-shift}" if shift else "",

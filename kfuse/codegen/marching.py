@@ -46,6 +46,7 @@ from kfuse.codegen.cexpr import (
     c_name,
     indent,
     moved_key,
+    plus_constant,
     row_major_address,
     size_var,
 )
@@ -98,7 +99,7 @@ class _Step:
 
 
 def _plane_text(offset: int) -> str:
-    return "iz" if offset == 0 else f"iz {'+' if offset > 0 else '-'} {abs(offset)}"
+    return plus_constant("iz", offset)
 
 
 def _split_step(state: EmitState, stored: list[str]) -> _Step:

@@ -587,7 +587,7 @@ class Pipeline:
             LOG.info("pipeline '%s': %s", self.name, reason)
             if out is not None and not isinstance(out, Mapping):
                 out = {self.outputs[0]: out}
-            return _driver().run_in_slabs(self, "cuda", plan, out, arrays_and_params)
+            return _driver().run_in_slabs(self, backend, plan, out, arrays_and_params)
         return self.compiled_run(backend, plan)(out=out, **arrays_and_params)
 
     def compiled_run(self, backend: str = "auto", plan: Any = "auto") -> Any:

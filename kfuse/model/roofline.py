@@ -82,9 +82,9 @@ def predict_group(graph: Graph, members: Sequence[str], outputs: Sequence[str],
         return _predict_streamed(graph, members, outputs, sizes, profile, form)
     # the tile the generator uses (the form's own, else its kind's default; arithmetic-heavy
     # operators keep narrow ones)
-    heavy = is_arithmetic_heavy(kernels)
-    tile = form.tile if isinstance(form, Tiled) and form.tile is not None and not heavy else \
-        register_tile("arithmetic" if heavy else form.name, len(kernels[-1].domain))
+    ndim = len(kernels[-1].domain)
+    tile = form.register_tile(kernels, ndim) if isinstance(form, Tiled) else \
+        register_tile("arithmetic" if is_arithmetic_heavy(kernels) else form.name, ndim)
     rows = prod(tile)  # points per thread
     evaluated = evaluation_points(graph, members, outputs, tile)
     remote = remote_evaluations(graph, members, evaluated)  # (evaluated where read)

@@ -26,8 +26,8 @@ from __future__ import annotations
 import hashlib
 import pickle
 import uuid
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,55 @@ def axis_modes(graph: Graph, ndim: int) -> list[set[str]]:
     return modes
 
 
+@dataclass(frozen=True)
+class Pieces:
+    """A pipeline checked to run piece by piece (chunks, slabs): its graph with the
+    reductions that are only outputs folded per piece (:func:`chunk_graph`), the halo and
+    the boundary modes per axis, those reductions, the input arrays and the parameters."""
+
+    graph: Graph
+    depths: list[tuple[int, int]]
+    modes: list[set[str]]
+    folded: dict[str, tuple[str, tuple[int, ...]]]
+    arrays: dict[str, Any]
+    params: dict[str, Any]
+
+
+def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
+              accepts: Callable[[Any], bool], kind: str, hint: str) -> Pieces:
+    """The pipeline and its arguments checked to run in pieces: every input given, each
+    one of ``kind`` (``accepts`` says; ``hint`` follows the refusal), all of one shape with
+    the pipeline's axes; a plan made for the whole pipeline refused where pieces fold
+    reductions themselves. A :class:`ChunkingError` names what does not hold."""
+    graph = pipeline.graph()
+    depths = halo_depths(graph)  # (the graph checked to run in pieces)
+    folded = terminal_reductions(graph)
+    if folded and not isinstance(plan, str):
+        raise ChunkingError(f"a plan made for the whole pipeline does not apply to its pieces, "
+                            f"which fold the reductions {sorted(folded)} themselves: give "
+                            "plan='auto' or 'unfused'")
+    pieces_graph = chunk_graph(graph)
+    arrays = {name: value for name, value in arrays_and_params.items()
+              if name in pieces_graph.inputs}
+    params = {name: value for name, value in arrays_and_params.items() if name not in arrays}
+    missing = [name for name in pieces_graph.inputs if name not in arrays]
+    if missing:
+        raise ChunkingError(f"missing inputs {missing} (the pipeline reads "
+                            f"{list(pieces_graph.inputs)})")
+    refused = [name for name, value in arrays.items() if not accepts(value)]
+    if refused:
+        raise ChunkingError(f"inputs {refused} are not {kind}: {hint}")
+    shapes = {tuple(value.shape) for value in arrays.values()}
+    if len(shapes) > 1:
+        raise ChunkingError(f"the inputs' shapes differ ({sorted(shapes)}): a pipeline in "
+                            "pieces takes inputs of one shape")
+    ndim = len(shapes.pop())
+    if ndim != len(depths):
+        raise ChunkingError(f"the inputs have {ndim} axes, the pipeline's operators "
+                            f"{len(depths)}")
+    return Pieces(pieces_graph, depths, axis_modes(graph, len(depths)), folded, arrays, params)
+
+
 def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                        arrays_and_params: Mapping[str, Any]) -> dict[str, Any]:
     """The pipeline's outputs, by name, as lazy :class:`dask.array.Array` computed chunk by
@@ -148,33 +197,12 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     from dask.array.overlap import ensure_minimum_chunksize
     from dask.array.utils import meta_from_array
 
-    graph = pipeline.graph()
-    depths = halo_depths(graph)  # (the graph checked to run chunked)
-    modes = axis_modes(graph, len(depths))
-    folded = terminal_reductions(graph)
-    if folded and not isinstance(plan, str):
-        raise ChunkingError(f"a plan made for the whole pipeline does not apply to its chunks, "
-                            f"which fold the reductions {sorted(folded)} themselves: give "
-                            "plan='auto' or 'unfused'")
-    graph = chunk_graph(graph)
-    arrays = {name: value for name, value in arrays_and_params.items() if name in graph.inputs}
-    params = {name: value for name, value in arrays_and_params.items() if name not in arrays}
-    missing = [name for name in graph.inputs if name not in arrays]
-    if missing:
-        raise ChunkingError(f"missing inputs {missing} (the pipeline reads {list(graph.inputs)})")
-    not_dask = [name for name, value in arrays.items() if not is_dask_array(value)]
-    if not_dask:
-        raise ChunkingError(f"inputs {not_dask} are not Dask arrays: give every input as a "
-                            "dask.array (da.from_array) or none")
-    shapes = {tuple(value.shape) for value in arrays.values()}
-    if len(shapes) > 1:
-        raise ChunkingError(f"the inputs' shapes differ ({sorted(shapes)}): a chunked "
-                            "pipeline takes inputs of one shape")
+    pieces = pieces_of(pipeline, plan, arrays_and_params, is_dask_array, "Dask arrays",
+                       "give every input as a dask.array (da.from_array) or none")
+    graph, depths, modes, folded = pieces.graph, pieces.depths, pieces.modes, pieces.folded
+    arrays, params = pieces.arrays, pieces.params
     first = arrays[graph.inputs[0]]
     ndim = first.ndim
-    if ndim != len(depths):
-        raise ChunkingError(f"the inputs have {ndim} axes, the pipeline's operators "
-                            f"{len(depths)}")
     chunks = list(first.chunks)
     depth: dict[int, int] = {}
     boundary: dict[int, str] = {}
@@ -218,8 +246,7 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
             partial = da.map_blocks(_item, together, index, dtype=dtype, meta=meta,
                                     chunks=tuple((1,) * len(c) if axis in axes else c
                                                  for axis, c in enumerate(chunks_tuple)))
-            fold = getattr(partial, op)
-            result[name] = fold(axis=axes, dtype=dtype) if op == "sum" else fold(axis=axes)
+            result[name] = _folded_by_dask(partial, op, axes, dtype)
             continue
         result[name] = da.map_blocks(_item, together, index, chunks=chunks_tuple, dtype=dtype,
                                      meta=meta)
@@ -228,6 +255,13 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
 
 def _item(outputs: tuple[Any, ...], index: int) -> Any:
     return outputs[index]
+
+
+def _folded_by_dask(partial: Any, op: str, axes: tuple[int, ...], dtype: Any) -> Any:
+    """The chunks' folds of a reduction (one value per chunk along ``axes``) folded by
+    Dask's reduction tree."""
+    fold = getattr(partial, op)
+    return fold(axis=axes, dtype=dtype) if op == "sum" else fold(axis=axes)
 
 
 def _sliced(block: Any, cut: tuple[slice, ...]) -> Any:
@@ -330,9 +364,7 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
                                            for axis, c in enumerate(chunks)),
                          meta=meta_of(dtype))
         if name in compute.folded:  # one value per chunk along the axes, folded by Dask
-            op = compute.folded[name][0]
-            fold = getattr(array, op)
-            array = fold(axis=axes, dtype=dtype) if op == "sum" else fold(axis=axes)
+            array = _folded_by_dask(array, compute.folded[name][0], axes, dtype)
         result[name] = array
     return result
 
@@ -376,13 +408,20 @@ def planned_once(graph: Graph, shape: tuple[int, ...]) -> Any:
     return plan
 
 
-def compiled_once(graph: Graph, backend: str, plan: Any, shape: tuple[int, ...] | None = None
-                  ) -> Any:
+def program_key(graph: Graph, backend: str, plan: Any) -> str:
+    """The digest :func:`compiled_once` keeps a compiled pipeline under."""
+    return hashlib.sha256(pickle.dumps((graph, backend, plan))).hexdigest()
+
+
+def compiled_once(graph: Graph, backend: str, plan: Any, shape: tuple[int, ...] | None = None,
+                  key: str | None = None) -> Any:
     """The process's compiled pipeline of ``graph`` on ``backend`` under ``plan`` (``"auto"``
-    with ``shape``: :func:`planned_once` for inputs of that shape), made at the first call."""
+    with ``shape``: :func:`planned_once` for inputs of that shape), made at the first call;
+    ``key``: its :func:`program_key`, where the caller keeps it (a chunk task is called once
+    per chunk)."""
     if shape is not None and isinstance(plan, str) and plan == "auto":
         plan = planned_once(graph, shape)
-    key = hashlib.sha256(pickle.dumps((graph, backend, plan))).hexdigest()
+    key = key or program_key(graph, backend, plan)
     run = _COMPILED.get(key)
     if run is None:
         from kfuse.runtime.compiled import CompiledPipeline
@@ -400,8 +439,9 @@ class _ChunkTask:
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
+        self.program = program_key(graph, backend, plan)  # (worked out once, not per chunk)
         self.digest = hashlib.sha256(pickle.dumps((
-            graph, backend, plan, sorted(self.params.items()), sorted(self.depth.items()),
+            self.program, sorted(self.params.items()), sorted(self.depth.items()),
             sorted(self.periodic.items()), counts, sorted(self.folded.items())))).hexdigest()
 
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
@@ -415,7 +455,7 @@ class _ChunkTask:
     def outputs(self, location: tuple[int, ...], blocks: Any) -> tuple[Any, ...]:
         """Every output of the chunk at ``location`` (an item each; a folded reduction's
         fold along its axes) from the inputs' grown ``blocks``."""
-        run = compiled_once(self.graph, self.backend, self.plan)
+        run = compiled_once(self.graph, self.backend, self.plan, key=self.program)
         crop = []
         for axis, grown in self.depth.items():
             inner_before = self.periodic[axis] or location[axis] > 0

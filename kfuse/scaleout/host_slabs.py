@@ -30,14 +30,7 @@ import numpy as np
 from kfuse.errors import ChunkingError
 from kfuse.ir.graph import Graph
 from kfuse.runtime.numpy_backend import numpy_dtype
-from kfuse.scaleout.dask_arrays import (
-    PERIODIC_MODES,
-    axis_modes,
-    chunk_graph,
-    compiled_once,
-    halo_depths,
-    terminal_reductions,
-)
+from kfuse.scaleout.dask_arrays import PERIODIC_MODES, compiled_once, halo_depths, pieces_of
 
 # device memory a call may hold per stream of slabs (its inputs, intermediates and
 # outputs), as a fraction of what is free when the call starts
@@ -85,21 +78,21 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
     parameters are scalars; ``out`` may give host arrays for outputs on the grid (on the
     cuda backend page-locked ones, e.g. from ``cupyx.empty_pinned``, spare locking them
     at each call). What cannot run in slabs raises :class:`ChunkingError`."""
-    graph = pipeline.graph()
-    depths = halo_depths(graph)  # (checks that the pipeline runs in pieces at all)
-    modes = axis_modes(graph, len(depths))[0]
-    folded = terminal_reductions(graph)
-    if folded and not isinstance(plan, str):
-        raise ChunkingError(f"a plan made for the whole pipeline does not apply to its slabs, "
-                            f"which fold the reductions {sorted(folded)} themselves: give "
-                            "plan='auto' or 'unfused'")
-    before, after = depths[0]
+    pieces = pieces_of(pipeline, plan, arrays_and_params,
+                       lambda value: isinstance(value, np.ndarray), "NumPy arrays",
+                       "slabs stream from host memory (give device arrays to Pipeline.run)")
+    graph, folded, params = pieces.graph, pieces.folded, pieces.params
+    before, after = pieces.depths[0]
+    modes = pieces.modes[0]
     periodic = bool(modes & PERIODIC_MODES)
     if (before or after) and periodic and modes - PERIODIC_MODES:
         raise ChunkingError("the first axis is read both periodically and under other "
                             f"modes ({sorted(modes)}): it cannot be cut into slabs")
-    graph = chunk_graph(graph)
-    arrays, params = _split_arguments(graph, arrays_and_params, len(depths))
+    for name, value in pieces.arrays.items():
+        want = numpy_dtype(graph.buffers[name].dtype)
+        if value.dtype != want:
+            raise ChunkingError(f"input '{name}' is {value.dtype}, the pipeline reads {want}")
+    arrays = {name: np.ascontiguousarray(value) for name, value in pieces.arrays.items()}
     shape = next(iter(arrays.values())).shape
     if backend == "auto":  # (the slabs' streams and copies are the GPU's)
         from kfuse.runtime import get_backend
@@ -155,9 +148,7 @@ def slab_reason(graph: Graph, backend: str, arrays_and_params: Mapping[str, Any]
     if not inputs or not all(isinstance(value, np.ndarray) for value in inputs) or \
             len({value.shape for value in inputs}) != 1:
         return None
-    per_point = sum(np.dtype(numpy_dtype(buffer.dtype)).itemsize
-                    for buffer in graph.buffers.values())  # (an upper bound: every array
-    needed = per_point * inputs[0].size                    # counted on the grid)
+    needed = bytes_per_point(graph) * inputs[0].size
     if free_bytes is None:
         free_bytes = device_free_bytes()
     if free_bytes is None or needed <= free_bytes * SLAB_MEMORY_SHARE:
@@ -170,6 +161,14 @@ def slab_reason(graph: Graph, backend: str, arrays_and_params: Mapping[str, Any]
         return None
     return (f"its arrays need up to {needed / 1e6:,.0f} MB on the device, where "
             f"{free_bytes / 1e6:,.0f} MB are free: streamed through it in slabs")
+
+
+def bytes_per_point(graph: Graph) -> int:
+    """Bytes of every array the pipeline's program holds (inputs, intermediates, outputs)
+    per point of its grid (an upper bound: every array counted on the grid), worked out
+    once per graph (a call with host arrays asks at every call)."""
+    return graph.remembered(("bytes per point",), lambda: sum(
+        np.dtype(numpy_dtype(buffer.dtype)).itemsize for buffer in graph.buffers.values()))
 
 
 def device_free_bytes() -> int | None:
@@ -194,46 +193,15 @@ def _cuda_runtime() -> Any:
     return cupy.cuda.runtime
 
 
-def _split_arguments(graph: Graph, arrays_and_params: Mapping[str, Any], ndim: int
-                     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(the input arrays, checked: NumPy arrays of one shape; the parameters)."""
-    arrays = {name: value for name, value in arrays_and_params.items() if name in graph.inputs}
-    params = {name: value for name, value in arrays_and_params.items() if name not in arrays}
-    missing = [name for name in graph.inputs if name not in arrays]
-    if missing:
-        raise ChunkingError(f"missing inputs {missing} (the pipeline reads {list(graph.inputs)})")
-    not_host = [name for name, value in arrays.items() if not isinstance(value, np.ndarray)]
-    if not_host:
-        raise ChunkingError(f"inputs {not_host} are not NumPy arrays: slabs stream from host "
-                            "memory (give device arrays to Pipeline.run)")
-    shapes = {value.shape for value in arrays.values()}
-    if len(shapes) > 1:
-        raise ChunkingError(f"the inputs' shapes differ ({sorted(shapes)}): a pipeline in "
-                            "slabs takes inputs of one shape")
-    shape = shapes.pop()
-    if len(shape) != ndim:
-        raise ChunkingError(f"the inputs have {len(shape)} axes, the pipeline's operators {ndim}")
-    for name, value in arrays.items():
-        want = numpy_dtype(graph.buffers[name].dtype)
-        if value.dtype != want:
-            raise ChunkingError(f"input '{name}' is {value.dtype}, the pipeline reads {want}")
-    return {name: np.ascontiguousarray(value) for name, value in arrays.items()}, params
-
-
 def _default_slab_rows(graph: Graph, shape: tuple[int, ...], backend: str,
                        streams: int) -> int:
     """Rows per slab: at least :data:`LEAST_SLABS` slabs (copies overlap computation only
     from the second slab on), and ``streams`` slabs of every array the program holds
     (inputs, intermediates, outputs) within :data:`SLAB_MEMORY_SHARE` of the device's free
     memory (:data:`CPU_SLAB_BYTES` on the host)."""
-    budget = CPU_SLAB_BYTES
-    if backend == "cuda":
-        import cupy
-        free, _ = cupy.cuda.runtime.memGetInfo()
-        budget = int(free * SLAB_MEMORY_SHARE) // streams
-    per_point = sum(np.dtype(numpy_dtype(buffer.dtype)).itemsize
-                    for buffer in graph.buffers.values())
-    row_bytes = per_point * int(np.prod(shape[1:], dtype=np.int64))
+    free = device_free_bytes() if backend == "cuda" else None
+    budget = CPU_SLAB_BYTES if free is None else int(free * SLAB_MEMORY_SHARE) // streams
+    row_bytes = bytes_per_point(graph) * int(np.prod(shape[1:], dtype=np.int64))
     return max(1, min(-(-shape[0] // LEAST_SLABS), budget // max(1, row_bytes)))
 
 

@@ -98,16 +98,20 @@ class Tiled(Form):
     def text(self) -> str:
         return self.name if self.borders is None else f"{self.name}:{self.borders}"
 
+    def register_tile(self, kernels: Sequence[Any], ndim: int) -> tuple[int, ...]:
+        """The register tile of this form's kernel computing ``kernels`` over ``ndim``
+        axes: its own, else the default (arithmetic-bound operators always keep the
+        ``arithmetic`` tiles)."""
+        if tiles.is_arithmetic_heavy(kernels):
+            return tiles.register_tile("arithmetic", ndim)
+        return self.tile or tiles.register_tile(self.kind, ndim)
+
     def shape(self, kernels: Sequence[Any], ndim: int) -> tuple[tuple[int, ...],
                                                                 tuple[int, int]]:
-        """(register tile, block) of this form's kernel computing ``kernels`` over ``ndim``
-        axes: its own, else the defaults (arithmetic-bound operators always keep the
-        ``arithmetic`` tiles)."""
+        """(:meth:`register_tile`, block) of this form's kernel computing ``kernels`` over
+        ``ndim`` axes (2 or 3): its own block, else the default."""
         kind = "arithmetic" if tiles.is_arithmetic_heavy(kernels) else self.kind
-        tile = self.tile
-        if tile is None or kind == "arithmetic":
-            tile = tiles.register_tile(kind, ndim)
-        return tile, self.block or tiles.tiled_block(kind, ndim)
+        return self.register_tile(kernels, ndim), self.block or tiles.tiled_block(kind, ndim)
 
 
 @dataclass(frozen=True)

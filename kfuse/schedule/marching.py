@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from kfuse import config
 from kfuse.ir.graph import Graph
-from kfuse.schedule import tiles
 from kfuse.schedule.forms import Form, Recompute, reads_only_at_points, remote_reason
 from kfuse.schedule.tiles import is_arithmetic_heavy
 
@@ -118,7 +117,6 @@ def marches(graph: Graph, members: Sequence[str], outputs: Sequence[str],
     if not isinstance(form, Recompute) or len(kernels[-1].domain) != 3 or \
             reads_only_at_points(graph, members) or is_arithmetic_heavy(kernels):
         return False
-    tile = form.tile or tiles.register_tile(form.kind, 3)
-    block = form.block or tiles.tiled_block(form.kind, 3)
+    tile, block = form.shape(kernels, 3)
     return block[0] == MARCH_THREADS_X and tile[-1] == MARCH_COLUMNS and \
         march_reasons(graph, members, outputs) is None

@@ -27,7 +27,7 @@ def filled_plan(plan: FusionPlan, sizes: Mapping[str, int], profile: DeviceProfi
         domain = kernels[-1].domain
         if isinstance(group.form, Tiled) and len(domain) == 2 and \
                 not tiles.is_arithmetic_heavy(kernels) and all(s in sizes for s in domain):
-            tile, _ = group.form.shape(kernels, len(domain))
+            tile = group.form.register_tile(kernels, len(domain))
             points = prod(sizes[s] for s in domain)
             fitted = tiles.filling_tile(tile, points, profile.sm_count)
             if fitted != tile:
