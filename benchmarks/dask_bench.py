@@ -5,13 +5,16 @@ One worker process per GPU (a ``distributed`` cluster whose workers each see one
 through ``CUDA_VISIBLE_DEVICES``; dask-cuda's ``LocalCUDACluster`` does the same). The input
 is drawn on the workers (CuPy chunks, never on the host), persisted, then the pipeline's
 outputs are persisted on the workers (nothing gathered to the client) and timed after a
-warm-up call that compiles the pipeline once per worker. Prints seconds per call and the
+warm-up call that compiles the pipeline once per worker. ``--calls N`` submits N calls
+over the same inputs before waiting for them (a stream of frames: the throughput, with
+Dask's per-task latency overlapped with the GPUs' work). Prints seconds per call and the
 speed-up of each GPU count over one.
 
 Usage on the device machine (repo root; Dask installed from carried wheels)::
 
     PYTHONPATH=. python3 benchmarks/dask_bench.py --gpus 1,2 [--apps harris,heat3d]
         [--size2d 32768] [--size3d 1024] [--chunks2d 8192] [--chunks3d 256] [--repeat 3]
+        [--calls 1]
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def cluster_of(gpus: int):
 
 
 def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
-             repeat: int, backend: str = "cuda") -> float:
+             repeat: int, backend: str = "cuda", calls: int = 1) -> float:
     """Median seconds of one call of app ``name`` over a Dask array of CuPy chunks (NumPy
     chunks on the cpu backend: a smoke test of this script without a GPU)."""
     import dask.array as da
@@ -54,13 +57,15 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
               for key in graph.inputs}
     wait(list(arrays.values()))
     times = []
-    for index in range(repeat + 1):  # the first call compiles on every worker
+    for index in range(repeat + 1):  # the first round compiles on every worker
         began = time.perf_counter()
-        outputs = pipeline.run(backend=backend, **arrays, **params)
-        persisted = [value.persist() for value in outputs.values()]
+        persisted = []
+        for _ in range(calls if index else 1):
+            outputs = pipeline.run(backend=backend, **arrays, **params)
+            persisted += [value.persist() for value in outputs.values()]
         wait(persisted)
         if index:
-            times.append(time.perf_counter() - began)
+            times.append((time.perf_counter() - began) / calls)
         del persisted
     times.sort()
     return times[len(times) // 2]
@@ -76,6 +81,8 @@ def main() -> None:
                         help="a chunk's shape (comma-separated; one number: a cube)")
     parser.add_argument("--chunks3d", default="256,1024,1024")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=1,
+                        help="calls submitted before waiting (seconds are per call)")
     parser.add_argument("--backend", default="cuda", help="cpu: NumPy chunks (a smoke test)")
     args = parser.parse_args()
     from distributed import Client
@@ -91,10 +98,12 @@ def main() -> None:
                 given = [int(n) for n in (args.chunks2d if ndim == 2 else args.chunks3d)
                          .split(",")]
                 chunks = tuple(given * ndim if len(given) == 1 else given)
-                seconds = time_app(client, name, size, chunks, args.repeat, args.backend)
+                seconds = time_app(client, name, size, chunks, args.repeat, args.backend,
+                                   args.calls)
                 results[(name, gpus)] = seconds
                 one = results.get((name, 1))
-                print(f"{name} {'x'.join(map(str, size))} on {gpus} GPU(s): {seconds:.3f} s "
+                print(f"{name} {'x'.join(map(str, size))} on {gpus} GPU(s), {args.calls} "
+                      f"call(s) in flight: {seconds:.4f} s "
                       f"per call" + (f", {one / seconds:.2f}x one GPU" if one else ""),
                       flush=True)
 

@@ -3,16 +3,21 @@ to end (CUDA events), then the same call under PyTorch's profiler (CUPTI), which
 kernel's device time; the sum of the kernels against the call says what is gaps and launches.
 
     PYTHONPATH=. python3 experiments/kernel_profile.py APP [APP ...] [--size 4096,4096]
+        [--compare-fill]
+
+``--compare-fill`` also times the call under the plan without the tiles that fill the device
+(``default_plan(..., fill_device=False)``), side by side in the same process.
 """
 
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 import numpy as np
 
 
-def profile(name: str, size: tuple[int, ...] | None, calls: int) -> None:
+def profile(name: str, size: tuple[int, ...] | None, calls: int, compare_fill: bool) -> None:
     import cupy
     import torch
     from torch.profiler import ProfilerActivity
@@ -34,6 +39,14 @@ def profile(name: str, size: tuple[int, ...] | None, calls: int) -> None:
     call_ms = time_gpu(lambda: compiled(**given)).median_ms
     print(f"== {name} {'x'.join(map(str, size))}: {len(plan.kernel_groups)} launches, "
           f"call {call_ms:.4f} ms (CUDA events, median)")
+    if compare_fill:
+        unfilled = pipeline.compile(backend="cuda", plan=default_plan(
+            graph, app.sizes(graph, size), fill_device=False))
+        unfilled(**given)
+        filled_ms, unfilled_ms = (time_gpu(partial(run, **given)).median_ms
+                                  for run in (compiled, unfilled))
+        print(f"  filling tiles {filled_ms:.4f} ms, default tiles {unfilled_ms:.4f} ms: "
+              f"{unfilled_ms / filled_ms:.3f}x")
     cupy.cuda.get_current_stream().synchronize()
     with torch_profile(activities=[ProfilerActivity.CUDA]) as run:
         for _ in range(calls):
@@ -61,10 +74,11 @@ def main() -> None:
     parser.add_argument("apps", nargs="+")
     parser.add_argument("--size", default=None, help="comma-separated (the app's benchmark size)")
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--compare-fill", action="store_true")
     args = parser.parse_args()
     size = tuple(int(n) for n in args.size.split(",")) if args.size else None
     for name in args.apps:
-        profile(name, size, args.calls)
+        profile(name, size, args.calls, args.compare_fill)
 
 
 if __name__ == "__main__":
