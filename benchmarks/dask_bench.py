@@ -26,11 +26,14 @@ import numpy as np
 
 
 def cluster_of(gpus: int):
-    """A local cluster of one single-threaded worker process per GPU."""
+    """A local cluster of one single-threaded worker process per GPU. No host memory limit:
+    the chunks live in GPU memory, and a limit would have Dask spill them to disk by the
+    bytes it counts (dask-cuda's ``device_memory_limit`` is the GPU's own)."""
     from distributed import Nanny, Scheduler, SpecCluster
 
     workers = {f"gpu{i}": {"cls": Nanny, "options": {
-        "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}} for i in range(gpus)}
+        "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
+        for i in range(gpus)}
     return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {
         "dashboard_address": None}})
 

@@ -24,10 +24,11 @@ def profile(name: str, size: tuple[int, ...] | None, calls: int, compare_fill: b
     from torch.profiler import profile as torch_profile
 
     from kfuse.apps import get_app
+    from kfuse.apps.pyramids import EXPOSURE_FUSION, LOCAL_LAPLACIAN
     from kfuse.search import default_plan
     from kfuse.tune.timing import time_gpu
-
-    app = get_app(name)
+    unregistered = {app.name: app for app in (LOCAL_LAPLACIAN, EXPOSURE_FUSION)}
+    app = unregistered[name] if name in unregistered else get_app(name)
     size = size or app.bench_size
     pipeline = app.build()
     graph = pipeline.graph()
