@@ -3,7 +3,8 @@
 
 One worker process per GPU (a ``distributed`` cluster whose workers each see one GPU
 through ``CUDA_VISIBLE_DEVICES``; dask-cuda's ``LocalCUDACluster`` does the same). The input
-is drawn on the workers (CuPy chunks, never on the host), persisted, then the pipeline's
+is drawn on the workers (CuPy chunks, never on the host), persisted in bands
+(``kfuse.scaleout.persist_in_bands``: each worker a run of consecutive chunks), then the pipeline's
 outputs are persisted on the workers (nothing gathered to the client) and timed after a
 warm-up call that compiles the pipeline once per worker. ``--calls N`` submits N calls
 over the same inputs before waiting for them (a stream of frames: the throughput, with
@@ -26,13 +27,18 @@ import numpy as np
 
 
 def cluster_of(gpus: int):
-    """A local cluster of one single-threaded worker process per GPU. No host memory limit:
-    the chunks live in GPU memory, and a limit would have Dask spill them to disk by the
-    bytes it counts (dask-cuda's ``device_memory_limit`` is the GPU's own)."""
+    """A local cluster of one single-threaded worker process per GPU, each seeing its own
+    GPU first and the others after it (as dask-cuda's ``LocalCUDACluster`` sets
+    ``CUDA_VISIBLE_DEVICES``: halos then go device to device). No host memory limit: the
+    chunks live in GPU memory, and a limit would have Dask spill them to disk by the bytes
+    it counts (dask-cuda's ``device_memory_limit`` is the GPU's own)."""
     from distributed import Nanny, Scheduler, SpecCluster
 
+    def visible(own: int) -> str:
+        return ",".join(str((own + step) % gpus) for step in range(gpus))
+
     workers = {f"gpu{i}": {"cls": Nanny, "options": {
-        "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
+        "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": visible(i)}}}
         for i in range(gpus)}
     return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {
         "dashboard_address": None}})
@@ -46,6 +52,7 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
     from distributed import wait
 
     from kfuse.apps import get_app
+    from kfuse.scaleout import persist_in_bands
 
     app = get_app(name)
     pipeline = app.build()
@@ -56,8 +63,8 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
         state = da.random.RandomState(RandomState=cupy.random.RandomState)
     else:
         state = da.random.RandomState()
-    arrays = {key: state.random_sample(size, chunks=chunks).astype("float32").persist()
-              for key in graph.inputs}
+    arrays = {key: persist_in_bands(state.random_sample(size, chunks=chunks).astype("float32"),
+                                    client) for key in graph.inputs}
     wait(list(arrays.values()))
     times = []
     for index in range(repeat + 1):  # the first round compiles on every worker

@@ -122,6 +122,35 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
             for name, array in zip(got, persisted, strict=True):
                 np.testing.assert_allclose(array.compute(), want[name], rtol=2e-6,
                                            atol=1e-6, err_msg=f"{mode} {name}")
+        # in bands: workers hold consecutive block rows; halos cross only at a band's edges
+        from kfuse.scaleout import persist_in_bands
+
+        banded = persist_in_bands(da.from_array(values, chunks=(32, 48)))
+        distributed.wait(banded)
+        holders = client.who_has(distributed.futures_of(banded))
+        rows = {}
+        for key, where in holders.items():
+            rows.setdefault(next(iter(where)), set()).add(key[1])
+        assert sorted(map(sorted, rows.values())) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        pipeline = chain("mirror")
+        want = pipeline.run(backend="cpu", plan="unfused", x=values)
+        before = client.run(moved)
+        got = pipeline.run(backend="cpu", plan="unfused", x=banded)
+        persisted = [array.persist() for array in got.values()]
+        distributed.wait(persisted)
+        after = client.run(moved)
+        # two chunks' halos cross each way (2 x 3 rows of 96 columns), nothing else
+        assert sum(after[w] - before[w] for w in after) < 4 * 3 * 96 * 4 + 4096
+        for name, array in zip(got, persisted, strict=True):
+            np.testing.assert_allclose(array.compute(), want[name], rtol=2e-6, atol=1e-6)
+        one = kf.Pipeline("one")  # one output: the chunks' tasks are the output's chunks
+        z = one.input("z", 2)
+        one.output(kf.local((z.at(-1, 0) + z.at(1, 0) + z.at(0, 1)) / 3.0, boundary="clamp",
+                            name="blurred"))
+        got = one.run(backend="cpu", plan="unfused", z=banded)["blurred"]
+        assert len(got.__dask_graph__()) == got.npartitions
+        np.testing.assert_allclose(got.compute(), one.run(
+            backend="cpu", plan="unfused", z=values)["blurred"], rtol=2e-6, atol=1e-6)
         stats = kf.Pipeline("stats")
         y = stats.input("y", 2)
         smooth = kf.local((y.at(-1, 0) + y + y.at(1, 1)) / 3.0, boundary="mirror",
@@ -221,3 +250,29 @@ def test_cupy_chunks_on_the_cuda_backend(mode):
         assert isinstance(results[name], cupy.ndarray), name  # the chunks stayed on the GPU
         np.testing.assert_allclose(cupy.asnumpy(results[name]), want[name], rtol=1e-5,
                                    atol=1e-5, err_msg=name)
+
+
+@pytest.mark.gpu
+def test_halos_between_gpu_workers_go_device_to_device():
+    """Two worker processes on the GPUs of one host (here possibly one GPU twice): halo
+    slices cross as CUDA IPC handles (kfuse.scaleout.device_halos), results exact."""
+    cupy = pytest.importorskip("cupy")
+    distributed = pytest.importorskip("distributed")
+    from kfuse.scaleout import persist_in_bands
+    from kfuse.scaleout.device_halos import links_of
+
+    values = np.random.default_rng(16).random((203, 77), dtype=np.float32)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        assert links_of(client)
+        x = persist_in_bands(da.from_array(values, chunks=(25, 40)).map_blocks(cupy.asarray))
+        for mode in ("clamp", "repeat"):
+            pipeline = chain(mode)
+            want = pipeline.run(backend="cpu", plan="unfused", x=values)
+            got = pipeline.run(backend="cuda", x=x)
+            for name, array in got.items():
+                result = array.compute()
+                assert isinstance(result, cupy.ndarray), name
+                np.testing.assert_allclose(cupy.asnumpy(result), want[name], rtol=1e-5,
+                                           atol=1e-5, err_msg=f"{mode} {name}")

@@ -264,15 +264,27 @@ def _folded_by_dask(partial: Any, op: str, axes: tuple[int, ...], dtype: Any) ->
     return fold(axis=axes, dtype=dtype) if op == "sum" else fold(axis=axes)
 
 
-def _sliced(block: Any, cut: tuple[slice, ...]) -> Any:
+def _sliced(block: Any, cut: tuple[slice, ...], device_links: bool = False) -> Any:
+    """A neighbour's halo slice, cut on the neighbour's worker (for another GPU of the host,
+    in an allocation sent device to device: :class:`~kfuse.scaleout.device_halos.DeviceHalo`)."""
+    if device_links:
+        from kfuse.scaleout.device_halos import DeviceHalo
+        return DeviceHalo(block[cut])
     return block[cut]
 
 
 def _joined(pieces: Any, axis: int) -> Any:
     """The array ``pieces`` (nested lists, one level per axis) make, joined axis by axis
-    (NumPy's concatenate; CuPy chunks dispatch it to CuPy's)."""
+    (NumPy's concatenate; CuPy chunks dispatch it to CuPy's); a piece is an array, or an
+    (array, cut) pair whose cut is made here."""
+    from kfuse.scaleout.device_halos import plain
+
+    if isinstance(pieces, tuple):
+        values, cut = pieces
+        values = plain(values)
+        return values if cut is None else values[cut]
     if not isinstance(pieces, list):
-        return pieces
+        return plain(pieces)
     parts = [_joined(piece, axis + 1) for piece in pieces]
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
 
@@ -311,13 +323,18 @@ def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any
 def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
                chunks: tuple[tuple[int, ...], ...], meta_of: Any) -> dict[str, Any]:
     """The outputs as Dask arrays of futures: each chunk's task submitted to the worker
-    holding the chunk, with the chunk itself and its neighbours' halo slices (cut on the
-    neighbours' workers) as arguments, restricted to that worker (the chunk is there; were
-    the worker lost, so would the chunk be). Left to its scheduler, Dask moved whole chunks
-    between workers to balance its queues (docs/journal/benchmarks.md, session 33)."""
+    holding the chunk, restricted to it (the chunk is there; were the worker lost, so would
+    the chunk be). Its arguments are the chunk and its neighbours' halos: a neighbour on the
+    same worker whole (cut in the task: no task of its own), one elsewhere as a halo slice
+    cut on the neighbour's worker (device to device between the GPUs of one host,
+    :mod:`kfuse.scaleout.device_halos`). A pipeline of one output makes no task beyond the
+    chunks' own. Left to its scheduler, Dask moved whole chunks between workers to balance
+    its queues (docs/journal/benchmarks.md, session 33)."""
     import dask.array as da
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
+
+    from kfuse.scaleout.device_halos import links_of
 
     client, futures, holders = held
     graph = compute.graph
@@ -325,30 +342,39 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
     owners = {location: max(holders, key=lambda owner, location=location: sum(
         held_by[location] == owner[location] for held_by in holders))[location]
         for location in holders[0]}
+    device_links = compute.backend == "cuda" and links_of(client)
     # (a key of its own per call: its halo slices are new tasks at every call)
     token = tokenize(compute.digest, [array.name for array in inputs], uuid.uuid4().hex)
     grid = tuple(len(c) for c in chunks)
     sliced: dict[tuple, Any] = {}
 
-    def halo(input_index: int, at: tuple[int, ...], cut: tuple[slice, ...]) -> Any:
-        source = futures[input_index][at]
-        if all(c == slice(None) for c in cut):
-            return source
+    def piece(input_index: int, at: tuple[int, ...], cut: tuple[slice, ...],
+              reader: str) -> tuple[Any, tuple[slice, ...] | None]:
+        """(a future, the cut the reading task makes of it or None)."""
+        source, holder = futures[input_index][at], holders[input_index][at]
+        if holder == reader or all(c == slice(None) for c in cut):
+            return source, cut
         key = (input_index, at, tuple((c.start, c.stop) for c in cut))
         if key not in sliced:  # cut where the neighbour lies: only the halo moves
-            sliced[key] = client.submit(_sliced, source, cut,
-                                        workers=[holders[input_index][at]],
+            sliced[key] = client.submit(_sliced, source, cut, device_links, workers=[holder],
                                         allow_other_workers=False, pure=False)
-        return sliced[key]
+        return sliced[key], None
 
+    single = len(graph.outputs) == 1 and not compute.folded
+    prefix = f"kfuse-{graph.name}-{graph.outputs[0]}" if single else f"kfuse-{graph.name}"
     tasks = {}
     for location in np.ndindex(grid):
-        grown = [_grown_pieces(lambda at, cut, i=i: halo(i, at, cut), grid, location,
-                               compute.depth, compute.periodic) for i in range(len(inputs))]
+        reader = owners[location]
+        grown = [_grown_pieces(lambda at, cut, i=i, reader=reader: piece(i, at, cut, reader),
+                               grid, location, compute.depth, compute.periodic)
+                 for i in range(len(inputs))]
+        # (a pipeline of one output: the task's result is the output's chunk, its key the
+        # array's key for that chunk)
         tasks[location] = client.submit(
-            compute.from_pieces, location, *grown, workers=[owners[location]],
-            allow_other_workers=False, key=f"kfuse-{graph.name}-{token}-"
-            + "-".join(map(str, location)))
+            compute.from_pieces, location, single, *grown, workers=[reader],
+            allow_other_workers=False,
+            key=(f"{prefix}-{token}", *location) if single else
+            f"{prefix}-{token}-" + "-".join(map(str, location)))
     result = {}
     for index, name in enumerate(graph.outputs):
         dtype = numpy_dtype(graph.buffers[name].dtype)
@@ -356,9 +382,11 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
         # the array's chunks are the futures themselves (as a persisted array's are): no
         # task stands between them and the array that Dask could place elsewhere
         array_name = f"kfuse-{graph.name}-{name}-{token}"
-        layer = {(array_name, *location): client.submit(
-            _item, task, index, workers=[owners[location]], allow_other_workers=False,
-            key=(array_name, *location)) for location, task in tasks.items()}
+        layer = dict(zip(((array_name, *location) for location in tasks), tasks.values(),
+                         strict=True)) if single else {
+            (array_name, *location): client.submit(
+                _item, task, index, workers=[owners[location]], allow_other_workers=False,
+                key=(array_name, *location)) for location, task in tasks.items()}
         array = da.Array(HighLevelGraph.from_collections(array_name, layer, dependencies=()),
                          array_name, tuple((1,) * len(c) if axis in axes else c
                                            for axis, c in enumerate(chunks)),
@@ -367,6 +395,43 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
             array = _folded_by_dask(array, compute.folded[name][0], axes, dtype)
         result[name] = array
     return result
+
+
+def persist_in_bands(array: Any, client: Any = None) -> Any:
+    """``array`` persisted on ``client``'s workers (the default client) in bands along its
+    first axis: the workers, in order, each hold an equal run of consecutive block rows, so
+    that a chunk's neighbours lie on its own worker but at a band's two edges (a domain
+    decomposition). Persisted as Dask places them, neighbouring chunks mostly lie on
+    different workers and every halo crosses between them. The result is a Dask array of
+    the same chunks, which :meth:`kfuse.Pipeline.run` computes where each chunk lies."""
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+    from distributed import default_client, futures_of
+
+    if not is_dask_array(array):
+        raise ChunkingError(f"persist_in_bands takes a dask.array, got {type(array).__name__}")
+    client = client or default_client()
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        raise ChunkingError("persist_in_bands: the client has no workers")
+    rows = array.numblocks[0]
+    name = f"banded-{tokenize(array.name, workers)}"
+    layer = {}
+    for location in np.ndindex(array.numblocks):
+        worker = workers[location[0] * len(workers) // rows]
+        block = client.persist(array.blocks[location], workers=[worker],
+                               allow_other_workers=False)
+        (future,) = futures_of(block)
+        # (the array's own key for the chunk: what Pipeline.run finds held)
+        layer[(name, *location)] = client.submit(
+            _same, future, key=(name, *location), workers=[worker], allow_other_workers=False)
+    return da.Array(HighLevelGraph.from_collections(name, layer, dependencies=()), name,
+                    array.chunks, meta=array._meta)
+
+
+def _same(values: Any) -> Any:
+    return values
 
 
 def _grown_pieces(piece: Any, grid: tuple[int, ...], location: tuple[int, ...],
@@ -447,10 +512,11 @@ class _ChunkTask:
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
         return self.outputs(block_info[0]["chunk-location"], blocks)
 
-    def from_pieces(self, location: tuple[int, ...], *grown: Any) -> tuple[Any, ...]:
+    def from_pieces(self, location: tuple[int, ...], single: bool, *grown: Any) -> Any:
         """:meth:`outputs` from each input's pieces (:func:`_grown_pieces`: the chunk and
-        its neighbours' halo slices), joined here."""
-        return self.outputs(location, [_joined(pieces, 0) for pieces in grown])
+        its neighbours' halos), joined here; ``single``: the one output itself."""
+        outputs = self.outputs(location, [_joined(pieces, 0) for pieces in grown])
+        return outputs[0] if single else outputs
 
     def outputs(self, location: tuple[int, ...], blocks: Any) -> tuple[Any, ...]:
         """Every output of the chunk at ``location`` (an item each; a folded reduction's
