@@ -45,11 +45,11 @@ def cluster_of(gpus: int):
 
 
 def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
-             repeat: int, backend: str = "cuda", calls: int = 1) -> float:
+             repeat: int, backend: str = "cuda", calls: int = 1, tasks: bool = False) -> float:
     """Median seconds of one call of app ``name`` over a Dask array of CuPy chunks (NumPy
     chunks on the cpu backend: a smoke test of this script without a GPU)."""
     import dask.array as da
-    from distributed import wait
+    from distributed import get_task_stream, wait
 
     from kfuse.apps import get_app
     from kfuse.scaleout import persist_in_bands
@@ -68,17 +68,37 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
     wait(list(arrays.values()))
     times = []
     for index in range(repeat + 1):  # the first round compiles on every worker
-        began = time.perf_counter()
-        persisted = []
-        for _ in range(calls if index else 1):
-            outputs = pipeline.run(backend=backend, **arrays, **params)
-            persisted += [value.persist() for value in outputs.values()]
-        wait(persisted)
-        if index:
-            times.append((time.perf_counter() - began) / calls)
+        with get_task_stream(client) as stream:
+            began = time.perf_counter()
+            persisted = []
+            for _ in range(calls if index else 1):
+                outputs = pipeline.run(backend=backend, **arrays, **params)
+                persisted += [value.persist() for value in outputs.values()]
+            wait(persisted)
+            if index:
+                times.append((time.perf_counter() - began) / calls)
         del persisted
+    if tasks:
+        print_task_stream(stream.data, calls)
     times.sort()
     return times[len(times) // 2]
+
+
+def print_task_stream(records: list[dict], calls: int) -> None:
+    """Per worker and kind of task (its key's prefix), the tasks' count and seconds per call,
+    computing and receiving data, from Dask's task stream of the last round."""
+    from dask.utils import key_split
+
+    spent: dict[tuple[str, str, str], list[float]] = {}
+    for record in records:
+        for step in record.get("startstops", ()):
+            entry = spent.setdefault((record["worker"], key_split(record["key"]),
+                                      step["action"]), [0, 0.0])
+            entry[0] += 1
+            entry[1] += step["stop"] - step["start"]
+    for (worker, prefix, action), (count, seconds) in sorted(spent.items()):
+        print(f"    {worker[-6:]:>6} {prefix[:40]:40} {action:9} {count / calls:5.1f} per call "
+              f"{seconds / calls * 1e3:8.2f} ms per call")
 
 
 def main() -> None:
@@ -94,6 +114,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1,
                         help="calls submitted before waiting (seconds are per call)")
     parser.add_argument("--backend", default="cuda", help="cpu: NumPy chunks (a smoke test)")
+    parser.add_argument("--tasks", action="store_true",
+                        help="print where the last round's tasks spent their time")
     args = parser.parse_args()
     from distributed import Client
 
@@ -109,7 +131,7 @@ def main() -> None:
                          .split(",")]
                 chunks = tuple(given * ndim if len(given) == 1 else given)
                 seconds = time_app(client, name, size, chunks, args.repeat, args.backend,
-                                   args.calls)
+                                   args.calls, args.tasks)
                 results[(name, gpus)] = seconds
                 one = results.get((name, 1))
                 print(f"{name} {'x'.join(map(str, size))} on {gpus} GPU(s), {args.calls} "

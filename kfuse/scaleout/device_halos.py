@@ -12,11 +12,12 @@ closes it. The slice stays alive on its worker until every task that reads it is
 (Dask keeps a task's result until its dependents finish), so the handle never outlives it.
 
 :func:`links_of` asks the workers once per cluster whether this holds; otherwise halos
-travel as Dask moves any array.
+travel as Dask moves any array, as they do everywhere with ``KFUSE_DEVICE_HALOS=0``.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 # cudaMemcpyDefault: the direction from the pointers (unified addressing)
@@ -78,6 +79,8 @@ def _worker_devices() -> tuple[str, str, tuple[str, ...]]:
 def links_of(client: Any) -> bool:
     """Whether halos between ``client``'s workers go device to device: every worker on one
     host, with CuPy, each seeing the GPU of every other worker (asked once per cluster)."""
+    if os.environ.get("KFUSE_DEVICE_HALOS", "1") == "0":
+        return False
     workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
     key = (id(client), workers)
     if key not in _LINKS:
