@@ -265,7 +265,7 @@ def test_halos_between_gpu_workers_go_device_to_device():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
-        assert links_of(client)
+        assert links_of(client, client.scheduler_info(n_workers=-1)["workers"])
         x = persist_in_bands(da.from_array(values, chunks=(25, 40)).map_blocks(cupy.asarray))
         for mode in ("clamp", "repeat"):
             pipeline = chain(mode)

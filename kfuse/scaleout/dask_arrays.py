@@ -342,7 +342,9 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
     owners = {location: max(holders, key=lambda owner, location=location: sum(
         held_by[location] == owner[location] for held_by in holders))[location]
         for location in holders[0]}
-    device_links = compute.backend == "cuda" and links_of(client)
+    device_links = compute.backend == "cuda" and links_of(
+        client, {worker for held_by in holders for worker in held_by.values()})
+    run_chunk = _scattered(client, compute)  # (sent once, not pickled with every task)
     # (a key of its own per call: its halo slices are new tasks at every call)
     token = tokenize(compute.digest, [array.name for array in inputs], uuid.uuid4().hex)
     grid = tuple(len(c) for c in chunks)
@@ -371,7 +373,7 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
         # (a pipeline of one output: the task's result is the output's chunk, its key the
         # array's key for that chunk)
         tasks[location] = client.submit(
-            compute.from_pieces, location, single, *grown, workers=[reader],
+            _from_pieces, run_chunk, location, single, *grown, workers=[reader],
             allow_other_workers=False,
             key=(f"{prefix}-{token}", *location) if single else
             f"{prefix}-{token}-" + "-".join(map(str, location)))
@@ -395,6 +397,26 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
             array = _folded_by_dask(array, compute.folded[name][0], axes, dtype)
         result[name] = array
     return result
+
+
+_SCATTERED: dict[tuple[int, str], Any] = {}
+
+
+def _scattered(client: Any, compute: _ChunkTask) -> Any:
+    """``compute`` as a future on every worker, scattered once per client and digest (the
+    chunk tasks of every call then carry its key, not the pickled graph and plan)."""
+    key = (id(client), compute.digest)
+    future = _SCATTERED.get(key)
+    if future is None or future.status != "finished":
+        while len(_SCATTERED) >= 64:  # (the oldest goes first)
+            _SCATTERED.pop(next(iter(_SCATTERED)))
+        future = _SCATTERED[key] = client.scatter(compute, broadcast=True, hash=False)
+    return future
+
+
+def _from_pieces(compute: _ChunkTask, location: tuple[int, ...], single: bool,
+                 *grown: Any) -> Any:
+    return compute.from_pieces(location, single, *grown)
 
 
 def persist_in_bands(array: Any, client: Any = None) -> Any:

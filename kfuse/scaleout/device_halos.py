@@ -18,6 +18,7 @@ travel as Dask moves any array, as they do everywhere with ``KFUSE_DEVICE_HALOS=
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 # cudaMemcpyDefault: the direction from the pointers (unified addressing)
@@ -76,16 +77,15 @@ def _worker_devices() -> tuple[str, str, tuple[str, ...]]:
     return socket.gethostname(), seen[cupy.cuda.Device().id], seen
 
 
-def links_of(client: Any) -> bool:
-    """Whether halos between ``client``'s workers go device to device: every worker on one
-    host, with CuPy, each seeing the GPU of every other worker (asked once per cluster)."""
+def links_of(client: Any, workers: Iterable[str]) -> bool:
+    """Whether halos between ``workers`` of ``client`` go device to device: all on one host,
+    with CuPy, each seeing the GPU of every other (asked once per set of workers)."""
     if os.environ.get("KFUSE_DEVICE_HALOS", "1") == "0":
         return False
-    workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
-    key = (id(client), workers)
+    key = (id(client), tuple(sorted(set(workers))))
     if key not in _LINKS:
         try:
-            found = client.run(_worker_devices)
+            found = client.run(_worker_devices, workers=list(key[1]))
         except Exception:  # no CuPy or no GPU on a worker: halos travel as Dask moves them
             found = None
         _LINKS[key] = bool(found) and len({host for host, _, _ in found.values()}) == 1 and all(
