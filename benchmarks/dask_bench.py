@@ -88,6 +88,42 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
     return times[len(times) // 2]
 
 
+def time_direct(name: str, size: tuple[int, ...], chunks: tuple[int, ...], repeat: int) -> str:
+    """The GPU work of one chunked call without Dask, in this process on one GPU: each chunk
+    grown by its halo (joined with its neighbours' slices, as a chunk task does), then the
+    pipeline's compiled call on it; and the whole array in one call. Median of ``repeat``."""
+    import cupy
+
+    from kfuse.apps import get_app
+    from kfuse.scaleout.dask_arrays import chunk_graph, compiled_once, halo_depths
+    from kfuse.tune.timing import time_gpu
+
+    app = get_app(name)
+    graph = app.build().graph()
+    _, params = app.make_inputs(tuple(9 for _ in size), np.random.default_rng(0), "float32")
+    depth = max(halo_depths(graph)[0])
+    whole = {key: cupy.random.random_sample(size, dtype=cupy.float32) for key in graph.inputs}
+    rows = list(range(0, size[0], chunks[0]))
+    grown = [(max(start - depth, 0), min(start + chunks[0] + depth, size[0])) for start in rows]
+    pieces = chunk_graph(graph)
+    runs = {(low, high): compiled_once(pieces, "cuda", "auto", (high - low, *size[1:]))
+            for low, high in grown}
+
+    def chunked() -> None:
+        for low, high in grown:
+            joined = {key: cupy.concatenate([value[low:low + depth], value[low + depth:high]])
+                      for key, value in whole.items()}
+            runs[(low, high)](**joined, **params)
+
+    chunked()
+    joined_ms = time_gpu(chunked, repeat=repeat).median_ms
+    one = compiled_once(pieces, "cuda", "auto", size)
+    one(**whole, **params)
+    whole_ms = time_gpu(lambda: one(**whole, **params), repeat=repeat).median_ms
+    return (f"    without Dask on one GPU: chunks grown and computed {joined_ms:.2f} ms, the "
+            f"whole array in one call {whole_ms:.2f} ms")
+
+
 def _synchronised() -> None:
     import cupy
     cupy.cuda.runtime.deviceSynchronize()
@@ -123,6 +159,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1,
                         help="calls submitted before waiting (seconds are per call)")
     parser.add_argument("--backend", default="cuda", help="cpu: NumPy chunks (a smoke test)")
+    parser.add_argument("--direct", action="store_true",
+                        help="also time the chunks' GPU work without Dask (cuda)")
     parser.add_argument("--tasks", action="store_true",
                         help="print where the last round's tasks spent their time")
     args = parser.parse_args()
@@ -139,6 +177,8 @@ def main() -> None:
                 given = [int(n) for n in (args.chunks2d if ndim == 2 else args.chunks3d)
                          .split(",")]
                 chunks = tuple(given * ndim if len(given) == 1 else given)
+                if args.direct and gpus == 1 and args.backend == "cuda":
+                    print(time_direct(name, size, chunks, 20), flush=True)
                 seconds = time_app(client, name, size, chunks, args.repeat, args.backend,
                                    args.calls, args.tasks)
                 results[(name, gpus)] = seconds

@@ -348,23 +348,24 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
     # (a key of its own per call: its halo slices are new tasks at every call)
     token = tokenize(compute.digest, [array.name for array in inputs], uuid.uuid4().hex)
     grid = tuple(len(c) for c in chunks)
-    sliced: dict[tuple, Any] = {}
+    halos: dict[str, tuple[str, tuple[Any, ...]]] = {}  # key: (worker, arguments)
+    halo_keys: dict[tuple, str] = {}
 
     def piece(input_index: int, at: tuple[int, ...], cut: tuple[slice, ...],
               reader: str) -> tuple[Any, tuple[slice, ...] | None]:
-        """(a future, the cut the reading task makes of it or None)."""
+        """(a future or a halo's key, the cut the reading task makes of it or None)."""
         source, holder = futures[input_index][at], holders[input_index][at]
         if holder == reader or all(c == slice(None) for c in cut):
             return source, cut
-        key = (input_index, at, tuple((c.start, c.stop) for c in cut))
-        if key not in sliced:  # cut where the neighbour lies: only the halo moves
-            sliced[key] = client.submit(_sliced, source, cut, device_links, workers=[holder],
-                                        allow_other_workers=False, pure=False)
-        return sliced[key], None
+        # cut where the neighbour lies: only the halo moves
+        key = halo_keys.setdefault((input_index, at, tuple((c.start, c.stop) for c in cut)),
+                                   f"kfuse-halo-{token}-{len(halo_keys)}")
+        halos[key] = (holder, (source, cut, device_links))
+        return key, None
 
     single = len(graph.outputs) == 1 and not compute.folded
     prefix = f"kfuse-{graph.name}-{graph.outputs[0]}" if single else f"kfuse-{graph.name}"
-    tasks = {}
+    chunk_calls = {}
     for location in np.ndindex(grid):
         reader = owners[location]
         grown = [_grown_pieces(lambda at, cut, i=i, reader=reader: piece(i, at, cut, reader),
@@ -372,11 +373,14 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
                  for i in range(len(inputs))]
         # (a pipeline of one output: the task's result is the output's chunk, its key the
         # array's key for that chunk)
-        tasks[location] = client.submit(
-            _from_pieces, run_chunk, location, single, *grown, workers=[reader],
-            allow_other_workers=False,
-            key=(f"{prefix}-{token}", *location) if single else
-            f"{prefix}-{token}-" + "-".join(map(str, location)))
+        key = ((f"{prefix}-{token}", *location) if single else
+               f"{prefix}-{token}-" + "-".join(map(str, location)))
+        chunk_calls[key] = (reader, (run_chunk, location, single, *grown))
+    sliced = _mapped(client, _sliced, halos)
+    chunk_calls = {key: (reader, _with_futures(arguments, sliced))
+                   for key, (reader, arguments) in chunk_calls.items()}
+    tasks = dict(zip(np.ndindex(grid), _mapped(client, _from_pieces, chunk_calls).values(),
+                     strict=True))
     result = {}
     for index, name in enumerate(graph.outputs):
         dtype = numpy_dtype(graph.buffers[name].dtype)
@@ -397,6 +401,36 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
             array = _folded_by_dask(array, compute.folded[name][0], axes, dtype)
         result[name] = array
     return result
+
+
+def _mapped(client: Any, function: Callable[..., Any],
+            calls: Mapping[Any, tuple[str, tuple[Any, ...]]]) -> dict[Any, Any]:
+    """Futures of ``function`` over ``calls`` (key: (worker, arguments)), each restricted to
+    its worker, submitted in one message per worker (``Client.map``; a submission per task
+    costs the client a message each)."""
+    by_worker: dict[str, list[Any]] = {}
+    for key, (worker, _) in calls.items():
+        by_worker.setdefault(worker, []).append(key)
+    futures = {}
+    for worker, keys in by_worker.items():
+        columns = list(zip(*(calls[key][1] for key in keys), strict=True))
+        futures.update(zip(keys, client.map(function, *columns, key=keys, workers=[worker],
+                                            allow_other_workers=False, pure=False),
+                           strict=True))
+    return {key: futures[key] for key in calls}
+
+
+def _with_futures(arguments: Any, futures: Mapping[Any, Any]) -> Any:
+    """``arguments`` with every key of ``futures`` among the grown pieces (first in a
+    (piece, cut) pair) replaced by its future."""
+    if isinstance(arguments, list):
+        return [_with_futures(item, futures) for item in arguments]
+    if isinstance(arguments, tuple) and len(arguments) == 2 and isinstance(arguments[0], str) \
+            and arguments[0] in futures:
+        return futures[arguments[0]], arguments[1]
+    if isinstance(arguments, tuple):
+        return tuple(_with_futures(item, futures) for item in arguments)
+    return arguments
 
 
 _SCATTERED: dict[tuple[int, str], Any] = {}
