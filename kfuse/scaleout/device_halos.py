@@ -7,8 +7,8 @@ but needs UCX). A stencil pipeline's halo crosses workers at every call: a 1024Â
 sees every worker's GPU (as dask-cuda's ``LocalCUDACluster`` arranges: each worker's
 ``CUDA_VISIBLE_DEVICES`` lists its own GPU first, then the others), a halo slice is instead
 copied into an allocation of its own and only that allocation's CUDA IPC handle travels;
-the task reading it on the receiving worker opens it, copies the halo to its own GPU over
-NVLink or PCIe, and closes it. The slice stays alive on its worker until every task that reads it is done
+the receiving worker opens it, copies the halo to its own GPU over NVLink or PCIe, and
+closes it. The slice stays alive on its worker until every task that reads it is done
 (Dask keeps a task's result until its dependents finish), so the handle never outlives it.
 
 :func:`links_of` asks the workers once per cluster whether this holds; otherwise halos
@@ -31,8 +31,7 @@ _LINKS: dict[tuple[int, tuple[str, ...]], bool] = {}
 
 class DeviceHalo:
     """A halo slice of a CuPy chunk in an allocation of its own, sent to another worker as
-    a :class:`HaloHandle` (its CUDA IPC handle, :meth:`__reduce__`). Made in the halo's
-    task, which waits for the copy there (not in the worker's event loop when it sends)."""
+    its CUDA IPC handle (:meth:`__reduce__`); :func:`opened` there makes the local copy."""
 
     def __init__(self, values: Any):
         import cupy
@@ -40,43 +39,32 @@ class DeviceHalo:
         self.array = cupy.ndarray(values.shape, values.dtype,
                                   cupy.cuda.MemoryPointer(self.memory, 0))
         self.array[...] = values
-        cupy.cuda.get_current_stream().synchronize()  # copied before any worker reads it
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         import cupy
+        cupy.cuda.get_current_stream().synchronize()  # the copy done before it is read
         handle = cupy.cuda.runtime.ipcGetMemHandle(self.memory.ptr)
-        return HaloHandle, (handle, self.array.nbytes, self.array.shape, self.array.dtype.str)
+        return opened, (handle, self.array.nbytes, self.array.shape, self.array.dtype.str)
 
 
-class HaloHandle:
-    """A :class:`DeviceHalo` as it arrives on another worker: its IPC handle, opened in the
-    reading task (:meth:`opened`), not while the worker receives it."""
-
-    def __init__(self, handle: bytes, nbytes: int, shape: tuple[int, ...], dtype: str):
-        self.handle, self.nbytes, self.shape, self.dtype = handle, nbytes, shape, dtype
-
-    def opened(self) -> Any:
-        """The halo copied to this worker's GPU (the handle is opened, read once and
-        closed)."""
-        import cupy
-        runtime = cupy.cuda.runtime
-        local = cupy.empty(self.shape, dtype=self.dtype)
-        source = runtime.ipcOpenMemHandle(self.handle, _LAZY_PEER_ACCESS)
-        stream = cupy.cuda.get_current_stream()
-        try:
-            runtime.memcpyAsync(local.data.ptr, source, self.nbytes, _COPY_DEFAULT, stream.ptr)
-            stream.synchronize()  # read before the mapping closes
-        finally:
-            runtime.ipcCloseMemHandle(source)
-        return local
+def opened(handle: bytes, nbytes: int, shape: tuple[int, ...], dtype: str) -> Any:
+    """The halo a :class:`DeviceHalo` sent, copied to this worker's GPU (the handle is
+    opened, read once and closed)."""
+    import cupy
+    runtime = cupy.cuda.runtime
+    local = cupy.empty(shape, dtype=dtype)
+    source = runtime.ipcOpenMemHandle(handle, _LAZY_PEER_ACCESS)
+    try:
+        runtime.memcpy(local.data.ptr, source, nbytes, _COPY_DEFAULT)
+        runtime.deviceSynchronize()  # read before the mapping closes
+    finally:
+        runtime.ipcCloseMemHandle(source)
+    return local
 
 
 def plain(piece: Any) -> Any:
-    """The array a piece holds (a :class:`DeviceHalo` read on its own worker, a
-    :class:`HaloHandle` on another)."""
-    if isinstance(piece, DeviceHalo):
-        return piece.array
-    return piece.opened() if isinstance(piece, HaloHandle) else piece
+    """The array a piece holds (a :class:`DeviceHalo` read on its own worker)."""
+    return piece.array if isinstance(piece, DeviceHalo) else piece
 
 
 def _worker_devices() -> tuple[str, str, tuple[str, ...]]:
