@@ -15,7 +15,10 @@ For each app, one host volume (page-locked, random) and, side by side in one run
 Throughput is input bytes per second; the slabbed result is checked against the one-shot run.
 
     PYTHONPATH=. python3 benchmarks/slab_bench.py [--apps heat3d,harris] [--planes 2048]
-        [--slab-rows 128] [--repeat 3]
+        [--slab-rows 128] [--repeat 3] [--larger-planes 34304]
+
+``--larger-planes``: a volume whose inputs and outputs together exceed the GPU's memory,
+streamed in slabs, against ``--planes`` that fit (copied in, one call, copied out).
 """
 
 from __future__ import annotations
@@ -51,13 +54,7 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
     graph = pipeline.graph()
     _, params = app.make_inputs(tuple(9 for _ in shape), np.random.default_rng(0), "float32")
     began = time.perf_counter()
-    inputs = {}
-    for key in graph.inputs:  # random values drawn on the device, page-locked host copies
-        inputs[key] = cupyx.empty_pinned(shape, dtype=np.float32)
-        for start in range(0, shape[0], 256):
-            block = cupy.random.random((min(256, shape[0] - start), *shape[1:]),
-                                       dtype=cupy.float32)
-            block.get(out=inputs[key][start:start + len(block)])
+    inputs = {key: pinned_random(shape) for key in graph.inputs}
     outputs = {key: cupyx.empty_pinned(shape, dtype=np.float32) for key in graph.outputs}
     gigabytes = sum(value.nbytes for value in inputs.values()) / 1e9
     print(f"== {name} {'x'.join(map(str, shape))}: {gigabytes:.1f} GB of inputs "
@@ -99,6 +96,69 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
               f"{fits / value:6.2f}x of fits host-to-host", flush=True)
 
 
+def pinned_random(shape: tuple[int, ...]) -> np.ndarray:
+    """A page-locked host array of random float32 values drawn on the device, 256 rows at a
+    time."""
+    import cupy
+    import cupyx
+
+    values = cupyx.empty_pinned(shape, dtype=np.float32)
+    for start in range(0, shape[0], 256):
+        block = cupy.random.random((min(256, shape[0] - start), *shape[1:]), dtype=cupy.float32)
+        block.get(out=values[start:start + len(block)])
+    return values
+
+
+def bench_larger(name: str, fits: tuple[int, ...], larger: tuple[int, ...], repeat: int) -> None:
+    """Slabs through the GPU of a volume whose arrays exceed the GPU's memory, against the
+    same pipeline on a volume that fits, copied in, computed in one call and copied out
+    (throughput in input bytes per second; the larger run once warm, then timed)."""
+    import cupy
+    import cupyx
+
+    from kfuse.apps import get_app
+    from kfuse.scaleout import run_in_slabs
+
+    app = get_app(name)
+    pipeline = app.build()
+    graph = pipeline.graph()
+    _, params = app.make_inputs(tuple(9 for _ in fits), np.random.default_rng(0), "float32")
+    compiled = pipeline.compile(backend="cuda")
+    small = {key: pinned_random(fits) for key in graph.inputs}
+    small_out = {key: np.empty(fits, np.float32) for key in graph.outputs}
+
+    def host_to_host() -> None:
+        results = compiled(**{key: cupy.asarray(value) for key, value in small.items()},
+                          **params)
+        for key, value in results.items():
+            value.get(out=small_out[key])
+
+    host_to_host()
+    fits_rate = sum(value.nbytes for value in small.values()) / seconds(host_to_host, repeat)
+    small.clear()
+    small_out.clear()
+    cupy.get_default_memory_pool().free_all_blocks()
+    began = time.perf_counter()
+    large = {key: pinned_random(larger) for key in graph.inputs}
+    large_out = {key: cupyx.empty_pinned(larger, dtype=np.float32) for key in graph.outputs}
+    total = sum(value.nbytes for value in (*large.values(), *large_out.values()))
+    free, device = cupy.cuda.runtime.memGetInfo()
+    print(f"== {name}: {'x'.join(map(str, larger))}, inputs and outputs {total / 1e9:.1f} GB "
+          f"against the GPU's {device / 1e9:.1f} GB ({total / device:.2f}x; made in "
+          f"{time.perf_counter() - began:.0f} s)", flush=True)
+    gigabytes = sum(value.nbytes for value in large.values()) / 1e9
+
+    def slabs() -> None:
+        run_in_slabs(pipeline, backend="cuda", out=large_out, **large, **params)
+
+    slabs()
+    took = seconds(slabs, repeat)
+    print(f"  fits ({'x'.join(map(str, fits))}), host to host: {fits_rate / 1e9:8.1f} GB/s",
+          flush=True)
+    print(f"  larger than the GPU, slabs: {took * 1e3:10.1f} ms  {gigabytes / took:8.1f} GB/s  "
+          f"{gigabytes * 1e9 / took / fits_rate:6.2f}x of fits host-to-host", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--apps", default="heat3d,harris")
@@ -106,7 +166,15 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=65536, help="2-D: rows of 32768")
     parser.add_argument("--slab-rows", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--larger-planes", type=int, default=None,
+                        help="3-D apps: also stream planes of 1024 x 1024 whose inputs and "
+                        "outputs exceed the GPU's memory, against --planes that fit")
     args = parser.parse_args()
+    if args.larger_planes:
+        for name in args.apps.split(","):
+            bench_larger(name, (args.planes, 1024, 1024), (args.larger_planes, 1024, 1024),
+                         args.repeat)
+        return
     for name in args.apps.split(","):
         shape = (args.planes, 1024, 1024) if name in ("heat3d", "diffusion3d", "stencil27") \
             else (args.rows, 32768)
