@@ -114,6 +114,38 @@ def test_slabs_through_the_gpu_on_several_streams(mode):
     slabbed_equals_one_shot(chain(mode), values, backend="cuda", slab_rows=8, streams=3)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_pageable_arrays_through_staging_buffers(mode, monkeypatch):
+    """Host arrays the driver will not page-lock go through each stream's staging buffers:
+    asked for (staged=True), and where locking is refused (inputs and the outputs made);
+    with a reduction folded across the slabs."""
+    from kfuse.scaleout import host_slabs
+
+    values = {"x": np.random.default_rng(11).random((67, 45), dtype=np.float32)}
+    slabbed_equals_one_shot(chain(mode), values, backend="cuda", slab_rows=8, staged=True)
+    monkeypatch.setattr(host_slabs, "_page_lock", lambda arrays: [])
+    monkeypatch.setattr(host_slabs, "_page_locked_or_pageable",
+                        lambda shape, dtype: np.empty(shape, dtype=dtype))
+    slabbed_equals_one_shot(chain(mode), values, backend="cuda", slab_rows=7, streams=2)
+    stats = kf.Pipeline("stats")
+    y = stats.input("y", 2)
+    smooth = kf.local((y.at(-1, 0) + y + y.at(1, 1)) / 3.0, boundary=mode, name="smooth")
+    stats.output(smooth, kf.reduce_sum(smooth * smooth, name="energy"))
+    slabbed_equals_one_shot(stats, {"y": values["x"]}, backend="cuda", slab_rows=9)
+
+
+def test_staging_copies_rows_on_several_threads():
+    from kfuse.scaleout.host_slabs import _copy_rows
+
+    source = np.random.default_rng(12).random((1031, 8192), dtype=np.float32)  # 34 MB
+    target = np.empty_like(source)
+    _copy_rows(target, source)
+    np.testing.assert_array_equal(target, source)
+    with pytest.raises(ChunkingError, match="staged must be None, True or False"):
+        run_in_slabs(chain("clamp"), backend="cpu", staged="yes", x=source[:9, :9])
+
+
 def test_calls_stream_in_slabs_only_where_the_arrays_do_not_fit():
     from kfuse.scaleout.host_slabs import slab_reason
 

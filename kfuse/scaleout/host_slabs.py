@@ -14,8 +14,11 @@ slab, then across the slabs on the host.
 On the cuda backend the slabs go round ``streams`` CUDA streams: while one slab computes,
 the next is copied in and the one before copied out (the host arrays are page-locked in
 place for the call, so the copies run asynchronously at the link's bandwidth, and outputs
-are written to page-locked host arrays). On the cpu backend the same slabs run one after
-another (what the tests check against the one-shot run).
+are written to page-locked host arrays). A host array the driver will not page-lock (one
+larger than the memory it lets a process lock, say) goes through *staging buffers*: each
+stream has page-locked buffers of a slab's rows, which the host fills from the array (and
+empties into it) while the other streams' slabs copy and compute. On the cpu backend the
+same slabs run one after another (what the tests check against the one-shot run).
 """
 
 from __future__ import annotations
@@ -70,14 +73,17 @@ def plan_slabs(length: int, slab_rows: int, before: int, after: int,
 
 def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None = None,
                  plan: Any = "auto", streams: int = 3,
-                 out: Mapping[str, np.ndarray] | None = None,
+                 out: Mapping[str, np.ndarray] | None = None, staged: bool | None = None,
                  **arrays_and_params: Any) -> dict[str, np.ndarray]:
     """The pipeline's outputs (NumPy arrays in host memory) for host arrays of any size,
     computed ``slab_rows`` rows at a time (default: as many as fit in the device's free
     memory, ``streams`` slabs at once). Every input is a NumPy array of one shape;
     parameters are scalars; ``out`` may give host arrays for outputs on the grid (on the
     cuda backend page-locked ones, e.g. from ``cupyx.empty_pinned``, spare locking them
-    at each call). What cannot run in slabs raises :class:`ChunkingError`."""
+    at each call). ``staged`` (cuda): None page-locks pageable host arrays in place and
+    stages only those the driver refuses; True stages every pageable one; False stages
+    none (a refused array's copies then wait for the host). What cannot run in slabs
+    raises :class:`ChunkingError`."""
     pieces = pieces_of(pipeline, plan, arrays_and_params,
                        lambda value: isinstance(value, np.ndarray), "NumPy arrays",
                        "slabs stream from host memory (give device arrays to Pipeline.run)")
@@ -97,6 +103,8 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
     if backend == "auto":  # (the slabs' streams and copies are the GPU's)
         from kfuse.runtime import get_backend
         backend = get_backend(backend).name
+    if staged not in (None, True, False):
+        raise ChunkingError(f"staged must be None, True or False, got {staged!r}")
     for name, value in (("streams", streams), ("slab_rows", slab_rows)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or value < 1):
@@ -107,7 +115,7 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
     run = compiled_once(graph, backend, plan,
                         (max(len(slab.rows) for slab in slabs), *shape[1:]))
     on_device = backend == "cuda"
-    outputs = _outputs(graph, shape, folded, out, on_device)
+    outputs = _outputs(graph, shape, folded, out, on_device and staged is not True)
     partials: dict[str, list[Any]] = {name: [] for name in folded}
     if not on_device:
         for slab in slabs:
@@ -118,21 +126,112 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
     import cupy
 
     lanes = [cupy.cuda.Stream(non_blocking=True) for _ in range(streams)]
-    locked = _page_lock(list(arrays.values()))
+    host_arrays = list(arrays.values()) + list(outputs.values())
+    locked = [] if staged else _page_lock(host_arrays)
+    stage_pageable = staged is not False
+    staged_inputs = {name for name, value in arrays.items()
+                     if stage_pageable and not _is_page_locked(value)}
+    stages = [_Stage(lane) for lane in lanes]
     try:
         for index, slab in enumerate(slabs):
-            lane = lanes[index % streams]
-            with lane:
-                results = run(**{name: _copied_in(value, slab, lane)
+            stage = stages[index % streams]
+            stage.finish()  # (this stream's slab before: its copies done, its outputs home)
+            with stage.lane:
+                results = run(**{name: stage.copied_in(name, value, slab,
+                                                       name in staged_inputs)
                                  for name, value in arrays.items()}, **params)
                 _keep(results, slab, outputs, partials, folded,
-                      lambda own, host, lane=lane: own.get(stream=lane, out=host))
-        for lane in lanes:
-            lane.synchronize()
+                      lambda own, host, stage=stage: stage.copy_out(
+                          own, host, stage_pageable and not _is_page_locked(host)))
+        for stage in stages:
+            stage.finish()
     finally:
         for pointer in locked:
             cupy.cuda.runtime.hostUnregister(pointer)
     return outputs | _fold(partials, folded, graph)
+
+
+class _Stage:
+    """A stream of slabs and its page-locked staging buffers (by input or output and shape,
+    made at first use, kept for the call): a pageable host array's rows are copied into a
+    buffer on the host and from it to the device on the stream (and back the other way),
+    so the stream's copies stay asynchronous."""
+
+    def __init__(self, lane: Any):
+        self.lane = lane
+        self.buffers: dict[tuple, np.ndarray] = {}
+        self.homeward: list[tuple[np.ndarray, np.ndarray]] = []  # (buffer, host rows)
+
+    def buffer(self, key: tuple, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        import cupyx
+        found = self.buffers.get(key)
+        if found is None or found.shape != shape:
+            found = self.buffers[key] = cupyx.empty_pinned(shape, dtype=dtype)
+        return found
+
+    def copied_in(self, name: str, value: np.ndarray, slab: Slab, pageable: bool) -> Any:
+        """The slab's grown rows of ``value`` on the device (through a staging buffer
+        where ``value`` is pageable)."""
+        if not pageable:
+            return _copied_in(value, slab, self.lane)
+        import cupy
+        staging = self.buffer(("in", name), (len(slab.rows), *value.shape[1:]), value.dtype)
+        first, count = int(slab.rows[0]), len(slab.rows)
+        if int(slab.rows[-1]) == first + count - 1:
+            _copy_rows(staging, value[first:first + count])
+        else:  # wrapped rows (a periodic axis)
+            np.take(value, slab.rows, axis=0, out=staging)
+        device = cupy.empty(staging.shape, dtype=staging.dtype)
+        device.set(staging, stream=self.lane)
+        return device
+
+    def copy_out(self, own: Any, host: np.ndarray, pageable: bool) -> None:
+        """Copy a slab's rows ``own`` of an output to ``host`` (through a staging buffer,
+        emptied at :meth:`finish`, where ``host`` is pageable)."""
+        if not pageable:
+            own.get(stream=self.lane, out=host)
+            return
+        staging = self.buffer(("out", len(self.homeward)), host.shape, host.dtype)
+        own.get(stream=self.lane, out=staging)
+        self.homeward.append((staging, host))
+
+    def finish(self) -> None:
+        """Wait for the stream's slab, then move its staged outputs to their host rows."""
+        self.lane.synchronize()
+        for staging, host in self.homeward:
+            _copy_rows(host, staging)
+        self.homeward.clear()
+
+
+def _copy_rows(target: np.ndarray, source: np.ndarray) -> None:
+    """``target[...] = source`` on several host threads (a slab is megabytes to gigabytes;
+    one thread copies at a fraction of the host link's bandwidth)."""
+    parts = min(_COPY_THREADS, max(1, source.nbytes >> 24), len(source))
+    if parts == 1:
+        np.copyto(target, source)
+        return
+    bounds = np.linspace(0, len(source), parts + 1).astype(int)
+    list(_copy_pool().map(lambda low, high: np.copyto(target[low:high], source[low:high]),
+                          bounds[:-1], bounds[1:]))
+
+
+_COPY_THREADS = 8
+
+
+@functools.cache
+def _copy_pool() -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="kfuse-staging")
+
+
+def _is_page_locked(value: np.ndarray) -> bool:
+    """Whether the CUDA runtime knows ``value``'s memory as page-locked host memory."""
+    import cupy
+    runtime = cupy.cuda.runtime
+    try:
+        return runtime.pointerGetAttributes(value.ctypes.data).type == runtime.memoryTypeHost
+    except runtime.CUDARuntimeError:
+        return False
 
 
 def slab_reason(graph: Graph, backend: str, arrays_and_params: Mapping[str, Any],
@@ -218,11 +317,8 @@ def _outputs(graph: Graph, shape: tuple[int, ...], folded: Mapping[str, Any],
         dtype = numpy_dtype(graph.buffers[name].dtype)
         array = given.pop(name, None)
         if array is None:
-            if page_locked:
-                import cupyx
-                array = cupyx.empty_pinned(shape, dtype=dtype)
-            else:
-                array = np.empty(shape, dtype=dtype)
+            array = _page_locked_or_pageable(shape, dtype) if page_locked else \
+                np.empty(shape, dtype=dtype)
         elif not isinstance(array, np.ndarray) or array.shape != shape or \
                 array.dtype != dtype or not array.flags.c_contiguous:
             raise ChunkingError(f"out['{name}'] must be a C-contiguous NumPy array of shape "
@@ -232,6 +328,17 @@ def _outputs(graph: Graph, shape: tuple[int, ...], folded: Mapping[str, Any],
         raise ChunkingError(f"out names {sorted(given)}, which are not outputs on the grid "
                             f"(those are {sorted(outputs)})")
     return outputs
+
+
+def _page_locked_or_pageable(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A new page-locked host array, or a pageable one where the driver will not lock that
+    much (its slabs are then staged)."""
+    import cupy
+    import cupyx
+    try:
+        return cupyx.empty_pinned(shape, dtype=dtype)
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return np.empty(shape, dtype=dtype)
 
 
 def _store_on_host(own: np.ndarray, host: np.ndarray) -> None:
@@ -290,11 +397,8 @@ def _page_lock(values: list[np.ndarray]) -> list[int]:
     locked = []
     for value in values:
         pointer = value.ctypes.data
-        try:
-            if runtime.pointerGetAttributes(pointer).type == runtime.memoryTypeHost:
-                continue  # page-locked already (cupyx.empty_pinned)
-        except runtime.CUDARuntimeError:
-            pass  # pageable memory the runtime does not know
+        if _is_page_locked(value):
+            continue  # page-locked already (cupyx.empty_pinned)
         try:
             runtime.hostRegister(pointer, value.nbytes, 0)
         except runtime.CUDARuntimeError:
