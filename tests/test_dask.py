@@ -236,6 +236,34 @@ def test_time_steps_iterated_exchange_halos_once_per_call():
         iterate(pipeline, 2, {"w4": "nope"}, **chunked, **params)
 
 
+@pytest.mark.parametrize("mode", ["clamp", "mirror", "repeat", kf.constant(0.5)], ids=str)
+def test_several_calls_per_halo_exchange(mode):
+    """calls_per_exchange=m: m calls in each chunk's task on a chunk grown m halos deep
+    (5 calls in exchanges of 2, 2, 1 and of 3, 2), equal to the calls one after another;
+    an input not fed back (a right-hand side) read by every call."""
+    from kfuse.scaleout import iterate
+
+    p = kf.Pipeline("jacobi")
+    u, f = p.input("u", 2), p.input("f", 2)
+    new = kf.local((u.at(-1, 0) + u.at(1, 0) + u.at(0, -1) + u.at(0, 1) + f) * 0.2,
+                   boundary=mode, name="u1")
+    p.output(kf.local((new.at(-1, 1) + new.at(1, 0) + new) / 3.0 + 0.1 * f, boundary=mode,
+                      name="u2"))
+    rng = np.random.default_rng(17)
+    values = {name: rng.random((37, 29), dtype=np.float32) for name in ("u", "f")}
+    state = values["u"]
+    for _ in range(5):
+        state = p.run(backend="cpu", plan="unfused", u=state, f=values["f"])["u2"]
+    chunked = {name: da.from_array(value, chunks=(9, 11)) for name, value in values.items()}
+    for per_exchange in (2, 3):
+        got = iterate(p, 5, {"u2": "u"}, plan="unfused", calls_per_exchange=per_exchange,
+                      **chunked)["u2"]
+        np.testing.assert_allclose(got.compute(scheduler="threads"), state, rtol=1e-5,
+                                   atol=1e-5, err_msg=f"{per_exchange} per exchange")
+    with pytest.raises(ChunkingError, match="calls_per_exchange must be a positive"):
+        iterate(p, 5, {"u2": "u"}, calls_per_exchange=0, **chunked)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", MODES, ids=str)
 def test_cupy_chunks_on_the_cuda_backend(mode):

@@ -183,7 +183,8 @@ def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
 
 
 def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
-                       arrays_and_params: Mapping[str, Any]) -> dict[str, Any]:
+                       arrays_and_params: Mapping[str, Any], *, repeat: int = 1,
+                       feedback: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The pipeline's outputs, by name, as lazy :class:`dask.array.Array` computed chunk by
     chunk on ``backend`` (:meth:`kfuse.Pipeline.run` calls this where an input is a Dask
     array). Every input array must be a Dask array of the same shape; parameters are
@@ -192,7 +193,11 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
 
     Where a ``dask.distributed`` client holds every chunk of the inputs (persisted: one
     worker per GPU, say), each chunk's task is submitted at once to the worker holding the
-    chunk, and the outputs are Dask arrays of those tasks' futures (:func:`_submitted`)."""
+    chunk, and the outputs are Dask arrays of those tasks' futures (:func:`_submitted`).
+
+    ``repeat`` calls of the pipeline in each chunk's task, each call's outputs named in
+    ``feedback`` (output -> input) the next call's inputs (:func:`iterate`): the chunk is
+    grown by ``repeat`` times the halo, once."""
     import dask.array as da
     from dask.array.overlap import ensure_minimum_chunksize
     from dask.array.utils import meta_from_array
@@ -207,7 +212,7 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     depth: dict[int, int] = {}
     boundary: dict[int, str] = {}
     for axis in range(ndim):
-        grown = max(depths[axis])
+        grown = max(depths[axis]) * repeat
         periodic = modes[axis] & PERIODIC_MODES
         if grown and periodic and modes[axis] - PERIODIC_MODES:
             chunks[axis] = (first.shape[axis],)  # periodic and other modes: one chunk
@@ -223,7 +228,7 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                                          for axis, c in enumerate(chunks_tuple)))
     compute = _ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
-                         [len(c) for c in chunks_tuple], folded)
+                         [len(c) for c in chunks_tuple], folded, repeat, feedback or {})
     inputs = [arrays[name].rechunk(chunks_tuple) for name in graph.inputs]
     held = _held_chunks(inputs)
     if held is not None:  # on a cluster that holds every chunk: each runs where it lies
@@ -556,14 +561,17 @@ class _ChunkTask:
 
     def __init__(self, graph: Graph, backend: str, plan: Any, params: Mapping[str, Any],
                  depth: Mapping[int, int], periodic: Mapping[int, bool], counts: list[int],
-                 folded: Mapping[str, tuple[str, tuple[int, ...]]]):
+                 folded: Mapping[str, tuple[str, tuple[int, ...]]], repeat: int = 1,
+                 feedback: Mapping[str, str] | None = None):
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
+        self.repeat, self.feedback = repeat, dict(feedback or {})
         self.program = program_key(graph, backend, plan)  # (worked out once, not per chunk)
         self.digest = hashlib.sha256(pickle.dumps((
             self.program, sorted(self.params.items()), sorted(self.depth.items()),
-            sorted(self.periodic.items()), counts, sorted(self.folded.items())))).hexdigest()
+            sorted(self.periodic.items()), counts, sorted(self.folded.items()), repeat,
+            sorted(self.feedback.items())))).hexdigest()
 
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
         return self.outputs(block_info[0]["chunk-location"], blocks)
@@ -584,7 +592,12 @@ class _ChunkTask:
             inner_after = self.periodic[axis] or location[axis] < self.counts[axis] - 1
             crop.append(slice(grown if grown and inner_before else 0,
                               -grown if grown and inner_after else None))
-        outputs = run(**dict(zip(self.graph.inputs, blocks, strict=True)), **self.params)
+        given = dict(zip(self.graph.inputs, blocks, strict=True))
+        for call in range(self.repeat):  # (each call's rim of wrong values, one halo deep
+            # more than the last, lies in what the chunk was grown by: cropped below)
+            outputs = run(**given, **self.params)
+            if call + 1 < self.repeat:
+                given.update({self.feedback[name]: outputs[name] for name in self.feedback})
         results = []
         for name in self.graph.outputs:
             values = outputs[name][tuple(crop)]
@@ -596,22 +609,36 @@ class _ChunkTask:
 
 
 def iterate(pipeline: Any, calls: int, feedback: Mapping[str, str], *, backend: str = "cpu",
-            plan: Any = "auto", **arrays_and_params: Any) -> dict[str, Any]:
+            plan: Any = "auto", calls_per_exchange: int = 1,
+            **arrays_and_params: Any) -> dict[str, Any]:
     """Run ``pipeline`` ``calls`` times over Dask arrays, each call's outputs named in
     ``feedback`` (output -> input) becoming the next call's inputs; the last call's
     outputs. A pipeline of k time steps then exchanges halos once per k steps, as deep as
-    its k steps reach (:func:`halo_depths`), not once per step."""
-    if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
-        raise ChunkingError(f"calls must be a positive integer, got {calls!r}")
+    its k steps reach (:func:`halo_depths`), not once per step; ``calls_per_exchange`` = m
+    runs m calls in each chunk's task on a chunk grown m times as deep, exchanging halos
+    once per m calls (more recomputed at the chunk's edges, m times fewer tasks and halo
+    exchanges: what pays where a call's work is small against a task's cost)."""
+    for name, value in (("calls", calls), ("calls_per_exchange", calls_per_exchange)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ChunkingError(f"{name} must be a positive integer, got {value!r}")
     graph = pipeline.graph()
     unknown = [f"{out} -> {inp}" for out, inp in feedback.items()
                if out not in graph.outputs or inp not in graph.inputs]
     if unknown or not feedback:
         raise ChunkingError(f"feedback maps outputs {list(graph.outputs)} to inputs "
                             f"{list(graph.inputs)}; got {unknown or 'nothing'}")
+    reduced = sorted(set(feedback) & set(terminal_reductions(graph)))
+    if reduced and calls_per_exchange > 1:
+        raise ChunkingError(f"feedback of the reductions {reduced} (not on the grid) cannot "
+                            "run several calls per exchange", operator=reduced[0])
     given = dict(arrays_and_params)
     outputs: dict[str, Any] = {}
-    for _ in range(calls):
-        outputs = pipeline.run(backend=backend, plan=plan, **given)
+    done = 0
+    while done < calls:
+        repeat = min(calls_per_exchange, calls - done)
+        outputs = pipeline.run(backend=backend, plan=plan, **given) if repeat == 1 else \
+            run_on_dask_arrays(pipeline, backend, plan, given, repeat=repeat,
+                               feedback=feedback)
         given.update({feedback[name]: outputs[name] for name in feedback})
+        done += repeat
     return outputs
