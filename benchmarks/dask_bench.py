@@ -15,7 +15,7 @@ Usage on the device machine (repo root; Dask installed from carried wheels)::
 
     PYTHONPATH=. python3 benchmarks/dask_bench.py --gpus 1,2 [--apps harris,heat3d]
         [--size2d 32768] [--size3d 1024] [--chunks2d 8192] [--chunks3d 256] [--repeat 3]
-        [--calls 1]
+        [--calls 1] [--steps 8 --per-exchange 4]
 """
 
 from __future__ import annotations
@@ -45,14 +45,15 @@ def cluster_of(gpus: int):
 
 
 def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
-             repeat: int, backend: str = "cuda", calls: int = 1, tasks: bool = False) -> float:
+             repeat: int, backend: str = "cuda", calls: int = 1, tasks: bool = False,
+             steps: int = 0, per_exchange: int = 1) -> float:
     """Median seconds of one call of app ``name`` over a Dask array of CuPy chunks (NumPy
     chunks on the cpu backend: a smoke test of this script without a GPU)."""
     import dask.array as da
     from distributed import get_task_stream, wait
 
     from kfuse.apps import get_app
-    from kfuse.scaleout import persist_in_bands
+    from kfuse.scaleout import iterate, persist_in_bands
 
     app = get_app(name)
     pipeline = app.build()
@@ -66,13 +67,21 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
     arrays = {key: persist_in_bands(state.random_sample(size, chunks=chunks).astype("float32"),
                                     client) for key in graph.inputs}
     wait(list(arrays.values()))
+    def one_call() -> dict:
+        if not steps:
+            return pipeline.run(backend=backend, **arrays, **params)
+        # a time loop: steps calls, each output fed back, halos exchanged every per_exchange
+        (only_input,), (only_output,) = graph.inputs, graph.outputs
+        return iterate(pipeline, steps, {only_output: only_input}, backend=backend,
+                       calls_per_exchange=per_exchange, **arrays, **params)
+
     times = []
     for index in range(repeat + 1):  # the first round compiles on every worker
         with get_task_stream(client) as stream:
             began = time.perf_counter()
             persisted = []
             for _ in range(calls if index else 1):
-                outputs = pipeline.run(backend=backend, **arrays, **params)
+                outputs = one_call()
                 persisted += [value.persist() for value in outputs.values()]
             submitted = time.perf_counter()
             wait(persisted)
@@ -161,6 +170,11 @@ def main() -> None:
     parser.add_argument("--backend", default="cuda", help="cpu: NumPy chunks (a smoke test)")
     parser.add_argument("--direct", action="store_true",
                         help="also time the chunks' GPU work without Dask (cuda)")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="a call is a time loop of this many pipeline calls, each output "
+                        "fed back (apps of one input and one output; kfuse.scaleout.iterate)")
+    parser.add_argument("--per-exchange", type=int, default=1,
+                        help="with --steps: calls per halo exchange (calls_per_exchange)")
     parser.add_argument("--tasks", action="store_true",
                         help="print where the last round's tasks spent their time")
     args = parser.parse_args()
@@ -180,7 +194,7 @@ def main() -> None:
                 if args.direct and gpus == 1 and args.backend == "cuda":
                     print(time_direct(name, size, chunks, 20), flush=True)
                 seconds = time_app(client, name, size, chunks, args.repeat, args.backend,
-                                   args.calls, args.tasks)
+                                   args.calls, args.tasks, args.steps, args.per_exchange)
                 results[(name, gpus)] = seconds
                 one = results.get((name, 1))
                 print(f"{name} {'x'.join(map(str, size))} on {gpus} GPU(s), {args.calls} "
