@@ -143,6 +143,29 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
         assert sum(after[w] - before[w] for w in after) < 4 * 3 * 96 * 4 + 4096
         for name, array in zip(got, persisted, strict=True):
             np.testing.assert_allclose(array.compute(), want[name], rtol=2e-6, atol=1e-6)
+        # chunks of whole rows: each computed as it lies, its edge rows patched from strips
+        # (every mode; a reduction folded over the patched rows; 20-row chunks, and 5-row
+        # ones shorter than twice the halo, joined whole instead)
+        for mode in MODES:
+            pipeline = chain(mode)
+            stats_of = kf.Pipeline("patched")
+            w = stats_of.input("w", 2)
+            smooth = kf.local(w.at(-2, 0) + w.at(1, 1) * 0.5 + w, boundary=mode, name="smooth")
+            stats_of.output(smooth, kf.reduce_sum(smooth * smooth, name="energy"))
+            vertical = kf.Pipeline("vertical")  # reads along the rows only (periodic too)
+            v = vertical.input("v", 2)
+            vertical.output(kf.local(v.at(-3, 0) - v.at(2, 0) * v, boundary=mode, name="dv"))
+            for rows in (20, 5):
+                whole_rows = persist_in_bands(da.from_array(values, chunks=(rows, 96)))
+                for piped, given in ((pipeline, {"x": whole_rows}),
+                                     (stats_of, {"w": whole_rows}),
+                                     (vertical, {"v": whole_rows})):
+                    want = piped.run(backend="cpu", plan="unfused",
+                                     **dict.fromkeys(given, values))
+                    got = dask.compute(piped.run(backend="cpu", plan="unfused", **given))[0]
+                    for name in want:
+                        np.testing.assert_allclose(got[name], want[name], rtol=2e-5,
+                                                   atol=1e-5, err_msg=f"{mode} {rows} {name}")
         one = kf.Pipeline("one")  # one output: the chunks' tasks are the output's chunks
         z = one.input("z", 2)
         one.output(kf.local((z.at(-1, 0) + z.at(1, 0) + z.at(0, 1)) / 3.0, boundary="clamp",

@@ -578,34 +578,98 @@ class _ChunkTask:
 
     def from_pieces(self, location: tuple[int, ...], single: bool, *grown: Any) -> Any:
         """:meth:`outputs` from each input's pieces (:func:`_grown_pieces`: the chunk and
-        its neighbours' halos), joined here; ``single``: the one output itself."""
-        outputs = self.outputs(location, [_joined(pieces, 0) for pieces in grown])
+        its neighbours' halos); ``single``: the one output itself. Where the chunk grows
+        along one axis only, it is computed as it lies and its rows near each neighbour are
+        patched from a thin strip joined with that neighbour's halo (:meth:`patched`);
+        otherwise the pieces are joined into the grown chunk (a copy of the whole chunk)."""
+        # (an axis of one chunk is grown only where periodic: by its own far side)
+        grown_axes = [axis for axis, depth in self.depth.items()
+                      if depth and (self.counts[axis] > 1 or self.periodic[axis])]
+        if len(grown_axes) == 1:
+            outputs = self.patched(location, grown_axes[0], grown)
+        else:
+            outputs = self.outputs(location, [_joined(pieces, 0) for pieces in grown])
         return outputs[0] if single else outputs
+
+    def computed(self, given: dict[str, Any]) -> dict[str, Any]:
+        """The pipeline's outputs on ``given`` inputs: :attr:`repeat` calls, each feeding
+        its :attr:`feedback` outputs to the next call."""
+        run = compiled_once(self.graph, self.backend, self.plan, key=self.program)
+        given = dict(given)
+        for call in range(self.repeat):  # (each call's rim of wrong values, one halo deep
+            # more than the last, lies in what the chunk was grown by: cropped or patched)
+            outputs = run(**given, **self.params)
+            if call + 1 < self.repeat:
+                given.update({self.feedback[name]: outputs[name] for name in self.feedback})
+        return outputs
+
+    def finished(self, outputs: Mapping[str, Any], crop: tuple[slice, ...]) -> tuple[Any, ...]:
+        """Each output cropped to the chunk's own points (a folded reduction: its fold
+        along its axes, shaped as a block)."""
+        results = []
+        for name in self.graph.outputs:
+            values = outputs[name][crop]
+            if name in self.folded:
+                op, axes = self.folded[name]
+                values = getattr(values, op)(axis=axes, keepdims=True)
+            results.append(values)
+        return tuple(results)
 
     def outputs(self, location: tuple[int, ...], blocks: Any) -> tuple[Any, ...]:
         """Every output of the chunk at ``location`` (an item each; a folded reduction's
         fold along its axes) from the inputs' grown ``blocks``."""
-        run = compiled_once(self.graph, self.backend, self.plan, key=self.program)
         crop = []
         for axis, grown in self.depth.items():
             inner_before = self.periodic[axis] or location[axis] > 0
             inner_after = self.periodic[axis] or location[axis] < self.counts[axis] - 1
             crop.append(slice(grown if grown and inner_before else 0,
                               -grown if grown and inner_after else None))
-        given = dict(zip(self.graph.inputs, blocks, strict=True))
-        for call in range(self.repeat):  # (each call's rim of wrong values, one halo deep
-            # more than the last, lies in what the chunk was grown by: cropped below)
-            outputs = run(**given, **self.params)
-            if call + 1 < self.repeat:
-                given.update({self.feedback[name]: outputs[name] for name in self.feedback})
-        results = []
-        for name in self.graph.outputs:
-            values = outputs[name][tuple(crop)]
-            if name in self.folded:  # this chunk's fold along the axes, shaped as a block
-                op, axes = self.folded[name]
-                values = getattr(values, op)(axis=axes, keepdims=True)
-            results.append(values)
-        return tuple(results)
+        return self.finished(self.computed(dict(zip(self.graph.inputs, blocks, strict=True))),
+                             tuple(crop))
+
+    def patched(self, location: tuple[int, ...], axis: int, grown: Any) -> tuple[Any, ...]:
+        """The chunk's outputs computed on the chunk as it lies (no copy of it), its rows
+        within the halo depth D of a neighbour (wrong there: the pipeline's modes stood in
+        for the neighbour) replaced by rows D..2D of the outputs of a strip of 3D rows: the
+        neighbour's halo of D rows and the chunk's first (or last) 2D rows. A chunk shorter
+        than 2D rows is joined whole instead."""
+        depth = self.depth[axis]
+        parts = [_parts_along(pieces, 0, axis) for pieces in grown]
+        has_before = self.periodic[axis] or location[axis] > 0
+        has_after = self.periodic[axis] or location[axis] < self.counts[axis] - 1
+        chunks = [inputs[1 if has_before else 0] for inputs in parts]
+        length = chunks[0].shape[axis]
+        if length < 2 * depth:
+            return self.outputs(location, [_joined(pieces, 0) for pieces in grown])
+
+        def rows(values: Any, low: int | None, high: int | None) -> Any:
+            return values[(slice(None),) * axis + (slice(low, high),)]
+
+        outputs = self.computed(dict(zip(self.graph.inputs, chunks, strict=True)))
+        sides = []
+        if has_before:
+            sides.append((0, [np.concatenate([inputs[0], rows(chunk, None, 2 * depth)], axis)
+                              for inputs, chunk in zip(parts, chunks, strict=True)]))
+        if has_after:
+            sides.append((length - depth, [
+                np.concatenate([rows(chunk, length - 2 * depth, None), inputs[-1]], axis)
+                for inputs, chunk in zip(parts, chunks, strict=True)]))
+        for start, strips in sides:
+            near = self.computed(dict(zip(self.graph.inputs, strips, strict=True)))
+            for name in self.graph.outputs:
+                rows(outputs[name], start, start + depth)[...] = rows(near[name], depth,
+                                                                      2 * depth)
+        return self.finished(outputs, (slice(None),) * len(self.depth))
+
+
+def _parts_along(pieces: Any, at: int, axis: int) -> list[Any]:
+    """The arrays along ``axis`` in ``pieces`` (nested lists, one level per axis, one part
+    along every other axis): the halo before (if any), the chunk, the halo after (if
+    any)."""
+    if at == axis:
+        return [_joined(part, at + 1) for part in pieces]
+    (only,) = pieces
+    return _parts_along(only, at + 1, axis)
 
 
 def iterate(pipeline: Any, calls: int, feedback: Mapping[str, str], *, backend: str = "cpu",
