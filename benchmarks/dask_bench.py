@@ -97,40 +97,84 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
     return times[len(times) // 2]
 
 
-def time_direct(name: str, size: tuple[int, ...], chunks: tuple[int, ...], repeat: int) -> str:
-    """The GPU work of one chunked call without Dask, in this process on one GPU: each chunk
-    grown by its halo (joined with its neighbours' slices, as a chunk task does), then the
-    pipeline's compiled call on it; and the whole array in one call. Median of ``repeat``."""
-    import cupy
-
+def time_direct(name: str, size: tuple[int, ...], chunks: tuple[int, ...], repeat: int,
+                backend: str = "cuda") -> str:
+    """The GPU work of one chunked call without Dask, in this process on one GPU, by the
+    chunk task's own code (``kfuse.scaleout.dask_arrays._ChunkTask``) over chunks of
+    ``chunks[0]`` rows: each chunk joined with its neighbours' halos and computed, and each
+    computed as it lies with its edge rows patched from strips; and the whole array in one
+    call. Medians of ``repeat`` (on the cpu backend: NumPy arrays, wall time; a smoke
+    test)."""
     from kfuse.apps import get_app
-    from kfuse.scaleout.dask_arrays import chunk_graph, compiled_once, halo_depths
-    from kfuse.tune.timing import time_gpu
+    from kfuse.scaleout.dask_arrays import (
+        PERIODIC_MODES,
+        _ChunkTask,
+        _grown_pieces,
+        _joined,
+        axis_modes,
+        chunk_graph,
+        compiled_once,
+        halo_depths,
+        planned_once,
+        terminal_reductions,
+    )
+    if backend == "cuda":
+        import cupy as xp
+
+        from kfuse.tune.timing import time_gpu
+
+        def median_ms(run) -> float:
+            return time_gpu(run, repeat=repeat).median_ms
+    else:
+        xp = np
+
+        def median_ms(run) -> float:
+            times = []
+            for _ in range(repeat):
+                began = time.perf_counter()
+                run()
+                times.append((time.perf_counter() - began) * 1e3)
+            return float(np.median(times))
 
     app = get_app(name)
     graph = app.build().graph()
     _, params = app.make_inputs(tuple(9 for _ in size), np.random.default_rng(0), "float32")
-    depth = max(halo_depths(graph)[0])
-    whole = {key: cupy.random.random_sample(size, dtype=cupy.float32) for key in graph.inputs}
-    rows = list(range(0, size[0], chunks[0]))
-    grown = [(max(start - depth, 0), min(start + chunks[0] + depth, size[0])) for start in rows]
-    pieces = chunk_graph(graph)
-    runs = {(low, high): compiled_once(pieces, "cuda", "auto", (high - low, *size[1:]))
-            for low, high in grown}
+    pieces_graph = chunk_graph(graph)
+    depth = {axis: max(reach) if axis == 0 else 0
+             for axis, reach in enumerate(halo_depths(graph))}
+    periodic = {axis: bool(modes & PERIODIC_MODES)
+                for axis, modes in enumerate(axis_modes(graph, len(size)))}
+    count = -(-size[0] // chunks[0])
+    grid = (count,) + (1,) * (len(size) - 1)
+    plan = planned_once(pieces_graph, (chunks[0] + 2 * depth[0], *size[1:]))
+    task = _ChunkTask(pieces_graph, backend, plan, params, depth, periodic, list(grid),
+                      terminal_reductions(graph), patch_edges=True)
+    whole = {key: xp.random.random_sample(size).astype(xp.float32)
+             for key in pieces_graph.inputs}
+    blocks = {key: [value[at * chunks[0]:(at + 1) * chunks[0]] for at in range(count)]
+              for key, value in whole.items()}
+    grown = {location: [_grown_pieces(lambda at, cut, key=key: (blocks[key][at[0]], cut),
+                                      grid, location, task.depth, task.periodic)
+                        for key in pieces_graph.inputs] for location in np.ndindex(grid)}
 
-    def chunked() -> None:
-        for low, high in grown:
-            joined = {key: cupy.concatenate([value[low:low + depth], value[low + depth:high]])
-                      for key, value in whole.items()}
-            runs[(low, high)](**joined, **params)
+    def joined() -> None:
+        for location, pieces in grown.items():
+            task.outputs(location, [_joined(part, 0) for part in pieces])
 
-    chunked()
-    joined_ms = time_gpu(chunked, repeat=repeat).median_ms
-    one = compiled_once(pieces, "cuda", "auto", size)
+    def patched() -> None:
+        for location, pieces in grown.items():
+            task.from_pieces(location, False, *pieces)
+
+    timings = {}
+    for label, run in (("joined", joined), ("patched", patched)):
+        run()
+        timings[label] = median_ms(run)
+    one = compiled_once(pieces_graph, backend, "auto", size)
     one(**whole, **params)
-    whole_ms = time_gpu(lambda: one(**whole, **params), repeat=repeat).median_ms
-    return (f"    without Dask on one GPU: chunks grown and computed {joined_ms:.2f} ms, the "
-            f"whole array in one call {whole_ms:.2f} ms")
+    whole_ms = median_ms(lambda: one(**whole, **params))
+    return (f"    without Dask on one {'GPU' if backend == 'cuda' else 'host'}, {count} chunks: joined with their halos "
+            f"{timings['joined']:.2f} ms, patched from strips {timings['patched']:.2f} ms; "
+            f"the whole array in one call {whole_ms:.2f} ms")
 
 
 def _synchronised() -> None:
@@ -191,8 +235,8 @@ def main() -> None:
                 given = [int(n) for n in (args.chunks2d if ndim == 2 else args.chunks3d)
                          .split(",")]
                 chunks = tuple(given * ndim if len(given) == 1 else given)
-                if args.direct and gpus == 1 and args.backend == "cuda":
-                    print(time_direct(name, size, chunks, 20), flush=True)
+                if args.direct and gpus == 1:
+                    print(time_direct(name, size, chunks, 20, args.backend), flush=True)
                 seconds = time_app(client, name, size, chunks, args.repeat, args.backend,
                                    args.calls, args.tasks, args.steps, args.per_exchange)
                 results[(name, gpus)] = seconds

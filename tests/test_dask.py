@@ -144,8 +144,10 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
         for name, array in zip(got, persisted, strict=True):
             np.testing.assert_allclose(array.compute(), want[name], rtol=2e-6, atol=1e-6)
         # chunks of whole rows: each computed as it lies, its edge rows patched from strips
-        # (every mode; a reduction folded over the patched rows; 20-row chunks, and 5-row
-        # ones shorter than twice the halo, joined whole instead)
+        # (the cuda backend's default; every mode; a reduction folded over the patched rows;
+        # 20-row chunks, and 5-row ones shorter than twice the halo, joined whole instead)
+        from kfuse.scaleout import run_on_dask_arrays
+
         for mode in MODES:
             pipeline = chain(mode)
             stats_of = kf.Pipeline("patched")
@@ -162,7 +164,8 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
                                      (vertical, {"v": whole_rows})):
                     want = piped.run(backend="cpu", plan="unfused",
                                      **dict.fromkeys(given, values))
-                    got = dask.compute(piped.run(backend="cpu", plan="unfused", **given))[0]
+                    got = dask.compute(run_on_dask_arrays(piped, "cpu", "unfused", given,
+                                                          patch_edges=True))[0]
                     for name in want:
                         np.testing.assert_allclose(got[name], want[name], rtol=2e-5,
                                                    atol=1e-5, err_msg=f"{mode} {rows} {name}")

@@ -184,7 +184,8 @@ def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
 
 def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                        arrays_and_params: Mapping[str, Any], *, repeat: int = 1,
-                       feedback: Mapping[str, str] | None = None) -> dict[str, Any]:
+                       feedback: Mapping[str, str] | None = None,
+                       patch_edges: bool | None = None) -> dict[str, Any]:
     """The pipeline's outputs, by name, as lazy :class:`dask.array.Array` computed chunk by
     chunk on ``backend`` (:meth:`kfuse.Pipeline.run` calls this where an input is a Dask
     array). Every input array must be a Dask array of the same shape; parameters are
@@ -197,7 +198,11 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
 
     ``repeat`` calls of the pipeline in each chunk's task, each call's outputs named in
     ``feedback`` (output -> input) the next call's inputs (:func:`iterate`): the chunk is
-    grown by ``repeat`` times the halo, once."""
+    grown by ``repeat`` times the halo, once. ``patch_edges``: whether such a task computes
+    a chunk grown along one axis as it lies and patches its edge rows from strips
+    (:meth:`_ChunkTask.patched`) instead of joining it with its halos; None: on the cuda
+    backend, where joining copies the chunk through device memory (the cpu backend's
+    extra launches cost more than its copies)."""
     import dask.array as da
     from dask.array.overlap import ensure_minimum_chunksize
     from dask.array.utils import meta_from_array
@@ -228,7 +233,8 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                                          for axis, c in enumerate(chunks_tuple)))
     compute = _ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
-                         [len(c) for c in chunks_tuple], folded, repeat, feedback or {})
+                         [len(c) for c in chunks_tuple], folded, repeat, feedback or {},
+                         backend == "cuda" if patch_edges is None else patch_edges)
     inputs = [arrays[name].rechunk(chunks_tuple) for name in graph.inputs]
     held = _held_chunks(inputs)
     if held is not None:  # on a cluster that holds every chunk: each runs where it lies
@@ -562,30 +568,32 @@ class _ChunkTask:
     def __init__(self, graph: Graph, backend: str, plan: Any, params: Mapping[str, Any],
                  depth: Mapping[int, int], periodic: Mapping[int, bool], counts: list[int],
                  folded: Mapping[str, tuple[str, tuple[int, ...]]], repeat: int = 1,
-                 feedback: Mapping[str, str] | None = None):
+                 feedback: Mapping[str, str] | None = None, patch_edges: bool = False):
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
-        self.repeat, self.feedback = repeat, dict(feedback or {})
+        self.repeat, self.feedback, self.patch_edges = repeat, dict(feedback or {}), \
+            patch_edges
         self.program = program_key(graph, backend, plan)  # (worked out once, not per chunk)
         self.digest = hashlib.sha256(pickle.dumps((
             self.program, sorted(self.params.items()), sorted(self.depth.items()),
             sorted(self.periodic.items()), counts, sorted(self.folded.items()), repeat,
-            sorted(self.feedback.items())))).hexdigest()
+            sorted(self.feedback.items()), patch_edges))).hexdigest()
 
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
         return self.outputs(block_info[0]["chunk-location"], blocks)
 
     def from_pieces(self, location: tuple[int, ...], single: bool, *grown: Any) -> Any:
         """:meth:`outputs` from each input's pieces (:func:`_grown_pieces`: the chunk and
-        its neighbours' halos); ``single``: the one output itself. Where the chunk grows
-        along one axis only, it is computed as it lies and its rows near each neighbour are
-        patched from a thin strip joined with that neighbour's halo (:meth:`patched`);
-        otherwise the pieces are joined into the grown chunk (a copy of the whole chunk)."""
+        its neighbours' halos); ``single``: the one output itself. With
+        :attr:`patch_edges`, where the chunk grows along one axis only, it is computed as it
+        lies and its rows near each neighbour are patched from a thin strip joined with that
+        neighbour's halo (:meth:`patched`); otherwise the pieces are joined into the grown
+        chunk (a copy of the whole chunk)."""
         # (an axis of one chunk is grown only where periodic: by its own far side)
         grown_axes = [axis for axis, depth in self.depth.items()
                       if depth and (self.counts[axis] > 1 or self.periodic[axis])]
-        if len(grown_axes) == 1:
+        if self.patch_edges and len(grown_axes) == 1:
             outputs = self.patched(location, grown_axes[0], grown)
         else:
             outputs = self.outputs(location, [_joined(pieces, 0) for pieces in grown])
