@@ -320,13 +320,15 @@ def test_halos_between_gpu_workers_go_device_to_device():
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         assert links_of(client, client.scheduler_info(n_workers=-1)["workers"])
-        x = persist_in_bands(da.from_array(values, chunks=(25, 40)).map_blocks(cupy.asarray))
-        for mode in ("clamp", "repeat"):
-            pipeline = chain(mode)
-            want = pipeline.run(backend="cpu", plan="unfused", x=values)
-            got = pipeline.run(backend="cuda", x=x)
-            for name, array in got.items():
-                result = array.compute()
-                assert isinstance(result, cupy.ndarray), name
-                np.testing.assert_allclose(cupy.asnumpy(result), want[name], rtol=1e-5,
-                                           atol=1e-5, err_msg=f"{mode} {name}")
+        # (chunks of whole rows: computed as they lie, edge rows patched from strips)
+        for chunks in ((25, 40), (25, 77)):
+            x = persist_in_bands(da.from_array(values, chunks=chunks).map_blocks(cupy.asarray))
+            for mode in ("clamp", "repeat", "mirror"):
+                pipeline = chain(mode)
+                want = pipeline.run(backend="cpu", plan="unfused", x=values)
+                got = pipeline.run(backend="cuda", x=x)
+                for name, array in got.items():
+                    result = array.compute()
+                    assert isinstance(result, cupy.ndarray), name
+                    np.testing.assert_allclose(cupy.asnumpy(result), want[name], rtol=1e-5,
+                                               atol=1e-5, err_msg=f"{mode} {chunks} {name}")
