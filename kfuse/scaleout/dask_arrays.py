@@ -452,7 +452,7 @@ def _scattered(client: Any, compute: _ChunkTask) -> Any:
     chunk tasks of every call then carry its key, not the pickled graph and plan)."""
     key = (id(client), compute.digest)
     future = _SCATTERED.get(key)
-    if future is None or future.status != "finished":
+    if future is None or future.status != "finished" or future.client is not client:
         while len(_SCATTERED) >= 64:  # (the oldest goes first)
             _SCATTERED.pop(next(iter(_SCATTERED)))
         future = _SCATTERED[key] = client.scatter(compute, broadcast=True, hash=False)
