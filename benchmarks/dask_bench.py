@@ -100,7 +100,7 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
 def time_direct(name: str, size: tuple[int, ...], chunks: tuple[int, ...], repeat: int,
                 backend: str = "cuda") -> str:
     """The GPU work of one chunked call without Dask, in this process on one GPU, by the
-    chunk task's own code (``kfuse.scaleout.dask_arrays._ChunkTask``) over chunks of
+    chunk task's own code (``kfuse.scaleout.dask_arrays.ChunkTask``) over chunks of
     ``chunks[0]`` rows: each chunk joined with its neighbours' halos and computed, and each
     computed as it lies with its edge rows patched from strips; and the whole array in one
     call. Medians of ``repeat`` (on the cpu backend: NumPy arrays, wall time; a smoke
@@ -108,13 +108,13 @@ def time_direct(name: str, size: tuple[int, ...], chunks: tuple[int, ...], repea
     from kfuse.apps import get_app
     from kfuse.scaleout.dask_arrays import (
         PERIODIC_MODES,
-        _ChunkTask,
-        _grown_pieces,
-        _joined,
+        ChunkTask,
         axis_modes,
         chunk_graph,
         compiled_once,
+        grown_pieces,
         halo_depths,
+        joined_pieces,
         planned_once,
         terminal_reductions,
     )
@@ -147,19 +147,19 @@ def time_direct(name: str, size: tuple[int, ...], chunks: tuple[int, ...], repea
     count = -(-size[0] // chunks[0])
     grid = (count,) + (1,) * (len(size) - 1)
     plan = planned_once(pieces_graph, (chunks[0] + 2 * depth[0], *size[1:]))
-    task = _ChunkTask(pieces_graph, backend, plan, params, depth, periodic, list(grid),
+    task = ChunkTask(pieces_graph, backend, plan, params, depth, periodic, list(grid),
                       terminal_reductions(graph), patch_edges=True)
     whole = {key: xp.random.random_sample(size).astype(xp.float32)
              for key in pieces_graph.inputs}
     blocks = {key: [value[at * chunks[0]:(at + 1) * chunks[0]] for at in range(count)]
               for key, value in whole.items()}
-    grown = {location: [_grown_pieces(lambda at, cut, key=key: (blocks[key][at[0]], cut),
+    grown = {location: [grown_pieces(lambda at, cut, key=key: (blocks[key][at[0]], cut),
                                       grid, location, task.depth, task.periodic)
                         for key in pieces_graph.inputs] for location in np.ndindex(grid)}
 
     def joined() -> None:
         for location, pieces in grown.items():
-            task.outputs(location, [_joined(part, 0) for part in pieces])
+            task.outputs(location, [joined_pieces(part, 0) for part in pieces])
 
     def patched() -> None:
         for location, pieces in grown.items():

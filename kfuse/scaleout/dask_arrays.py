@@ -200,7 +200,7 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     ``feedback`` (output -> input) the next call's inputs (:func:`iterate`): the chunk is
     grown by ``repeat`` times the halo, once. ``patch_edges``: whether such a task computes
     a chunk grown along one axis as it lies and patches its edge rows from strips
-    (:meth:`_ChunkTask.patched`) instead of joining it with its halos; None: on the cuda
+    (:meth:`ChunkTask.patched`) instead of joining it with its halos; None: on the cuda
     backend, where joining copies the chunk through device memory (the cpu backend's
     extra launches cost more than its copies)."""
     import dask.array as da
@@ -231,7 +231,7 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
         # chunk, for every chunk: one program per chunk shape (sizes compiled in), else one
         plan = planned_once(graph, tuple(max(c) + 2 * depth[axis]
                                          for axis, c in enumerate(chunks_tuple)))
-    compute = _ChunkTask(graph, backend, plan, params, depth,
+    compute = ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
                          [len(c) for c in chunks_tuple], folded, repeat, feedback or {},
                          backend == "cuda" if patch_edges is None else patch_edges)
@@ -284,7 +284,7 @@ def _sliced(block: Any, cut: tuple[slice, ...], device_links: bool = False) -> A
     return block[cut]
 
 
-def _joined(pieces: Any, axis: int) -> Any:
+def joined_pieces(pieces: Any, axis: int) -> Any:
     """The array ``pieces`` (nested lists, one level per axis) make, joined axis by axis
     (NumPy's concatenate; CuPy chunks dispatch it to CuPy's); a piece is an array, or an
     (array, cut) pair whose cut is made here."""
@@ -296,7 +296,7 @@ def _joined(pieces: Any, axis: int) -> Any:
         return values if cut is None else values[cut]
     if not isinstance(pieces, list):
         return plain(pieces)
-    parts = [_joined(piece, axis + 1) for piece in pieces]
+    parts = [joined_pieces(piece, axis + 1) for piece in pieces]
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
 
 
@@ -331,7 +331,7 @@ def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any
     return client, futures, owners
 
 
-def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
+def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
                chunks: tuple[tuple[int, ...], ...], meta_of: Any) -> dict[str, Any]:
     """The outputs as Dask arrays of futures: each chunk's task submitted to the worker
     holding the chunk, restricted to it (the chunk is there; were the worker lost, so would
@@ -379,7 +379,7 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
     chunk_calls = {}
     for location in np.ndindex(grid):
         reader = owners[location]
-        grown = [_grown_pieces(lambda at, cut, i=i, reader=reader: piece(i, at, cut, reader),
+        grown = [grown_pieces(lambda at, cut, i=i, reader=reader: piece(i, at, cut, reader),
                                grid, location, compute.depth, compute.periodic)
                  for i in range(len(inputs))]
         # (a pipeline of one output: the task's result is the output's chunk, its key the
@@ -400,10 +400,9 @@ def _submitted(compute: _ChunkTask, inputs: list[Any], held: Any,
         # task stands between them and the array that Dask could place elsewhere
         array_name = f"kfuse-{graph.name}-{name}-{token}"
         layer = dict(zip(((array_name, *location) for location in tasks), tasks.values(),
-                         strict=True)) if single else {
-            (array_name, *location): client.submit(
-                _item, task, index, workers=[owners[location]], allow_other_workers=False,
-                key=(array_name, *location)) for location, task in tasks.items()}
+                         strict=True)) if single else _mapped(client, _item, {
+            (array_name, *location): (owners[location], (task, index))
+            for location, task in tasks.items()})
         array = da.Array(HighLevelGraph.from_collections(array_name, layer, dependencies=()),
                          array_name, tuple((1,) * len(c) if axis in axes else c
                                            for axis, c in enumerate(chunks)),
@@ -447,7 +446,7 @@ def _with_futures(arguments: Any, futures: Mapping[Any, Any]) -> Any:
 _SCATTERED: dict[tuple[int, str], Any] = {}
 
 
-def _scattered(client: Any, compute: _ChunkTask) -> Any:
+def _scattered(client: Any, compute: ChunkTask) -> Any:
     """``compute`` as a future on every worker, scattered once per client and digest (the
     chunk tasks of every call then carry its key, not the pickled graph and plan)."""
     key = (id(client), compute.digest)
@@ -459,7 +458,7 @@ def _scattered(client: Any, compute: _ChunkTask) -> Any:
     return future
 
 
-def _from_pieces(compute: _ChunkTask, location: tuple[int, ...], single: bool,
+def _from_pieces(compute: ChunkTask, location: tuple[int, ...], single: bool,
                  *grown: Any) -> Any:
     return compute.from_pieces(location, single, *grown)
 
@@ -501,7 +500,7 @@ def _same(values: Any) -> Any:
     return values
 
 
-def _grown_pieces(piece: Any, grid: tuple[int, ...], location: tuple[int, ...],
+def grown_pieces(piece: Any, grid: tuple[int, ...], location: tuple[int, ...],
                   depth: Mapping[int, int], periodic: Mapping[int, bool]) -> Any:
     """The pieces of the chunk at ``location`` grown by ``depth`` along each axis, nested
     one list per axis (as ``np.block`` takes them): ``piece(at, cut)`` of the neighbours
@@ -561,7 +560,7 @@ def compiled_once(graph: Graph, backend: str, plan: Any, shape: tuple[int, ...] 
     return run
 
 
-class _ChunkTask:
+class ChunkTask:
     """Computes the pipeline on one grown chunk and crops what the halo grew (picklable:
     sent to Dask's workers, which compile the pipeline once each)."""
 
@@ -584,7 +583,7 @@ class _ChunkTask:
         return self.outputs(block_info[0]["chunk-location"], blocks)
 
     def from_pieces(self, location: tuple[int, ...], single: bool, *grown: Any) -> Any:
-        """:meth:`outputs` from each input's pieces (:func:`_grown_pieces`: the chunk and
+        """:meth:`outputs` from each input's pieces (:func:`grown_pieces`: the chunk and
         its neighbours' halos); ``single``: the one output itself. With
         :attr:`patch_edges`, where the chunk grows along one axis only, it is computed as it
         lies and its rows near each neighbour are patched from a thin strip joined with that
@@ -596,7 +595,7 @@ class _ChunkTask:
         if self.patch_edges and len(grown_axes) == 1:
             outputs = self.patched(location, grown_axes[0], grown)
         else:
-            outputs = self.outputs(location, [_joined(pieces, 0) for pieces in grown])
+            outputs = self.outputs(location, [joined_pieces(pieces, 0) for pieces in grown])
         return outputs[0] if single else outputs
 
     def computed(self, given: dict[str, Any]) -> dict[str, Any]:
@@ -648,7 +647,7 @@ class _ChunkTask:
         chunks = [inputs[1 if has_before else 0] for inputs in parts]
         length = chunks[0].shape[axis]
         if length < 2 * depth:
-            return self.outputs(location, [_joined(pieces, 0) for pieces in grown])
+            return self.outputs(location, [joined_pieces(pieces, 0) for pieces in grown])
 
         def rows(values: Any, low: int | None, high: int | None) -> Any:
             return values[(slice(None),) * axis + (slice(low, high),)]
@@ -675,7 +674,7 @@ def _parts_along(pieces: Any, at: int, axis: int) -> list[Any]:
     along every other axis): the halo before (if any), the chunk, the halo after (if
     any)."""
     if at == axis:
-        return [_joined(part, at + 1) for part in pieces]
+        return [joined_pieces(part, at + 1) for part in pieces]
     (only,) = pieces
     return _parts_along(only, at + 1, axis)
 
