@@ -199,8 +199,13 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
             state = {"u_prev": out["w3"], "u_cur": out["w4"]}
         held = {name: da.from_array(value, chunks=(10, 33)).persist()
                 for name, value in arrays.items()}
+        distributed.wait(list(held.values()))
         got = iterate(wave, 2, {"w3": "u_prev", "w4": "u_cur"}, plan="unfused", **held,
                       c=0.2)
+        # the second call's inputs (the first's outputs, perhaps still computing) were
+        # placed where kfuse put them: its outputs are futures too, not a lazy graph
+        assert all(isinstance(value, distributed.Future)
+                   for value in dict(got["w4"].__dask_graph__()).values())
         np.testing.assert_allclose(got["w4"].compute(), state["u_cur"], rtol=1e-5, atol=1e-5)
 
 

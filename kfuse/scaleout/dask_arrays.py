@@ -318,17 +318,34 @@ def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any
         if len(found) != array.npartitions:
             return None
         futures.append(found)
-    holders = client.who_has([future for found in futures for future in found.values()])
+    # where kfuse placed a chunk (a call's outputs, perhaps still computing; an input
+    # persisted in bands), else where the scheduler says it lies (one request)
+    unplaced = [future for found in futures for future in found.values()
+                if future.key not in _PLACED]
+    holders = client.who_has(unplaced) if unplaced else {}
     owners = []
     for found in futures:
         owner = {}
         for location, future in found.items():
             workers = holders.get(future.key) or holders.get(str(future.key))
-            if not workers:
+            placed = _PLACED.get(future.key)
+            if not workers and placed is None:
                 return None
-            owner[location] = sorted(workers)[0]
+            owner[location] = placed if placed is not None else sorted(workers)[0]
         owners.append(owner)
     return client, futures, owners
+
+
+# the worker kfuse restricted each chunk's task to, by key (the last _PLACED_KEPT): a call's
+# outputs fed to the next call (iterate) are placed before they are computed
+_PLACED: dict[Any, str] = {}
+_PLACED_KEPT = 1 << 14
+
+
+def _place(placed: Mapping[Any, str]) -> None:
+    _PLACED.update(placed)
+    while len(_PLACED) > _PLACED_KEPT:  # (the oldest go first)
+        _PLACED.pop(next(iter(_PLACED)))
 
 
 def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
@@ -403,6 +420,7 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
                          strict=True)) if single else _mapped(client, _item, {
             (array_name, *location): (owners[location], (task, index))
             for location, task in tasks.items()})
+        _place({key: owners[key[1:]] for key in layer})
         array = da.Array(HighLevelGraph.from_collections(array_name, layer, dependencies=()),
                          array_name, tuple((1,) * len(c) if axis in axes else c
                                            for axis, c in enumerate(chunks)),
@@ -492,6 +510,7 @@ def persist_in_bands(array: Any, client: Any = None) -> Any:
         # (the array's own key for the chunk: what Pipeline.run finds held)
         layer[(name, *location)] = client.submit(
             _same, future, key=(name, *location), workers=[worker], allow_other_workers=False)
+    _place({key: workers[key[1] * len(workers) // rows] for key in layer})
     return da.Array(HighLevelGraph.from_collections(name, layer, dependencies=()), name,
                     array.chunks, meta=array._meta)
 
