@@ -199,7 +199,6 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
             state = {"u_prev": out["w3"], "u_cur": out["w4"]}
         held = {name: da.from_array(value, chunks=(10, 33)).persist()
                 for name, value in arrays.items()}
-        distributed.wait(list(held.values()))
         got = iterate(wave, 2, {"w3": "u_prev", "w4": "u_cur"}, plan="unfused", **held,
                       c=0.2)
         # the second call's inputs (the first's outputs, perhaps still computing) were

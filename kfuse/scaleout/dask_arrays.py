@@ -304,8 +304,8 @@ def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any
                                              list[dict[tuple[int, ...], str]]] | None:
     """(the ``dask.distributed`` client, per input its chunks' futures by location, per
     input the worker holding each chunk) where a client is in use and holds every chunk of
-    every input (persisted); else None (the chunks then run lazily, where Dask's scheduler
-    places them)."""
+    every input (persisted; the call waits for chunks still computing that kfuse did not
+    place); else None (the chunks then run lazily, where Dask's scheduler places them)."""
     try:
         from distributed import default_client, futures_of
         client = default_client()
@@ -319,9 +319,13 @@ def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any
             return None
         futures.append(found)
     # where kfuse placed a chunk (a call's outputs, perhaps still computing; an input
-    # persisted in bands), else where the scheduler says it lies (one request)
+    # persisted in bands), else where the scheduler says it lies (one request), once it
+    # lies somewhere (an input persisted just before the call may still be computing)
     unplaced = [future for found in futures for future in found.values()
                 if future.key not in _PLACED]
+    if any(future.status == "pending" for future in unplaced):
+        from distributed import wait
+        wait(unplaced)
     holders = client.who_has(unplaced) if unplaced else {}
     owners = []
     for found in futures:
