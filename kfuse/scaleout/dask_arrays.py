@@ -380,37 +380,40 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
     # (a key of its own per call: its halo slices are new tasks at every call)
     token = tokenize(compute.digest, [array.name for array in inputs], uuid.uuid4().hex)
     grid = tuple(len(c) for c in chunks)
-    halos: dict[str, tuple[str, tuple[Any, ...]]] = {}  # key: (worker, arguments)
-    halo_keys: dict[tuple, str] = {}
+    halos: dict[tuple, tuple[str, tuple[Any, ...]]] = {}  # (worker, arguments) by cut
+    sliced: dict[tuple, Any] = {}  # their futures, once submitted
 
     def piece(input_index: int, at: tuple[int, ...], cut: tuple[slice, ...],
               reader: str) -> tuple[Any, tuple[slice, ...] | None]:
-        """(a future or a halo's key, the cut the reading task makes of it or None)."""
+        """(a future, the cut the reading task makes of it or None)."""
         source, holder = futures[input_index][at], holders[input_index][at]
         if holder == reader or all(c == slice(None) for c in cut):
             return source, cut
         # cut where the neighbour lies: only the halo moves
-        key = halo_keys.setdefault((input_index, at, tuple((c.start, c.stop) for c in cut)),
-                                   f"kfuse-halo-{token}-{len(halo_keys)}")
-        halos[key] = (holder, (source, cut, device_links))
-        return key, None
+        key = (input_index, at, tuple((c.start, c.stop) for c in cut))
+        halos.setdefault(key, (holder, (source, cut, device_links)))
+        return sliced.get(key), None
 
+    def grown_of(location: tuple[int, ...]) -> list[Any]:
+        reader = owners[location]
+        return [grown_pieces(lambda at, cut, i=i: piece(i, at, cut, reader), grid, location,
+                             compute.depth, compute.periodic) for i in range(len(inputs))]
+
+    for location in np.ndindex(grid):  # the halo slices every chunk reads, submitted first
+        grown_of(location)
+    halo_names = {key: f"kfuse-halo-{token}-{index}" for index, key in enumerate(halos)}
+    submitted = _mapped(client, _sliced, {halo_names[key]: call for key, call in halos.items()})
+    sliced.update({key: submitted[name] for key, name in halo_names.items()})
     single = len(graph.outputs) == 1 and not compute.folded
     prefix = f"kfuse-{graph.name}-{graph.outputs[0]}" if single else f"kfuse-{graph.name}"
     chunk_calls = {}
     for location in np.ndindex(grid):
-        reader = owners[location]
-        grown = [grown_pieces(lambda at, cut, i=i, reader=reader: piece(i, at, cut, reader),
-                               grid, location, compute.depth, compute.periodic)
-                 for i in range(len(inputs))]
         # (a pipeline of one output: the task's result is the output's chunk, its key the
         # array's key for that chunk)
         key = ((f"{prefix}-{token}", *location) if single else
                f"{prefix}-{token}-" + "-".join(map(str, location)))
-        chunk_calls[key] = (reader, (run_chunk, location, single, *grown))
-    sliced = _mapped(client, _sliced, halos)
-    chunk_calls = {key: (reader, _with_futures(arguments, sliced))
-                   for key, (reader, arguments) in chunk_calls.items()}
+        chunk_calls[key] = (owners[location], (run_chunk, location, single,
+                                               *grown_of(location)))
     tasks = dict(zip(np.ndindex(grid), _mapped(client, _from_pieces, chunk_calls).values(),
                      strict=True))
     result = {}
@@ -450,19 +453,6 @@ def _mapped(client: Any, function: Callable[..., Any],
                                             allow_other_workers=False, pure=False),
                            strict=True))
     return {key: futures[key] for key in calls}
-
-
-def _with_futures(arguments: Any, futures: Mapping[Any, Any]) -> Any:
-    """``arguments`` with every key of ``futures`` among the grown pieces (first in a
-    (piece, cut) pair) replaced by its future."""
-    if isinstance(arguments, list):
-        return [_with_futures(item, futures) for item in arguments]
-    if isinstance(arguments, tuple) and len(arguments) == 2 and isinstance(arguments[0], str) \
-            and arguments[0] in futures:
-        return futures[arguments[0]], arguments[1]
-    if isinstance(arguments, tuple):
-        return tuple(_with_futures(item, futures) for item in arguments)
-    return arguments
 
 
 _SCATTERED: dict[tuple[int, str], Any] = {}
@@ -505,16 +495,17 @@ def persist_in_bands(array: Any, client: Any = None) -> Any:
         raise ChunkingError("persist_in_bands: the client has no workers")
     rows = array.numblocks[0]
     name = f"banded-{tokenize(array.name, workers)}"
-    layer = {}
+    layer, placed = {}, {}
     for location in np.ndindex(array.numblocks):
-        worker = workers[location[0] * len(workers) // rows]
+        key = (name, *location)
+        worker = placed[key] = workers[location[0] * len(workers) // rows]
         block = client.persist(array.blocks[location], workers=[worker],
                                allow_other_workers=False)
         (future,) = futures_of(block)
         # (the array's own key for the chunk: what Pipeline.run finds held)
-        layer[(name, *location)] = client.submit(
-            _same, future, key=(name, *location), workers=[worker], allow_other_workers=False)
-    _place({key: workers[key[1] * len(workers) // rows] for key in layer})
+        layer[key] = client.submit(_same, future, key=key, workers=[worker],
+                                   allow_other_workers=False)
+    _place(placed)
     return da.Array(HighLevelGraph.from_collections(name, layer, dependencies=()), name,
                     array.chunks, meta=array._meta)
 

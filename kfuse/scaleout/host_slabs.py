@@ -128,9 +128,8 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
     lanes = [cupy.cuda.Stream(non_blocking=True) for _ in range(streams)]
     host_arrays = list(arrays.values()) + list(outputs.values())
     locked = [] if staged else _page_lock(host_arrays)
-    stage_pageable = staged is not False
-    staged_inputs = {name for name, value in arrays.items()
-                     if stage_pageable and not _is_page_locked(value)}
+    staged_arrays = set() if staged is False else {  # (the host arrays still pageable)
+        name for name, value in (arrays | outputs).items() if not _is_page_locked(value)}
     stages = [_Stage(lane) for lane in lanes]
     try:
         for index, slab in enumerate(slabs):
@@ -138,11 +137,11 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
             stage.finish()  # (this stream's slab before: its copies done, its outputs home)
             with stage.lane:
                 results = run(**{name: stage.copied_in(name, value, slab,
-                                                       name in staged_inputs)
+                                                       name in staged_arrays)
                                  for name, value in arrays.items()}, **params)
                 _keep(results, slab, outputs, partials, folded,
-                      lambda own, host, stage=stage: stage.copy_out(
-                          own, host, stage_pageable and not _is_page_locked(host)))
+                      lambda name, own, host, stage=stage: stage.copy_out(
+                          own, host, name in staged_arrays))
         for stage in stages:
             stage.finish()
     finally:
@@ -176,11 +175,7 @@ class _Stage:
             return _copied_in(value, slab, self.lane)
         import cupy
         staging = self.buffer(("in", name), (len(slab.rows), *value.shape[1:]), value.dtype)
-        first, count = int(slab.rows[0]), len(slab.rows)
-        if int(slab.rows[-1]) == first + count - 1:
-            _copy_rows(staging, value[first:first + count])
-        else:  # wrapped rows (a periodic axis)
-            np.take(value, slab.rows, axis=0, out=staging)
+        _copy_rows(staging, _host_rows(value, slab))
         device = cupy.empty(staging.shape, dtype=staging.dtype)
         device.set(staging, stream=self.lane)
         return device
@@ -341,14 +336,15 @@ def _page_locked_or_pageable(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         return np.empty(shape, dtype=dtype)
 
 
-def _store_on_host(own: np.ndarray, host: np.ndarray) -> None:
+def _store_on_host(name: str, own: np.ndarray, host: np.ndarray) -> None:
     host[...] = own
 
 
 def _keep(results: Mapping[str, Any], slab: Slab, outputs: dict[str, np.ndarray],
           partials: dict[str, list[Any]], folded: Mapping[str, tuple[str, tuple[int, ...]]],
           store: Any) -> None:
-    """``store`` a slab's own rows of each output in its rows of the host array; fold each
+    """``store`` (name, rows, host rows) a slab's own rows of each output in its rows of
+    the host array; fold each
     folded reduction over them."""
     for name, values in results.items():
         own = values[slab.crop]
@@ -356,7 +352,7 @@ def _keep(results: Mapping[str, Any], slab: Slab, outputs: dict[str, np.ndarray]
             op, axes = folded[name]
             partials[name].append(getattr(own, op)(axis=axes, keepdims=True))
         else:
-            store(own, outputs[name][slab.start:slab.stop])
+            store(name, own, outputs[name][slab.start:slab.stop])
 
 
 def _fold(partials: Mapping[str, list[Any]], folded: Mapping[str, tuple[str, tuple[int, ...]]],
@@ -375,13 +371,19 @@ def _fold(partials: Mapping[str, list[Any]], folded: Mapping[str, tuple[str, tup
     return result
 
 
+def _host_rows(value: np.ndarray, slab: Slab) -> np.ndarray:
+    """The slab's grown rows of a host array: a view, or a copy where they wrap (a periodic
+    axis)."""
+    first, count = int(slab.rows[0]), len(slab.rows)
+    return value[first:first + count] if int(slab.rows[-1]) == first + count - 1 \
+        else np.ascontiguousarray(value[slab.rows])
+
+
 def _copied_in(value: np.ndarray, slab: Slab, lane: Any) -> Any:
     """The slab's grown rows of a host array in a new device array, copied on ``lane``."""
     import cupy
 
-    first, count = int(slab.rows[0]), len(slab.rows)
-    host = value[first:first + count] if int(slab.rows[-1]) == first + count - 1 \
-        else np.ascontiguousarray(value[slab.rows])  # wrapped rows (a periodic axis)
+    host = _host_rows(value, slab)
     device = cupy.empty(host.shape, dtype=host.dtype)
     device.set(host, stream=lane)
     return device
