@@ -46,9 +46,11 @@ def cluster_of(gpus: int):
 
 def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
              repeat: int, backend: str = "cuda", calls: int = 1, tasks: bool = False,
-             steps: int = 0, per_exchange: int = 1) -> float:
+             steps: int = 0, per_exchange: int = 1, host: bool = False) -> float:
     """Median seconds of one call of app ``name`` over a Dask array of CuPy chunks (NumPy
-    chunks on the cpu backend: a smoke test of this script without a GPU)."""
+    chunks on the cpu backend: a smoke test of this script without a GPU; ``host``: NumPy
+    chunks on the cuda backend, each copied to its worker's GPU and its outputs back: a
+    scene held in host memory)."""
     import dask.array as da
     from distributed import get_task_stream, wait
 
@@ -59,7 +61,7 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
     pipeline = app.build()
     graph = pipeline.graph()
     _, params = app.make_inputs(tuple(9 for _ in size), np.random.default_rng(0), "float32")
-    if backend == "cuda":
+    if backend == "cuda" and not host:
         import cupy
         state = da.random.RandomState(RandomState=cupy.random.RandomState)
     else:
@@ -219,6 +221,9 @@ def main() -> None:
                         "fed back (apps of one input and one output; kfuse.scaleout.iterate)")
     parser.add_argument("--per-exchange", type=int, default=1,
                         help="with --steps: calls per halo exchange (calls_per_exchange)")
+    parser.add_argument("--host", action="store_true",
+                        help="NumPy chunks in host memory on the cuda backend (each chunk "
+                        "copied to its worker's GPU, its outputs copied back)")
     parser.add_argument("--tasks", action="store_true",
                         help="print where the last round's tasks spent their time")
     args = parser.parse_args()
@@ -238,10 +243,12 @@ def main() -> None:
                 if args.direct and gpus == 1:
                     print(time_direct(name, size, chunks, 20, args.backend), flush=True)
                 seconds = time_app(client, name, size, chunks, args.repeat, args.backend,
-                                   args.calls, args.tasks, args.steps, args.per_exchange)
+                                                   args.calls, args.tasks, args.steps, args.per_exchange,
+                                   args.host)
                 results[(name, gpus)] = seconds
                 one = results.get((name, 1))
-                print(f"{name} {'x'.join(map(str, size))} on {gpus} GPU(s), {args.calls} "
+                print(f"{name} {'x'.join(map(str, size))} in chunks {'x'.join(map(str, chunks))}"
+                      f"{' (host memory)' if args.host else ''} on {gpus} GPU(s), {args.calls} "
                       f"call(s) in flight: {seconds:.4f} s "
                       f"per call" + (f", {one / seconds:.2f}x one GPU" if one else ""),
                       flush=True)

@@ -336,3 +336,41 @@ def test_halos_between_gpu_workers_go_device_to_device():
                     assert isinstance(result, cupy.ndarray), name
                     np.testing.assert_allclose(cupy.asnumpy(result), want[name], rtol=1e-5,
                                                atol=1e-5, err_msg=f"{mode} {chunks} {name}")
+        # the senders' allocations are reused and each is opened once by a reader: three
+        # more calls, each sending a halo each way, open (almost: a release may come late)
+        # nothing more
+        opened = sum(client.run(_opened_allocations).values())
+        for _ in range(3):
+            for array in chain("clamp").run(backend="cuda", x=x).values():
+                array.compute()
+        assert sum(client.run(_opened_allocations).values()) - opened <= 2
+
+
+def _opened_allocations() -> int:
+    from kfuse.scaleout import device_halos
+    return len(device_halos._OPENED)
+
+
+@pytest.mark.gpu
+def test_host_chunks_on_gpu_workers():
+    """NumPy chunks held by worker processes, computed on the cuda backend: each chunk copied
+    to its worker's GPU and its outputs back; halos between workers travel as Dask moves
+    host arrays (not as device handles), results exact and in host memory."""
+    pytest.importorskip("cupy")
+    distributed = pytest.importorskip("distributed")
+    from kfuse.scaleout import persist_in_bands
+
+    values = np.random.default_rng(17).random((157, 83), dtype=np.float32)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        for chunks in ((30, 83), (30, 41)):
+            x = persist_in_bands(da.from_array(values, chunks=chunks))
+            for mode in ("clamp", "repeat", kf.constant(0.25)):
+                pipeline = chain(mode)
+                want = pipeline.run(backend="cpu", plan="unfused", x=values)
+                for name, array in pipeline.run(backend="cuda", x=x).items():
+                    result = array.compute()
+                    assert isinstance(result, np.ndarray), name
+                    np.testing.assert_allclose(result, want[name], rtol=1e-5, atol=1e-5,
+                                               err_msg=f"{mode} {chunks} {name}")

@@ -4,9 +4,9 @@ configurations it kept, and each Triton kernel's PTX and SASS, in one text file 
 Usage on the device machine (repo root; fresh caches so that only these apps' kernels are
 found)::
 
-    PYTHONPATH=. python3 tools/triton_dump.py sgemv gesummv ... --out $OUT/triton
+    PYTHONPATH=. python3 tools/triton_dump.py sgemv gesummv ... --out $OUT/triton [--size MxN]
 
-Writes ``APP.txt`` under ``--out``: the output code of the compiled graph (kernel sources
+Writes ``APP-SIZE.txt`` under ``--out``: the output code of the compiled graph (kernel sources
 with their launch grids), every ``.best_config`` inductor wrote, and for each compiled
 kernel variant its metadata (warps, stages, shared memory) and ``cuobjdump -sass``.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 
-def dump(name: str, out: Path) -> None:
+def dump(name: str, out: Path, size: tuple[int, ...] | None = None) -> None:
     cache = Path(tempfile.mkdtemp(prefix=f"kfuse_triton_{name}_"))
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
@@ -36,7 +36,7 @@ def dump(name: str, out: Path) -> None:
 
     torch._dynamo.reset()
     app = get_app(name)
-    size = app.bench_size
+    size = size or app.bench_size
     graph = app.build().graph()
     arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
     program = translate(graph)
@@ -58,7 +58,7 @@ def dump(name: str, out: Path) -> None:
         sass = subprocess.run(["cuobjdump", "-sass", str(path)], capture_output=True,
                               text=True).stdout
         lines += [f"\n## kernel {path.parent.name[:10]} {keep}\n", sass]
-    (out / f"{name}.txt").write_text("\n".join(lines))
+    (out / f"{name}-{'x'.join(map(str, size))}.txt").write_text("\n".join(lines))
     shutil.rmtree(cache, ignore_errors=True)
     print(f"{name}: {len(lines)} sections", flush=True)
 
@@ -67,11 +67,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("apps", nargs="+")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--size", help="MxN (default: each app's benchmark size)")
     args = parser.parse_args()
+    size = tuple(int(n) for n in args.size.split("x")) if args.size else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.apps:
-        dump(name, out)
+        dump(name, out, size)
 
 
 if __name__ == "__main__":

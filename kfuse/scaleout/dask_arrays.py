@@ -277,8 +277,9 @@ def _folded_by_dask(partial: Any, op: str, axes: tuple[int, ...], dtype: Any) ->
 
 def _sliced(block: Any, cut: tuple[slice, ...], device_links: bool = False) -> Any:
     """A neighbour's halo slice, cut on the neighbour's worker (for another GPU of the host,
-    in an allocation sent device to device: :class:`~kfuse.scaleout.device_halos.DeviceHalo`)."""
-    if device_links:
+    in an allocation sent device to device: :class:`~kfuse.scaleout.device_halos.DeviceHalo`;
+    a chunk in host memory, NumPy's, travels as Dask moves it)."""
+    if device_links and hasattr(block, "__cuda_array_interface__"):
         from kfuse.scaleout.device_halos import DeviceHalo
         return DeviceHalo(block[cut])
     return block[cut]

@@ -7,9 +7,10 @@ but needs UCX). A stencil pipeline's halo crosses workers at every call: a 1024Â
 sees every worker's GPU (as dask-cuda's ``LocalCUDACluster`` arranges: each worker's
 ``CUDA_VISIBLE_DEVICES`` lists its own GPU first, then the others), a halo slice is instead
 copied into an allocation of its own and only that allocation's CUDA IPC handle travels;
-the receiving worker opens it, copies the halo to its own GPU over NVLink or PCIe, and
-closes it. The slice stays alive on its worker until every task that reads it is done
-(Dask keeps a task's result until its dependents finish), so the handle never outlives it.
+the receiving worker opens it (once: the allocations are reused and stay open), copies the
+halo to its own GPU over NVLink or PCIe and waits for the copy. The slice stays alive on its
+worker until every task that reads it is done (Dask keeps a task's result until its
+dependents finish), so its allocation is reused only once every reader has its copy.
 
 :func:`links_of` asks the workers once per cluster whether this holds; otherwise halos
 travel as Dask moves any array, as they do everywhere with ``KFUSE_DEVICE_HALOS=0``.
@@ -17,7 +18,9 @@ travel as Dask moves any array, as they do everywhere with ``KFUSE_DEVICE_HALOS=
 
 from __future__ import annotations
 
+import itertools
 import os
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,43 +31,65 @@ _LAZY_PEER_ACCESS = 1
 
 _LINKS: dict[tuple[int, tuple[str, ...]], bool] = {}
 
+# On the sending worker: allocations whose halo every reader has copied, by size, for the
+# next halos (each new allocation costs a cudaMalloc there and a cudaIpcOpenMemHandle, of
+# the order of a millisecond, on every worker that reads it).
+_FREE: dict[int, list[tuple[Any, int]]] = {}
+_SERIALS = itertools.count()
+_PROCESS = uuid.uuid4().hex  # (a process id that is never reused)
+# On a reading worker: the other workers' allocations opened so far, by (process, serial),
+# kept open (the sender reuses its allocations: each is opened once per reader).
+_OPENED: dict[tuple[str, int], int] = {}
+
 
 class DeviceHalo:
     """A halo slice of a CuPy chunk in an allocation of its own, sent to another worker as
-    its CUDA IPC handle (:meth:`__reduce__`); :func:`opened` there makes the local copy."""
+    its CUDA IPC handle (:meth:`__reduce__`); :func:`opened` there makes the local copy.
+    Once Dask releases it (every task reading it done, so every copy of it made), its
+    allocation goes back to this worker's free list for a later halo of the same size."""
 
     def __init__(self, values: Any):
         import cupy
-        self.memory = cupy.cuda.Memory(max(values.nbytes, 1))  # its own cudaMalloc: a base
+        nbytes = max(values.nbytes, 1)
+        free = _FREE.get(nbytes)
+        # (its own cudaMalloc: a base address, as IPC needs)
+        self.memory, self.serial = free.pop() if free else (cupy.cuda.Memory(nbytes),
+                                                            next(_SERIALS))
         self.array = cupy.ndarray(values.shape, values.dtype,
                                   cupy.cuda.MemoryPointer(self.memory, 0))
         self.array[...] = values
+
+    def __del__(self) -> None:
+        _FREE.setdefault(self.memory.size, []).append((self.memory, self.serial))
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         import cupy
         cupy.cuda.get_current_stream().synchronize()  # the copy done before it is read
         handle = cupy.cuda.runtime.ipcGetMemHandle(self.memory.ptr)
-        return opened, (handle, self.array.nbytes, self.array.shape, self.array.dtype.str)
+        return opened, (handle, (_PROCESS, self.serial), self.array.nbytes,
+                        self.array.shape, self.array.dtype.str)
 
 
-def opened(handle: bytes, nbytes: int, shape: tuple[int, ...], dtype: str) -> Any:
-    """The halo a :class:`DeviceHalo` sent, copied to this worker's GPU (the handle is
-    opened, read once and closed)."""
+def opened(handle: bytes, allocation: tuple[str, int], nbytes: int, shape: tuple[int, ...],
+           dtype: str) -> Any:
+    """The halo a :class:`DeviceHalo` sent, copied to this worker's GPU (the sender's
+    allocation opened at its first halo and kept open)."""
     import cupy
-    runtime = cupy.cuda.runtime
+    source = _OPENED.get(allocation)
+    if source is None:
+        source = _OPENED[allocation] = cupy.cuda.runtime.ipcOpenMemHandle(
+            handle, _LAZY_PEER_ACCESS)
     local = cupy.empty(shape, dtype=dtype)
-    source = runtime.ipcOpenMemHandle(handle, _LAZY_PEER_ACCESS)
-    try:
-        runtime.memcpy(local.data.ptr, source, nbytes, _COPY_DEFAULT)
-        runtime.deviceSynchronize()  # read before the mapping closes
-    finally:
-        runtime.ipcCloseMemHandle(source)
+    stream = cupy.cuda.get_current_stream()
+    cupy.cuda.runtime.memcpyAsync(local.data.ptr, source, nbytes, _COPY_DEFAULT, stream.ptr)
+    stream.synchronize()  # copied before the sender may reuse its allocation
     return local
 
 
 def plain(piece: Any) -> Any:
-    """The array a piece holds (a :class:`DeviceHalo` read on its own worker)."""
-    return piece.array if isinstance(piece, DeviceHalo) else piece
+    """The array a piece holds (a :class:`DeviceHalo` read on its own worker: a copy, as
+    its allocation is reused once it is released)."""
+    return piece.array.copy() if isinstance(piece, DeviceHalo) else piece
 
 
 def _worker_devices() -> tuple[str, str, tuple[str, ...]]:
