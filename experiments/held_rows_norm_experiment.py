@@ -7,6 +7,10 @@ holds at once (``resident``: contiguous rows per block) or one block per row (``
 each checked against the planned program, beside torch.compile, in alternating rounds.
 ``--occupancy`` times the planned program instead with ``__launch_bounds__(T, k)``: at
 least ``k`` blocks per SM, which caps each thread's registers (a source patch).
+``--l2-hints`` (with ``--size`` of rows in segments) times the planned program and rows in
+segments without a stash, each also with L2 cache hints patched into the matrix loads (the
+first pass's keep their lines in L2, evict_last; the last pass's let them go, evict_first:
+what torch.compile's reductions that read a row twice emit).
 ``--size MxN`` with rows longer than a block holds times rows held in segments instead:
 ``T`` threads, ``unroll`` accesses per segment, no stash, the most segments that fit shared
 memory, or half as many (two blocks per SM); column standardisation's held columns
@@ -15,7 +19,7 @@ memory, or half as many (two blocks per SM); column standardisation's held colum
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 experiments/held_rows_norm_experiment.py [app ...] [--rounds 3]
-        [--size 1024x65536]
+        [--size 1024x65536] [--l2-hints]
 """
 
 from __future__ import annotations
@@ -34,6 +38,42 @@ from kfuse.codegen import generate
 from kfuse.fusion.mapreduce import MapReduceGroup
 from kfuse.model.device import current_profile
 from kfuse.runtime.backend import VECTOR_ALIGNMENT
+
+# loads of V floats with an L2 eviction policy (POLICY 1: evict_last, 0: evict_first)
+L2_HINT_LOAD = r"""
+template <int V, int POLICY, typename T>
+KF_DEVICE void kf_mr_load_l2(const T* p, int count, bool vec, T (&v)[V]) {
+  if constexpr (V == 4 && sizeof(T) == 4) {
+    if (vec && count == 4) {
+      unsigned long long policy;
+      if (POLICY) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+      else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+      float a, b, c, d;
+      asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p), "l"(policy));
+      v[0] = a; v[1] = b; v[2] = c; v[3] = d;
+      return;
+    }
+  }
+  kf_mr_load<V>(p, count, vec, v);
+}
+"""
+
+
+def with_l2_hints(source: str) -> str:
+    """``source`` with its matrix loads (``(kf_index_t)iy``) hinted: the first one in the
+    source (the first pass) evict_last, the last one (the last pass) evict_first."""
+    marker = "// Store the first 'count' of V"
+    lines = source.split("\n")
+    loads = [i for i, line in enumerate(lines)
+             if "kf_mr_load<" in line and "(kf_index_t)iy" in line and "kf_stash" not in line]
+    if len(loads) < 2:
+        return source
+    for index, policy in ((loads[0], 1), (loads[-1], 0)):
+        lines[index] = re.sub(r"kf_mr_load<(\d+)>", rf"kf_mr_load_l2<\1, {policy}>",
+                              lines[index])
+    return "\n".join(lines).replace(marker, L2_HINT_LOAD + marker, 1)
+
 
 APPS = ("rmsnorm", "layernorm", "logsoftmax", "crossentropy")
 THREADS = (128, 256, 512, 1024)
@@ -109,6 +149,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--occupancy", action="store_true")
     parser.add_argument("--size", help="MxN (default: the app's benchmark size)")
+    parser.add_argument("--l2-hints", action="store_true")
     args = parser.parse_args()
     size = tuple(int(n) for n in args.size.split("x")) if args.size else None
     for name in args.apps:
@@ -125,6 +166,19 @@ def main() -> None:
                 source = re.sub(r"__launch_bounds__\((\d+)\)",
                                 rf"__launch_bounds__(\1, {least})", program.source)
                 programs[f"planned, {least} blocks/SM"] = replace(program, source=source)
+            time_sources(case, programs, args.rounds, args.runs)
+            continue
+        if args.l2_hints:
+            programs = {"planned": planned_program(case)}
+            for threads, unroll in ((1024, 2), (1024, 4), (512, 4)):
+                text = f"mapreduce:{threads}x1:r1:i1:w:stream:g{rows}:u{unroll}:hr:sg"
+                programs[f"T{threads} u{unroll} no stash"] = generate(
+                    case.graph, [(members, tuple(case.graph.outputs), text)],
+                    fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
+            for label in list(programs):
+                program = programs[label]
+                programs[f"{label}, L2 hints"] = replace(program,
+                                                         source=with_l2_hints(program.source))
             time_sources(case, programs, args.rounds, args.runs)
             continue
         if ":hc" in planned:

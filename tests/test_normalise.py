@@ -129,6 +129,26 @@ def test_rows_too_long_for_a_block_go_in_segments():
         plan.explain()
 
 
+def test_rows_in_segments_are_read_again_from_l2_where_it_is_large():
+    """Where the device's L2 holds the rows in flight (an H200's 60 MiB), rows in segments
+    take no stash and four accesses per thread and segment (read again from L2); a smaller
+    L2 stashes the first segments in shared memory."""
+    from kfuse.model.device import default_profile, h200_like_profile
+    from kfuse.schedule.forms import MapReduceVariant
+    from kfuse.search import default_plan
+
+    for name, size in (("rmsnorm", (1024, 65536)), ("logsoftmax", (512, 131072))):
+        app = get_app(name)
+        graph = app.build().graph()
+        for profile, stashed in ((h200_like_profile(), False), (default_profile(), True)):
+            plan = default_plan(graph, sizes=app.sizes(graph, size), profile=profile)
+            (group,) = plan.groups
+            variant = MapReduceVariant.parse(group.variant)
+            assert variant.segmented, plan.explain()
+            assert (variant.stash > 0) == stashed, (name, profile.name, group.variant)
+            assert variant.unroll == (2 if stashed else 4), (name, profile.name, group.variant)
+
+
 # a small block holding 64 x 4 x 2 = 512 columns at a time
 SMALL_SEGMENTS = "mapreduce:64x1:r1:i1:w:stream:g3:u2:hr:sg"
 

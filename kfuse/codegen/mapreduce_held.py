@@ -40,6 +40,33 @@ template <typename T> KF_DEVICE T kf_rescale(T from, T to) {
 #endif  // KF_RESCALE_HELPER"""
 
 
+L2_LOAD_HELPER = r"""#ifndef KF_L2_LOAD_HELPER
+#define KF_L2_LOAD_HELPER
+// kf_mr_load with an L2 eviction priority, on 16-byte loads (POLICY 1: evict_last, for a row
+// a later pass reads again from L2; 0: evict_first, for its last read), as torch.compile's
+// reductions that read a row twice emit them; the host compiler loads plainly.
+template <int V, int POLICY, typename T>
+KF_DEVICE void kf_mr_load_l2(const T* p, int count, bool vec, T (&v)[V]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (V * sizeof(T) == 16) {
+    if (vec && count == V) {
+      unsigned long long policy;
+      if (POLICY) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+      else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+      union { unsigned w[4]; T e[V]; } u;
+      asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3])
+                   : "l"(p), "l"(policy));
+      for (int k = 0; k < V; ++k) v[k] = u.e[k];
+      return;
+    }
+  }
+#endif
+  kf_mr_load<V>(p, count, vec, v);
+}
+#endif  // KF_L2_LOAD_HELPER"""
+
+
 def at(template: str, element: int) -> str:
     """A value template's C value at the thread's element ``element``."""
     return template.replace("{element}", str(element))
@@ -63,8 +90,11 @@ class HeldKernel(MapReduceKernel):
                 f"(at most {variant.blocks} blocks)")
 
     def helpers(self) -> tuple[str, ...]:
-        return (*super().helpers(), RESCALE_HELPER) if self.group.online \
-            and self.variant.segmented else super().helpers()
+        helpers = super().helpers()
+        if self.variant.segmented and self.held_kind == "row":
+            helpers = (*helpers, L2_LOAD_HELPER)
+        return (*helpers, RESCALE_HELPER) if self.group.online and self.variant.segmented \
+            else helpers
 
     def body(self) -> tuple[list[str], Grid]:
         """Rows held whole by blocks: each phase (the core, then the members fed by the
@@ -294,12 +324,14 @@ class HeldKernel(MapReduceKernel):
         self.dynamic_shared_bytes = offset
         return lines
 
-    def input_loads(self, inputs: Sequence[str], kept: Sequence[str], first: set[str]
-                    ) -> list[str]:
+    def input_loads(self, inputs: Sequence[str], kept: Sequence[str], first: set[str],
+                    last: set[str] = frozenset()) -> list[str]:
         """The loads of a pass's ``inputs`` at the thread's chunk ``kf_u`` of segment
         ``kf_s``: from the stash where a pass before kept it there (``first``: the inputs
         this pass reads first, and stashes), none where it is the segment in registers
-        (``kept``: the inputs the pass before loaded)."""
+        (``kept``: the inputs the pass before loaded). Rows that passes read again from L2
+        carry its eviction priorities: kept by their first pass, let go by their last
+        (``last``: the inputs this pass reads for the last time)."""
         group, variant, v = self.group, self.variant, self.v
         stashed = group.stashed_inputs() if variant.stash else []
         threads, chunks = variant.threads[0] * variant.threads[1], variant.unroll
@@ -310,7 +342,11 @@ class HeldKernel(MapReduceKernel):
             column = name not in group.tile_inputs
             target = f"kf_col_{var}[kf_u]" if column else f"kf_ld_{var}[kf_u]"
             address = "ix" if column else self.address
-            load = [f"kf_mr_load<{v}>({var} + {address}, kf_cols, kf_vec, {target});"]
+            hinted = not column and self.held_kind == "row" and (name in first) != (
+                name in last)  # (read by one pass only: no hint)
+            loader = f"kf_mr_load_l2<{v}, {int(name in first)}>" if hinted \
+                else f"kf_mr_load<{v}>"
+            load = [f"{loader}({var} + {address}, kf_cols, kf_vec, {target});"]
             if name in stashed and name in first:
                 load.append(f"if (kf_s < {variant.stash}) kf_mr_store<{v}>(kf_stash_{var} + "
                             f"{slot}, {v}, true, {target});  // kept for the later passes")
@@ -348,7 +384,9 @@ class HeldKernel(MapReduceKernel):
             inputs = group.phase_inputs(kernels)
             backward = phase % 2 == 1
             names = ", ".join(f"'{k.name}'" for k in kernels)
-            loads = self.input_loads(inputs, kept, set(inputs) - read)
+            later = {name for kernels_after in phases[phase + 1:]
+                     for name in group.phase_inputs(kernels_after)}
+            loads = self.input_loads(inputs, kept, set(inputs) - read, set(inputs) - later)
             read.update(inputs)
             code, values = self.evaluate_at_row(plain)
             work = self.element_work(code, values, reductions, "kf_cols", "kf_vec", False,

@@ -183,6 +183,15 @@ SEGMENT_BASE_REGISTERS = 24
 # more of the passes read again) 4% slower (RMSNorm 0.1772 against 0.1709 ms, log-softmax
 # 0.1964 against 0.1882): the smaller loss.
 STASH_LIMIT = 224 * 1024
+# With the rows read again carrying L2 eviction priorities (kept by the first pass, let go by
+# the last: kfuse.codegen.mapreduce_held), a device whose L2 holds at least this much reads
+# them again from L2 faster than from a stash: on an H200 (60 MiB; session 35), 1024 x 16
+# bytes x 4 with no stash RMSNorm 1024 x 65536 0.1676 ms against 0.1790 stashed 224 KB,
+# LayerNorm 0.1802 / 0.1983, log-softmax 512 x 131072 0.1915 / 0.1948 (no stash x 2
+# 0.1856 / 0.1890 / 0.1988). Smaller L2s keep the stash (the H100 measured above, without
+# the priorities).
+ROWS_FROM_L2_BYTES = 60 * 2**20
+ROWS_FROM_L2_UNROLL = 4
 # Held columns (a column reduction read back at every element of its column): a block per
 # strip of columns walking every row of it, a pass per phase, as (threads across the strip,
 # threads down it). Measured on an H100 (docs/journal/benchmarks.md, session 27), column
@@ -381,9 +390,13 @@ def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
 def held_segment_variants(group: MapReduceGroup, profile: DeviceProfile, rows: int,
                           columns: int) -> list[MapReduceVariant]:
     """The forms of :data:`HELD_SEGMENT_FORMS` whose segments fit a thread's registers, each
-    with as many of the row's segments stashed in shared memory as fit."""
+    with as many of the row's segments stashed in shared memory as fit (none, and up to
+    :data:`ROWS_FROM_L2_UNROLL` accesses per segment, where the L2 holds
+    :data:`ROWS_FROM_L2_BYTES`)."""
     result = []
+    from_l2 = profile.l2_bytes >= ROWS_FROM_L2_BYTES
     for threads, size, most in HELD_SEGMENT_FORMS:
+        most = ROWS_FROM_L2_UNROLL if from_l2 else most
         probe = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), rows, 1, 0, size,
                                  held_rows=True, segmented=True)
         room = _held_register_budget(threads, profile) - SEGMENT_BASE_REGISTERS
@@ -392,7 +405,7 @@ def held_segment_variants(group: MapReduceGroup, profile: DeviceProfile, rows: i
             continue
         variant = replace(probe, unroll=unroll)
         per_segment = group.stash_bytes(variant, 1)
-        if per_segment:
+        if per_segment and not from_l2:
             segments = math.ceil(columns / group.step(variant))
             variant = replace(variant, stash=min(segments, STASH_LIMIT // per_segment))
         result.append(variant)
