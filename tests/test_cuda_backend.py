@@ -92,9 +92,10 @@ def test_blas_apps_on_cuda_match_the_reference(app):
 
 
 # (app, variant, sizes): rows held in segments (several, a partial last one; every pass,
-# online rescaling, stashes) and held columns (segments of rows, a partial last strip)
+# online rescaling, stashes; rows of whole 16-byte vectors: the loads with L2 priorities)
+# and held columns (segments of rows, a partial last strip)
 SEGMENT_CASES = [
-    *[(app, variant, ((9, 40003), (3, 1001)))
+    *[(app, variant, ((9, 40003), (3, 1001), (5, 40000)))
       for app in ("logsoftmax", "softmax", "crossentropy", "layernorm")
       for variant in ("mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg",
                       "mapreduce:1024x1:r1:i1:w:stream:g40:u2:hr:sg:st7",

@@ -16,6 +16,19 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Normalisations over long rows: read again from L2 with eviction priorities (H200, "
+     "2026-11-29, session 35)",
+     "2026-11-29-session35-long-rows-a-h200.json",
+     "kfuse bench rmsnorm layernorm --size 1024x65536 --no-calls --json F"),
+    ("Normalisations over long rows, continued (H200, 2026-11-29, session 35)",
+     "2026-11-29-session35-long-rows-b-h200.json",
+     "kfuse bench logsoftmax crossentropy --size 512x131072 --no-calls --json F"),
+    ("Softmax over a 128 K vocabulary (H200, 2026-11-29, session 35)",
+     "2026-11-29-session35-long-rows-c-h200.json",
+     "kfuse bench softmax --no-calls --json F"),
+    ("Normalisations at their benchmark sizes (H200, 2026-11-29, session 35)",
+     "2026-11-29-session35-norm-std-h200.json",
+     "kfuse bench colstandardise layernorm rmsnorm logsoftmax --no-calls --json F"),
     ("Pyramid apps beside Halide and torch.compile: resampled reads shared across register "
      "tiles (H200, 2026-11-28, session 33)",
      "2026-11-28-session33-pyramids-halide.json",
