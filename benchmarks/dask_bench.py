@@ -243,7 +243,7 @@ def main() -> None:
                 if args.direct and gpus == 1:
                     print(time_direct(name, size, chunks, 20, args.backend), flush=True)
                 seconds = time_app(client, name, size, chunks, args.repeat, args.backend,
-                                                   args.calls, args.tasks, args.steps, args.per_exchange,
+                                   args.calls, args.tasks, args.steps, args.per_exchange,
                                    args.host)
                 results[(name, gpus)] = seconds
                 one = results.get((name, 1))

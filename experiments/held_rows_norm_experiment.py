@@ -8,9 +8,9 @@ each checked against the planned program, beside torch.compile, in alternating r
 ``--occupancy`` times the planned program instead with ``__launch_bounds__(T, k)``: at
 least ``k`` blocks per SM, which caps each thread's registers (a source patch).
 ``--l2-hints`` (with ``--size`` of rows in segments) times the planned program and rows in
-segments without a stash, each also with L2 cache hints patched into the matrix loads (the
+segments without a stash, each also with the L2 eviction priorities of their loads (the
 first pass's keep their lines in L2, evict_last; the last pass's let them go, evict_first:
-what torch.compile's reductions that read a row twice emit).
+what torch.compile's reductions that read a row twice emit) patched out.
 ``--size MxN`` with rows longer than a block holds times rows held in segments instead:
 ``T`` threads, ``unroll`` accesses per segment, no stash, the most segments that fit shared
 memory, or half as many (two blocks per SM); column standardisation's held columns
@@ -39,40 +39,11 @@ from kfuse.fusion.mapreduce import MapReduceGroup
 from kfuse.model.device import current_profile
 from kfuse.runtime.backend import VECTOR_ALIGNMENT
 
-# loads of V floats with an L2 eviction policy (POLICY 1: evict_last, 0: evict_first)
-L2_HINT_LOAD = r"""
-template <int V, int POLICY, typename T>
-KF_DEVICE void kf_mr_load_l2(const T* p, int count, bool vec, T (&v)[V]) {
-  if constexpr (V == 4 && sizeof(T) == 4) {
-    if (vec && count == 4) {
-      unsigned long long policy;
-      if (POLICY) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-      else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-      float a, b, c, d;
-      asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
-                   : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p), "l"(policy));
-      v[0] = a; v[1] = b; v[2] = c; v[3] = d;
-      return;
-    }
-  }
-  kf_mr_load<V>(p, count, vec, v);
-}
-"""
 
-
-def with_l2_hints(source: str) -> str:
-    """``source`` with its matrix loads (``(kf_index_t)iy``) hinted: the first one in the
-    source (the first pass) evict_last, the last one (the last pass) evict_first."""
-    marker = "// Store the first 'count' of V"
-    lines = source.split("\n")
-    loads = [i for i, line in enumerate(lines)
-             if "kf_mr_load<" in line and "(kf_index_t)iy" in line and "kf_stash" not in line]
-    if len(loads) < 2:
-        return source
-    for index, policy in ((loads[0], 1), (loads[-1], 0)):
-        lines[index] = re.sub(r"kf_mr_load<(\d+)>", rf"kf_mr_load_l2<\1, {policy}>",
-                              lines[index])
-    return "\n".join(lines).replace(marker, L2_HINT_LOAD + marker, 1)
+def without_l2_hints(source: str) -> str:
+    """``source`` with the L2 eviction priorities of rows in segments taken out (plain loads,
+    as before they were adopted)."""
+    return re.sub(r"kf_mr_load_l2<(\d+), \d>", r"kf_mr_load<\1>", source)
 
 
 APPS = ("rmsnorm", "layernorm", "logsoftmax", "crossentropy")
@@ -177,8 +148,8 @@ def main() -> None:
                     fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
             for label in list(programs):
                 program = programs[label]
-                programs[f"{label}, L2 hints"] = replace(program,
-                                                         source=with_l2_hints(program.source))
+                programs[f"{label}, no L2 hints"] = replace(
+                    program, source=without_l2_hints(program.source))
             time_sources(case, programs, args.rounds, args.runs)
             continue
         if ":hc" in planned:

@@ -325,7 +325,7 @@ class HeldKernel(MapReduceKernel):
         return lines
 
     def input_loads(self, inputs: Sequence[str], kept: Sequence[str], first: set[str],
-                    last: set[str] = frozenset()) -> list[str]:
+                    last: set[str]) -> list[str]:
         """The loads of a pass's ``inputs`` at the thread's chunk ``kf_u`` of segment
         ``kf_s``: from the stash where a pass before kept it there (``first``: the inputs
         this pass reads first, and stashes), none where it is the segment in registers

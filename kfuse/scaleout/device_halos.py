@@ -60,7 +60,8 @@ class DeviceHalo:
         self.array[...] = values
 
     def __del__(self) -> None:
-        _FREE.setdefault(self.memory.size, []).append((self.memory, self.serial))
+        if hasattr(self, "serial"):  # (not where the allocation itself failed)
+            _FREE.setdefault(self.memory.size, []).append((self.memory, self.serial))
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         import cupy
