@@ -3,8 +3,9 @@
 // Included by generated sources when __CUDACC__ is not defined. Every CUDA thread of a block is
 // a real OS thread, so __syncthreads, __shared__ memory, atomics, warp shuffles and named partial
 // barriers (KF_BAR_SYNC) behave as on the GPU. The blocks of a grid run one after another: one
-// std::thread per thread of the block is created per launch and walks every block in order
-// (z, y, x; x fastest), with an internal rendezvous so a block is complete before the next starts.
+// host thread per thread of the block (kept between launches in a pool) walks every block in
+// order (z, y, x; x fastest), with an internal rendezvous so a block is complete before the next
+// starts.
 //
 // Launch from an extern "C" host function:
 //
@@ -37,12 +38,16 @@
 //     thread aborts too. Invalid launch configurations return an error code instead.
 //   * Standard headers that this header does not include itself must be included before it
 //     (its keyword macros such as __noinline__ would break them).
-//   * No half precision, textures, surfaces, cooperative groups, clusters, dynamic parallelism.
+//   * Thread-block clusters (launch's `cluster` argument): a cluster's blocks run together,
+//     each with its own dynamic shared memory; kf_cluster_map maps only dynamic shared memory,
+//     and a cluster kernel must not declare static __shared__ arrays (one instance here).
+//   * No half precision, textures, surfaces, cooperative groups, dynamic parallelism.
 //
 // Fault injection (for tests proving that tests can fail): KF_SHIM_FAULT_BARRIER (__syncthreads
 // does nothing), KF_SHIM_FAULT_SHARED (__shared__ is per thread), KF_SHIM_FAULT_ATOMIC (atomics
 // are racy load/yield/store), KF_SHIM_FAULT_SHUFFLE (shuffles return the caller's own value),
-// KF_SHIM_FAULT_NAMED_BARRIER (KF_BAR_SYNC does nothing).
+// KF_SHIM_FAULT_NAMED_BARRIER (KF_BAR_SYNC does nothing), KF_SHIM_FAULT_CLUSTER
+// (kf_cluster_sync does nothing).
 
 #ifndef KFUSE_CPU_SHIM_H
 #define KFUSE_CPU_SHIM_H
@@ -72,10 +77,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <unistd.h>
+#include <semaphore>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -311,11 +319,6 @@ struct Launch {
   std::chrono::nanoseconds timeout{};
   int spins = 0;  // yields before a barrier wait sleeps
 
-  // Start gate: threads wait until all were created (or creation failed).
-  std::mutex gate_m;
-  std::condition_variable gate_cv;
-  bool started = false, cancelled = false;
-
   // __syncthreads: counts the threads still running in this block.
   std::mutex bm;
   Round bround;
@@ -332,6 +335,22 @@ struct Launch {
   NamedBarrier named[16];
   std::byte* dyn = nullptr;
   std::size_t dyn_bytes = 0, dyn_alloc = 0;
+
+  struct Cluster* cluster = nullptr;  // the blocks run together with this one (clusters)
+  unsigned rank = 0;                  // this block's rank in its cluster
+};
+
+// The blocks of a thread-block cluster (Hopper), run together: one Launch each (its own
+// barriers and dynamic shared memory), and a barrier over all of their threads.
+struct Cluster {
+  dim3 dims{1, 1, 1};
+  std::vector<Launch*> ranks;
+  unsigned nthreads = 0;  // of every block of the cluster together
+  std::mutex m;
+  Round round;
+  unsigned arrived = 0;
+  unsigned r_arrived = 0;  // the rendezvous after each cluster's blocks
+  Round rround;
 };
 
 inline thread_local Launch* tls_launch = nullptr;
@@ -586,11 +605,6 @@ inline void end_of_block(Launch& L) {
 
 template <class Body>
 inline void thread_main(Launch& L, unsigned lid, Body& body) {
-  {
-    std::unique_lock<std::mutex> lk(L.gate_m);
-    L.gate_cv.wait(lk, [&] { return L.started || L.cancelled; });
-    if (L.cancelled) return;
-  }
   tls_launch = &L;
   tls_lid = lid;
   const unsigned bx = L.block.x, by = L.block.y;
@@ -614,6 +628,157 @@ inline void thread_main(Launch& L, unsigned lid, Body& body) {
         end_of_block(L);
       }
   tls_launch = nullptr;
+}
+
+// Every thread of the cluster's blocks arrives (barrier.cluster: none may have returned).
+inline void cluster_barrier(Cluster& C, Round& round, unsigned& arrived, const char* what,
+                            std::chrono::nanoseconds timeout, int spins) {
+  std::unique_lock<std::mutex> lk(C.m);
+  const uint32_t mine = round.current();
+  if (++arrived == C.nthreads) {
+    arrived = 0;
+    round.advance();
+    lk.unlock();
+    round.wake();
+    return;
+  }
+  lk.unlock();
+  round.wait(mine, timeout, spins, [&] {
+    std::unique_lock<std::mutex> hold(C.m);
+    deadlock(*C.ranks[0], what, arrived, C.nthreads);
+  });
+}
+
+inline void cluster_sync() {
+#if !defined(KF_SHIM_FAULT_CLUSTER)
+  Launch& L = current("kf_cluster_sync");
+  if (L.cluster == nullptr) die("kf_cluster_sync in a kernel launched without clusters");
+  cluster_barrier(*L.cluster, L.cluster->round, L.cluster->arrived, "kf_cluster_sync",
+                  L.timeout, L.spins);
+#endif
+}
+
+// The address of `p` (in this block's dynamic shared memory) in block `rank` of the cluster.
+template <class T>
+inline T* cluster_map(T* p, unsigned rank) {
+  Launch& L = current("kf_cluster_map");
+  if (L.cluster == nullptr) die("kf_cluster_map in a kernel launched without clusters");
+  if (rank >= L.cluster->ranks.size())
+    die("kf_cluster_map: rank %u of a cluster of %zu blocks", rank, L.cluster->ranks.size());
+  const std::byte* at = reinterpret_cast<const std::byte*>(p);
+  if (at < L.dyn || at >= L.dyn + L.dyn_alloc)
+    die("kf_cluster_map: not an address in dynamic shared memory (the shim maps only it)");
+  return reinterpret_cast<T*>(L.cluster->ranks[rank]->dyn + (at - L.dyn));
+}
+
+// Thread `lid` of block `rank` of every cluster of the grid, cluster after cluster; after each
+// cluster, every thread of its blocks meets the others before the next cluster starts.
+template <class Body>
+inline void cluster_thread_main(Launch& L, unsigned lid, Body& body) {
+  tls_launch = &L;
+  tls_lid = lid;
+  Cluster& C = *L.cluster;
+  const unsigned bx = L.block.x, by = L.block.y;
+  threadIdx = uint3{lid % bx, (lid / bx) % by, lid / (bx * by)};
+  blockDim = L.block;
+  gridDim = L.grid;
+  const uint3 in{L.rank % C.dims.x, (L.rank / C.dims.x) % C.dims.y,
+                 L.rank / (C.dims.x * C.dims.y)};
+  for (unsigned z = 0; z < L.grid.z; z += C.dims.z)
+    for (unsigned y = 0; y < L.grid.y; y += C.dims.y)
+      for (unsigned x = 0; x < L.grid.x; x += C.dims.x) {
+        blockIdx = uint3{x + in.x, y + in.y, z + in.z};
+        try {
+          body();
+        } catch (const std::exception& e) {
+          die("exception in kernel thread (%u,%u,%u) of block (%u,%u,%u): %s", threadIdx.x,
+              threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z, e.what());
+        }
+        thread_exit(L, lid);
+        end_of_block(L);
+        cluster_barrier(C, C.rround, C.r_arrived, "end of cluster", 2 * L.timeout, L.spins);
+      }
+  tls_launch = nullptr;
+}
+
+// ----- the host threads, kept between launches ----------------------------------------------
+// Creating the OS threads of a block at every launch costs far more than the kernels the tests
+// run (about 0.1 ms a thread in a container: 25 ms for a block of 256). The shim keeps them:
+// a launch hands its work to the first `nthreads` threads of the process's pool, creating any
+// that are missing; a thread idle for KF_SHIM_IDLE_S seconds (default 2) exits.
+struct PoolThread {
+  std::binary_semaphore go{0};  // released once per launch that uses this thread
+  bool alive = false;           // under Pool::m
+};
+
+struct Pool {
+  std::mutex m;
+  std::vector<std::unique_ptr<PoolThread>> threads;
+  const std::function<void(unsigned)>* work = nullptr;  // the current launch's, per thread id
+  std::atomic<unsigned> pending{0};                      // its threads still running
+  pid_t pid = getpid();
+};
+
+inline std::chrono::milliseconds idle_time() {
+  double seconds = 2.0;
+  if (const char* s = std::getenv("KF_SHIM_IDLE_S")) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end != s && v >= 0) seconds = v;
+  }
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
+// The process's pool (never destroyed: its idle threads are detached). A child made by fork
+// has none of its parent's threads, so it starts a pool of its own.
+inline Pool& pool() {
+  static Pool* instance = nullptr;
+  if (instance == nullptr || instance->pid != getpid()) instance = new Pool();
+  return *instance;
+}
+
+inline void pool_thread_main(Pool* P, PoolThread* T, unsigned lid) {
+  const auto idle = idle_time();
+  for (;;) {
+    if (!T->go.try_acquire_for(idle)) {
+      std::lock_guard<std::mutex> lk(P->m);
+      if (!T->go.try_acquire()) {  // no launch released it meanwhile: exit
+        T->alive = false;
+        return;
+      }
+    }
+    (*P->work)(lid);
+    if (P->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) P->pending.notify_all();
+  }
+}
+
+// Run `work(lid)` for lid in [0, nthreads) on the pool's threads and wait for all of them.
+// Returns false (nothing run) if a missing thread could not be created (`why` says why).
+inline bool run_on_pool(unsigned nthreads, const std::function<void(unsigned)>& work,
+                        std::string& why) {
+  Pool& P = pool();
+  {
+    std::lock_guard<std::mutex> lk(P.m);
+    while (P.threads.size() < nthreads) P.threads.push_back(std::make_unique<PoolThread>());
+    try {
+      for (unsigned i = 0; i < nthreads; ++i) {
+        PoolThread* T = P.threads[i].get();
+        if (!T->alive) {
+          std::thread(pool_thread_main, &P, T, i).detach();
+          T->alive = true;
+        }
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+      return false;
+    }
+    P.work = &work;
+    P.pending.store(nthreads, std::memory_order_release);
+    for (unsigned i = 0; i < nthreads; ++i) P.threads[i]->go.release();
+  }
+  for (unsigned left; (left = P.pending.load(std::memory_order_acquire)) != 0;)
+    P.pending.wait(left, std::memory_order_acquire);
+  return true;
 }
 
 inline std::mutex& launch_mutex() {
@@ -670,9 +835,13 @@ inline const char* last_error() { return detail::last_error_text().c_str(); }
 
 // Run `body` (a callable invoking the kernel) on every thread of every block of `grid`.
 // Returns 0, or a CUDA-like error code (9: invalid configuration, 2: could not create threads)
-// with the reason in last_error(). Launches are serialised process-wide.
+// with the reason in last_error(). Launches are serialised process-wide. `cluster` (blocks
+// per thread-block cluster along each axis, as `__cluster_dims__`): the blocks of a cluster
+// run together, each with its own dynamic shared memory (kf_cluster_map reaches the others');
+// their static __shared__ arrays would be one instance: cluster kernels must not have any.
 template <class F>
-int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body) {
+int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body,
+           dim3 cluster = dim3(1, 1, 1)) {
   std::lock_guard<std::mutex> serial(detail::launch_mutex());
   detail::last_error_text().clear();
   const unsigned long long nthreads = 1ull * block.x * block.y * block.z;
@@ -684,28 +853,31 @@ int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body) {
   if (dynamic_shared_bytes > KF_SHIM_MAX_DYNAMIC_SHARED)
     return detail::fail(9, "%zu bytes of dynamic shared memory exceed the limit of %zu",
                         dynamic_shared_bytes, std::size_t{KF_SHIM_MAX_DYNAMIC_SHARED});
-  detail::Launch L(grid, block, dynamic_shared_bytes, detail::timeout_seconds(),
-                   detail::spin_count());
-  std::vector<std::thread> threads;
-  threads.reserve(nthreads);
-  try {
-    for (unsigned i = 0; i < nthreads; ++i)
-      threads.emplace_back([&L, &body, i] { detail::thread_main(L, i, body); });
-  } catch (const std::exception& e) {
-    {
-      std::lock_guard<std::mutex> lk(L.gate_m);
-      L.cancelled = true;
-    }
-    L.gate_cv.notify_all();
-    for (std::thread& t : threads) t.join();
-    return detail::fail(2, "could not create %llu threads: %s", nthreads, e.what());
+  const unsigned blocks = cluster.x * cluster.y * cluster.z;
+  if (blocks == 0 || blocks > 8 || grid.x % cluster.x || grid.y % cluster.y ||
+      grid.z % cluster.z)
+    return detail::fail(9, "invalid cluster (%u, %u, %u) of grid (%u, %u, %u): at most 8 "
+                        "blocks, dividing the grid", cluster.x, cluster.y, cluster.z, grid.x,
+                        grid.y, grid.z);
+  std::vector<std::unique_ptr<detail::Launch>> ranks;
+  detail::Cluster shape;
+  shape.dims = cluster;
+  shape.nthreads = static_cast<unsigned>(blocks * nthreads);
+  for (unsigned r = 0; r < blocks; ++r) {
+    ranks.push_back(std::make_unique<detail::Launch>(grid, block, dynamic_shared_bytes,
+                                                     detail::timeout_seconds(),
+                                                     detail::spin_count()));
+    shape.ranks.push_back(ranks.back().get());
+    if (blocks > 1) ranks.back()->cluster = &shape, ranks.back()->rank = r;
   }
-  {
-    std::lock_guard<std::mutex> lk(L.gate_m);
-    L.started = true;
-  }
-  L.gate_cv.notify_all();
-  for (std::thread& t : threads) t.join();
+  const std::function<void(unsigned)> work = [&](unsigned thread) {
+    detail::Launch& L = *ranks[thread / nthreads];
+    if (blocks > 1) detail::cluster_thread_main(L, thread % nthreads, body);
+    else detail::thread_main(L, thread, body);
+  };
+  std::string why;
+  if (!detail::run_on_pool(shape.nthreads, work, why))
+    return detail::fail(2, "could not create %u threads: %s", shape.nthreads, why.c_str());
   return 0;
 }
 
@@ -741,6 +913,14 @@ inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_
 #define KF_DYNAMIC_SHARED_AT(type, name, offset)                    \
   type* const name = reinterpret_cast<type*>(                       \
       ::kf_cpu::detail::current("KF_DYNAMIC_SHARED").dyn + (offset))
+
+// Thread-block clusters: `__cluster_dims__` is the launch's `cluster` argument here;
+// kf_cluster_sync() is barrier.cluster (arrive and wait), kf_cluster_map(p, rank) is `mapa`
+// (p: an address in dynamic shared memory).
+#define __cluster_dims__(...)
+inline void kf_cluster_sync() { kf_cpu::detail::cluster_sync(); }
+template <class T>
+inline T* kf_cluster_map(T* p, unsigned rank) { return kf_cpu::detail::cluster_map(p, rank); }
 
 // ---------------------------------------------------------------------------------------------
 // Warp intrinsics (warp = 32 consecutive linear thread ids)
