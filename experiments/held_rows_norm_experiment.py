@@ -11,9 +11,6 @@ least ``k`` blocks per SM, which caps each thread's registers (a source patch).
 segments without a stash, each also with the L2 eviction priorities of their loads (the
 first pass's keep their lines in L2, evict_last; the last pass's let them go, evict_first:
 what torch.compile's reductions that read a row twice emit) patched out.
-``--clusters`` (with ``--size`` of rows longer than a block holds) times the planned program
-beside rows split among the blocks of a thread-block cluster (``T`` threads, the fewest
-blocks whose registers hold the row, and twice as many) and rows in segments without a stash.
 ``--size MxN`` with rows longer than a block holds times rows held in segments instead:
 ``T`` threads, ``unroll`` accesses per segment, no stash, the most segments that fit shared
 memory, or half as many (two blocks per SM); column standardisation's held columns
@@ -22,7 +19,7 @@ memory, or half as many (two blocks per SM); column standardisation's held colum
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 experiments/held_rows_norm_experiment.py [app ...] [--rounds 3]
-        [--size 1024x65536] [--l2-hints] [--clusters]
+        [--size 1024x65536] [--l2-hints]
 """
 
 from __future__ import annotations
@@ -124,7 +121,6 @@ def main() -> None:
     parser.add_argument("--occupancy", action="store_true")
     parser.add_argument("--size", help="MxN (default: the app's benchmark size)")
     parser.add_argument("--l2-hints", action="store_true")
-    parser.add_argument("--clusters", action="store_true")
     args = parser.parse_args()
     size = tuple(int(n) for n in args.size.split("x")) if args.size else None
     for name in args.apps:
@@ -154,25 +150,6 @@ def main() -> None:
                 program = programs[label]
                 programs[f"{label}, no L2 hints"] = replace(
                     program, source=without_l2_hints(program.source))
-            time_sources(case, programs, args.rounds, args.runs)
-            continue
-        if args.clusters:
-            programs = {"planned": planned_program(case)}
-            texts = {f"T{threads} u{unroll} segments, no stash":
-                     f"mapreduce:{threads}x1:r1:i1:w:stream:g{rows}:u{unroll}:hr:sg"
-                     for threads, unroll in ((1024, 2), (1024, 4))}
-            for threads in (256, 512, 1024):
-                fewest = next((c for c in range(2, 9) if cols <= c * threads * 4 * 8), 0)
-                for cluster in sorted({fewest, min(8, 2 * fewest)} - {0}):
-                    unroll = -(-cols // (cluster * threads * 4))
-                    texts[f"T{threads} cluster {cluster} u{unroll}"] = (
-                        f"mapreduce:{threads}x1:r1:i1:w:stream:g{rows}:u{unroll}:hr:cl{cluster}")
-            kept = normalized_variants(group, texts.values(), case.graph.name)
-            for label, text in texts.items():
-                if text in kept:
-                    programs[label] = generate(
-                        case.graph, [(members, tuple(case.graph.outputs), text)],
-                        fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
             time_sources(case, programs, args.rounds, args.runs)
             continue
         if ":hc" in planned:

@@ -13,8 +13,3 @@ DYNAMIC_SHARED_LIMIT = 227 * 1024
 # Threads of a warp, and of a block at most.
 WARP = 32
 MAX_BLOCK_THREADS = 1024
-
-# Blocks of a thread-block cluster a launch may ask for without opting in (Hopper, sm_90 and
-# later; the "portable" cluster size), and the compute capability clusters start at.
-MAX_CLUSTER_BLOCKS = 8
-CLUSTER_CAPABILITY = (9, 0)

@@ -19,7 +19,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from kfuse.codegen.prelude import CLUSTER_HELPER
 from kfuse.errors import BackendUnavailable, CompileError
 from kfuse.runtime import host_compiler
 from kfuse.runtime.host_compiler import compile_host_library, load_host_library
@@ -243,20 +242,6 @@ __global__ void k_named_pipeline(const float* in, float* out, int iters) {
   if (!producer) out[blockIdx.x * 64 + k] = acc;
 }
 
-// ---- clusters: each block of four reads the others' dynamic shared memory ------------------
-__global__ void __cluster_dims__(1, 4, 1) k_cluster(const float* in, float* out) {
-  KF_DYNAMIC_SHARED(float, s);
-  const unsigned t = threadIdx.x, n = blockDim.x;
-  const unsigned g = (blockIdx.x * gridDim.y + blockIdx.y) * n + t;
-  KT_JITTER(g);
-  s[t] = in[g];
-  kf_cluster_sync();
-  float sum = 0.0f;
-  for (unsigned r = 0; r < 4; ++r) sum += kf_cluster_map(s, r)[(t + r) % n] * (float)(r + 1);
-  kf_cluster_sync();  // no block leaves while another reads its shared memory
-  out[g] = sum;
-}
-
 // Only one warp reaches a barrier that waits for two: must abort, not hang.
 __global__ void k_deadlock() {
   if (threadIdx.x < 32) KF_BAR_SYNC(3, 64);
@@ -375,13 +360,6 @@ int kt_named_groups(const int* in, int* out, int blocks) {
 int kt_named_pipeline(const float* in, float* out, int iters, int blocks) {
   return kf_cpu::launch(dim3(blocks), dim3(128), 0, [&] { k_named_pipeline(in, out, iters); });
 }
-int kt_cluster(const float* in, float* out, int clusters) {
-  return kf_cpu::launch(dim3(clusters, 8), dim3(64), 64 * sizeof(float),
-                        [&] { k_cluster(in, out); }, dim3(1, 4, 1));
-}
-int kt_bad_cluster() {
-  return kf_cpu::launch(dim3(1, 6), dim3(32), 0, [] {}, dim3(1, 4, 1));
-}
 int kt_deadlock() { return kf_cpu::launch(dim3(1), dim3(64), 0, [&] { k_deadlock(); }); }
 int kt_early_exit(const float* in, float* out, int n) {
   return kf_cpu::launch(dim3((n + 127) / 128), dim3(128), 0, [&] { k_early_exit(in, out, n); });
@@ -405,7 +383,7 @@ const char* kt_last_error() { return kf_cpu::last_error(); }
 #endif
 """
 
-SOURCE = PRELUDE + CLUSTER_HELPER + "\n" + KERNELS
+SOURCE = PRELUDE + KERNELS
 
 FAULTS = (
     "KF_SHIM_FAULT_BARRIER",
@@ -413,7 +391,6 @@ FAULTS = (
     "KF_SHIM_FAULT_ATOMIC",
     "KF_SHIM_FAULT_SHUFFLE",
     "KF_SHIM_FAULT_NAMED_BARRIER",
-    "KF_SHIM_FAULT_CLUSTER",
 )
 
 
@@ -711,27 +688,6 @@ def check_named_groups(lib) -> list[str]:
     return mismatches({"named groups": (out, v.ravel())})
 
 
-def check_cluster(lib) -> list[str]:
-    """Blocks (x, 0..7) in clusters of four along y: each thread sums the four blocks' shared
-    values at its index shifted by the rank."""
-    clusters = 3
-    x = rng(9).uniform(-1, 1, (clusters, 2, 4, 64)).astype(np.float32)
-    out = np.full(x.size, np.nan, np.float32)
-    call(lib, "kt_cluster", x.ravel(), out, clusters)
-    want = np.zeros_like(x)
-    t = np.arange(64)
-    for r in range(4):
-        want += x[:, :, r:r + 1, (t + r) % 64] * np.float32(r + 1)
-    return mismatches({"cluster": (out, want.ravel())})
-
-
-def test_cluster_blocks_share_their_dynamic_shared_memory(libs):
-    assert check_cluster(libs()) == []
-    lib = libs()
-    lib.kt_last_error.restype = ctypes.c_char_p
-    assert lib.kt_bad_cluster() == 9 and b"cluster" in lib.kt_last_error()
-
-
 def check_named_pipeline(lib) -> list[str]:
     blocks, iters = 3, 6
     x = rng(8).uniform(-1, 1, blocks * iters * 64).astype(np.float32)
@@ -906,7 +862,6 @@ FAULT_CHECKS: dict[str, list[Callable]] = {
     "KF_SHIM_FAULT_ATOMIC": [check_atomics],
     "KF_SHIM_FAULT_SHUFFLE": [check_shuffle],
     "KF_SHIM_FAULT_NAMED_BARRIER": [check_named_groups, check_named_pipeline],
-    "KF_SHIM_FAULT_CLUSTER": [check_cluster],
 }
 
 

@@ -100,14 +100,6 @@ SEGMENT_CASES = [
       for variant in ("mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg",
                       "mapreduce:1024x1:r1:i1:w:stream:g40:u2:hr:sg:st7",
                       "mapreduce:128x1:r1:i1:s:stream:g3:u2:hr:sg:st5")],
-    # rows held whole by clusters of blocks (a partial last block's share; blocks walking
-    # rows and one block per row; a full reduction and column sums in a cluster: phases)
-    *[(app, variant, ((9, 40003), (3, 1001), (5, 65536)))
-      for app in ("rmsnorm", "logsoftmax", "softmax", "crossentropy", "layernorm")
-      for variant in ("mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:cl4",
-                      "mapreduce:256x1:r1:i1:w:stream:g9:u8:hr:cl8")],
-    *[(app, "mapreduce:128x1:r1:i1:s:stream:g3:u2:hr:cl3", ((5, 767), (3, 7)))
-      for app in ("layernorm", "softmax")],
     *[("colstandardise", variant, ((40003, 9), (1001, 37)))
       for variant in ("mapreduce:2x128:r1:i1:w:shuffle:u8:hc:st3",
                       "mapreduce:8x32:r1:i1:s:shuffle:u2:hc")],

@@ -28,14 +28,6 @@ ROWS = ["rmsnorm", "layernorm", "logsoftmax", "softmax", "crossentropy"]  # alon
 SMALL_HELD = "mapreduce:128x1:r1:i1:w:stream:g3:u3:hr"
 
 
-def no_clusters(profile=None):
-    """``profile`` (default: the default one) as a device without thread-block clusters."""
-    from dataclasses import replace
-
-    from kfuse.model.device import default_profile
-    return replace(profile or default_profile(), compute_capability="8.0")
-
-
 def cpu_or_skip():
     from kfuse.runtime.cpu_backend import CpuBackend
     if not CpuBackend.available():
@@ -113,16 +105,14 @@ def test_row_normalisations_plan_one_kernel_at_benchmark_sizes(name):
 
 
 def test_rows_too_long_for_a_block_go_in_segments():
-    """Rows longer than any block holds plan, on a device without thread-block clusters, as
-    one kernel holding them in segments, the sum of exponentials in the maximum's pass
-    (online rescaling), and the explanation says so; a group with column reductions cannot
-    take segments and stays split, with the reason."""
-    from kfuse.search import default_plan
-
+    """Rows longer than any block holds plan as one kernel holding them in segments, the
+    sum of exponentials in the maximum's pass (online rescaling), and the explanation says
+    so; a group with column reductions cannot take segments and stays split, with the
+    reason."""
     app = get_app("logsoftmax")
     pipeline = app.build()
     graph = pipeline.graph()
-    plan = default_plan(graph, sizes=app.sizes(graph, (64, 131072)), profile=no_clusters())
+    plan = pipeline.plan(sizes=app.sizes(graph, (64, 131072)))
     assert len(plan.groups) == 1 and ":sg" in plan.groups[0].variant, plan.explain()
     text = plan.explain()
     assert "'total' goes in the same pass over the row's segments as 'top'" in text, text
@@ -133,7 +123,7 @@ def test_rows_too_long_for_a_block_go_in_segments():
     columns = kf.reduce_sum(x - top.at(0, dims=(0,)), axis=0, name="columns")
     p.output(columns)
     graph = p.graph()
-    plan = default_plan(graph, sizes={"x.0": 64, "x.1": 131072}, profile=no_clusters())
+    plan = p.plan(sizes={"x.0": 64, "x.1": 131072})
     assert len(plan.groups) == 2
     assert "rows held in segments cannot keep the column reductions" in plan.explain(), \
         plan.explain()
@@ -150,65 +140,13 @@ def test_rows_in_segments_are_read_again_from_l2_where_it_is_large():
     for name, size in (("rmsnorm", (1024, 65536)), ("logsoftmax", (512, 131072))):
         app = get_app(name)
         graph = app.build().graph()
-        for profile, stashed in ((no_clusters(h200_like_profile()), False),
-                                 (no_clusters(default_profile()), True)):
+        for profile, stashed in ((h200_like_profile(), False), (default_profile(), True)):
             plan = default_plan(graph, sizes=app.sizes(graph, size), profile=profile)
             (group,) = plan.groups
             variant = MapReduceVariant.parse(group.variant)
             assert variant.segmented, plan.explain()
             assert (variant.stash > 0) == stashed, (name, profile.name, group.variant)
             assert variant.unroll == (2 if stashed else 4), (name, profile.name, group.variant)
-
-
-def test_rows_too_long_for_a_block_are_split_among_a_cluster_where_the_device_has_them():
-    """On a Hopper device, rows longer than a block holds plan as one kernel whose rows are
-    held whole by the fewest blocks of a thread-block cluster that hold them (read once;
-    LayerNorm with its gamma and beta too); rows a block holds take no cluster."""
-    from kfuse.model.device import default_profile, h200_like_profile
-    from kfuse.schedule.forms import MapReduceVariant
-    from kfuse.search import default_plan
-
-    for name, size in (("rmsnorm", (1024, 65536)), ("layernorm", (1024, 65536)),
-                       ("logsoftmax", (512, 131072)), ("softmax", (1024, 128256))):
-        app = get_app(name)
-        graph = app.build().graph()
-        for profile in (h200_like_profile(), default_profile()):
-            plan = default_plan(graph, sizes=app.sizes(graph, size), profile=profile)
-            (group,) = plan.groups
-            variant = MapReduceVariant.parse(group.variant)
-            assert variant.cluster > 1 and not variant.segmented, plan.explain()
-            held = variant.threads[0] * group_width(graph, group, variant) * variant.unroll
-            assert held * (variant.cluster - 1) < size[1] <= held * variant.cluster, group
-            assert "clusters of" in plan.explain() or ":cl" in plan.explain()
-        short = default_plan(graph, sizes=app.sizes(graph, (64, 4096)))
-        assert ":cl" not in short.groups[0].variant
-
-
-def group_width(graph, group, variant) -> int:
-    return MapReduceGroup(graph, tuple(group.members), list(group.outputs)).width(variant)
-
-
-# a cluster of three blocks of 64 threads holding 64 x 4 x 2 = 512 columns each; one of
-# two blocks of 64 threads, scalar accesses, one block per row
-SMALL_CLUSTERS = ("mapreduce:64x1:r1:i1:w:stream:g3:u2:hr:cl3",
-                  "mapreduce:64x1:r1:i1:s:stream:g7:u1:hr:cl2")
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("name", ROWS)
-@pytest.mark.parametrize("variant", SMALL_CLUSTERS)
-def test_rows_held_by_clusters_of_blocks_at_odd_lengths(name, variant):
-    """Rows shorter than one block's share, ending inside the last block's, and exactly as
-    long as the cluster holds; blocks walking rows and one block per row."""
-    cpu_or_skip()
-
-    def clusters(pipeline):
-        members = tuple(k.name for k in pipeline.graph().kernels)
-        return pipeline.fuse([members], forms=[variant])
-
-    holds = 1536 if ":w:" in variant else 128
-    for size in ((3, 5), (5, holds - 35), (7, holds)):
-        check(name, clusters, size, seed=size[1])
 
 
 # a small block holding 64 x 4 x 2 = 512 columns at a time
@@ -319,8 +257,7 @@ def test_phases_follow_the_chain_of_row_reductions():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("variant", [SMALL_HELD, "mapreduce:256x1:r1:i1:w:stream:g40:u2:hr",
-                                     SMALL_CLUSTERS[0]])
+@pytest.mark.parametrize("variant", [SMALL_HELD, "mapreduce:256x1:r1:i1:w:stream:g40:u2:hr"])
 def test_every_kind_of_member_in_every_phase(variant):
     """Phase 0 a row maximum; phase 1 a stored map, a row sum of it and a sum over
     everything; phase 2 column sums reading the row sum: each stored, on rows shorter and

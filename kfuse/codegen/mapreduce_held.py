@@ -24,7 +24,6 @@ from dataclasses import replace
 
 from kfuse.codegen.cexpr import c_name, indent, size_var
 from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
-from kfuse.codegen.prelude import CLUSTER_HELPER
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import Reduce
@@ -86,8 +85,6 @@ class HeldKernel(MapReduceKernel):
     def mapping_text(self) -> str:
         variant = self.variant
         held = "in segments" if variant.segmented else "whole"
-        if variant.cluster > 1:
-            held = f"whole by clusters of {variant.cluster} blocks"
         return (f"matrix rows held {held} by blocks of {variant.threads[0]} threads, "
                 f"{variant.unroll} x {self.v} columns per thread, contiguous rows per block "
                 f"(at most {variant.blocks} blocks)")
@@ -96,8 +93,6 @@ class HeldKernel(MapReduceKernel):
         helpers = super().helpers()
         if self.variant.segmented and self.held_kind == "row":
             helpers = (*helpers, L2_LOAD_HELPER)
-        if self.variant.cluster > 1:
-            helpers = (*helpers, CLUSTER_HELPER)
         return (*helpers, RESCALE_HELPER) if self.group.online and self.variant.segmented \
             else helpers
 
@@ -106,18 +101,16 @@ class HeldKernel(MapReduceKernel):
         row reductions of the phases before) over the row, its row reductions combined."""
         group, variant, v = self.group, self.variant, self.v
         threads, chunks = variant.threads[0], variant.unroll
+        warps = threads // WARP
         rows_symbol, cols_symbol = group.domain
         n_rows, n_cols = size_var(rows_symbol), size_var(cols_symbol)
         row_reductions = group.row_reductions()
         segmented = variant.segmented
         segment = threads * v * chunks  # columns a block holds at once
         self.segment_extent = segment
-        cluster = variant.cluster
 
         first = f"kf_base + (kf_u * {threads} + kf_tx) * {v}" if segmented \
             else f"(kf_u * {threads} + kf_tx) * {v}"
-        if cluster > 1:  # the block's share of the row: its rank's columns
-            first = f"kf_rank * {segment} + {first}"
         self.map_chunks([f"const int ix = {first};",
                          f"const int kf_cols = ix < {n_cols} ? min({v}, {n_cols} - ix) : 0;"])
         loaded, column_arrays = self.held_arrays()
@@ -131,8 +124,9 @@ class HeldKernel(MapReduceKernel):
                              f"  for (int e = 0; e < {v}; ++e) kf_acc_{reduce.var}[kf_u][e] = "
                              f"{reduce.identity};"]
         accumulators += self.accumulator_lines(group.all_reductions())
-        shared = self.parts_lines(row_reductions + self.centring_reductions(),
-                                  group.all_reductions())
+        shared = [f"__shared__ {r.ctype} kf_parts_{r.var}[2][{warps}];  // '{r.kernel.name}': "
+                  "each warp's part of a row, two buffers (one barrier per row)"
+                  for r in row_reductions + self.centring_reductions()]
         walk = self.segmented_walk(loaded + column_arrays) if segmented \
             else self.held_walk(loaded)
         self.held_values = {}
@@ -141,8 +135,7 @@ class HeldKernel(MapReduceKernel):
             flush += self.over_chunks([f"for (int e = 0; e < kf_cols; ++e) kf_atomic_{reduce.op}("
                                        f"&{reduce.var}[ix + e], kf_acc_{reduce.var}[kf_u][e]);"])
         for reduce in group.all_reductions():
-            flush += self.block_atomic_lines(reduce) if variant.cluster == 1 \
-                else self.cluster_block_atomic_lines(reduce)
+            flush += self.block_atomic_lines(reduce)
         vec = self.held_vector_flag()
         body = [
             f"// held rows: the block's {threads} threads hold each of its rows whole, {chunks} "
@@ -159,8 +152,6 @@ class HeldKernel(MapReduceKernel):
         body += [
             "const int kf_tx = threadIdx.x, kf_lane = kf_tx & 31, kf_warp = kf_tx >> 5;",
             "(void)kf_lane; (void)kf_warp;",
-            *([f"const int kf_rank = blockIdx.y;  // this block's share of each row (its "
-               f"rank in a cluster of {cluster} blocks along y)"] if cluster > 1 else []),
             f"const bool kf_vec = {vec};  // {variant.vector_bytes}-byte accesses where "
             "aligned",
             *shared,
@@ -183,51 +174,13 @@ class HeldKernel(MapReduceKernel):
             *indent(walk, 1),
             "}",
         ]
-        if cluster > 1:
-            body.append("kf_cluster_sync();  // no block leaves while another may still read "
-                        "its shared memory")
         if flush:
             body += ["// stage 5: combine over the blocks: one atomic per column and block "
                      "(a full reduction: per block)", *flush]
         if not segmented:
-            self.size_limits = ((cols_symbol, segment * cluster),)
-        grid = (GridAxis((rows_symbol,), 1, variant.blocks),
-                GridAxis(fixed_blocks=cluster) if cluster > 1 else GridAxis(), GridAxis())
-        if cluster > 1:
-            self.cluster_dims = (1, cluster, 1)
+            self.size_limits = ((cols_symbol, segment),)
+        grid = (GridAxis((rows_symbol,), 1, variant.blocks), GridAxis(), GridAxis())
         return body, grid
-
-    def parts_lines(self, reductions: Sequence[Reduce], totals: Sequence[Reduce]) -> list[str]:
-        """Shared memory for each row reduction's parts: each warp's (two buffers: one
-        barrier per row); in a cluster, also the block's, which the cluster's other blocks
-        read, and each warp's part of the full reductions ``totals`` (all of it dynamic: the
-        CPU shim gives each block of a cluster its own)."""
-        warps = self.variant.threads[0] // WARP
-        if self.variant.cluster == 1:
-            return [f"__shared__ {r.ctype} kf_parts_{r.var}[2][{warps}];  // "
-                    f"'{r.kernel.name}': each warp's part of a row, two buffers (one barrier "
-                    "per row)" for r in reductions]
-        if not (reductions or totals):
-            return []
-        lines = ["KF_DYNAMIC_SHARED(unsigned char, kf_shared);"]
-        offset = 0
-        for r in totals:
-            lines.append(f"{r.ctype}* const kf_total_{r.var} = reinterpret_cast<{r.ctype}*>("
-                         f"kf_shared + {offset});  // '{r.kernel.name}': each warp's part of "
-                         "the block's")
-            offset += -(-warps * ITEM_SIZE[r.dtype] // 16) * 16
-        for r in reductions:
-            size = ITEM_SIZE[r.dtype]
-            lines += [
-                f"{r.ctype} (*const kf_parts_{r.var})[{warps}] = reinterpret_cast<{r.ctype} "
-                f"(*)[{warps}]>(kf_shared + {offset});  // '{r.kernel.name}': each warp's "
-                "part of a row, two buffers",
-                f"{r.ctype}* const kf_block_{r.var} = reinterpret_cast<{r.ctype}*>(kf_shared "
-                f"+ {offset + 2 * warps * size});  // the block's part, two buffers, read by "
-                "the cluster's blocks"]
-            offset += -(-(2 * warps + 2) * size // 16) * 16
-        self.dynamic_shared_bytes = offset
-        return lines
 
     # -- pieces of the walk -----------------------------------------------------------------
     def map_chunks(self, chunk: list[str]) -> None:
@@ -282,23 +235,6 @@ class HeldKernel(MapReduceKernel):
         return (f"{reduce.ctype} kf_racc_{reduce.var} = {reduce.identity};  // this thread's "
                 f"part of the row's '{reduce.kernel.name}'")
 
-    def cluster_block_atomic_lines(self, reduce: Reduce) -> list[str]:
-        """:meth:`block_atomic_lines` through the kernel's dynamic shared memory (a block of
-        a cluster has no static shared memory of its own on the CPU shim)."""
-        warps = self.variant.threads[0] // WARP
-        combine = f"kf_combine<{reduce.code}, {reduce.ctype}>"
-        return [f"// '{reduce.kernel.name}': combine over the block, one atomic per block",
-                f"kf_acc_{reduce.var} = kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>("
-                f"kf_acc_{reduce.var});",
-                f"if (kf_lane == 0) kf_total_{reduce.var}[kf_warp] = kf_acc_{reduce.var};",
-                "__syncthreads();",
-                "if (kf_tx == 0) {",
-                f"  {reduce.ctype} kf_block_total = {reduce.identity};",
-                f"  for (int w = 0; w < {warps}; ++w) kf_block_total = {combine}("
-                f"kf_block_total, kf_total_{reduce.var}[w]);",
-                f"  kf_atomic_{reduce.op}(&{reduce.var}[0], kf_block_total);",
-                "}"]
-
     def combine(self, reductions: Sequence[Reduce]) -> tuple[list[str], dict[str, str]]:
         """Lines combining ``reductions`` over the block, and the C value (``{element}``: of
         the thread's element) of each result the later passes read."""
@@ -319,28 +255,13 @@ class HeldKernel(MapReduceKernel):
         lines.append("__syncthreads();  // every warp's part written (the next row "
                      "writes the other buffer)" if reductions else
                      "// (no row reductions: nothing to combine)")
-        cluster = self.variant.cluster
-        block = "kf_blk_" if cluster > 1 else "kf_row_"  # (in a cluster: the block's part)
         for reduce in reductions:
             warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
-            lines.append(f"const {reduce.ctype} {block}{reduce.var} = {warp_reduce}("
+            lines.append(f"const {reduce.ctype} kf_row_{reduce.var} = {warp_reduce}("
                          f"kf_lane < {warps} ? kf_parts_{reduce.var}[kf_parity][kf_lane]"
                          f" : {reduce.identity});")
-        if cluster > 1 and reductions:
-            lines += [f"if (kf_tx == 0) kf_block_{r.var}[kf_parity] = kf_blk_{r.var};"
-                      for r in reductions]
-            lines.append("kf_cluster_sync();  // every block's part of the row written "
-                         "(the next row writes the other buffer)")
-            for reduce in reductions:
-                warp_reduce = f"kf_mr_warp_reduce<{reduce.code}, {reduce.ctype}>"
-                lines.append(f"const {reduce.ctype} kf_row_{reduce.var} = {warp_reduce}("
-                             f"kf_lane < {cluster} ? kf_cluster_map(kf_block_{reduce.var}, "
-                             f"kf_lane)[kf_parity] : {reduce.identity});  // over the "
-                             "cluster's blocks (distributed shared memory)")
-        first = "kf_tx == 0 && kf_rank == 0" if cluster > 1 else "kf_tx == 0"
-        for reduce in reductions:
             if reduce.kernel.output in group.outputs:
-                lines.append(f"if ({first}) {reduce.var}[iy] = kf_row_{reduce.var};"
+                lines.append(f"if (kf_tx == 0) {reduce.var}[iy] = kf_row_{reduce.var};"
                              "  // one plain store per row: no fill, no atomic")
         return lines
 

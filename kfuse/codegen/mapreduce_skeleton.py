@@ -146,7 +146,6 @@ class MapReduceKernel:
         self.size_limits: tuple[tuple[str, int], ...] = ()
         self.address = "i"  # the C offset of the thread's first element in a matrix (vector)
         self.dynamic_shared_bytes = 0  # (held rows in segments: their stash)
-        self.cluster_dims = (1, 1, 1)  # (held rows over a cluster of blocks)
 
     # -- the form ---------------------------------------------------------------------------
     @property
@@ -174,8 +173,7 @@ class MapReduceKernel:
         body, grid = self.body()
         threads = self.variant.threads[0] * self.variant.threads[1]
         kernel = KernelSource((*self.helpers(), "", *self.describe()), self.group.symbol,
-                              launch_bounds(threads), params, tuple(indent(body, 1)),
-                              self.cluster_dims)
+                              launch_bounds(threads), params, tuple(indent(body, 1)))
         return kernel, self.launch(params, grid)
 
     def helpers(self) -> tuple[str, ...]:
@@ -226,8 +224,7 @@ class MapReduceKernel:
                           (self.variant.threads[0], self.variant.threads[1], 1), grid, initial,
                           size_limits=self.size_limits,
                           blocks_walk=bool(self.variant.blocks) or self.variant.whole_columns,
-                          dynamic_shared_bytes=self.dynamic_shared_bytes,
-                          cluster=self.cluster_dims)
+                          dynamic_shared_bytes=self.dynamic_shared_bytes)
 
     def aligned_flag(self, buffers: Sequence[str], stride: str | None,
                      known: bool = False) -> str:

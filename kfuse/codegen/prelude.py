@@ -349,25 +349,3 @@ template <int Pending> inline void kf_copy_async_wait() {
 #endif
 // ===== end of kfuse prelude =====
 """
-
-
-# Thread-block clusters (sm_90): emitted by kernels whose blocks share a row across a cluster;
-# the CPU shim defines the same two functions for the host compiler.
-CLUSTER_HELPER = r"""#ifndef KF_CLUSTER_HELPER
-#define KF_CLUSTER_HELPER
-#if defined(__CUDACC__)
-// Every thread of the cluster's blocks meets here; shared memory written before it is seen by
-// every block of the cluster after it (barrier.cluster, release and acquire).
-__device__ __forceinline__ void kf_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// The address of p (in this block's shared memory) in block `rank` of the cluster (mapa):
-// distributed shared memory, read and written like any pointer.
-template <typename T> __device__ __forceinline__ T* kf_cluster_map(T* p, unsigned rank) {
-  unsigned long long mapped;
-  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(mapped) : "l"(p), "r"(rank));
-  return reinterpret_cast<T*>(mapped);
-}
-#endif
-#endif  // KF_CLUSTER_HELPER"""

@@ -39,14 +39,10 @@ class KernelSource:
     bounds: str  # __launch_bounds__: threads per block[, least resident blocks]
     params: tuple[KernelParam, ...]
     body: tuple[str, ...]
-    cluster: tuple[int, int, int] = (1, 1, 1)  # blocks per thread-block cluster, per axis
 
     def header(self) -> str:
         parameters = ", ".join(f"{param.ctype} {param.name}" for param in self.params)
-        cluster = "" if self.cluster == (1, 1, 1) else \
-            f"__cluster_dims__({', '.join(map(str, self.cluster))}) "
-        return (f"KF_KERNEL void __launch_bounds__({self.bounds}) {cluster}{self.symbol}"
-                f"({parameters})")
+        return f"KF_KERNEL void __launch_bounds__({self.bounds}) {self.symbol}({parameters})"
 
     def lines(self) -> list[str]:
         return [*self.preamble, self.header(), "{", *self.body, "}"]
@@ -126,9 +122,6 @@ class LaunchSpec:
     # launch is 1-D, as many blocks as the largest part has, and each part's block counts
     # per axis are passed as parameters of role "blocks" (ref "part.axis")
     part_grids: tuple[tuple[GridAxis, GridAxis, GridAxis], ...] = ()
-    # blocks per thread-block cluster along each axis (the kernel's __cluster_dims__): the
-    # grid's blocks along an axis are a multiple of it
-    cluster: tuple[int, int, int] = (1, 1, 1)
 
     def part_blocks(self, sizes: Mapping[str, int]) -> tuple[tuple[int, int, int], ...]:
         """Blocks per axis of each part's grid (side-by-side kernels)."""

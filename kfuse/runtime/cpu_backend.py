@@ -34,14 +34,12 @@ def launcher_source(spec: LaunchSpec) -> str:
                          if param.role not in ("input", "output") else
                          f"*({ctype}*)args[{index}]")
     call = f"{spec.symbol}({', '.join(arguments)})"
-    cluster = "" if spec.cluster == (1, 1, 1) else \
-        f", dim3({', '.join(map(str, spec.cluster))})"
     return (
         f'extern "C" int kf_launch_{spec.symbol}(const unsigned* grid, const unsigned* block,\n'
         f"    unsigned long long shared_bytes, void** args) {{\n"
         f"  return kf_cpu::launch(dim3(grid[0], grid[1], grid[2]),\n"
         f"                        dim3(block[0], block[1], block[2]), shared_bytes,\n"
-        f"                        [&]() {{ {call}; }}{cluster});\n"
+        f"                        [&]() {{ {call}; }});\n"
         f"}}\n"
     )
 

@@ -18,7 +18,7 @@ from kfuse.codegen.program import GridAxis, KernelParam, LaunchSpec, Program
 from kfuse.errors import CacheError
 from kfuse.ir.fingerprint import digest
 
-FORMAT = 3  # the layout of a stored program
+FORMAT = 2  # the layout of a stored program
 
 
 def program_key(*parts: Any) -> str:
@@ -53,7 +53,6 @@ def program_to_dict(program: Program) -> dict[str, Any]:
             "size_limits": [list(pair) for pair in spec.size_limits],
             "blocks_walk": spec.blocks_walk,
             "part_grids": [[_axis_list(axis) for axis in grid] for grid in spec.part_grids],
-            "cluster": list(spec.cluster),
         } for spec in program.launches],
     }
 
@@ -70,8 +69,7 @@ def program_from_dict(data: dict[str, Any]) -> Program:
         spec["dynamic_shared_bytes"],
         tuple((symbol, int(size)) for symbol, size in spec["size_limits"]),
         spec["blocks_walk"],
-        tuple(tuple(_axis_of(axis) for axis in grid) for grid in spec["part_grids"]),
-        tuple(spec["cluster"]))
+        tuple(tuple(_axis_of(axis) for axis in grid) for grid in spec["part_grids"]))
         for spec in data["launches"])
     fixed = data["fixed_sizes"]
     return Program(data["name"], data["source"], launches, data["wide_index"],

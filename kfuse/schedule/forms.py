@@ -33,7 +33,7 @@ from math import prod
 from typing import Any, ClassVar
 
 from kfuse.analysis.operations import aligned_read, evaluation_points
-from kfuse.cuda_limits import MAX_CLUSTER_BLOCKS, STATIC_SHARED_LIMIT, WARP
+from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
 from kfuse.errors import FusionError
 from kfuse.ir.expr import HALF_DTYPES, ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph
@@ -307,11 +307,6 @@ class MapReduceVariant(Form):
     memory by the pass that first reads them, each thread its own elements (no barrier):
     with the segment in registers, a row of ``stash + 1`` segments is read from DRAM once.
 
-    ``cluster`` (held rows held whole): each row is split among this many blocks of a
-    thread-block cluster (Hopper, at most 8), each holding ``T x V x unroll`` of its columns;
-    the row's reductions are combined over the block, then over the cluster through
-    distributed shared memory, so a row longer than one block holds is still read once.
-
     ``held_columns``: the same along the columns (a column reduction read back at every
     element of its column): each block owns a strip of ``threads[0] x V`` columns and walks
     every row of it in segments of ``threads[1] x unroll`` rows, a pass per phase, its
@@ -336,7 +331,6 @@ class MapReduceVariant(Form):
     segmented: bool = False
     stash: int = 0
     held_columns: bool = False
-    cluster: int = 1
 
     def __post_init__(self) -> None:
         bx, by = self.threads
@@ -372,11 +366,6 @@ class MapReduceVariant(Form):
         if self.stash < 0 or (self.stash and not (self.segmented or self.held_columns)):
             raise FusionError("variant: a stash of segments belongs to rows held in segments "
                               "(':hr:sg:stN', N >= 0) and held columns (':hc:stN')")
-        if self.cluster != 1 and not (self.held_rows and not self.segmented
-                                      and 2 <= self.cluster <= MAX_CLUSTER_BLOCKS):
-            raise FusionError(f"variant: a cluster of {self.cluster} blocks: clusters of 2 to "
-                              f"{MAX_CLUSTER_BLOCKS} blocks hold rows whole (':hr:clN', no "
-                              "segments)")
         if self.held_columns and (bx > WARP or bx & (bx - 1) or self.held_rows
                                   or self.rowsum != "shuffle" or self.whole_columns):
             raise FusionError(f"variant: held columns take {bx}x{by} threads: the first a "
@@ -403,8 +392,6 @@ class MapReduceVariant(Form):
             parts.append("sg")
         if self.held_columns:
             parts.append("hc")
-        if self.cluster != 1:
-            parts.append(f"cl{self.cluster}")
         if self.stash:
             parts.append(f"st{self.stash}")
         if self.order:
@@ -438,7 +425,7 @@ class MapReduceVariant(Form):
             raise FusionError(f"malformed map-reduce variant {text!r}")
         order: tuple[str, ...] = ()
         blocks, unroll, span, whole_columns, held_rows = 0, 1, 0, False, False
-        segmented, stash, held_columns, cluster = False, 0, False, 1
+        segmented, stash, held_columns = False, 0, False
         for extra in parts[6:]:
             if extra == "wc":
                 whole_columns = True
@@ -450,8 +437,6 @@ class MapReduceVariant(Form):
                 held_columns = True
             elif re.fullmatch(r"st\d+", extra):
                 stash = int(extra[2:])
-            elif re.fullmatch(r"cl\d+", extra):
-                cluster = int(extra[2:])
             elif extra.startswith("o="):
                 order = tuple(n for n in extra[2:].split(",") if n)
             elif re.fullmatch(r"g\d+", extra):
@@ -465,7 +450,7 @@ class MapReduceVariant(Form):
         return cls((int(match.group(1)), int(match.group(2))), int(rows.group(1)),
                    int(iters.group(1)), parts[4] != "s", parts[5], order, blocks, unroll,
                    span, int(access.group(1) or 16), whole_columns, held_rows, segmented,
-                   stash, held_columns, cluster)
+                   stash, held_columns)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
         return remote_reason(graph, members, "map-reduce") or \

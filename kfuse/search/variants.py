@@ -75,7 +75,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from kfuse.cuda_limits import CLUSTER_CAPABILITY, MAX_CLUSTER_BLOCKS, MAX_REGISTERS_PER_THREAD, WARP
+from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD, WARP
 from kfuse.errors import FusionError, KfuseError
 from kfuse.fusion.legality import (
     epilogue_kind,
@@ -205,9 +205,6 @@ HELD_COLUMN_WHOLE_FORMS = ((2, 256), (4, 128), (8, 64))
 HELD_COLUMN_WHOLE_UNROLL = 16
 HELD_COLUMN_SEGMENT_FORM = (8, 64, 8)
 HELD_BASE_REGISTERS = 16
-# Rows split among the blocks of a cluster: at most this many accesses per thread (the held
-# forms measured; ptxas spilled 11 and 26 accesses of 16 bytes under the register estimate)
-HELD_CLUSTER_UNROLL = 8
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
 RANK_RESOLUTION = 0.002                # predictions closer than this rank as equal
@@ -361,44 +358,9 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
             continue  # the row does not fit in the registers of such a block
         resident = max(1, _register_blocks(registers, threads, profile))
         result.append(replace(variant, blocks=rows if per_row else resident * profile.sm_count))
-    if not result:
-        result = held_cluster_variants(group, profile, columns, rows)
     if not result and rows is not None and segment_reason(
             group.graph, [k.name for k in group.members]) is None:
         result = held_segment_variants(group, profile, rows, columns)
-    return result
-
-
-def clusters_reason(profile: DeviceProfile) -> str | None:
-    """Why ``profile``'s device runs no thread-block clusters (None where it does)."""
-    major, minor = (int(part) for part in profile.compute_capability.split(".")[:2])
-    if (major, minor) < CLUSTER_CAPABILITY:
-        return (f"thread-block clusters need compute capability "
-                f"{'.'.join(map(str, CLUSTER_CAPABILITY))} (the device has "
-                f"{profile.compute_capability})")
-    return None
-
-
-def held_cluster_variants(group: MapReduceGroup, profile: DeviceProfile, columns: int,
-                          rows: int | None) -> list[MapReduceVariant]:
-    """Rows longer than a block holds, each split among the fewest blocks of a thread-block
-    cluster that hold it in registers (:func:`_held_probes`' forms): read from DRAM once,
-    where rows in segments read them again."""
-    if clusters_reason(profile):
-        return []
-    result = []
-    for probe, per_row in _held_probes(group, rows):
-        threads = probe.threads[0]
-        for cluster in range(2, MAX_CLUSTER_BLOCKS + 1):
-            unroll = max(1, -(-columns // (cluster * threads * group.width(probe))))
-            variant = replace(probe, unroll=unroll, cluster=cluster)
-            registers = HELD_BASE_REGISTERS + held_words(group, variant)
-            if unroll <= HELD_CLUSTER_UNROLL and \
-                    registers <= _held_register_budget(threads, profile):
-                resident = max(1, _register_blocks(registers, threads, profile))
-                blocks = rows if per_row else max(1, resident * profile.sm_count // cluster)
-                result.append(replace(variant, blocks=blocks))
-                break
     return result
 
 
@@ -606,7 +568,6 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         blocks = col_blocks * row_blocks
         if stream and variant.blocks:  # a persistent grid loops over the row groups
             blocks = min(blocks, variant.blocks)
-        blocks *= variant.cluster  # (a cluster's blocks share each of its rows)
     dram = sum(graph.nbytes(b, sizes) for b in (*group.reads, *group.outputs))
     l2 = 0.0
     atomics = 0.0
@@ -618,10 +579,9 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
                     l2 += sizes[group.domain[0]] * 4 * col_blocks
     if stream and variant.held_rows:
         # column vectors once per block; columns combined over blocks, one atomic per block
-        for name in group.col_inputs:  # (in a cluster, each block its share of them)
-            l2 += graph.nbytes(name, sizes) * blocks / variant.cluster
-        atomics += sizes[group.domain[1]] * blocks / variant.cluster \
-            * len(group.col_reductions())
+        for name in group.col_inputs:
+            l2 += graph.nbytes(name, sizes) * blocks
+        atomics += sizes[group.domain[1]] * blocks * len(group.col_reductions())
     elif stream:
         # each warp re-reads the column vectors once per its rows (L1 shares them in part)
         warps_rows = sizes[group.domain[0]] / variant.rows
@@ -682,10 +642,8 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
         operations += 2 * 5 * sizes[group.domain[0]] * col_blocks * WARP \
             * len(group.row_reductions())
     cycles = BLOCK_CYCLES + (EPILOGUE_CYCLES if group.reductions or shared else 0)
-    if variant.held_rows:  # each row's combine over the block (in a cluster, then over the
-        # cluster: as long again), with no loads in flight
-        cycles += HELD_ROW_CYCLES * math.ceil(sizes[group.domain[0]] * variant.cluster
-                                              / blocks) * (2 if variant.cluster > 1 else 1)
+    if variant.held_rows:  # each row's combine over the block, with no loads in flight
+        cycles += HELD_ROW_CYCLES * math.ceil(sizes[group.domain[0]] / blocks)
     if stream:
         reads = sum(graph.nbytes(b, sizes) for b in group.tile_inputs)
         chunk_in_flight = threads * v * item * max(tile_inputs, 1) * variant.rows

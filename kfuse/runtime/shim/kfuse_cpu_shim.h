@@ -38,16 +38,12 @@
 //     thread aborts too. Invalid launch configurations return an error code instead.
 //   * Standard headers that this header does not include itself must be included before it
 //     (its keyword macros such as __noinline__ would break them).
-//   * Thread-block clusters (launch's `cluster` argument): a cluster's blocks run together,
-//     each with its own dynamic shared memory; kf_cluster_map maps only dynamic shared memory,
-//     and a cluster kernel must not declare static __shared__ arrays (one instance here).
-//   * No half precision, textures, surfaces, cooperative groups, dynamic parallelism.
+//   * No half precision, textures, surfaces, cooperative groups, clusters, dynamic parallelism.
 //
 // Fault injection (for tests proving that tests can fail): KF_SHIM_FAULT_BARRIER (__syncthreads
 // does nothing), KF_SHIM_FAULT_SHARED (__shared__ is per thread), KF_SHIM_FAULT_ATOMIC (atomics
 // are racy load/yield/store), KF_SHIM_FAULT_SHUFFLE (shuffles return the caller's own value),
-// KF_SHIM_FAULT_NAMED_BARRIER (KF_BAR_SYNC does nothing), KF_SHIM_FAULT_CLUSTER
-// (kf_cluster_sync does nothing).
+// KF_SHIM_FAULT_NAMED_BARRIER (KF_BAR_SYNC does nothing).
 
 #ifndef KFUSE_CPU_SHIM_H
 #define KFUSE_CPU_SHIM_H
@@ -335,22 +331,6 @@ struct Launch {
   NamedBarrier named[16];
   std::byte* dyn = nullptr;
   std::size_t dyn_bytes = 0, dyn_alloc = 0;
-
-  struct Cluster* cluster = nullptr;  // the blocks run together with this one (clusters)
-  unsigned rank = 0;                  // this block's rank in its cluster
-};
-
-// The blocks of a thread-block cluster (Hopper), run together: one Launch each (its own
-// barriers and dynamic shared memory), and a barrier over all of their threads.
-struct Cluster {
-  dim3 dims{1, 1, 1};
-  std::vector<Launch*> ranks;
-  unsigned nthreads = 0;  // of every block of the cluster together
-  std::mutex m;
-  Round round;
-  unsigned arrived = 0;
-  unsigned r_arrived = 0;  // the rendezvous after each cluster's blocks
-  Round rround;
 };
 
 inline thread_local Launch* tls_launch = nullptr;
@@ -630,77 +610,6 @@ inline void thread_main(Launch& L, unsigned lid, Body& body) {
   tls_launch = nullptr;
 }
 
-// Every thread of the cluster's blocks arrives (barrier.cluster: none may have returned).
-inline void cluster_barrier(Cluster& C, Round& round, unsigned& arrived, const char* what,
-                            std::chrono::nanoseconds timeout, int spins) {
-  std::unique_lock<std::mutex> lk(C.m);
-  const uint32_t mine = round.current();
-  if (++arrived == C.nthreads) {
-    arrived = 0;
-    round.advance();
-    lk.unlock();
-    round.wake();
-    return;
-  }
-  lk.unlock();
-  round.wait(mine, timeout, spins, [&] {
-    std::unique_lock<std::mutex> hold(C.m);
-    deadlock(*C.ranks[0], what, arrived, C.nthreads);
-  });
-}
-
-inline void cluster_sync() {
-#if !defined(KF_SHIM_FAULT_CLUSTER)
-  Launch& L = current("kf_cluster_sync");
-  if (L.cluster == nullptr) die("kf_cluster_sync in a kernel launched without clusters");
-  cluster_barrier(*L.cluster, L.cluster->round, L.cluster->arrived, "kf_cluster_sync",
-                  L.timeout, L.spins);
-#endif
-}
-
-// The address of `p` (in this block's dynamic shared memory) in block `rank` of the cluster.
-template <class T>
-inline T* cluster_map(T* p, unsigned rank) {
-  Launch& L = current("kf_cluster_map");
-  if (L.cluster == nullptr) die("kf_cluster_map in a kernel launched without clusters");
-  if (rank >= L.cluster->ranks.size())
-    die("kf_cluster_map: rank %u of a cluster of %zu blocks", rank, L.cluster->ranks.size());
-  const std::byte* at = reinterpret_cast<const std::byte*>(p);
-  if (at < L.dyn || at >= L.dyn + L.dyn_alloc)
-    die("kf_cluster_map: not an address in dynamic shared memory (the shim maps only it)");
-  return reinterpret_cast<T*>(L.cluster->ranks[rank]->dyn + (at - L.dyn));
-}
-
-// Thread `lid` of block `rank` of every cluster of the grid, cluster after cluster; after each
-// cluster, every thread of its blocks meets the others before the next cluster starts.
-template <class Body>
-inline void cluster_thread_main(Launch& L, unsigned lid, Body& body) {
-  tls_launch = &L;
-  tls_lid = lid;
-  Cluster& C = *L.cluster;
-  const unsigned bx = L.block.x, by = L.block.y;
-  threadIdx = uint3{lid % bx, (lid / bx) % by, lid / (bx * by)};
-  blockDim = L.block;
-  gridDim = L.grid;
-  const uint3 in{L.rank % C.dims.x, (L.rank / C.dims.x) % C.dims.y,
-                 L.rank / (C.dims.x * C.dims.y)};
-  for (unsigned z = 0; z < L.grid.z; z += C.dims.z)
-    for (unsigned y = 0; y < L.grid.y; y += C.dims.y)
-      for (unsigned x = 0; x < L.grid.x; x += C.dims.x) {
-        blockIdx = uint3{x + in.x, y + in.y, z + in.z};
-        try {
-          body();
-        } catch (const std::exception& e) {
-          die("exception in kernel thread (%u,%u,%u) of block (%u,%u,%u): %s", threadIdx.x,
-              threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z, e.what());
-        }
-        thread_exit(L, lid);
-        end_of_block(L);
-        cluster_barrier(C, C.rround, C.r_arrived, "end of cluster", 2 * L.timeout, L.spins);
-      }
-  tls_launch = nullptr;
-}
-
 // ----- the host threads, kept between launches ----------------------------------------------
 // Creating the OS threads of a block at every launch costs far more than the kernels the tests
 // run (about 0.1 ms a thread in a container: 25 ms for a block of 256). The shim keeps them:
@@ -835,13 +744,9 @@ inline const char* last_error() { return detail::last_error_text().c_str(); }
 
 // Run `body` (a callable invoking the kernel) on every thread of every block of `grid`.
 // Returns 0, or a CUDA-like error code (9: invalid configuration, 2: could not create threads)
-// with the reason in last_error(). Launches are serialised process-wide. `cluster` (blocks
-// per thread-block cluster along each axis, as `__cluster_dims__`): the blocks of a cluster
-// run together, each with its own dynamic shared memory (kf_cluster_map reaches the others');
-// their static __shared__ arrays would be one instance: cluster kernels must not have any.
+// with the reason in last_error(). Launches are serialised process-wide.
 template <class F>
-int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body,
-           dim3 cluster = dim3(1, 1, 1)) {
+int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body) {
   std::lock_guard<std::mutex> serial(detail::launch_mutex());
   detail::last_error_text().clear();
   const unsigned long long nthreads = 1ull * block.x * block.y * block.z;
@@ -853,31 +758,14 @@ int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body,
   if (dynamic_shared_bytes > KF_SHIM_MAX_DYNAMIC_SHARED)
     return detail::fail(9, "%zu bytes of dynamic shared memory exceed the limit of %zu",
                         dynamic_shared_bytes, std::size_t{KF_SHIM_MAX_DYNAMIC_SHARED});
-  const unsigned blocks = cluster.x * cluster.y * cluster.z;
-  if (blocks == 0 || blocks > 8 || grid.x % cluster.x || grid.y % cluster.y ||
-      grid.z % cluster.z)
-    return detail::fail(9, "invalid cluster (%u, %u, %u) of grid (%u, %u, %u): at most 8 "
-                        "blocks, dividing the grid", cluster.x, cluster.y, cluster.z, grid.x,
-                        grid.y, grid.z);
-  std::vector<std::unique_ptr<detail::Launch>> ranks;
-  detail::Cluster shape;
-  shape.dims = cluster;
-  shape.nthreads = static_cast<unsigned>(blocks * nthreads);
-  for (unsigned r = 0; r < blocks; ++r) {
-    ranks.push_back(std::make_unique<detail::Launch>(grid, block, dynamic_shared_bytes,
-                                                     detail::timeout_seconds(),
-                                                     detail::spin_count()));
-    shape.ranks.push_back(ranks.back().get());
-    if (blocks > 1) ranks.back()->cluster = &shape, ranks.back()->rank = r;
-  }
-  const std::function<void(unsigned)> work = [&](unsigned thread) {
-    detail::Launch& L = *ranks[thread / nthreads];
-    if (blocks > 1) detail::cluster_thread_main(L, thread % nthreads, body);
-    else detail::thread_main(L, thread, body);
+  detail::Launch L(grid, block, dynamic_shared_bytes, detail::timeout_seconds(),
+                   detail::spin_count());
+  const std::function<void(unsigned)> work = [&L, &body](unsigned lid) {
+    detail::thread_main(L, lid, body);
   };
   std::string why;
-  if (!detail::run_on_pool(shape.nthreads, work, why))
-    return detail::fail(2, "could not create %u threads: %s", shape.nthreads, why.c_str());
+  if (!detail::run_on_pool(static_cast<unsigned>(nthreads), work, why))
+    return detail::fail(2, "could not create %llu threads: %s", nthreads, why.c_str());
   return 0;
 }
 
@@ -913,14 +801,6 @@ inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_
 #define KF_DYNAMIC_SHARED_AT(type, name, offset)                    \
   type* const name = reinterpret_cast<type*>(                       \
       ::kf_cpu::detail::current("KF_DYNAMIC_SHARED").dyn + (offset))
-
-// Thread-block clusters: `__cluster_dims__` is the launch's `cluster` argument here;
-// kf_cluster_sync() is barrier.cluster (arrive and wait), kf_cluster_map(p, rank) is `mapa`
-// (p: an address in dynamic shared memory).
-#define __cluster_dims__(...)
-inline void kf_cluster_sync() { kf_cpu::detail::cluster_sync(); }
-template <class T>
-inline T* kf_cluster_map(T* p, unsigned rank) { return kf_cpu::detail::cluster_map(p, rank); }
 
 // ---------------------------------------------------------------------------------------------
 // Warp intrinsics (warp = 32 consecutive linear thread ids)
