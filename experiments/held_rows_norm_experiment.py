@@ -141,7 +141,7 @@ def main() -> None:
             continue
         if args.l2_hints:
             programs = {"planned": planned_program(case)}
-            for threads, unroll in ((1024, 2), (1024, 4), (512, 4)):
+            for threads, unroll in ((1024, 2), (1024, 4), (1024, 6), (1024, 8), (512, 4), (512, 8)):
                 text = f"mapreduce:{threads}x1:r1:i1:w:stream:g{rows}:u{unroll}:hr:sg"
                 programs[f"T{threads} u{unroll} no stash"] = generate(
                     case.graph, [(members, tuple(case.graph.outputs), text)],

@@ -137,7 +137,8 @@ def test_rows_in_segments_are_read_again_from_l2_where_it_is_large():
     from kfuse.schedule.forms import MapReduceVariant
     from kfuse.search import default_plan
 
-    for name, size in (("rmsnorm", (1024, 65536)), ("logsoftmax", (512, 131072))):
+    for name, size in (("rmsnorm", (1024, 65536)), ("logsoftmax", (512, 131072)),
+                       ("layernorm", (1024, 65536))):  # (LayerNorm: its row, gamma, beta)
         app = get_app(name)
         graph = app.build().graph()
         for profile, stashed in ((h200_like_profile(), False), (default_profile(), True)):
