@@ -16,6 +16,10 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Normalisations over long rows: LayerNorm at four accesses per segment (H200, "
+     "2026-11-29, session 36)",
+     "2026-11-29-session36-long-rows-h200.json",
+     "kfuse bench rmsnorm layernorm --size 1024x65536 --no-calls --json F"),
     ("Normalisations over long rows: read again from L2 with eviction priorities (H200, "
      "2026-11-29, session 35)",
      "2026-11-29-session35-long-rows-a-h200.json",
