@@ -839,6 +839,34 @@ def test_invalid_launch_configuration_reports_error(libs):
     assert b"dynamic shared memory" in lib.kt_last_error()
 
 
+def test_launches_reuse_threads_and_a_forked_child_launches_too(libs):
+    """The shim keeps its host threads between launches (a pool): many launches in a row
+    stay correct, and a child made by fork, which has none of its parent's threads, starts
+    threads of its own instead of waiting on the parent's."""
+    lib = libs()
+    for _ in range(20):
+        assert check_reverse(lib) == [] and check_tree_sum(lib) == []
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its launch computed the right result
+        code = 1
+        try:
+            code = 0 if check_reverse(lib) == [] else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("a launch in a forked child hung (waiting on the parent's threads)")
+
+
 def test_deadlock_aborts_with_message_instead_of_hanging(libs):
     libs()  # compiled (and cached) by the fixture
     path = host_compiler.compile_host_library(SOURCE, name_hint="test_cpu_shim")
