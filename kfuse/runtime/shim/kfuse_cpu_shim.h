@@ -78,7 +78,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <unistd.h>
 #include <semaphore>
 #include <string>
 #include <system_error>
@@ -86,6 +85,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>  // getpid: a forked child's pool of threads (POSIX)
 
 #define KF_CPU_SHIM 1
 
@@ -342,13 +343,19 @@ inline Launch& current(const char* what) {
   return *L;
 }
 
-inline double timeout_seconds() {
-  if (const char* s = std::getenv("KF_SHIM_TIMEOUT_S")) {
+// Seconds from the environment variable `name`, or `fallback` where it is unset, not a number
+// or below `least` (or equal to it, where `least` is excluded).
+inline double env_seconds(const char* name, double fallback, double least, bool least_ok) {
+  if (const char* s = std::getenv(name)) {
     char* end = nullptr;
     const double v = std::strtod(s, &end);
-    if (end != s && v > 0) return v;
+    if (end != s && (v > least || (least_ok && v == least))) return v;
   }
-  return KF_SHIM_DEFAULT_TIMEOUT_S;
+  return fallback;
+}
+
+inline double timeout_seconds() {
+  return env_seconds("KF_SHIM_TIMEOUT_S", KF_SHIM_DEFAULT_TIMEOUT_S, 0.0, false);
 }
 
 inline int spin_count() {
@@ -629,12 +636,7 @@ struct Pool {
 };
 
 inline std::chrono::milliseconds idle_time() {
-  double seconds = 2.0;
-  if (const char* s = std::getenv("KF_SHIM_IDLE_S")) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end != s && v >= 0) seconds = v;
-  }
+  const double seconds = env_seconds("KF_SHIM_IDLE_S", 2.0, 0.0, true);
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
 
