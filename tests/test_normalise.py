@@ -23,7 +23,7 @@ from kfuse.fusion.legality import (
 from kfuse.fusion.mapreduce import MapReduceGroup
 
 NORM = [app.name for app in list_apps("norm")]
-ROWS = ["rmsnorm", "layernorm", "logsoftmax", "softmax", "crossentropy"]  # along axis 1
+ROWS = ["rmsnorm", "layernorm", "logsoftmax", "softmax", "crossentropy", "logsumexp"]  # axis 1
 # a small block holding rows of at most 128 x 4 x 3 = 1536 columns
 SMALL_HELD = "mapreduce:128x1:r1:i1:w:stream:g3:u3:hr"
 
@@ -460,3 +460,133 @@ def test_online_centring_keeps_its_precision_far_from_zero(variant):
         assert np.abs(out["spread"] - squares).max() / squares.max() <= 1e-3, shape
         expected = c / np.sqrt((c * c).mean(axis=axis, keepdims=True) + 1e-5)
         assert np.abs(out["y"] - expected).max() <= 2e-3, shape
+
+
+# ------------------------------------------------------------------------------------------------
+# The tail: maps over the reduced vector after a held group's last phase
+# ------------------------------------------------------------------------------------------------
+def row_statistics() -> kf.Pipeline:
+    """A row's log-sum-exp (its maximum, its sum of exponentials past it), its standard
+    deviation (a centred sum of squares) and a weighted mix of both through a second tail
+    member and a vector along the rows; the centred values stored too (a fed map)."""
+    p = kf.Pipeline("row_statistics")
+    x = p.input("x", ndim=2)
+    w = p.input("w", shape=(x.shape[0],))
+    inv_n = p.param("inv_n")
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    mean = kf.reduce_sum(x, axis=1, name="mean")
+    centred = kf.point(x - mean.at(0, dims=(0,)) * inv_n, name="centred")
+    spread = kf.reduce_sum(centred * centred, axis=1, name="spread")
+    lse = kf.point(top + kf.log(total), name="lse")
+    deviation = kf.point(kf.sqrt(spread * inv_n), name="deviation")
+    mixed = kf.point(lse * w - deviation, name="mixed")
+    p.output(centred, lse, mixed)
+    return p
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("variant", [SMALL_HELD, SMALL_SEGMENTS,
+                                     "mapreduce:64x1:r1:i1:s:stream:g4:u1:hr:sg:st2"])
+def test_maps_of_row_results_follow_held_rows_in_one_kernel(variant):
+    """The tail reads row reductions of every phase (and a centred sum of squares, online in
+    segments), another tail member and a vector at its row: equal to NumPy on rows of a
+    partial access, several segments and a single element."""
+    cpu_or_skip()
+    p = row_statistics()
+    graph = p.graph()
+    members = tuple(k.name for k in graph.kernels)
+    group = MapReduceGroup(graph, members, list(graph.outputs))
+    assert group.epilogue_kind == "held"
+    assert [k.name for k in group.tail] == ["lse", "deviation", "mixed"]
+    assert group.epilogue_stores == ["lse", "mixed"] and group.fed_stores == ["centred"]
+    plan = p.fuse([members], forms=[variant])
+    assert len(plan.groups) == 1
+    rng = np.random.default_rng(8)
+    sizes = ((3, 5), (17, 1031), (1, 1)) if ":sg" not in variant else \
+        ((3, 5), (5, 1001), (2, 2999))
+    for rows, cols in sizes:
+        x_value = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
+        w_value = rng.uniform(0.5, 1.5, rows).astype(np.float32)
+        out = p.run(backend="cpu", plan=plan, x=x_value, w=w_value, inv_n=1.0 / cols)
+        v = x_value.astype(np.float64)
+        m = v.max(axis=1)
+        lse = m + np.log(np.exp(v - m[:, None]).sum(axis=1))
+        expected = {"centred": v - v.mean(axis=1, keepdims=True), "lse": lse,
+                    "mixed": lse * w_value - v.std(axis=1)}
+        for name, value in expected.items():
+            got = np.reshape(out[name], np.shape(value))
+            scale = max(np.abs(value).max(), 1.0)
+            assert np.abs(got - value).max() / scale <= 2e-5, (variant, rows, cols, name)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("variant", HELD_COLUMNS)
+def test_maps_of_column_results_follow_held_columns_in_one_kernel(variant):
+    """A column's log-sum-exp and a map of it with a vector along the columns, after the
+    passes of a held-column kernel: strips cut by the last column, one row, one column."""
+    cpu_or_skip()
+    p = kf.Pipeline("column_statistics")
+    x = p.input("x", ndim=2)
+    c = p.input("c", shape=(x.shape[1],))
+    top = kf.reduce_max(x, axis=0, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(1,))), axis=0, name="total")
+    lse = kf.point(top + kf.log(total), name="lse")
+    scaled = kf.point(lse * c, name="scaled")
+    p.output(total, scaled)
+    graph = p.graph()
+    members = tuple(k.name for k in graph.kernels)
+    group = MapReduceGroup(graph, members, list(graph.outputs))
+    assert group.epilogue_kind == "held_col" and [k.name for k in group.tail] == \
+        ["lse", "scaled"]
+    plan = p.fuse([members], forms=[variant])
+    rng = np.random.default_rng(9)
+    for rows, cols in ((9, 5), (301, 23), (1, 1), (4, 70)):
+        x_value = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+        c_value = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+        out = p.run(backend="cpu", plan=plan, x=x_value, c=c_value)
+        v = x_value.astype(np.float64)
+        m = v.max(axis=0)
+        t = np.exp(v - m).sum(axis=0)
+        for name, value in {"total": t, "scaled": (m + np.log(t)) * c_value}.items():
+            got = np.reshape(out[name], np.shape(value))
+            scale = max(np.abs(value).max(), 1.0)
+            assert np.abs(got - value).max() / scale <= 2e-5, (variant, rows, cols, name)
+
+
+def test_a_tail_reads_only_results_at_its_own_row():
+    """A tail map reading a map of the matrix, a row result at another row, or a column
+    result after held rows is refused with the reason; a tail over the other axis makes no
+    held group at all."""
+    p = kf.Pipeline("tails_refused")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    shifted = kf.local(top.at(1) + kf.log(total), name="shifted")
+    cols = kf.reduce_sum(x - top.at(0, dims=(0,)), axis=0, name="cols")
+    across = kf.point(cols * 2.0, name="across")
+    p.output(shifted, across)
+    graph = p.graph()
+
+    def reasons(members):
+        return [v.reason for v in epilogue_violations(graph, members, None)]
+
+    assert any("at another row" in r for r in reasons(["top", "total", "shifted"]))
+    assert not reasons(["top", "total", "cols"])
+    assert reasons(["top", "total", "cols", "across"])
+
+
+@pytest.mark.parametrize("axis", [1, 0])
+def test_statistics_then_their_map_plan_one_kernel(axis):
+    """A log-sum-exp per row (per column) at the benchmark size: one held kernel, where the
+    map of the results would otherwise be a second launch."""
+    p = kf.Pipeline("lse")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=axis, name="top")
+    at = top.at(0, dims=(1 - axis,))
+    total = kf.reduce_sum(kf.exp(x - at), axis=axis, name="total")
+    p.output(kf.point(top + kf.log(total), name="lse"))
+    graph = p.graph()
+    plan = p.plan(sizes=graph.bind_shapes({"x": get_app("rmsnorm").bench_size}))
+    assert len(plan.groups) == 1, plan.explain()
+    assert (":hr" if axis == 1 else ":hc") in plan.groups[0].variant

@@ -13,6 +13,7 @@ each element's row (``dims=(1,)``: at its column). Each app has a float64 NumPy 
 | logsoftmax     | ``m = max(x)``, ``s = sum(exp(x - m))``, ``y = x - m - log s``          |
 | softmax        | ``y = exp(x - m) / s`` over rows of a 128 K vocabulary: held in segments  |
 | crossentropy   | ``loss = -sum(t (x - m - log s))`` per row, ``t`` the target distribution |
+| logsumexp      | ``m = max(x)``, ``s = sum(exp(x - m))``, ``lse = m + log s`` per row: a map of the row's results |
 | colstandardise | along axis 0: ``y = (x - mean) / sqrt(var + eps)`` per column             |
 | standardise    | a vector (``n``): two sums (``Σx``, ``Σx²``) in one pass, then the map        |
 
@@ -197,6 +198,24 @@ def ref_crossentropy(arrays, params, boundary=None):
     return {"loss": -(a["t"] * log_p).sum(axis=1)}
 
 
+def build_logsumexp(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
+    """Log-sum-exp of each row: its maximum, the sum of exponentials past it, then a map of
+    the two row results alone (over the rows, not the matrix)."""
+    p = kf.Pipeline("logsumexp")
+    x = p.input("x", ndim=2, dtype=dtype)
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    lse = kf.point(top + kf.log(total), name="lse")
+    p.output(lse)
+    return p
+
+
+def ref_logsumexp(arrays, params, boundary=None):
+    x = as_float64(arrays)["x"]
+    top = x.max(axis=1)
+    return {"lse": top + np.log(np.exp(x - top[:, None]).sum(axis=1))}
+
+
 def build_colstandardise(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """Standardise each column (along axis 0): mean, variance of the centred values, map."""
     p = kf.Pipeline("colstandardise")
@@ -253,6 +272,7 @@ NORM_APPS: tuple[NormApp, ...] = (
     _app("logsoftmax", "log-softmax over rows of 32 K", axis=None, bench=LONG_ROWS),
     _app("softmax", "softmax over rows of a 128 K vocabulary", axis=None, bench=VOCABULARY_ROWS),
     _app("crossentropy", "cross-entropy per row against target distributions", axis=None),
+    _app("logsumexp", "log-sum-exp of each row (a map of its two row results)", axis=None),
     _app("colstandardise", "standardise each column (along axis 0)", axis=0),
     _app("standardise", "standardise a vector: two sums in one pass, then a map", axis=0,
          bench=(2**28,)),

@@ -129,6 +129,7 @@ class HeldKernel(MapReduceKernel):
                   for r in row_reductions + self.centring_reductions()]
         walk = self.segmented_walk(loaded + column_arrays) if segmented \
             else self.held_walk(loaded)
+        walk += self.tail_lines()
         self.held_values = {}
         flush = []
         for reduce in group.col_reductions():
@@ -181,6 +182,19 @@ class HeldKernel(MapReduceKernel):
             self.size_limits = ((cols_symbol, segment),)
         grid = (GridAxis((rows_symbol,), 1, variant.blocks), GridAxis(), GridAxis())
         return body, grid
+
+    def tail_lines(self) -> list[str]:
+        """The tail (maps over the reduced vector) at row ``iy``, by the row's first thread,
+        from the row's results every thread holds after the last phase."""
+        group = self.group
+        if not group.tail:
+            return []
+        names = ", ".join(f"'{k.name}'" for k in group.tail)
+        return [f"if (kf_tx == 0) {{  // the tail {names} at this row, from its results: one "
+                "plain store per row and output",
+                *indent(self.epilogue_lines(dict(self.held_values), "iy", group.domain[:1],
+                                            stored=True), 1),
+                "}"]
 
     # -- pieces of the walk -----------------------------------------------------------------
     def map_chunks(self, chunk: list[str]) -> None:

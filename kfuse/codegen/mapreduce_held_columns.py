@@ -100,6 +100,27 @@ class HeldColumnsKernel(HeldKernel):
                              f"kf_colres_{var}[e];  // one plain store per column")
         return lines, {r.kernel.output: f"kf_colres_{r.var}[{{element}}]" for r in reductions}
 
+    def tail_lines(self) -> list[str]:
+        """The tail (maps over the reduced vector) at each of the thread's columns, by the
+        strip's first row of threads, from the columns' results after the last pass."""
+        group, v = self.group, self.v
+        if not group.tail:
+            return []
+        names = ", ".join(f"'{k.name}'" for k in group.tail)
+        n_cols = size_var(group.domain[1])
+        lines = [f"// the tail {names} at the thread's columns, from their results: one "
+                 "plain store per column and output"]
+        for element in range(v):
+            results = {name: value.replace("{element}", str(element))
+                       for name, value in self.held_values.items()}
+            column = f"kf_strip + kf_tx * {v} + {element}"
+            lines += [f"if (kf_ty == 0 && {column} < {n_cols}) {{",
+                      f"  const int kf_column = {column};",
+                      *indent(self.epilogue_lines(results, "kf_column", group.domain[1:],
+                                                  stored=True), 1),
+                      "}"]
+        return lines
+
     @property
     def elements(self) -> int:
         return self.v
@@ -159,6 +180,7 @@ class HeldColumnsKernel(HeldKernel):
             "(void)kf_parity;",
             "{",
             *indent(self.segmented_walk(loaded + column_arrays), 1),
+            *indent(self.tail_lines(), 1),
             "}",
         ]
         self.held_values = {}

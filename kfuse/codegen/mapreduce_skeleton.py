@@ -191,7 +191,7 @@ class MapReduceKernel:
         for kernel in group.members:
             prefix = f"//   [{kernel.name}] " if fused else "//   "
             role = (f"epilogue map over the reduced "
-                    f"{'columns' if group.epilogue_kind == 'col' else 'rows'}"
+                    f"{'columns' if group.epilogue_kind in ('col', 'held_col') else 'rows'}"
                     if kernel in group.epilogue else "map")
             for reduce in group.reductions:
                 if reduce.kernel is kernel:
@@ -351,11 +351,12 @@ class MapReduceKernel:
                 f"&{reduce.var}[0], kf_acc_{reduce.var});"]
 
     def epilogue_lines(self, results: dict[str, str], index: str,
-                       domain: tuple[str, ...]) -> list[str]:
+                       domain: tuple[str, ...], stored: bool = False) -> list[str]:
         """Statements evaluating the epilogue at point ``index`` (a C variable) of the reduced
         vector over ``domain`` and storing what must reach memory: the epilogue's outputs,
         and a reduction's own result (``results``: C expressions) only where the plan needs
-        it. Reads of other epilogue members are evaluated in registers."""
+        it and it is not ``stored`` already. Reads of other epilogue members are evaluated
+        in registers."""
         group = self.group
 
         def hook(load: Load, emitter: ExprEmitter) -> str | None:
@@ -369,9 +370,9 @@ class MapReduceKernel:
         emitter = ExprEmitter(group.graph, ((index, 0),), domain, None, hook,
                               EmitState(counter=self.names_used))
         values = {k.output: emitter.emit(k.body)  # type: ignore[arg-type]
-                  for k in group.epilogue if k.output in group.epilogue_stores}
+                  for k in group.tail if k.output in group.epilogue_stores}
         stores = [f"{c_name(name)}[{index}] = {results[name]};" for name in group.outputs
-                  if name in results]
+                  if name in results and not stored]
         stores += [f"{c_name(name)}[{index}] = ({C_TYPES[group.graph.buffers[name].dtype]})"
                    f"{values[name]};" for name in group.epilogue_stores]
         return [*emitter.lines, *stores]

@@ -292,7 +292,9 @@ def epilogue_kind(graph: Graph, members: Sequence[str]) -> str | None:
     reductions of its core (``alpha A x + beta y``), ``"col"`` when only column reductions
     (``beta Aᵀ y + z``); ``"held"`` when it iterates over the core's matrix again and reads
     only row reductions (ATAX's ``Aᵀ (A x)``: a second phase over each row), ``"held_col"``
-    when it does so reading only column reductions (a column standardisation); ``None``
+    when it does so reading only column reductions (a column standardisation), in both
+    cases possibly with a *tail* of maps over the reduced vector after the phases (a row's
+    log-sum-exp after its maximum and its sum of exponentials: :func:`split_tail`); ``None``
     otherwise (no epilogue, or other reads: :func:`epilogue_violations` says what is
     wrong)."""
     core, epilogue = split_epilogue(graph, members)
@@ -310,9 +312,27 @@ def epilogue_kind(graph: Graph, members: Sequence[str]) -> str | None:
     domain = graph.kernel_by_name[core[0]].domain
     over_matrix = [graph.kernel_by_name[name].domain == domain and len(domain) == 2
                    for name in epilogue]
-    if all(over_matrix):
-        return "held" if kinds == {"row"} else "held_col"
-    return kinds.pop() if not any(over_matrix) else None
+    kind = kinds.pop()
+    if not any(over_matrix):
+        return kind
+    reduced = domain[:1] if kind == "row" else domain[1:]
+    if all(over or graph.kernel_by_name[name].domain == reduced
+           for name, over in zip(epilogue, over_matrix, strict=True)):
+        return "held" if kind == "row" else "held_col"
+    return None
+
+
+def split_tail(graph: Graph, members: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(fed, tail) of a group's epilogue: the members that iterate over the core's matrix
+    again (a held group's later phases) and the maps over the reduced vector (a row or
+    column epilogue; in a held group, evaluated once per row or column after its last
+    phase, from the results still in registers)."""
+    core, epilogue = split_epilogue(graph, members)
+    if not core:
+        return (), tuple(epilogue)
+    domain = graph.kernel_by_name[core[0]].domain
+    fed = tuple(n for n in epilogue if graph.kernel_by_name[n].domain == domain)
+    return fed, tuple(n for n in epilogue if n not in fed)
 
 
 def epilogue_variant_reason(variant: object, kind: str = "row") -> str | None:
@@ -395,7 +415,11 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
         return found
     kind = epilogue_kind(graph, members)
     if kind in HELD_AXES:
-        found += _held_violations(graph, core, epilogue, kind)
+        fed, tail = split_tail(graph, members)
+        found += _held_violations(graph, core, fed, kind)
+        if tail:
+            found += _reduced_vector_violations(graph, (*core, *fed), tail,
+                                                "row" if kind == "held" else "col", held=True)
     else:
         found += _reduced_vector_violations(graph, core, epilogue, kind)
     if len(core) > 1:
@@ -431,10 +455,12 @@ def _segmented(variant: object) -> bool:
 
 
 def _reduced_vector_violations(graph: Graph, core: Sequence[str], epilogue: Sequence[str],
-                               kind: str | None) -> list[Violation]:
+                               kind: str | None, held: bool = False) -> list[Violation]:
     """Rules for an epilogue over the reduced vector (``kind`` ``"row"`` or ``"col"``): maps
     over the core's rows (columns) reading its reductions of that kind at their own row
-    (column) only; a row epilogue beside column reductions is refused."""
+    (column) only; a row epilogue beside column reductions is refused, except after held
+    rows (``held``: the tail of a held group, whose blocks own whole rows and fold column
+    reductions over them apart)."""
     rule = "reduction_epilogue"
     kernels = {name: graph.kernel_by_name[name] for name in (*core, *epilogue)}
     domain = kernels[core[0]].domain
@@ -444,7 +470,7 @@ def _reduced_vector_violations(graph: Graph, core: Sequence[str], epilogue: Sequ
     columns = [n for n in core if kernels[n].reduction is not None
                and kernels[n].reduction.axes != (1,)  # type: ignore[union-attr]
                and len(kernels[n].reduction.axes) == 1]  # type: ignore[union-attr]
-    if columns and kind == "row":
+    if columns and kind == "row" and not held:
         found.append(Violation(rule, f"the group reduces along columns ({columns}): no warp "
                                      "walks whole rows, so no epilogue can follow in the "
                                      "same kernel"))

@@ -22,6 +22,7 @@ from kfuse.fusion.legality import (
     online_rescaled_sums,
     segment_reason,
     split_epilogue,
+    split_tail,
 )
 from kfuse.ir.cnames import GroupNames, c_name
 from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load
@@ -98,7 +99,12 @@ class MapReduceGroup(GroupNames):
         # held rows: the epilogue goes on over the matrix (maps, row, column and full
         # reductions reading the row reductions at their row), its values per point, in
         # phases: each phase reads the row reductions of the phases before it
-        self.fed = self.epilogue if self.epilogue_kind in ("held", "held_col") else ()
+        fed, tail = split_tail(graph, members)
+        self.fed = tuple(graph.kernel_by_name[name] for name in fed) \
+            if self.epilogue_kind in ("held", "held_col") else ()
+        # the maps over the reduced vector (every epilogue member of a row or column
+        # epilogue; a held group's tail, after its last phase), one value per row (column)
+        self.tail = tuple(graph.kernel_by_name[name] for name in tail)
         self.phases = self._phases(held_row_phases(graph, members) if self.fed else {})
         # rows held in segments: each phase a pass over the row, a sum of exponentials past a
         # row maximum in the maximum's pass (online rescaling)
@@ -139,10 +145,11 @@ class MapReduceGroup(GroupNames):
         self.stores = [name for name in self.outputs
                        if self.produced[name].reduction is None
                        and name not in epilogue_outputs]
+        tail_outputs = {k.output for k in self.tail}
         self.fed_stores = [name for name in self.outputs if name in epilogue_outputs
-                           and self.produced[name].reduction is None and self.fed]
-        self.epilogue_stores = [name for name in self.outputs if name in epilogue_outputs
-                                and not self.fed]
+                           and self.produced[name].reduction is None and self.fed
+                           and name not in tail_outputs]
+        self.epilogue_stores = [name for name in self.outputs if name in tail_outputs]
         identity = tuple(range(self.ndim))
         self.tile_inputs: list[str] = []
         self.col_inputs: list[str] = []

@@ -637,9 +637,9 @@ def _predict(group: MapReduceGroup, variant: MapReduceVariant, sizes: Mapping[st
     for kernel in group.members:
         counts = count_operations(kernel.body) if kernel.body is not None else {"alu": 0,
                                                                                  "sfu": 0}
-        # an epilogue runs once per row (column) of the reduced vector (held rows: per point)
-        at = sizes[group.domain[1 if group.epilogue_kind == "col" else 0]] \
-            if kernel in group.epilogue and not group.fed else points
+        # a map over the reduced vector runs once per row (column); the rest per point
+        at = sizes[group.domain[1 if group.epilogue_kind in ("col", "held_col") else 0]] \
+            if kernel in group.tail else points
         operations += (counts["alu"] + 4 * counts["sfu"] + (1 if kernel.reduction else 0)) \
             * at
     if variant.rowsum == "shuffle":
