@@ -96,7 +96,7 @@ def test_blas_apps_on_cuda_match_the_reference(app):
 # and held columns (segments of rows, a partial last strip)
 SEGMENT_CASES = [
     *[(app, variant, ((9, 40003), (3, 1001), (5, 40000)))
-      for app in ("logsoftmax", "softmax", "crossentropy", "layernorm")
+      for app in ("logsoftmax", "softmax", "crossentropy", "layernorm", "logsumexp")
       for variant in ("mapreduce:1024x1:r1:i1:w:stream:g40:u4:hr:sg",
                       "mapreduce:1024x1:r1:i1:w:stream:g40:u2:hr:sg:st7",
                       "mapreduce:128x1:r1:i1:s:stream:g3:u2:hr:sg:st5")],
@@ -117,6 +117,28 @@ def test_rows_in_segments_and_held_columns_on_cuda_match_the_reference(app, vari
         outputs = pipeline.run(backend="cuda", plan=plan, **arrays, **params)
         errors = reference_errors(spec, arrays, params, outputs)
         assert max(errors.values()) <= spec.tolerance, (size, errors)
+
+
+@pytest.mark.parametrize("variant", ["mapreduce:2x128:r1:i1:w:shuffle:u8:hc:st3",
+                                     "mapreduce:8x32:r1:i1:s:shuffle:u2:hc"])
+def test_a_column_tail_after_held_columns_on_cuda_matches_numpy(variant):
+    """A column's log-sum-exp times a vector along the columns, after held columns."""
+    p = kf.Pipeline("column_tail")
+    x = p.input("x", ndim=2)
+    c = p.input("c", shape=(x.shape[1],))
+    top = kf.reduce_max(x, axis=0, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(1,))), axis=0, name="total")
+    p.output(kf.point((top + kf.log(total)) * c, name="scaled"))
+    plan = p.fuse([("top", "total", "scaled")], forms=[variant])
+    rng = np.random.default_rng(5)
+    for rows, cols in ((40003, 9), (1001, 37)):
+        x_value = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+        c_value = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+        got = to_numpy(p.run(backend="cuda", plan=plan, x=x_value, c=c_value)["scaled"])
+        v = x_value.astype(np.float64)
+        m = v.max(axis=0)
+        expected = (m + np.log(np.exp(v - m).sum(axis=0))) * c_value
+        assert relative_error(got, expected) <= 1e-5, (variant, rows, cols)
 
 
 NAMED_VARIANTS = [  # (app, the group, variant): block rows, 8-byte accesses, plain maps
