@@ -10,7 +10,8 @@ the calibrated copy bandwidth.
 
 Usage on the device machine (repo root)::
 
-    PYTHONPATH=. python3 experiments/heldout_steps_experiment.py [--size 8192]
+    PYTHONPATH=. python3 experiments/heldout_steps_experiment.py [jacobi box shallow heat]
+        [--size 8192]
 """
 
 from __future__ import annotations
@@ -80,17 +81,21 @@ PIPELINES = (jacobi, box, shallow, heat)
 def main() -> None:
     import cupy
 
+    from experiments.timesteps_experiment import flat_sums_program
     from kfuse.bench.experiment import DeviceCase, planned_program, time_sources
     from kfuse.model.device import current_profile
     from kfuse.search import default_plan
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pipelines", nargs="*", help="which (default: all)")
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
     profile = current_profile()
     for build in PIPELINES:
+        if args.pipelines and build.__name__ not in args.pipelines:
+            continue
         graph = build().graph()
         rng = np.random.default_rng(0)
         shape = (args.size, args.size)
@@ -104,7 +109,9 @@ def main() -> None:
         print(f"== {graph.name} {args.size}²: planned "
               f"{[(len(g.members), g.form.text()) for g in plan.groups]}, floor "
               f"{floor * 1e3:.4f} ms", flush=True)
-        time_sources(case, {"planned": planned_program(case)}, args.rounds, args.runs)
+        time_sources(case, {"planned": planned_program(case),
+                            "planned, flat sums": flat_sums_program(case)},
+                     args.rounds, args.runs)
 
 
 if __name__ == "__main__":

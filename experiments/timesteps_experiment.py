@@ -36,6 +36,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0,
                         help="steps per kernel (0: all in one)")
     parser.add_argument("--backend", default="cuda")
+    parser.add_argument("--flat", action="store_true",
+                        help="also the planned program with separable stencils summed flat "
+                             "(as before kfuse.ir.separable)")
     args = parser.parse_args()
     if args.check:
         check(args.apps, args.forms, args.backend)
@@ -48,6 +51,8 @@ def main() -> None:
         programs = {"planned": generate(case.graph, case.plan.kernel_groups,
                                         fixed_sizes=case.sizes,
                                         array_alignment=VECTOR_ALIGNMENT)}
+        if args.flat:
+            programs["planned, flat sums"] = flat_sums_program(case)
         for text in args.forms:
             form = as_form(text)
             steps = args.steps or len(members)
@@ -62,6 +67,20 @@ def main() -> None:
                 case.graph, [(g, group_outputs(case.graph, g), form) for g in groups],
                 fixed_sizes=case.sizes, array_alignment=VECTOR_ALIGNMENT)
         time_sources(case, programs, args.rounds, args.runs)
+
+
+def flat_sums_program(case) -> object:
+    """``case``'s planned program with separable stencils summed flat in streamed kernels
+    (as before :mod:`kfuse.ir.separable`), for timing side by side."""
+    import kfuse.codegen.streamed as streamed
+
+    kept = streamed.separated
+    streamed.separated = lambda body, inner_axis=0: body
+    try:
+        return generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes,
+                        array_alignment=VECTOR_ALIGNMENT)
+    finally:
+        streamed.separated = kept
 
 
 def check(names, forms, backend: str) -> None:

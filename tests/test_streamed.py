@@ -164,3 +164,34 @@ def test_streamed_refuses_what_it_cannot_walk():
     r.output(m)
     reason = Streamed().why_not(r.graph(), ["t", "m"])
     assert reason and "'t' reads 's' at rows -1..-1" in reason
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_separable_steps_streamed_equal_numpy(mode):
+    """Steps whose weights are an outer product (summed down the columns first, the sums
+    shared by a thread's 4 columns), one with a second term at an offset of its own, on
+    grids whose middle blocks reach no edge (rows kept in shared memory by the warps' edge
+    lanes only) and whose outer blocks do."""
+    cpu_or_skip()
+    rng = np.random.default_rng(7)
+    p = kf.Pipeline("separable")
+    u = p.input("u", ndim=2)
+    for step in range(3):
+        down, across = rng.uniform(0.1, 0.5, 3), rng.uniform(0.1, 0.5, 3)
+        total = None
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                term = u.at(dy, dx) * float(down[dy + 1] * across[dx + 1])
+                total = term if total is None else total + term
+        if step == 1:
+            total = total - 0.05 * u.at(0, 2)
+        u = kf.local(total, boundary=mode, name=f"s{step}")
+    p.output(u)
+    members = [k.name for k in p.graph().kernels]
+    plan = p.fuse([members], forms=[Streamed(threads=32, chunk_rows=8)])
+    for size in [(45, 262), (29, 141), (8, 9)]:
+        data = rng.uniform(0.5, 2.0, size).astype(np.float32)
+        got = p.run(backend="cpu", plan=plan, u=data)["s2"]
+        want = p.run(backend="numpy", plan="unfused", u=data)["s2"]
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(size))

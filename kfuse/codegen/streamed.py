@@ -6,13 +6,21 @@ halo each side) and a chunk of rows. Each iteration of its loop:
 
 1. waits for the copy of input row ``i`` (issued ``prefetch`` iterations earlier), passes
    the one barrier of the iteration, and issues the copy of row ``i + prefetch``;
-2. fills the newest row of each queue: the thread's columns and those beside them, from
-   the input's ring of rows or a member's row of the last iteration in shared memory
-   (threads whose columns reach outside the grid map them by the readers' boundary modes);
-3. computes each member at its row ``i - lag`` and the thread's 4 columns, every read of
-   a level answered from the queues (rows near the grid's top and bottom map the row by
-   the read's boundary mode and pick the queue's row that holds it), writes the row to
-   shared memory where another member reads it at a column offset, and stores the
+2. fills the newest row of each queue: the thread's own columns (an input's from its ring
+   of rows in shared memory, a member's row of the last iteration from the registers it
+   was computed in) and the columns beside them from the lanes that own them, by warp
+   shuffles (the warp's first and last lanes read the warps beside from shared memory;
+   threads whose columns reach outside the grid map them by the readers' boundary modes,
+   from shared memory): a warp reads 16-byte-strided single columns from shared memory
+   four times as slowly as a shuffle delivers them;
+3. computes each member at its row ``i - lag`` and the thread's 4 columns, the last member
+   first (no member reads a row of the same iteration, and a row computed after its
+   readers takes the registers of its queue's oldest row), every read of a level answered
+   from the queues (rows near the grid's top and bottom map the row by the read's
+   boundary mode and pick the queue's row that holds it; a separable stencil summed down
+   its columns first, :mod:`kfuse.ir.separable`, so the thread's columns share the sums),
+   writes the row to shared memory where another member reads it at a column offset (the
+   warps' edge lanes only, where no thread of the block maps columns), and stores the
    group's outputs at the rows of the block's chunk;
 4. moves every queue one row older.
 
@@ -32,7 +40,9 @@ from kfuse.codegen.cexpr import (
     size_var,
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
+from kfuse.cuda_limits import WARP
 from kfuse.ir.expr import C_TYPES, Load
+from kfuse.ir.separable import separated
 from kfuse.schedule.forms import Streamed
 from kfuse.schedule.streaming import (
     STREAM_COLUMNS,
@@ -157,6 +167,20 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         + " && ".join(f"kf_aligned({c_name(b)}, 16)" for b in _global_arrays(group, layout))
         + ";",
         f"const bool store_whole = vectors && col + {COLUMNS} <= {width};",
+        f"const int lane = t & {WARP - 1};",
+    ]
+    # the lanes whose rows the warps beside read: those within the farthest column beside
+    beside = [_lanes_away(slot.column) for slot in layout.held
+              if layout.level(slot.buffer).lateral and not 0 <= slot.column < COLUMNS]
+    reach = max((abs(away) for away in beside), default=0)
+    every_inner = "true;  // (periodic: no column is mapped)" if layout.wrapped else \
+        f"strip + {lowest} >= 0 && strip + {span - COLUMNS}{_signed(highest)} < {width};"
+    body += [
+        "// no thread of the block maps its columns (else every row goes to shared memory)",
+        f"const bool block_inner = {every_inner}",
+        "// members' rows a thread keeps in shared memory: the lanes the warps beside read",
+        f"const bool kept_in_shared = !block_inner || lane < {reach} || "
+        f"lane >= {WARP - reach};",
     ]
     declarations = ["KF_DYNAMIC_SHARED(unsigned char, kf_shared);"]
     shared = 0
@@ -169,6 +193,9 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             declarations.append(f"{ctype}* const {_rows(level)} = reinterpret_cast<{ctype}*>"
                                 f"(kf_shared + {shared});  // {count} {what}")
             shared += count * pitch * 4
+    for level in layout.members:  # (each member's row, from one iteration to the next)
+        values = ", ".join(f"{_value(level, j)} = 0" for j in range(COLUMNS))
+        declarations.append(f"{ctype_of[level.buffer]} {values};")
     queues = Queues(layout)
     for slot in queues.leaders():
         names = queues.registers(slot, None)
@@ -196,7 +223,10 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             "  // and of this one",
             *_fill_lines(group, layout, queues, span, phase),
         ]
-        for level in members_:
+        # the last member first: no member reads a row computed in the same iteration, and
+        # each row computed once its readers are done with the oldest row of its queue takes
+        # that row's registers (fewer registers live than in program order)
+        for level in reversed(members_):
             lines += _member_lines(group, layout, queues, (rings, pitch), level, phase)
         return lines + _rotate_lines(layout, queues, phase)
 
@@ -286,30 +316,77 @@ def _copy_function(group, layout: StreamLayout, rings: dict[str, int], pitch: in
     return [*lines, "  kf_copy_async_commit();", "};"]
 
 
+def _lanes_away(column: int) -> int:
+    """How many threads (lanes) further along a thread's column ``column`` (counted from its
+    first) is its owner's: -1 for the columns just before, 1 for those just after."""
+    return column // COLUMNS
+
+
+def _beside_lines(group, level: StreamLevel, columns: list[int], base: str
+                  ) -> tuple[list[str], dict[int, str]]:
+    """Every lane's own 4 columns of ``level``'s newest row (``kf_own_*``: an input's from its
+    ring in shared memory, a member's from the registers it computed them in) and the
+    ``columns`` beside them from the lanes that own them, by warp shuffles (the warp's first
+    and last lanes read those of the warps beside from shared memory): (lines run by every
+    thread of the block, the C value of each column). Shuffles replace the shared-memory
+    reads of the columns beside, which a warp reads four times as slowly (threads 16 bytes
+    apart meet in the same banks)."""
+    rows, name = _rows(level), c_name(level.buffer)
+    dtype = group.graph.buffers[level.buffer].dtype
+    vector = VECTOR_TYPES[(dtype, COLUMNS)]
+    own = f"kf_own_{name}"
+    source = (f"*reinterpret_cast<const {vector}*>(&{rows}[{base} + t * {COLUMNS}])"
+              if level.member is None else
+              f"{vector}{{{', '.join(_value(level, j) for j in range(COLUMNS))}}}")
+    lines = [f"const {vector} {own} = {source};  // the thread's own columns"]
+    values = {}
+    for column in columns:
+        away = _lanes_away(column)
+        side = f"kf_beside_{name}_{'m' if column < 0 else 'c'}{abs(column)}"
+        element = f"{own}.{'xyzw'[column % COLUMNS]}"
+        if away < 0:
+            shuffle, edge = f"__shfl_up_sync(0xffffffffu, {element}, {-away})", \
+                f"lane < {-away}"
+        else:
+            shuffle, edge = f"__shfl_down_sync(0xffffffffu, {element}, {away})", \
+                f"lane >= {WARP - away}"
+        lines += [f"{C_TYPES[dtype]} {side} = {shuffle};",
+                  f"if ({edge}) {side} = {rows}[{base} + t * {COLUMNS}{_signed(column)}];"
+                  "  // (another warp's)"]
+        values[column] = side
+    return lines, values
+
+
 def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: int | None
                 ) -> list[str]:
-    """Age 0 of every queue kept from shared memory: inputs' row ``i``, members' rows of
-    the last iteration; threads whose columns reach outside the grid map them."""
+    """Age 0 of every queue: inputs' row ``i`` (from their rings in shared memory), members'
+    rows of the last iteration (the thread's own columns from its registers), the columns
+    beside from the lanes that own them; threads whose columns reach outside the grid map
+    them, reading shared memory."""
     width = size_var(group.domain[1])
     kept = [level for level in layout.levels if level.lateral and
             any(slot.buffer == level.buffer for slot in layout.held)]
     if not kept:
         return []
-    fast, mapped = [], []
+    every, fast, mapped = [], [], []
     for level in kept:
         rows = _rows(level)
         base = f"ring_{c_name(level.buffer)}" if level.member is None else "last"
         slots = [slot for slot in layout.held if slot.buffer == level.buffer]
-        vector = VECTOR_TYPES[(group.graph.buffers[level.buffer].dtype, COLUMNS)]
+        columns = sorted({slot.column for slot in slots if not 0 <= slot.column < COLUMNS})
+        lines, beside = _beside_lines(group, level, columns, base)
+        every += lines
+        own_vector = f"kf_own_{c_name(level.buffer)}"
         for slot in slots:
             newest = queues.name(slot, 0, phase)
             own_index = f"{rows}[{base} + t * {COLUMNS}{_signed(slot.column)}]"
             whole = queues.vector(slot, 0, phase)
             if whole and slot.column == 0:  # the thread's 4 columns at once
-                fast.append(f"{whole} = *reinterpret_cast<const {vector}*>"
-                            f"(&{rows}[{base} + t * {COLUMNS}]);")
+                fast.append(f"{whole} = {own_vector};")
             elif not whole:
-                fast.append(f"{newest} = {own_index};")
+                fast.append(f"{newest} = " + (beside[slot.column] if slot.column in beside
+                                              else f"{own_vector}.{'xyzw'[slot.column]}")
+                            + ";")
             own = f"col{_signed(slot.column)}"
             mode = None if slot.boundary is None else slot.boundary.mode
             if mode in ("clamp", "mirror"):
@@ -322,10 +399,12 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: i
                               f"{constant};")
             else:
                 mapped.append(f"{newest} = {own_index};")
+    head = ["// the newest row of each queue: the thread's columns and those beside (every "
+            "lane: shuffles)", *every]
     if layout.wrapped:  # (columns beyond the edges hold their wrapped copies)
-        return ["// the newest row of each queue kept in shared memory", *fast]
-    return ["// the newest row of each queue kept in shared memory",
-            "if (inner) {", *indent(fast, 1), "} else {", *indent(mapped, 1), "}"]
+        return [*head, *fast]
+    return [*head, "if (inner) {", *indent(fast, 1), "} else {  // (mapped: from shared memory)",
+            *indent(mapped, 1), "}"]
 
 
 def _member_lines(group, layout: StreamLayout, queues: Queues,
@@ -339,9 +418,10 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
     kernel = graph.kernel_by_name[level.member]
     height, width = (size_var(s) for s in group.domain)
     row = f"row_{c_name(level.buffer)}"
-    ctype = C_TYPES[graph.buffers[level.buffer].dtype]
     values = [_value(level, j) for j in range(COLUMNS)]
     up, down = layout.reach(level.member)
+    # a separable stencil summed down its columns first: the thread's 4 columns share them
+    body = separated(kernel.body, inner_axis=0)  # type: ignore[arg-type]
 
     def code(edge: bool) -> list[str]:
         emitter = ExprEmitter(graph, ((row, 0), ("col", 0)), group.domain,
@@ -351,7 +431,7 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
         results = []
         for j in range(COLUMNS):
             point = emitter.at(((row, 0), ("col", j)))
-            results.append(point.emit(kernel.body))  # type: ignore[arg-type]
+            results.append(point.emit(body))
         return emitter.lines + [f"{v} = {r};" for v, r in zip(values, results, strict=True)]
 
     lines = [f"// {level.member}: row i{_signed(-level.lag)}", "{",
@@ -388,11 +468,12 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
         lines.append("  }")
     if level.lateral:
         vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
-        lines.append(f"  *reinterpret_cast<{vector}*>(&{_rows(level)}[here + t * {COLUMNS}]) = "
-                     f"{vector}{{{', '.join(values)}}};  // read beside it next iteration")
+        lines += ["  if (kept_in_shared)  // read by the warps beside (or mapped) next iteration",
+                  f"    *reinterpret_cast<{vector}*>(&{_rows(level)}[here + t * {COLUMNS}]) = "
+                  f"{vector}{{{', '.join(values)}}};"]
     lines.append("}")
-    declared = [f"{ctype} {', '.join(f'{v} = 0' for v in values)};"]
-    return declared + lines
+    reset = [f"{', '.join(f'{v} = 0' for v in values)};  // (kept to the next iteration)"]
+    return reset + lines
 
 
 def _queue_read(layout: StreamLayout, queues: Queues, ring: tuple[dict[str, int], int],
