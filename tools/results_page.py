@@ -16,6 +16,14 @@ PAGE = ROOT / "docs" / "results.md"
 
 # The runs shown, newest first: (title, JSON file under docs/journal/bench/, command).
 RUNS = (
+    ("Time-stepped stencils: columns beside by warp shuffles, separable steps (H200, "
+     "2026-11-29, session 37)",
+     "2026-11-29-session37-final-steps.json",
+     "kfuse bench smooth2d wave2d --no-calls --json F"),
+    ("Statistics and their map in one kernel: log-sum-exp of each row (H200, 2026-11-29, "
+     "session 37)",
+     "2026-11-29-session37-lse.json",
+     "kfuse bench logsumexp --json F"),
     ("Normalisations over long rows: LayerNorm at four accesses per segment (H200, "
      "2026-11-29, session 36)",
      "2026-11-29-session36-long-rows-h200.json",
