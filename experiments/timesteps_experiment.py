@@ -72,15 +72,11 @@ def main() -> None:
 def flat_sums_program(case) -> object:
     """``case``'s planned program with separable stencils summed flat in streamed kernels
     (as before :mod:`kfuse.ir.separable`), for timing side by side."""
-    import kfuse.codegen.streamed as streamed
+    from kfuse.config import configured
 
-    kept = streamed.separated
-    streamed.separated = lambda body, inner_axis=0: body
-    try:
+    with configured(separable_sums=False):
         return generate(case.graph, case.plan.kernel_groups, fixed_sizes=case.sizes,
                         array_alignment=VECTOR_ALIGNMENT)
-    finally:
-        streamed.separated = kept
 
 
 def check(names, forms, backend: str) -> None:

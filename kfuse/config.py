@@ -49,6 +49,9 @@ class Config:
     serpentine_blocks: bool = True
     # 3-tap windows are summed so that neighbouring points share a pair.
     window_sums: bool = True
+    # A streamed step whose weights are an outer product is summed down its columns first
+    # (kfuse.ir.separable), so that a thread's columns share the sums (False: as written).
+    separable_sums: bool = True
     # A constant-mode read that may fall outside loads from its clamped index
     # unconditionally and selects the constant after (False: the load inside the
     # conditional; diffusion3d's register tiles 2.3x slower on an H200).

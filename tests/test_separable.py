@@ -69,3 +69,18 @@ def test_outer_factors_scale_out_the_common_weight():
     zero_first = np.outer([0.0, 1.0, 3.0], [2.0, 0.0, 1.0])
     a, b, scale = outer_factors(zero_first)
     assert np.allclose(scale * np.outer(a, b), zero_first)
+
+
+def test_the_switch_keeps_streamed_steps_summed_as_written():
+    from kfuse.apps import get_app
+    from kfuse.codegen import generate
+    from kfuse.config import configured
+    from kfuse.schedule.forms import GroupSchedule, Streamed, group_outputs
+
+    graph = get_app("smooth2d").build().graph()
+    members = tuple(k.name for k in graph.kernels)
+    groups = [GroupSchedule(members, group_outputs(graph, members), Streamed())]
+    with configured(separable_sums=False):
+        flat = generate(graph, groups).source
+    assert generate(graph, groups).source != flat
+    assert separated(graph.kernels[0].body) is not graph.kernels[0].body

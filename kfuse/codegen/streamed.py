@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kfuse import config
 from kfuse.codegen.cexpr import (
     VECTOR_TYPES,
     ExprEmitter,
@@ -421,7 +422,8 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
     values = [_value(level, j) for j in range(COLUMNS)]
     up, down = layout.reach(level.member)
     # a separable stencil summed down its columns first: the thread's 4 columns share them
-    body = separated(kernel.body, inner_axis=0)  # type: ignore[arg-type]
+    body = kernel.body if not config.current().separable_sums \
+        else separated(kernel.body, inner_axis=0)  # type: ignore[arg-type]
 
     def code(edge: bool) -> list[str]:
         emitter = ExprEmitter(graph, ((row, 0), ("col", 0)), group.domain,
