@@ -17,6 +17,8 @@ Usage on the device machine (repo root)::
 from __future__ import annotations
 
 import argparse
+import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -91,6 +93,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--least-blocks", type=int, nargs="*", default=[],
+                        help="also the planned program asking at least this many blocks "
+                             "per SM of the compiler (__launch_bounds__, a source patch)")
     args = parser.parse_args()
     profile = current_profile()
     for build in PIPELINES:
@@ -109,9 +114,14 @@ def main() -> None:
         print(f"== {graph.name} {args.size}²: planned "
               f"{[(len(g.members), g.form.text()) for g in plan.groups]}, floor "
               f"{floor * 1e3:.4f} ms", flush=True)
-        time_sources(case, {"planned": planned_program(case),
-                            "planned, flat sums": flat_sums_program(case)},
-                     args.rounds, args.runs)
+        programs = {"planned": planned_program(case),
+                    "planned, flat sums": flat_sums_program(case)}
+        for least in args.least_blocks:
+            program = programs["planned"]
+            programs[f"planned, {least} blocks per SM"] = replace(
+                program, source=re.sub(r"__launch_bounds__\((\d+)\)",
+                                       rf"__launch_bounds__(\1, {least})", program.source))
+        time_sources(case, programs, args.rounds, args.runs)
 
 
 if __name__ == "__main__":
