@@ -590,3 +590,27 @@ def test_statistics_then_their_map_plan_one_kernel(axis):
     plan = p.plan(sizes=graph.bind_shapes({"x": get_app("rmsnorm").bench_size}))
     assert len(plan.groups) == 1, plan.explain()
     assert (":hr" if axis == 1 else ":hc") in plan.groups[0].variant
+
+
+@pytest.mark.parametrize("name", ["layernorm", "logsumexp"])
+def test_half_precision_normalisations_plan_apart_and_equal_numpy(name):
+    """Map-reduce variants keep no two-byte floats, and only they finish a reduction inside
+    its kernel: in float16 a held group is refused with that reason, and the planner (which
+    proposed it and raised) leaves the reductions and their readers apart."""
+    from kfuse.model.device import h200_like_profile
+    from kfuse.search import default_plan
+
+    app = get_app(name)
+    pipeline = app.build(dtype="float16")
+    graph = pipeline.graph()
+    members = [k.name for k in graph.kernels]
+    reasons = [v.reason for v in epilogue_violations(graph, members, None)]
+    assert any("float16" in r for r in reasons), reasons
+    plan = default_plan(graph, sizes=app.sizes(graph, app.bench_size),
+                        profile=h200_like_profile())
+    assert len(plan.groups) > 1
+    cpu_or_skip()
+    arrays, params = app.make_inputs((37, 133), np.random.default_rng(2), "float16")
+    outputs = pipeline.run(backend="cpu", plan=plan, **arrays, **params)
+    errors = reference_errors(app, arrays, params, outputs)
+    assert max(errors.values()) <= 1e-3, errors

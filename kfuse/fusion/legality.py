@@ -404,6 +404,10 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
         reason = check(graph, members)
         if reason:
             found.append(Violation(check.__name__.removeprefix("rule_"), reason))
+    half = half_reason(graph, members, "map-reduce")
+    if half:  # (only map-reduce variants finish a reduction inside its kernel)
+        found.append(Violation(rule, f"a reduction feeds {list(epilogue)} in its own kernel "
+                                     f"only in a map-reduce variant, and {half}"))
     shape = mapreduce_shape_reason(graph, core)
     domain = kernels[core[0]].domain
     if shape is None and len(domain) != 2:
