@@ -58,6 +58,19 @@ def random_chain(seed: int, most_steps: int = 4) -> kf.Pipeline:
     return p
 
 
+def check_one_input_chain(p: kf.Pipeline, sizes: list[tuple[int, int]],
+                          rng: np.random.Generator) -> None:
+    """The chain of ``p`` (input ``u``, output ``s2``) streamed in blocks of 32 threads and
+    chunks of 8 rows equals the numpy backend at each of ``sizes``."""
+    members = [k.name for k in p.graph().kernels]
+    plan = p.fuse([members], forms=[Streamed(threads=32, chunk_rows=8)])
+    for size in sizes:
+        data = rng.uniform(0.5, 2.0, size).astype(np.float32)
+        got = p.run(backend="cpu", plan=plan, u=data)["s2"]
+        want = p.run(backend="numpy", plan="unfused", u=data)["s2"]
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(size))
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("seed", range(12))
 def test_random_chains_streamed_equal_numpy(seed):
@@ -102,13 +115,7 @@ def test_random_periodic_chains_streamed_equal_numpy(seed):
             total = term if total is None else total + term
         steps.append(kf.local(total + 0.5 * steps[0], boundary="repeat", name=f"s{step}"))
     p.output(steps[-1])
-    members = [k.name for k in p.graph().kernels]
-    plan = p.fuse([members], forms=[Streamed(threads=32, chunk_rows=8)])
-    for size in [(29, 141), (3, 5), (2, 2)]:
-        data = rng.uniform(0.5, 2.0, size).astype(np.float32)
-        got = p.run(backend="cpu", plan=plan, u=data)["s2"]
-        want = p.run(backend="numpy", plan="unfused", u=data)["s2"]
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(size))
+    check_one_input_chain(p, [(29, 141), (3, 5), (2, 2)], rng)
 
 
 @pytest.mark.integration
@@ -188,10 +195,4 @@ def test_separable_steps_streamed_equal_numpy(mode):
             total = total - 0.05 * u.at(0, 2)
         u = kf.local(total, boundary=mode, name=f"s{step}")
     p.output(u)
-    members = [k.name for k in p.graph().kernels]
-    plan = p.fuse([members], forms=[Streamed(threads=32, chunk_rows=8)])
-    for size in [(45, 262), (29, 141), (8, 9)]:
-        data = rng.uniform(0.5, 2.0, size).astype(np.float32)
-        got = p.run(backend="cpu", plan=plan, u=data)["s2"]
-        want = p.run(backend="numpy", plan="unfused", u=data)["s2"]
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(size))
+    check_one_input_chain(p, [(45, 262), (29, 141), (8, 9)], rng)
