@@ -13,6 +13,8 @@ pass over the row, a segment at a time (the first pass from DRAM, the later ones
 mostly from L2, each walking back from the segment still in registers); a sum of
 exponentials past a row maximum goes in the maximum's pass, its thread's part rescaled
 whenever the running maximum grows (Milakov and Gimelshein 2018's online normaliser).
+Maps of the row's results alone (the group's *tail*: a log-sum-exp ``m + log s``, a standard
+deviation) are evaluated after the last phase by the row's first thread, one store per row.
 Part of the map-reduce generator (:mod:`kfuse.codegen.mapreduce`), written through its
 skeleton (:mod:`kfuse.codegen.mapreduce_skeleton`).
 """
