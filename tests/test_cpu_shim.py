@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -36,11 +37,11 @@ KERNELS = r"""
 #if !defined(__CUDACC__)
 #include <chrono>
 #include <thread>
-// Delay some threads so that a missing barrier shows up as a wrong result.
+// Delay some threads so that a missing barrier shows up as a wrong result (__nanosleep: on
+// OS threads a sleep, with fibers a switch to the next one).
 #define KT_JITTER(t)                                                           \
   do {                                                                         \
-    if ((((unsigned)(t)) * 2654435761u >> 9) % 5u == 0u)                       \
-      std::this_thread::sleep_for(std::chrono::microseconds(40));              \
+    if ((((unsigned)(t)) * 2654435761u >> 9) % 5u == 0u) __nanosleep(40000);   \
   } while (0)
 #else
 #define KT_JITTER(t) do { } while (0)
@@ -253,7 +254,7 @@ __global__ void k_early_exit(const float* in, float* out, int n) {
   const int t = threadIdx.x, g = blockIdx.x * blockDim.x + t;
   if (g >= n) {
 #if !defined(__CUDACC__)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // others wait already
+    __nanosleep(2000000);  // others wait already
 #endif
     return;
   }
@@ -317,6 +318,30 @@ __global__ void k_math(const float* in, float* out, int* iout) {
   iout[2 * g + 1] = (int)(__float_as_uint(__ldg(&in[g])) >> 1) - (int)__float_as_uint(1.0f);
 }
 
+// ---- how the threads run, per-thread storage, fiber stacks (the shim alone) ----------------------
+#if !defined(__CUDACC__)
+__global__ void k_os_thread(unsigned long long* out) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] =
+      std::hash<std::thread::id>{}(std::this_thread::get_id());
+}
+
+// Counts the blocks each thread ran in this launch: per CUDA thread (a thread_local would be
+// shared by a block's fibers).
+__global__ void k_per_thread(int* out) {
+  int& blocks_seen = kf_cpu::per_thread<int>();
+  blocks_seen += 1;
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = blocks_seen;
+}
+
+// 128 KiB of locals, written from the top down (an overflow meets the guard page first).
+__global__ void k_deep_stack(int* out) {
+  volatile unsigned char local[128 * 1024];
+  for (int i = (int)sizeof(local) - 1; i >= 0; i -= 512) local[i] = (unsigned char)(i >> 9);
+  out[threadIdx.x] = local[sizeof(local) - 1 - 512 * threadIdx.x];
+}
+#endif
+
 // ---- host launchers --------------------------------------------------------------------------------
 #if !defined(__CUDACC__)
 extern "C" {
@@ -376,6 +401,16 @@ int kt_index3d(int* out, int nx, int ny, int nz) {
 int kt_math(const float* in, float* out, int* iout, int blocks) {
   return kf_cpu::launch(dim3(blocks), dim3(64), 0, [&] { k_math(in, out, iout); });
 }
+int kt_os_thread(unsigned long long* out, int blocks) {
+  return kf_cpu::launch(dim3(blocks), dim3(64), 0, [&] { k_os_thread(out); });
+}
+int kt_per_thread(int* out, int blocks) {
+  return kf_cpu::launch(dim3(blocks), dim3(128), 0, [&] { k_per_thread(out); });
+}
+int kt_deep_stack(int* out) {
+  return kf_cpu::launch(dim3(1), dim3(32), 0, [&] { k_deep_stack(out); });
+}
+int kt_fibers_compiled() { return KF_SHIM_FIBERS; }
 int kt_bad_launch() { return kf_cpu::launch(dim3(1), dim3(2048), 0, [] {}); }
 int kt_bad_shared() { return kf_cpu::launch(dim3(1), dim3(32), 1u << 30, [] {}); }
 const char* kt_last_error() { return kf_cpu::last_error(); }
@@ -417,6 +452,17 @@ def libs():
 
     yield get
     pool.shutdown(wait=True)
+
+
+@pytest.fixture(params=("fibers", "threads"))
+def mode(request, monkeypatch) -> str:
+    """The test's launches run a block's threads as fibers (the default where the shim has
+    them) or as OS threads (``KF_SHIM_THREADS=1``, which the shim reads at every launch)."""
+    if request.param == "threads":
+        monkeypatch.setenv("KF_SHIM_THREADS", "1")
+    else:
+        monkeypatch.delenv("KF_SHIM_THREADS", raising=False)
+    return request.param
 
 
 def ptr(a: np.ndarray) -> ctypes.c_void_p:
@@ -703,19 +749,19 @@ def check_named_pipeline(lib) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 # Feature tests
 # ------------------------------------------------------------------------------------------------
-def test_syncthreads_reverse(libs):
+def test_syncthreads_reverse(libs, mode):
     assert check_reverse(libs()) == []
 
 
-def test_syncthreads_tree_reduction(libs):
+def test_syncthreads_tree_reduction(libs, mode):
     assert check_tree_sum(libs()) == []
 
 
-def test_syncthreads_count_and_or(libs):
+def test_syncthreads_count_and_or(libs, mode):
     assert check_sync_votes(libs()) == []
 
 
-def test_shared_is_per_block_and_shared_by_its_threads(libs):
+def test_shared_is_per_block_and_shared_by_its_threads(libs, mode):
     assert check_shared_scope(libs()) == []
 
 
@@ -734,15 +780,15 @@ def test_dynamic_shared_memory(libs):
     assert aligned.tolist() == [1] * blocks
 
 
-def test_atomics(libs):
+def test_atomics(libs, mode):
     assert check_atomics(libs()) == []
 
 
-def test_warp_shuffles_and_votes(libs):
+def test_warp_shuffles_and_votes(libs, mode):
     assert check_shuffle(libs()) == []
 
 
-def test_partial_last_warp(libs):
+def test_partial_last_warp(libs, mode):
     x = rng(10).uniform(-1, 1, 48).astype(np.float32)
     out = np.zeros(48 * 3, np.uint32)
     call(libs(), "kt_partial_warp", x, out)
@@ -758,15 +804,15 @@ def test_partial_last_warp(libs):
     assert o[:, 2].tolist() == nxt.tolist()
 
 
-def test_named_barriers_independent_groups(libs):
+def test_named_barriers_independent_groups(libs, mode):
     assert check_named_groups(libs()) == []
 
 
-def test_named_barriers_producer_consumer(libs):
+def test_named_barriers_producer_consumer(libs, mode):
     assert check_named_pipeline(libs()) == []
 
 
-def test_early_return_then_syncthreads(libs):
+def test_early_return_then_syncthreads(libs, mode):
     n = 2 * 128 + 77
     x = rng(11).uniform(-1, 1, n).astype(np.float32)
     out = np.full(n, np.nan, np.float32)
@@ -787,7 +833,7 @@ def test_2d_blocks_transpose_odd_grid(libs):
     assert np.array_equal(out, x.T)
 
 
-def test_3d_blocks_and_grid_indices(libs):
+def test_3d_blocks_and_grid_indices(libs, mode):
     nx, ny, nz = 21, 7, 9
     out = np.full((nz, ny, nx, 4), -7, np.int32)
     call(libs(), "kt_index3d", out, nx, ny, nz)
@@ -839,10 +885,10 @@ def test_invalid_launch_configuration_reports_error(libs):
     assert b"dynamic shared memory" in lib.kt_last_error()
 
 
-def test_launches_reuse_threads_and_a_forked_child_launches_too(libs):
-    """The shim keeps its host threads between launches (a pool): many launches in a row
-    stay correct, and a child made by fork, which has none of its parent's threads, starts
-    threads of its own instead of waiting on the parent's."""
+def test_launches_reuse_threads_and_a_forked_child_launches_too(libs, mode):
+    """The shim keeps its host threads (a pool) or fiber stacks between launches: many
+    launches in a row stay correct, and a child made by fork, which has none of its parent's
+    threads, starts threads of its own instead of waiting on the parent's."""
     lib = libs()
     for _ in range(20):
         assert check_reverse(lib) == [] and check_tree_sum(lib) == []
@@ -867,7 +913,49 @@ def test_launches_reuse_threads_and_a_forked_child_launches_too(libs):
     pytest.fail("a launch in a forked child hung (waiting on the parent's threads)")
 
 
-def test_deadlock_aborts_with_message_instead_of_hanging(libs):
+def test_fibers_run_a_block_on_the_launching_thread(libs, mode):
+    """With fibers (compiled in, KF_SHIM_THREADS unset) one OS thread runs every thread of
+    the block; with KF_SHIM_THREADS=1 each CUDA thread has an OS thread of its own."""
+    lib = libs()
+    out = np.zeros(2 * 64, np.uint64)
+    call(lib, "kt_os_thread", out, 2)
+    if lib.kt_fibers_compiled() and mode == "fibers":
+        assert len(set(out.tolist())) == 1
+    else:
+        assert len(set(out[:64].tolist())) == 64
+
+
+def test_per_thread_storage_is_per_cuda_thread_and_per_launch(libs, mode):
+    lib = libs()
+    for _ in range(2):  # a second launch starts from fresh (value-initialised) objects
+        out = np.zeros(3 * 128, np.int32)
+        call(lib, "kt_per_thread", out, 3)
+        assert (out.reshape(3, 128) == np.arange(1, 4)[:, None]).all()
+
+
+def test_fiber_stacks_hold_large_locals_and_end_at_a_guard_page(libs, monkeypatch):
+    """128 KiB of locals a thread fit the default stacks (512 KiB); in 64 KiB stacks
+    (KF_SHIM_FIBER_STACK_KB) they fault on the guard page instead of running over into the
+    next fiber's stack."""
+    monkeypatch.delenv("KF_SHIM_THREADS", raising=False)
+    monkeypatch.delenv("KF_SHIM_FIBER_STACK_KB", raising=False)
+    lib = libs()
+    out = np.zeros(32, np.int32)
+    call(lib, "kt_deep_stack", out)
+    assert (out == 255 - np.arange(32)).all()
+    if not lib.kt_fibers_compiled():
+        pytest.skip("the shim runs on OS threads here")
+    path = host_compiler.compile_host_library(SOURCE, name_hint="test_cpu_shim")
+    code = (f"import ctypes; ctypes.CDLL({str(path)!r}).kt_deep_stack("
+            "ctypes.create_string_buffer(128))")
+    env = dict(os.environ, KF_SHIM_FIBER_STACK_KB="64")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == -signal.SIGSEGV, (proc.returncode, proc.stderr)
+
+
+def test_deadlock_aborts_with_message_instead_of_hanging(libs, mode):
     libs()  # compiled (and cached) by the fixture
     path = host_compiler.compile_host_library(SOURCE, name_hint="test_cpu_shim")
     code = f"import ctypes; ctypes.CDLL({str(path)!r}).kt_deadlock()"
@@ -894,7 +982,7 @@ FAULT_CHECKS: dict[str, list[Callable]] = {
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_fault_makes_result_wrong(libs, fault):
+def test_fault_makes_result_wrong(libs, fault, mode):
     lib = libs(fault)
     for check in FAULT_CHECKS[fault]:
         assert check(lib), f"{check.__name__} still passes with {fault}"

@@ -15,7 +15,7 @@ PRELUDE = r"""// ===== kfuse prelude: shared by every generated kernel =====
     extern __shared__ __align__(16) unsigned char kf_dynamic_shared_bytes[]; \
     type* const name = reinterpret_cast<type*>(kf_dynamic_shared_bytes + (offset))
 #else
-  // Host C++ compiler: every CUDA thread of a block is a real thread (kfuse CPU shim)
+  // Host C++ compiler: the kfuse CPU shim runs every CUDA thread of a block (as a fiber)
   #include "kfuse_cpu_shim.h"
 #endif
 
@@ -331,16 +331,19 @@ struct KfCopy {
 struct KfCopyGroups {
   std::vector<std::vector<KfCopy>> groups{{}};  // the last is open
 };
-inline thread_local KfCopyGroups kf_copy_groups;
+// The calling CUDA thread's groups (not a thread_local: the shim's fibers share OS threads).
+inline std::vector<std::vector<KfCopy>>& kf_copy_groups() {
+  return kf_cpu::per_thread<KfCopyGroups>().groups;
+}
 inline void kf_copy_async16(void* shared, const void* global) {
-  kf_copy_groups.groups.back().push_back({shared, global, 16});
+  kf_copy_groups().back().push_back({shared, global, 16});
 }
 inline void kf_copy_async4(void* shared, const void* global) {
-  kf_copy_groups.groups.back().push_back({shared, global, 4});
+  kf_copy_groups().back().push_back({shared, global, 4});
 }
-inline void kf_copy_async_commit() { kf_copy_groups.groups.emplace_back(); }
+inline void kf_copy_async_commit() { kf_copy_groups().emplace_back(); }
 template <int Pending> inline void kf_copy_async_wait() {
-  auto& groups = kf_copy_groups.groups;
+  auto& groups = kf_copy_groups();
   while ((int)groups.size() - 1 > Pending) {  // committed groups beyond the last Pending
     for (auto& copy : groups.front()) std::memcpy(copy.shared, copy.global, copy.bytes);
     groups.erase(groups.begin());

@@ -1,9 +1,10 @@
 """Compile generated CUDA C with the host C++ compiler against the kfuse CPU shim.
 
 The ``cpu`` backend runs the very CUDA C text that would go to NVRTC: the source includes
-``kfuse_cpu_shim.h`` when ``__CUDACC__`` is not defined, and that header turns each CUDA thread
-of a block into an OS thread. The source must export ``extern "C"`` launchers that call
-``kf_cpu::launch``; :func:`load_host_library` gives a :class:`ctypes.CDLL` to call them.
+``kfuse_cpu_shim.h`` when ``__CUDACC__`` is not defined, and that header runs each CUDA thread
+of a block as a fiber of the launching thread (or, with ``KF_SHIM_THREADS=1``, an OS thread).
+The source must export ``extern "C"`` launchers that call ``kf_cpu::launch``;
+:func:`load_host_library` gives a :class:`ctypes.CDLL` to call them.
 
 Libraries are cached on disk under ``$KFUSE_CACHE_DIR/cpu`` (default ``~/.cache/kfuse/cpu``),
 keyed by the SHA-256 of the source, the flags, the shim header and the compiler's version.

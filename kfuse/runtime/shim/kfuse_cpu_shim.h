@@ -1,11 +1,25 @@
 // kfuse_cpu_shim.h -- run kfuse's generated CUDA C on the host CPU.
 //
-// Included by generated sources when __CUDACC__ is not defined. Every CUDA thread of a block is
-// a real OS thread, so __syncthreads, __shared__ memory, atomics, warp shuffles and named partial
-// barriers (KF_BAR_SYNC) behave as on the GPU. The blocks of a grid run one after another: one
-// host thread per thread of the block (kept between launches in a pool) walks every block in
-// order (z, y, x; x fastest), with an internal rendezvous so a block is complete before the next
-// starts.
+// Included by generated sources when __CUDACC__ is not defined. Every CUDA thread of a block
+// has a stack and registers of its own, so __syncthreads, __shared__ memory, atomics, warp
+// shuffles and named partial barriers (KF_BAR_SYNC) behave as on the GPU. The blocks of a grid
+// run one after another: each thread of the block walks every block in order (z, y, x; x
+// fastest), with an internal rendezvous so a block is complete before the next starts.
+//
+// Two ways to run a block's threads:
+//   * fibers (the default on x86-64 Linux with GCC or Clang, KF_SHIM_FIBERS=1): the CUDA
+//     threads are user-space contexts that the launching OS thread runs one at a time. A thread
+//     that waits (barrier, warp intrinsic, end of block) switches to the next one, round robin,
+//     until the thing it waits for has happened: a barrier costs tens (-O2) to hundreds (-O0)
+//     of nanoseconds a thread instead of waking every OS thread of the block through the
+//     kernel. Stacks are KF_SHIM_FIBER_STACK_KB KiB (environment; default 512, a GPU thread's
+//     local memory at most), below each a guard page.
+//   * OS threads (elsewhere; with -DKF_SHIM_FIBERS=0; at run time with KF_SHIM_THREADS=1 in the
+//     environment, read at every launch): one OS thread per CUDA thread, kept between launches
+//     in a pool. Barrier waits yield a few times (KF_SHIM_SPIN, default 4), then sleep on a
+//     futex (Linux) or a condition variable (elsewhere, or with -DKF_SHIM_USE_CONDVAR).
+// Both keep what they made for a launch (fiber stacks, OS threads) for the next one and give
+// it back once unused for KF_SHIM_IDLE_S seconds (default 2).
 //
 // Launch from an extern "C" host function:
 //
@@ -13,8 +27,8 @@
 //       return kf_cpu::launch(dim3((n + 255) / 256), dim3(256), 0, [&] { my_kernel(in, out, n); });
 //     }
 //
-// Barrier waits yield a few times (KF_SHIM_SPIN, default 4), then sleep on a futex (Linux) or a
-// condition variable (elsewhere, or with -DKF_SHIM_USE_CONDVAR); nothing spins for long.
+// Per-CUDA-thread storage: `thread_local` is per OS thread, which fibers share; use
+// kf_cpu::per_thread<T>() (a T per thread of the launch, in both ways of running).
 //
 // Limitations:
 //   * __shared__ is `static`: one instance per .so shared by all threads; it is NOT reset or
@@ -38,11 +52,15 @@
 //     thread aborts too. Invalid launch configurations return an error code instead.
 //   * Standard headers that this header does not include itself must be included before it
 //     (its keyword macros such as __noinline__ would break them).
+//   * Fibers are not preempted: a thread spinning on memory that another thread of its block
+//     writes, with no barrier, warp intrinsic or __nanosleep in the loop (those switch), hangs
+//     (generated kernels have no such loop). Blocking calls (sleep_for, I/O) block the block.
 //   * No half precision, textures, surfaces, cooperative groups, clusters, dynamic parallelism.
 //
 // Fault injection (for tests proving that tests can fail): KF_SHIM_FAULT_BARRIER (__syncthreads
-// does nothing), KF_SHIM_FAULT_SHARED (__shared__ is per thread), KF_SHIM_FAULT_ATOMIC (atomics
-// are racy load/yield/store), KF_SHIM_FAULT_SHUFFLE (shuffles return the caller's own value),
+// does nothing), KF_SHIM_FAULT_SHARED (__shared__ is per thread: thread_local, so it runs on OS
+// threads), KF_SHIM_FAULT_ATOMIC (atomics are racy load/yield/store; with fibers the yield
+// switches to the next fiber), KF_SHIM_FAULT_SHUFFLE (shuffles return the caller's own value),
 // KF_SHIM_FAULT_NAMED_BARRIER (KF_BAR_SYNC does nothing).
 
 #ifndef KFUSE_CPU_SHIM_H
@@ -61,6 +79,7 @@
 #include <atomic>
 #include <bit>
 #include <cassert>
+#include <cerrno>
 #include <cfloat>
 #include <chrono>
 #include <climits>
@@ -100,8 +119,48 @@
 #define KF_SHIM_FUTEX 0
 #endif
 
+// Fibers where the context switch below exists (x86-64 System V, GCC or Clang on Linux), unless
+// a sanitizer that tracks stacks or threads (ASan, TSan) is on, or __shared__ is thread_local
+// (KF_SHIM_FAULT_SHARED: every fiber would see the same copy).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KF_SHIM_STACK_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KF_SHIM_STACK_SANITIZER 1
+#endif
+#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__)
+#define KF_SHIM_FIBERS_SUPPORTED 1
+#else
+#define KF_SHIM_FIBERS_SUPPORTED 0
+#endif
+#ifndef KF_SHIM_FIBERS
+#if KF_SHIM_FIBERS_SUPPORTED && !defined(KF_SHIM_STACK_SANITIZER)
+#define KF_SHIM_FIBERS 1
+#else
+#define KF_SHIM_FIBERS 0
+#endif
+#endif
+#if defined(KF_SHIM_FAULT_SHARED)
+#undef KF_SHIM_FIBERS
+#define KF_SHIM_FIBERS 0
+#endif
+#if KF_SHIM_FIBERS && !KF_SHIM_FIBERS_SUPPORTED
+#error "KF_SHIM_FIBERS needs x86-64 Linux and GCC or Clang"
+#endif
+#if KF_SHIM_FIBERS
+#include <sys/mman.h>
+#endif
+
 #ifndef KF_SHIM_DEFAULT_SPIN
 #define KF_SHIM_DEFAULT_SPIN 4
+#endif
+
+// Stack of a fiber in KiB (KF_SHIM_FIBER_STACK_KB overrides it): the suite compiles kernels at
+// -O0, and a CUDA thread may hold sizeable local arrays.
+#ifndef KF_SHIM_DEFAULT_FIBER_STACK_KB
+#define KF_SHIM_DEFAULT_FIBER_STACK_KB 512
 #endif
 
 // Largest dynamic shared memory per block a launch may ask for (sm_90: 227 KiB, with opt-in).
@@ -195,6 +254,25 @@ using Clock = std::chrono::steady_clock;
   std::abort();
 }
 
+#if KF_SHIM_FIBERS
+// The fibers of the launch running on this OS thread (null on an OS thread of the pool, and
+// outside launches): Round and the atomic fault ask it whether to switch or to sleep.
+struct Fibers;
+inline thread_local Fibers* tls_fibers = nullptr;
+// Switch to the next fiber of the ring (round robin); returns when this one runs again.
+inline void fiber_yield();
+// Deadlines are checked every this many switches of a waiting fiber (Clock::now is slower).
+constexpr unsigned kFiberClockEvery = 256;
+#endif
+
+// Give the other CUDA threads a turn: the next fiber, or the OS scheduler.
+inline void yield_now() {
+#if KF_SHIM_FIBERS
+  if (tls_fibers != nullptr) return fiber_yield();
+#endif
+  std::this_thread::yield();
+}
+
 // A generation counter that threads sleep on until it moves. Each barrier keeps its bookkeeping
 // under its own short-lived mutex; only the sleeping happens here, without that mutex, so that
 // a release wakes every waiter without making them queue on the mutex again. Linux: a futex
@@ -220,6 +298,9 @@ struct Round {
   }
 
   void wake() {
+#if KF_SHIM_FIBERS
+    if (tls_fibers != nullptr) return;  // waiting fibers look at the generation themselves
+#endif
 #if KF_SHIM_FUTEX
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gen), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
             nullptr, 0);
@@ -229,9 +310,25 @@ struct Round {
   }
 
   // Wait until the generation differs from `mine`: yield `spins` times, then sleep; after
-  // `timeout`, call report() (which must not return).
+  // `timeout`, call report() (which must not return). A fiber switches to the next one until
+  // the generation has moved; fibers that all wait (a deadlock) go round until the timeout,
+  // counted from the wait's kFiberClockEvery-th switch, has passed.
   template <class Report>
   void wait(uint32_t mine, std::chrono::nanoseconds timeout, int spins, Report&& report) {
+#if KF_SHIM_FIBERS
+    if (tls_fibers != nullptr) {
+      Clock::time_point deadline{};
+      for (uint64_t n = 1; gen.load(std::memory_order_acquire) == mine; ++n) {
+        fiber_yield();
+        if (n % kFiberClockEvery == 0) {
+          const auto now = Clock::now();
+          if (n == kFiberClockEvery) deadline = now + timeout;
+          else if (now >= deadline) report();
+        }
+      }
+      return;
+    }
+#endif
     for (int i = 0; i < spins; ++i) {  // a few yields first: sleeping costs far more
       if (gen.load(std::memory_order_acquire) != mine) return;
       std::this_thread::yield();
@@ -288,9 +385,14 @@ struct Launch {
     warps = std::make_unique<WarpState[]>(nwarps);
     dyn_alloc = std::max<std::size_t>(dyn_size, 16);
     dyn = static_cast<std::byte*>(::operator new(dyn_alloc, std::align_val_t(64)));
+    owned = std::make_unique<std::vector<Owned>[]>(nthreads);
     reset_block_state();
   }
-  ~Launch() { ::operator delete(dyn, std::align_val_t(64)); }
+  ~Launch() {
+    for (unsigned i = 0; i < nthreads; ++i)
+      for (const Owned& o : owned[i]) o.destroy(o.object);
+    ::operator delete(dyn, std::align_val_t(64));
+  }
   Launch(const Launch&) = delete;
   Launch& operator=(const Launch&) = delete;
 
@@ -332,7 +434,19 @@ struct Launch {
   NamedBarrier named[16];
   std::byte* dyn = nullptr;
   std::size_t dyn_bytes = 0, dyn_alloc = 0;
+
+  // kf_cpu::per_thread's objects, by linear thread id (each list is its thread's alone).
+  struct Owned {
+    const void* key;  // &per_thread_key<T>
+    void* object;
+    void (*destroy)(void*);
+  };
+  std::unique_ptr<std::vector<Owned>[]> owned;
 };
+
+// kf_cpu::per_thread's key for type T (its address).
+template <class T>
+inline constexpr char per_thread_key = 0;
 
 inline thread_local Launch* tls_launch = nullptr;
 inline thread_local unsigned tls_lid = 0;  // linear thread id x + y*bx + z*bx*by
@@ -342,6 +456,89 @@ inline Launch& current(const char* what) {
   if (L == nullptr) die("%s called outside kf_cpu::launch", what);
   return *L;
 }
+
+#if KF_SHIM_FIBERS
+// ----- fibers: the CUDA threads of a block as contexts of the launching OS thread ------------
+// The ring of fibers that have not finished is walked round robin: a fiber runs until it waits
+// (Round::wait, the atomic fault's yield, __nanosleep) or finishes, then the next one runs.
+// The per-CUDA-thread thread-locals (threadIdx, blockIdx, blockDim, gridDim, tls_launch,
+// tls_lid) are saved and restored at every switch; any other thread_local is shared.
+struct FiberSlot {
+  void* sp = nullptr;           // its stack pointer while another fiber runs
+  unsigned prev = 0, next = 0;  // neighbours in the ring
+  uint3 thread_idx{}, block_idx{};
+  dim3 block_dim, grid_dim;
+  Launch* launch = nullptr;
+  unsigned lid = 0;
+};
+
+struct Fibers {
+  const std::function<void(unsigned)>* work = nullptr;  // run as work(lid) by fiber lid
+  std::unique_ptr<FiberSlot[]> slots;
+  unsigned cur = 0;         // the running fiber
+  unsigned unfinished = 0;  // fibers in the ring
+  void* launcher_sp = nullptr;  // the launching thread's context, resumed when all are done
+};
+
+// Save the callee-saved registers of the x86-64 System V ABI (rbx, rbp (the frame pointer),
+// r12-r15) on the current stack, store the stack pointer in *from, switch to the stack `to`
+// and pop the same registers from it; `ret` then resumes the context saved there. It is a real
+// call: the compiler keeps caller-saved registers, flags and the red zone (below rsp, which the
+// call's return address ends) out of it and assumes memory changed, as for any opaque call.
+// Not saved: the mxcsr and x87 control words (callee-saved too) -- every fiber runs on one OS
+// thread and nothing here changes them, so they are the same in all fibers.
+[[gnu::naked, gnu::noinline]] inline void fiber_switch(void** /*from*/, void* /*to*/) {
+  asm("pushq %rbp\n\t"
+      "pushq %rbx\n\t"
+      "pushq %r12\n\t"
+      "pushq %r13\n\t"
+      "pushq %r14\n\t"
+      "pushq %r15\n\t"
+      "movq %rsp, (%rdi)\n\t"
+      "movq %rsi, %rsp\n\t"
+      "popq %r15\n\t"
+      "popq %r14\n\t"
+      "popq %r13\n\t"
+      "popq %r12\n\t"
+      "popq %rbx\n\t"
+      "popq %rbp\n\t"
+      "ret");
+}
+
+// Make fiber `to` run: save the running fiber's thread-locals, restore those of `to`, switch.
+inline void fiber_switch_to(Fibers& F, unsigned to) {
+  if (to == F.cur) return;
+  FiberSlot& a = F.slots[F.cur];
+  FiberSlot& b = F.slots[to];
+  a.thread_idx = threadIdx, a.block_idx = blockIdx, a.block_dim = blockDim, a.grid_dim = gridDim;
+  a.launch = tls_launch, a.lid = tls_lid;
+  threadIdx = b.thread_idx, blockIdx = b.block_idx, blockDim = b.block_dim, gridDim = b.grid_dim;
+  tls_launch = b.launch, tls_lid = b.lid;
+  F.cur = to;
+  fiber_switch(&a.sp, b.sp);
+}
+
+inline void fiber_yield() {
+  Fibers& F = *tls_fibers;
+  fiber_switch_to(F, F.slots[F.cur].next);
+}
+
+// A fiber's first frame: run its work, leave the ring, and switch to the next fiber (or back to
+// the launcher after the last one). Never returns: there is nothing to return to.
+[[noreturn]] inline void fiber_entry() noexcept {
+  Fibers& F = *tls_fibers;
+  (*F.work)(F.cur);
+  FiberSlot& me = F.slots[F.cur];
+  if (--F.unfinished == 0) {
+    fiber_switch(&me.sp, F.launcher_sp);
+  } else {
+    F.slots[me.prev].next = me.next;
+    F.slots[me.next].prev = me.prev;
+    fiber_switch_to(F, me.next);
+  }
+  __builtin_unreachable();  // nothing switches back to a finished fiber
+}
+#endif
 
 // Seconds from the environment variable `name`, or `fallback` where it is unset, not a number
 // or below `least` (or equal to it, where `least` is excluded).
@@ -697,6 +894,152 @@ inline std::mutex& launch_mutex() {
   return m;
 }
 
+#if KF_SHIM_FIBERS
+// ----- fiber stacks, kept between launches ----------------------------------------------------
+// One mapping holds `count` stacks of `bytes` each, with a PROT_NONE guard page below each
+// (an overflow faults instead of writing into the next stack). Mapping and first touching
+// them costs far more than a launch of the tests' kernels, so they are kept; but every kfuse
+// library has its own (the shim is hidden in each) and a process loads hundreds, each stack
+// being two kernel mappings (of at most 65530 by default) and its touched pages staying
+// resident, so a reaper thread gives them back once unused for KF_SHIM_IDLE_S seconds, as the
+// pool's idle threads exit.
+struct FiberStacks {
+  std::mutex m;  // between the launch using them (which holds launch_mutex too) and the reaper
+  std::byte* base = nullptr;
+  std::size_t count = 0, bytes = 0, page = 0;
+  bool in_use = false, reaper = false;
+  Clock::time_point last_used{};
+  pid_t pid = getpid();
+
+  std::byte* top(unsigned i) const { return base + (i + 1) * (page + bytes); }
+
+  void release() {
+    if (base != nullptr) munmap(base, count * (page + bytes));
+    base = nullptr, count = 0;
+  }
+
+  // `n` stacks of `stack_bytes` each (mapped anew if there are fewer, or of another size).
+  bool reserve(unsigned n, std::size_t stack_bytes, std::string& why) {
+    page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    stack_bytes = (stack_bytes + page - 1) / page * page;
+    if (base != nullptr && count >= n && bytes == stack_bytes) return true;
+    release();
+    const std::size_t each = page + stack_bytes;
+    void* p = mmap(nullptr, n * each, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (p == MAP_FAILED) {
+      why = std::strerror(errno);
+      return false;
+    }
+    base = static_cast<std::byte*>(p), count = n, bytes = stack_bytes;
+    for (unsigned i = 0; i < n; ++i) {
+      if (mprotect(base + i * each, page, PROT_NONE) != 0) {
+        why = std::strerror(errno);
+        release();
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+// The process's stacks; call while holding launch_mutex(). A child made by fork starts afresh
+// (leaving its copy of the parent's mapping alone): its copy of the mutex may have been taken
+// by the parent's reaper, a thread the child does not have.
+inline FiberStacks& fiber_stacks() {
+  static FiberStacks* instance = nullptr;
+  if (instance == nullptr || instance->pid != getpid()) instance = new FiberStacks();
+  return *instance;
+}
+
+inline std::size_t fiber_stack_bytes() {
+  long kib = KF_SHIM_DEFAULT_FIBER_STACK_KB;
+  if (const char* s = std::getenv("KF_SHIM_FIBER_STACK_KB")) {
+    char* end = nullptr;
+    const long v = std::strtol(s, &end, 10);
+    if (end != s && v >= 16 && v <= (1l << 22)) kib = v;  // 16 KiB to 4 GiB
+  }
+  return static_cast<std::size_t>(kib) * 1024u;
+}
+
+// The reaper: gives the stacks back once no launch has used them for KF_SHIM_IDLE_S seconds.
+inline void reap_fiber_stacks(FiberStacks* S) {
+  const auto idle = idle_time();
+  for (;;) {
+    std::this_thread::sleep_for(idle);
+    std::lock_guard<std::mutex> lk(S->m);
+    if (!S->in_use && Clock::now() - S->last_used >= idle) {
+      S->release();
+      S->reaper = false;
+      return;
+    }
+  }
+}
+
+// Run `work(lid)` for lid in [0, nthreads) as fibers on this thread and return once all have
+// finished. Returns false (nothing run) if the stacks could not be mapped (`why` says why).
+// The caller holds launch_mutex().
+inline bool run_on_fibers(unsigned nthreads, const std::function<void(unsigned)>& work,
+                          std::string& why) {
+  FiberStacks& S = fiber_stacks();
+  {
+    std::lock_guard<std::mutex> lk(S.m);
+    if (!S.reserve(nthreads, fiber_stack_bytes(), why)) return false;
+    S.in_use = true;
+  }
+  Fibers F;
+  F.work = &work;
+  F.slots = std::make_unique<FiberSlot[]>(nthreads);
+  F.unfinished = nthreads;
+  for (unsigned i = 0; i < nthreads; ++i) {
+    FiberSlot& f = F.slots[i];
+    f.prev = (i + nthreads - 1) % nthreads, f.next = (i + 1) % nthreads;
+    // The frame fiber_switch pops: six registers (zero: rbp ends frame-pointer walks), then
+    // fiber_entry as the return address, then a null return address for fiber_entry itself,
+    // so that it starts with rsp = 8 (mod 16) like any called function.
+    void** sp = reinterpret_cast<void**>(S.top(i)) - 8;  // top(i) is page-aligned
+    for (int r = 0; r < 6; ++r) sp[r] = nullptr;
+    sp[6] = reinterpret_cast<void*>(&fiber_entry);
+    sp[7] = nullptr;
+    f.sp = sp;
+  }
+  // The launching thread's own thread-locals, which the fibers change.
+  const uint3 thread_idx = threadIdx, block_idx = blockIdx;
+  const dim3 block_dim = blockDim, grid_dim = gridDim;
+  Launch* const launch = tls_launch;
+  const unsigned lid = tls_lid;
+  tls_fibers = &F;
+  F.cur = 0;
+  fiber_switch(&F.launcher_sp, F.slots[0].sp);  // back here once every fiber has finished
+  tls_fibers = nullptr;
+  threadIdx = thread_idx, blockIdx = block_idx, blockDim = block_dim, gridDim = grid_dim;
+  tls_launch = launch, tls_lid = lid;
+
+  std::lock_guard<std::mutex> lk(S.m);
+  S.in_use = false;
+  S.last_used = Clock::now();
+  if (!S.reaper) {
+    try {
+      std::thread(reap_fiber_stacks, &S).detach();
+      S.reaper = true;
+    } catch (const std::exception&) {  // no thread to spare: the stacks stay until a later try
+    }
+  }
+  return true;
+}
+#endif
+
+// KF_SHIM_THREADS (environment, read at every launch): any value but "" and "0" runs a
+// block's threads on OS threads even where fibers are compiled in.
+inline bool use_fibers() {
+#if KF_SHIM_FIBERS
+  const char* s = std::getenv("KF_SHIM_THREADS");
+  return s == nullptr || s[0] == '\0' || std::strcmp(s, "0") == 0;
+#else
+  return false;
+#endif
+}
+
 inline std::string& last_error_text() {
   static std::string s;
   return s;
@@ -718,7 +1061,7 @@ inline T atomic_update(T* address, Op op) {
   std::atomic_ref<T> ref(*address);
   T old = ref.load(std::memory_order_relaxed);
 #if defined(KF_SHIM_FAULT_ATOMIC)
-  std::this_thread::yield();
+  yield_now();
   ref.store(op(old), std::memory_order_relaxed);
 #else
   while (!ref.compare_exchange_weak(old, op(old), std::memory_order_seq_cst,
@@ -766,9 +1109,30 @@ int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body) {
     detail::thread_main(L, lid, body);
   };
   std::string why;
+  // Fibers, unless KF_SHIM_THREADS says otherwise or their stacks cannot be mapped (then the
+  // OS threads run the launch).
+#if KF_SHIM_FIBERS
+  if (detail::use_fibers() && detail::run_on_fibers(static_cast<unsigned>(nthreads), work, why))
+    return 0;
+#endif
   if (!detail::run_on_pool(static_cast<unsigned>(nthreads), work, why))
     return detail::fail(2, "could not create %llu threads: %s", nthreads, why.c_str());
   return 0;
+}
+
+// The calling CUDA thread's own T for this launch: value-initialised at its first use, destroyed
+// when the launch returns. Use it where a kernel would keep per-thread state in a `thread_local`
+// (which fibers share: they run on one OS thread).
+template <class T>
+T& per_thread() {
+  detail::Launch& L = detail::current("kf_cpu::per_thread");
+  std::vector<detail::Launch::Owned>& mine = L.owned[detail::tls_lid];
+  for (const detail::Launch::Owned& o : mine)
+    if (o.key == &detail::per_thread_key<T>) return *static_cast<T*>(o.object);
+  auto object = std::make_unique<T>();
+  mine.push_back({&detail::per_thread_key<T>, object.get(),
+                  [](void* p) { delete static_cast<T*>(p); }});
+  return *object.release();
 }
 
 }  // namespace kf_cpu
@@ -1061,7 +1425,13 @@ inline long long clock64() {
              kf_cpu::detail::Clock::now().time_since_epoch())
       .count();
 }
-inline void __nanosleep(unsigned ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
+// With fibers, a switch to the next one instead (a wait loop backing off lets the others run).
+inline void __nanosleep(unsigned ns) {
+#if KF_SHIM_FIBERS
+  if (kf_cpu::detail::tls_fibers != nullptr) return kf_cpu::detail::fiber_yield();
+#endif
+  std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+}
 [[noreturn]] inline void __trap() { kf_cpu::detail::die("__trap() called in a kernel"); }
 
 #pragma GCC visibility pop
