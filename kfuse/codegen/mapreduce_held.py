@@ -186,17 +186,26 @@ class HeldKernel(MapReduceKernel):
         return body, grid
 
     def tail_lines(self) -> list[str]:
-        """The tail (maps over the reduced vector) at row ``iy``, by the row's first thread,
-        from the row's results every thread holds after the last phase."""
+        """The tail (maps over the reduced vector) at each of the thread's results
+        (:meth:`tail_point`), from the results it holds after the last phase."""
         group = self.group
         if not group.tail:
             return []
         names = ", ".join(f"'{k.name}'" for k in group.tail)
-        return [f"if (kf_tx == 0) {{  // the tail {names} at this row, from its results: one "
-                "plain store per row and output",
-                *indent(self.epilogue_lines(dict(self.held_values), "iy", group.domain[:1],
-                                            stored=True), 1),
-                "}"]
+        lines = [f"// the tail {names}, from the results: one plain store per result and output"]
+        for element in range(self.elements):
+            condition, index, domain = self.tail_point(element)
+            results = {name: at(value, element) for name, value in self.held_values.items()}
+            lines += [f"if ({condition}) {{", f"  const int kf_at = {index};",
+                      *indent(self.epilogue_lines(results, "kf_at", domain, stored=True), 1),
+                      "}"]
+        return lines
+
+    def tail_point(self, element: int) -> tuple[str, str, tuple[str, ...]]:
+        """(which thread evaluates the tail at its result ``element``, the C index of that
+        point of the reduced vector, the vector's domain): the row's first thread, at row
+        ``iy``."""
+        return "kf_tx == 0", "iy", self.group.domain[:1]
 
     # -- pieces of the walk -----------------------------------------------------------------
     def map_chunks(self, chunk: list[str]) -> None:

@@ -100,26 +100,11 @@ class HeldColumnsKernel(HeldKernel):
                              f"kf_colres_{var}[e];  // one plain store per column")
         return lines, {r.kernel.output: f"kf_colres_{r.var}[{{element}}]" for r in reductions}
 
-    def tail_lines(self) -> list[str]:
-        """The tail (maps over the reduced vector) at each of the thread's columns, by the
-        strip's first row of threads, from the columns' results after the last pass."""
-        group, v = self.group, self.v
-        if not group.tail:
-            return []
-        names = ", ".join(f"'{k.name}'" for k in group.tail)
-        n_cols = size_var(group.domain[1])
-        lines = [f"// the tail {names} at the thread's columns, from their results: one "
-                 "plain store per column and output"]
-        for element in range(v):
-            results = {name: value.replace("{element}", str(element))
-                       for name, value in self.held_values.items()}
-            column = f"kf_strip + kf_tx * {v} + {element}"
-            lines += [f"if (kf_ty == 0 && {column} < {n_cols}) {{",
-                      f"  const int kf_column = {column};",
-                      *indent(self.epilogue_lines(results, "kf_column", group.domain[1:],
-                                                  stored=True), 1),
-                      "}"]
-        return lines
+    def tail_point(self, element: int) -> tuple[str, str, tuple[str, ...]]:
+        """The strip's first row of threads, at the thread's column ``element``."""
+        column = f"kf_strip + kf_tx * {self.v} + {element}"
+        return (f"kf_ty == 0 && {column} < {size_var(self.group.domain[1])}", column,
+                self.group.domain[1:])
 
     @property
     def elements(self) -> int:

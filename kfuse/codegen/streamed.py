@@ -324,12 +324,12 @@ def _lanes_away(column: int) -> int:
 
 
 def _beside_lines(group, level: StreamLevel, columns: list[int], base: str
-                  ) -> tuple[list[str], dict[int, str]]:
+                  ) -> tuple[list[str], str, dict[int, str]]:
     """Every lane's own 4 columns of ``level``'s newest row (``kf_own_*``: an input's from its
     ring in shared memory, a member's from the registers it computed them in) and the
     ``columns`` beside them from the lanes that own them, by warp shuffles (the warp's first
     and last lanes read those of the warps beside from shared memory): (lines run by every
-    thread of the block, the C value of each column). Shuffles replace the shared-memory
+    thread of the block, the own columns' vector, the C value of each column). Shuffles replace the shared-memory
     reads of the columns beside, which a warp reads four times as slowly (threads 16 bytes
     apart meet in the same banks)."""
     rows, name = _rows(level), c_name(level.buffer)
@@ -355,7 +355,7 @@ def _beside_lines(group, level: StreamLevel, columns: list[int], base: str
                   f"if ({edge}) {side} = {rows}[{base} + t * {COLUMNS}{_signed(column)}];"
                   "  // (another warp's)"]
         values[column] = side
-    return lines, values
+    return lines, own, values
 
 
 def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: int | None
@@ -375,9 +375,8 @@ def _fill_lines(group, layout: StreamLayout, queues: Queues, span: int, phase: i
         base = f"ring_{c_name(level.buffer)}" if level.member is None else "last"
         slots = [slot for slot in layout.held if slot.buffer == level.buffer]
         columns = sorted({slot.column for slot in slots if not 0 <= slot.column < COLUMNS})
-        lines, beside = _beside_lines(group, level, columns, base)
+        lines, own_vector, beside = _beside_lines(group, level, columns, base)
         every += lines
-        own_vector = f"kf_own_{c_name(level.buffer)}"
         for slot in slots:
             newest = queues.name(slot, 0, phase)
             own_index = f"{rows}[{base} + t * {COLUMNS}{_signed(slot.column)}]"

@@ -19,6 +19,7 @@ from kfuse.ir.expr import (
     cast,
     is_integer_scalar,
     loads,
+    weighted_sum,
 )
 from kfuse.ir.graph import REDUCE_OPS
 from kfuse.user_line import UserLine, user_line, where_of
@@ -93,7 +94,7 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
             offsets = tuple(i - c for i, c in zip(leading + index, centre, strict=True))
             tap = x.at(*offsets, boundary=bound)
             terms.append((float(weights[index]), tap if dtype == x.dtype else cast(tap, dtype)))
-        return _linear_combination(terms, dtype)
+        return weighted_sum(terms, dtype)
 
     factors = _outermost_factors(coefficients)
     if factors is None:
@@ -102,7 +103,7 @@ def convolve(x: Array, mask: Sequence | np.ndarray, *, boundary: object = "clamp
         # separable along the outermost axis: sum_i v_i * (sum_j h_j x[i, j]); the inner
         # sums of one row are shared by the points above and below that read it
         outer_weights, inner = factors
-        body = _linear_combination([(weight, taps(inner, (i,)))
+        body = weighted_sum([(weight, taps(inner, (i,)))
                                     for i, weight in enumerate(outer_weights)], dtype)
     if body is not None and scale != 1.0:
         body = Const(scale, dtype) * body
@@ -128,20 +129,6 @@ def _mask_coefficients(mask: object, name: str | None, line: UserLine | None) ->
         raise DslError("the mask's coefficients must be finite numbers", operator=name,
                        where=where)
     return coefficients
-
-
-def _linear_combination(terms: list[tuple[float, Expr | None]], dtype: str) -> Expr | None:
-    """sum(weight * term), skipping zero weights and multiplying only by weights not +-1."""
-    terms = [(w, t) for w, t in terms if w != 0.0 and t is not None]
-    terms.sort(key=lambda term: term[0] < 0)  # start from a positive term where there is one
-    total: Expr | None = None
-    for weight, term in terms:
-        if total is not None and weight == -1.0:
-            total = total - term
-            continue
-        scaled = term if weight == 1.0 else Const(weight, dtype) * term
-        total = scaled if total is None else total + scaled
-    return total
 
 
 def _outermost_factors(mask: np.ndarray) -> tuple[list[float], np.ndarray] | None:

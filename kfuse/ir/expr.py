@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -575,6 +575,22 @@ def binary(op: str, a: object, b: object) -> Expr:
     a, b = _coerce(a, operand), _coerce(b, operand)
     result = "bool" if op in COMPARISONS else operand
     return Binary(op, a, b, result)
+
+
+def weighted_sum(terms: Sequence[tuple[float, Expr | None]], dtype: str) -> Expr | None:
+    """``Σ weight * term`` (a weighted sum of taps: a convolution's, a separable stencil's),
+    skipping zero weights and missing terms, multiplying only by weights other than ±1, and
+    starting from a positive term where there is one; None where nothing is left."""
+    kept = sorted(((w, t) for w, t in terms if w != 0.0 and t is not None),
+                  key=lambda term: term[0] < 0)
+    total: Expr | None = None
+    for weight, term in kept:
+        if total is not None and weight == -1.0:
+            total = binary("sub", total, term)
+            continue
+        scaled = term if weight == 1.0 else binary("mul", Const(weight, dtype), term)
+        total = scaled if total is None else binary("add", total, scaled)
+    return total
 
 
 def integer_division(op: str, a: object, b: object) -> Expr:

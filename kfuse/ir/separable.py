@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kfuse.ir.expr import FLOAT_DTYPES, Binary, Const, Expr, Load, Unary
+from kfuse.ir.expr import FLOAT_DTYPES, Binary, Const, Expr, Load, Unary, weighted_sum
 
 
 @dataclass
@@ -81,19 +81,6 @@ def outer_factors(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] |
     return a, b / scale, scale
 
 
-def _weighted_sum(terms: list[tuple[float, Expr]], dtype: str) -> Expr | None:
-    """``Σ weight * term`` multiplying only by weights other than ±1, a positive term first."""
-    terms = sorted(((w, t) for w, t in terms if w != 0.0), key=lambda term: term[0] < 0)
-    total: Expr | None = None
-    for weight, term in terms:
-        if total is not None and weight == -1.0:
-            total = Binary("sub", total, term, dtype)
-            continue
-        scaled = term if weight == 1.0 else Binary("mul", Const(weight, dtype), term, dtype)
-        total = scaled if total is None else Binary("add", total, scaled, dtype)
-    return total
-
-
 def separated(body: Expr, inner_axis: int = 0) -> Expr:
     """``body`` with each rank-one set of 2-D taps (one array, one boundary mode) summed along
     ``inner_axis`` first, then weighted along the other axis; ``body`` itself where no set
@@ -139,10 +126,10 @@ def separated(body: Expr, inner_axis: int = 0) -> Expr:
                 offsets = (inner, outer) if inner_axis == 0 else (outer, inner)
                 if a[i] != 0.0:
                     inner_terms.append((float(a[i]), by_offsets[offsets]))
-            inner_sum = _weighted_sum(inner_terms, dtype)
+            inner_sum = weighted_sum(inner_terms, dtype)
             if inner_sum is not None:
                 outer_terms.append((float(b[j]), inner_sum))
-        outer_sum = _weighted_sum(outer_terms, dtype)
+        outer_sum = weighted_sum(outer_terms, dtype)
         if outer_sum is not None:
             rebuilt.append((scale, outer_sum))
     if not separable_found:
@@ -152,7 +139,7 @@ def separated(body: Expr, inner_axis: int = 0) -> Expr:
     rebuilt += form.others
     if form.constant != 0.0:
         rebuilt.append((1.0, Const(form.constant, dtype)))
-    total = _weighted_sum(rebuilt, dtype)
+    total = weighted_sum(rebuilt, dtype)
     return body if total is None else total
 
 
