@@ -32,6 +32,7 @@ import numpy as np
 import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, check_size
 from kfuse.apps.blas import bind_sizes
+from kfuse.runtime.numpy_backend import numpy_dtype
 
 ORIGIN = "normalisation layers and statistics"
 EPS = 1e-5
@@ -83,15 +84,16 @@ def _inputs_maker(build: Callable[..., kf.Pipeline], axis: int | None, ndim: int
         size = check_size(size, ndim, size_form(ndim))
         sizes = bind_sizes(graph, size)
         arrays = {}
+        stored = numpy_dtype(dtype)  # (bfloat16: ml_dtypes')
         for name in graph.inputs:
             shape = graph.shape_of(name, sizes)
             if name == "t":  # a distribution per row
                 weights = rng.random(shape)
-                arrays[name] = (weights / weights.sum(axis=1, keepdims=True)).astype(dtype)
+                arrays[name] = (weights / weights.sum(axis=1, keepdims=True)).astype(stored)
             elif name in ("g", "b"):
-                arrays[name] = rng.uniform(0.5, 1.5, size=shape).astype(dtype)
+                arrays[name] = rng.uniform(0.5, 1.5, size=shape).astype(stored)
             else:
-                arrays[name] = (rng.standard_normal(shape) * 2).astype(dtype)
+                arrays[name] = (rng.standard_normal(shape) * 2).astype(stored)
         return arrays, size_parameters(size, axis)
 
     return make_inputs

@@ -382,6 +382,11 @@ class EmitState:
             self.wrapped.setdefault(text, self.reads_of(operand))
         return text
 
+    def formed(self, value: str, dtype: str) -> str:
+        """An operator's result ``value`` as its unfused kernel stores it (a two-byte float's
+        rounded to it), as an operand with a key."""
+        return self.wrap(rounded(value, dtype), rounded("{}", dtype), value)
+
     def evaluations(self) -> dict[str, int]:
         """How many distinct points each operator was evaluated at, per thread iteration."""
         counts: dict[str, int] = {}

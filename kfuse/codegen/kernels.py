@@ -33,7 +33,6 @@ from kfuse.codegen.cexpr import (
     element_store,
     indent,
     param_list,
-    rounded,
     size_var,
     sizes_of,
 )
@@ -161,7 +160,7 @@ class KernelGroup(GroupNames):
             emitter = emitter.at(coords)
         emitter.state.evaluated.add((producer.name, emitter.coords))
         value = emitter.emit(producer.body)  # type: ignore[arg-type]
-        value = emitter.state.wrap(rounded(value, dtype), rounded("{}", dtype), value)
+        value = emitter.state.formed(value, dtype)
         return value if here else self.guarded(load, emitter, value, inside)
 
     def mapped_point(self, load: Load, emitter: ExprEmitter

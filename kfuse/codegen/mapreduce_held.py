@@ -29,7 +29,7 @@ from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import Reduce
-from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Binary, Load
+from kfuse.ir.expr import C_TYPES, VALUE_SIZE, Binary, Load
 from kfuse.ir.graph import Kernel
 
 RESCALE_HELPER = r"""#ifndef KF_RESCALE_HELPER
@@ -47,19 +47,19 @@ L2_LOAD_HELPER = r"""#ifndef KF_L2_LOAD_HELPER
 // kf_mr_load with an L2 eviction priority, on 16-byte loads (POLICY 1: evict_last, for a row
 // a later pass reads again from L2; 0: evict_first, for its last read), as torch.compile's
 // reductions that read a row twice emit them; the host compiler loads plainly.
-template <int V, int POLICY, typename T>
-KF_DEVICE void kf_mr_load_l2(const T* p, int count, bool vec, T (&v)[V]) {
+template <int V, int POLICY, typename S, typename T>
+KF_DEVICE void kf_mr_load_l2(const S* p, int count, bool vec, T (&v)[V]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (V * sizeof(T) == 16) {
+  if constexpr (V * sizeof(S) == 16) {
     if (vec && count == V) {
       unsigned long long policy;
       if (POLICY) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
       else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-      union { unsigned w[4]; T e[V]; } u;
+      union { unsigned w[4]; S e[V]; } u;
       asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                    : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3])
                    : "l"(p), "l"(policy));
-      for (int k = 0; k < V; ++k) v[k] = u.e[k];
+      for (int k = 0; k < V; ++k) v[k] = kf_mr_value(u.e[k]);
       return;
     }
   }
@@ -345,7 +345,7 @@ class HeldKernel(MapReduceKernel):
                          f"kf_shared + {offset});  // the first {variant.stash} segments of "
                          f"'{name}' (each thread its own elements), for the later passes")
             offset += variant.stash * group.segment_elements(variant) \
-                * ITEM_SIZE[group.graph.buffers[name].dtype]
+                * VALUE_SIZE[group.graph.buffers[name].dtype]
         self.dynamic_shared_bytes = offset
         return lines
 

@@ -30,13 +30,14 @@ from kfuse.codegen.cexpr import (
     ExprEmitter,
     c_name,
     comment_text,
+    element_store,
     indent,
     param_list,
     sizes_of,
 )
 from kfuse.codegen.program import GridAxis, KernelParam, KernelSource, LaunchSpec, launch_bounds
 from kfuse.fusion.mapreduce import MapReduceGroup, Reduce
-from kfuse.ir.expr import C_TYPES, Load
+from kfuse.ir.expr import C_TYPES, STORAGE_TYPES, Load
 from kfuse.ir.graph import Kernel
 from kfuse.ir.reduce_ops import identity_value
 from kfuse.schedule.forms import MapReduceVariant
@@ -51,21 +52,26 @@ template <int B> struct kf_mr_word { typedef unsigned char type; static const bo
 template <> struct kf_mr_word<16> { typedef uint4 type; static const bool ok = true; };
 template <> struct kf_mr_word<8> { typedef uint2 type; static const bool ok = true; };
 
-// Load V consecutive elements: one 16-byte (or 8-byte) load when allowed and all V exist,
-// else 'count' scalar loads (the rest read as 0: callers mask them).
-template <int V, typename T>
-KF_DEVICE void kf_mr_load(const T* p, int count, bool vec, T (&v)[V]) {
-  typedef kf_mr_word<int(V * sizeof(T))> Word;
+// An element's value: itself, or a two-byte float's as float.
+template <typename T> KF_DEVICE T kf_mr_value(T e) { return e; }
+KF_DEVICE float kf_mr_value(kf_half e) { return kf_value(e); }
+KF_DEVICE float kf_mr_value(kf_bfloat16 e) { return kf_value(e); }
+
+// Load the values of V consecutive elements: one 16-byte (or 8-byte) load when allowed and
+// all V exist, else 'count' scalar loads (the rest read as 0: callers mask them).
+template <int V, typename S, typename T>
+KF_DEVICE void kf_mr_load(const S* p, int count, bool vec, T (&v)[V]) {
+  typedef kf_mr_word<int(V * sizeof(S))> Word;
   typedef typename Word::type W;
   if constexpr (V > 1 && Word::ok) {
     if (vec && count == V) {
-      union { W w; T e[V]; } u;
+      union { W w; S e[V]; } u;
       u.w = *reinterpret_cast<const W*>(p);
-      for (int k = 0; k < V; ++k) v[k] = u.e[k];
+      for (int k = 0; k < V; ++k) v[k] = kf_mr_value(u.e[k]);
       return;
     }
   }
-  for (int k = 0; k < V; ++k) v[k] = k < count ? p[k] : T(0);
+  for (int k = 0; k < V; ++k) v[k] = k < count ? kf_mr_value(p[k]) : T(0);
 }
 
 // Store the first 'count' of V consecutive elements (one 16-byte or 8-byte store when
@@ -269,7 +275,8 @@ class MapReduceKernel:
         producer = group.produced.get(load.buffer)
         if producer is not None:
             emitter.state.evaluated.add((producer.name, emitter.coords))
-            return emitter.emit(producer.body)  # type: ignore[arg-type]
+            return emitter.state.formed(emitter.emit(producer.body),  # type: ignore[arg-type]
+                                        producer.body.dtype)  # type: ignore[union-attr]
         if load.is_remapped:
             return None  # (read where it is, through its boundary mode)
         if load.dims == tuple(range(group.ndim)) and load.buffer in group.tile_inputs:
@@ -308,9 +315,9 @@ class MapReduceKernel:
         """Stores of the maps ``names`` (the core's stored maps by default)."""
         lines = []
         for name in self.group.stores if names is None else names:
-            ctype = C_TYPES[self.group.graph.buffers[name].dtype]
-            items = ", ".join(f"({ctype}){value}" for value in values[name])
-            lines.append(f"{{ const {ctype} kf_st[{self.v}] = {{{items}}}; "
+            dtype = self.group.graph.buffers[name].dtype
+            items = ", ".join(element_store(value, dtype) for value in values[name])
+            lines.append(f"{{ const {STORAGE_TYPES[dtype]} kf_st[{self.v}] = {{{items}}}; "
                          f"kf_mr_store<{self.v}>({c_name(name)} + {self.address}, {count}, "
                          f"{vec}, kf_st); }}")
         return lines
@@ -364,7 +371,8 @@ class MapReduceKernel:
                 return results[load.buffer]
             producer = group.produced.get(load.buffer)
             if producer is not None:  # another epilogue member, evaluated in registers
-                return emitter.emit(producer.body)  # type: ignore[arg-type]
+                return emitter.state.formed(emitter.emit(producer.body),  # type: ignore[arg-type]
+                                            producer.body.dtype)  # type: ignore[union-attr]
             return None
 
         emitter = ExprEmitter(group.graph, ((index, 0),), domain, None, hook,
@@ -373,8 +381,9 @@ class MapReduceKernel:
                   for k in group.tail if k.output in group.epilogue_stores}
         stores = [f"{c_name(name)}[{index}] = {results[name]};" for name in group.outputs
                   if name in results and not stored]
-        stores += [f"{c_name(name)}[{index}] = ({C_TYPES[group.graph.buffers[name].dtype]})"
-                   f"{values[name]};" for name in group.epilogue_stores]
+        stores += [f"{c_name(name)}[{index}] = "
+                   f"{element_store(values[name], group.graph.buffers[name].dtype)};"
+                   for name in group.epilogue_stores]
         return [*emitter.lines, *stores]
 
 

@@ -157,22 +157,40 @@ KF_DEVICE int kf_iabs(int a) { return a < 0 ? kf_ineg(a) : a; }
 // round to nearest (ties to even) where a value is stored or an operator's result formed.
 struct kf_half { unsigned short bits; };
 struct kf_bfloat16 { unsigned short bits; };
+// On the GPU the conversions are the hardware's (cvt, round to nearest even, as below).
 KF_DEVICE float kf_value(kf_bfloat16 h) { return __uint_as_float((unsigned)h.bits << 16); }
 KF_DEVICE kf_bfloat16 kf_to_bfloat16(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned short bits;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(x));
+  return kf_bfloat16{bits};
+#else
   unsigned u = __float_as_uint(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return kf_bfloat16{(unsigned short)((u >> 16) | 0x40u)};
   u += 0x7fffu + ((u >> 16) & 1u);
   return kf_bfloat16{(unsigned short)(u >> 16)};
+#endif
 }
 KF_DEVICE float kf_value(kf_half h) {
+#if defined(__CUDA_ARCH__)
+  float value;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(h.bits));
+  return value;
+#else
   const unsigned sign = ((unsigned)h.bits & 0x8000u) << 16, exponent = (h.bits >> 10) & 0x1fu,
                  mantissa = h.bits & 0x3ffu;
   if (exponent == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
   if (exponent != 0) return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
   const float subnormal = (float)mantissa * 5.9604644775390625e-8f;  // mantissa * 2^-24
   return sign ? -subnormal : subnormal;
+#endif
 }
 KF_DEVICE kf_half kf_to_half(float x) {
+#if defined(__CUDA_ARCH__)
+  unsigned short bits;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(x));
+  return kf_half{bits};
+#else
   const unsigned u = __float_as_uint(x), sign = (u >> 16) & 0x8000u, magnitude = u & 0x7fffffffu;
   if (magnitude > 0x7f800000u) return kf_half{(unsigned short)(sign | 0x7e00u)};  // NaN
   if (magnitude >= 0x477ff000u) return kf_half{(unsigned short)(sign | 0x7c00u)};  // to inf
@@ -185,6 +203,7 @@ KF_DEVICE kf_half kf_to_half(float x) {
   }
   unsigned rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
   return kf_half{(unsigned short)(sign | ((rounded - 0x38000000u) >> 13))};
+#endif
 }
 KF_DEVICE float kf_round_half(float x) { return kf_value(kf_to_half(x)); }
 KF_DEVICE float kf_round_bfloat16(float x) { return kf_value(kf_to_bfloat16(x)); }

@@ -28,7 +28,6 @@ from kfuse.schedule.forms import (
     as_form,
     evaluated_where_read,
     group_outputs,
-    half_reason,
     is_variant_text,
 )
 
@@ -211,7 +210,7 @@ def rule_reductions_fusible(graph: Graph, members: Sequence[str]) -> str | None:
     reductions = [n for n in members if graph.kernel_by_name[n].reduction is not None]
     if len(reductions) < 2:
         return None
-    reason = mapreduce_shape_reason(graph, members) or half_reason(graph, members, "map-reduce")
+    reason = mapreduce_shape_reason(graph, members)
     if reason:
         return f"reductions {reductions} share one kernel only in a map/reduce group: {reason}"
     return None
@@ -404,10 +403,6 @@ def epilogue_violations(graph: Graph, members: Sequence[str],
         reason = check(graph, members)
         if reason:
             found.append(Violation(check.__name__.removeprefix("rule_"), reason))
-    half = half_reason(graph, members, "map-reduce")
-    if half:  # (only map-reduce variants finish a reduction inside its kernel)
-        found.append(Violation(rule, f"a reduction feeds {list(epilogue)} in its own kernel "
-                                     f"only in a map-reduce variant, and {half}"))
     shape = mapreduce_shape_reason(graph, core)
     domain = kernels[core[0]].domain
     if shape is None and len(domain) != 2:

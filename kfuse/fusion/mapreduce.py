@@ -25,10 +25,10 @@ from kfuse.fusion.legality import (
     split_tail,
 )
 from kfuse.ir.cnames import GroupNames, c_name
-from kfuse.ir.expr import C_TYPES, ITEM_SIZE, Coord, Load
+from kfuse.ir.expr import C_TYPES, ITEM_SIZE, VALUE_SIZE, Coord, Load
 from kfuse.ir.graph import Graph, Kernel
 from kfuse.ir.reduce_ops import REDUCE_OP_CODE, identity_text
-from kfuse.schedule.forms import MapReduceVariant, half_reason, is_variant_text
+from kfuse.schedule.forms import MapReduceVariant, is_variant_text
 from kfuse.schedule.shared_memory import SharedElement
 
 SMEM_TILE_ROWS = 32          # rowsum="smem": lane tx sums row tx of the tile
@@ -39,9 +39,6 @@ def mapreduce_group_reason(graph: Graph, members: Sequence[str]) -> str | None:
     for a map/reduce group, or one plus an elementwise epilogue of its row (column)
     reductions (then only whole-row stream (whole-column) variants apply:
     :meth:`MapReduceGroup.normalize`)."""
-    reason = half_reason(graph, members, "map-reduce")
-    if reason:
-        return reason
     if is_epilogue_group(graph, members):
         found = epilogue_violations(graph, members, None)
         return str(found[0]) if found else None
@@ -177,7 +174,9 @@ class MapReduceGroup(GroupNames):
                                        and kinds <= {"all"})
         sized = self.tile_inputs + self.col_inputs + self.stores + self.fed_stores
         sizes = {ITEM_SIZE[graph.buffers[name].dtype] for name in sized}
-        self.item_size = sizes.pop() if len(sizes) == 1 else None
+        # V elements of the widest array fill one vector access; an array of half its size
+        # moves its V in an access of half the bytes, so such sizes share V
+        self.item_size = max(sizes) if sizes and max(sizes) <= 2 * min(sizes) else None
 
     def _phases(self, phase_of: dict[str, int]) -> tuple[tuple[Kernel, ...], ...]:
         """The members by phase (``phase_of``: each member's; absent: 0), the core first."""
@@ -215,8 +214,8 @@ class MapReduceGroup(GroupNames):
         """Shared memory of ``segments`` (default: the variant's stash) of the stashed
         inputs."""
         count = variant.stash if segments is None else segments
-        per_segment = self.segment_elements(variant) * sum(
-            ITEM_SIZE[self.graph.buffers[name].dtype] for name in self.stashed_inputs())
+        per_segment = self.segment_elements(variant) * sum(  # (kept as values)
+            VALUE_SIZE[self.graph.buffers[name].dtype] for name in self.stashed_inputs())
         return count * per_segment
 
     def segment_elements(self, variant: MapReduceVariant) -> int:
@@ -456,7 +455,7 @@ def claims(graph: Graph, members: Sequence[str], variant: object = None) -> bool
         # plain maps: the general templates by default; the implementation space offers this
         # module's map variants beside them (kfuse.search.variants.MAP_VARIANTS)
         return False
-    if mapreduce_group_reason(graph, members) is not None:  # (the shape, two-byte floats)
+    if mapreduce_group_reason(graph, members) is not None:  # (the shape)
         return False
     if len(reductions) > 1 or kernels[0].ndim == 1:
         return True

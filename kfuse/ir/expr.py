@@ -39,6 +39,8 @@ C_TYPES = {"float32": "float", "float64": "double", "float16": "float", "bfloat1
 STORAGE_TYPES = {**C_TYPES, "float16": "kf_half", "bfloat16": "kf_bfloat16"}
 ITEM_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1,
              "int16": 2, "uint16": 2, "int32": 4, "int64": 8, "bool": 1}
+# Bytes of a value in registers or shared memory (two-byte floats are computed as float).
+VALUE_SIZE = {**ITEM_SIZE, "float16": 4, "bfloat16": 4}
 INT_RANGES = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1),
               "uint16": (0, 2**16 - 1), "int32": (-2**31, 2**31 - 1),
               "int64": (-2**63, 2**63 - 1), "bool": (0, 1)}

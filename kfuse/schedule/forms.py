@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from kfuse.analysis.operations import aligned_read, evaluation_points
 from kfuse.cuda_limits import STATIC_SHARED_LIMIT, WARP
 from kfuse.errors import FusionError
-from kfuse.ir.expr import HALF_DTYPES, ITEM_SIZE, Coord, Load
+from kfuse.ir.expr import ITEM_SIZE, Coord, Load
 from kfuse.ir.graph import Graph
 from kfuse.schedule import streaming, tiles
 
@@ -453,12 +453,11 @@ class MapReduceVariant(Form):
                    stash, held_columns)
 
     def why_not(self, graph: Graph, members: Sequence[str]) -> str | None:
-        return remote_reason(graph, members, "map-reduce") or \
-            half_reason(graph, members, "map-reduce")
+        return remote_reason(graph, members, "map-reduce")
 
     def width(self, item_size: int | None) -> int:
         """Elements per thread and access: ``vector_bytes``' worth when wide, else 1."""
-        if not self.wide or item_size not in (4, 8):
+        if not self.wide or item_size not in (2, 4, 8):
             return 1
         return max(1, self.vector_bytes // item_size)
 
@@ -727,17 +726,6 @@ def touched(graph: Graph, members: Sequence[str]) -> set[str]:
     """Every buffer the group reads or writes."""
     return {name for member in members for name in
             (*graph.kernel_by_name[member].reads, *graph.kernel_by_name[member].writes)}
-
-
-def half_reason(graph: Graph, members: Sequence[str], form: str) -> str | None:
-    """Why a form that keeps no two-byte floats cannot compute the group (None: it reads and
-    writes none)."""
-    halves = sorted(name for name in touched(graph, members)
-                    if graph.buffers[name].dtype in HALF_DTYPES)
-    if halves:
-        return (f"the {form} implementation cannot compute it: it reads and writes no "
-                f"float16 or bfloat16 arrays ('{halves[0]}')")
-    return None
 
 
 def reads_only_at_points(graph: Graph, members: Sequence[str]) -> bool:

@@ -278,7 +278,7 @@ def enumerate_variants(group: MapReduceGroup, profile: DeviceProfile | None = No
     if held and not group.flat and not group.epilogue and not group.stores \
             and group.row_reductions() and group.col_reductions():  # (BiCGK: A once)
         result += held_row_variants(group, profile, sizes[group.domain[1]])
-    wides = (True, False) if group.item_size in (4, 8) else (False,)
+    wides = (True, False) if group.item_size in (2, 4, 8) else (False,)
     if group.flat and not group.reductions:  # plain maps (see MAP_VARIANTS)
         for threads, size in MAP_VARIANTS:
             result.append(MapReduceVariant((threads, 1), 1, 1, wides[0], "shuffle",
@@ -354,7 +354,11 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
     """The held-row forms (:func:`_held_probes`) that hold rows of ``columns`` in registers,
     with one block per row or a grid of as many blocks as the device holds at once."""
     result = []
-    for probe, per_row in _held_probes(group, rows):
+    probes = _held_probes(group, rows)
+    # a block whose one access per thread already spans more than a row leaves threads idle
+    spanning = [(probe, per_row) for probe, per_row in probes
+                if probe.threads[0] * group.width(probe) <= columns]
+    for probe, per_row in spanning or probes:
         threads = probe.threads[0]
         unroll = max(1, -(-columns // (threads * group.width(probe))))
         variant = replace(probe, unroll=unroll)
