@@ -885,6 +885,28 @@ def test_invalid_launch_configuration_reports_error(libs):
     assert b"dynamic shared memory" in lib.kt_last_error()
 
 
+def test_programs_are_linked_to_the_runtime_library_and_the_header_stands_alone(libs,
+                                                                               tmp_path):
+    """kfuse's programs compile their kernels only and find the shim's runtime library
+    beside them (its launch machinery compiled once); the header alone still makes a
+    whole program (a user compiling it without kfuse)."""
+    libs()
+    path = compile_host_library(SOURCE, name_hint="test_cpu_shim")
+    readelf = shutil.which("readelf")
+    if readelf:
+        dynamic = subprocess.run([readelf, "-d", str(path)], capture_output=True, text=True,
+                                 check=True).stdout
+        assert "libkfuse_shim-" in dynamic and "$ORIGIN" in dynamic, dynamic
+    alone = tmp_path / "alone.so"
+    source = tmp_path / "alone.cu"
+    source.write_text(SOURCE)
+    subprocess.run([*host_compiler.find_compiler(), *host_compiler.base_flags(),
+                    f"-I{host_compiler.shim_include_dir()}", "-x", "c++", str(source), "-x",
+                    "none", "-o", str(alone)], check=True, capture_output=True, timeout=300)
+    for lib in (load_host_library(path), ctypes.CDLL(str(alone))):
+        assert check_reverse(lib) == [] and check_tree_sum(lib) == []
+
+
 def test_launches_reuse_threads_and_a_forked_child_launches_too(libs, mode):
     """The shim keeps its host threads (a pool) or fiber stacks between launches: many
     launches in a row stay correct, and a child made by fork, which has none of its parent's

@@ -47,6 +47,12 @@ __all__ = [
 ]
 
 SHIM_HEADER = "kfuse_cpu_shim.h"
+# Programs are compiled linked (KF_SHIM_LINKED) against the shim's runtime library: the shim
+# compiled once per compiler and flags (KF_SHIM_RUNTIME) with its launch machinery, pools,
+# fibers and waits, which each program compiled for itself before (about half of a program's
+# compile at -O0). The library lies beside the programs, which find it by their RPATH.
+LINKED_DEFINE = "-DKF_SHIM_LINKED"
+RUNTIME_SOURCE = f'#define KF_SHIM_RUNTIME\n#include "{SHIM_HEADER}"\n'
 BASE_FLAGS: tuple[str, ...] = ("-std=c++20", "-O2", "-shared", "-fPIC", "-pthread")
 # ``$KFUSE_CPU_OPT`` replaces ``-O2`` (``-O0``, ``-O1``, ``-O2``, ``-O3``, ``-Os``): the test
 # suite compiles at -O0, half the compile time for kernels it runs on a few points (the
@@ -158,16 +164,22 @@ def compile_host_library(
     include = shim_include_dir()
     flags = [*base_flags(), *(GCC_FLAGS if _is_gcc(version) else ()), *extra_flags,
              *(_define_flag(d) for d in defines)]
+    runtime_flags = list(flags)  # (the runtime library's; the program's say it is linked)
+    if shim:
+        flags.append(LINKED_DEFINE)
 
     digest = compile_key(source, compiler, version, flags,
                          (include / SHIM_HEADER).read_bytes() if shim else b"")
 
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name_hint)[:48] or 'kfuse'}-{digest[:40]}"
     lib = cache_dir() / f"{stem}.so"
-    if lib.exists():  # (a read-only cache still serves what it holds)
-        mark_used(lib)
+    runtime = _runtime_name(compiler, version, runtime_flags) if shim else None
+    if lib.exists() and (runtime is None or (lib.parent / runtime).exists()):
+        mark_used(lib)  # (a read-only cache still serves what it holds)
         return lib
     out_dir = writable_cache_dir("cpu")
+    linked = [str(_shim_runtime(compiler, runtime_flags, out_dir, runtime)),
+              "-Wl,-rpath,$ORIGIN"] if runtime else []
     count_compiler_run()
 
     src = out_dir / f"{stem}.cu"
@@ -176,7 +188,8 @@ def compile_host_library(
     os.close(fd)
     includes = [f"-I{d}" for d in (_precompiled_shim(compiler, flags, version), include)
                 if d] if shim else []
-    cmd = [*compiler, *flags, *includes, "-x", "c++", str(src), "-x", "none", "-o", tmp]
+    cmd = [*compiler, *flags, *includes, "-x", "c++", str(src), "-x", "none", *linked, "-o",
+           tmp]
     started = time.perf_counter()
     try:
         try:
@@ -194,6 +207,41 @@ def compile_host_library(
         os.replace(tmp, lib)
         LOG.info("compiled %s with %s in %.2f s", lib.name, compiler[0],
                  time.perf_counter() - started)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return lib
+
+
+def _runtime_name(compiler: list[str], version: str, flags: list[str]) -> str:
+    """The file name of the shim's runtime library for these compiler and flags."""
+    header = (shim_include_dir() / SHIM_HEADER).read_bytes()
+    return f"libkfuse_shim-{compile_key(RUNTIME_SOURCE, compiler, version, flags, header)[:40]}.so"
+
+
+def _shim_runtime(compiler: list[str], flags: list[str], out_dir: Path, name: str) -> Path:
+    """The shim's runtime library ``name`` in ``out_dir``, compiled there once (its soname is
+    its file name, which a linked program's RPATH ``$ORIGIN`` finds beside it)."""
+    lib = out_dir / name
+    if lib.exists():
+        return lib
+    src = out_dir / f"{name.removesuffix('.so')}.cpp"
+    write_atomically(src, RUNTIME_SOURCE.encode())
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+    os.close(fd)
+    cmd = [*compiler, *flags, f"-I{shim_include_dir()}", f"-Wl,-soname,{name}", "-x", "c++",
+           str(src), "-x", "none", "-o", tmp]
+    try:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=COMPILE_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise CompileError(f"host C++ compiler timed out after {COMPILE_TIMEOUT_S} s on the "
+                               f"cpu shim's runtime library ({src})") from exc
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot run the C++ compiler {compiler[0]}: {exc}") from exc
+        if proc.returncode != 0:
+            raise _compile_error(proc.stderr or proc.stdout, src, cmd)
+        os.replace(tmp, lib)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return lib

@@ -21,6 +21,13 @@
 // Both keep what they made for a launch (fiber stacks, OS threads) for the next one and give
 // it back once unused for KF_SHIM_IDLE_S seconds (default 2).
 //
+// A program compiled with -DKF_SHIM_LINKED (as kfuse compiles its programs) is linked against
+// the shim's runtime library: this header compiled once with -DKF_SHIM_RUNTIME and the same
+// flags, which holds the per-CUDA-thread variables and the launch machinery (pools, fibers),
+// so that a program compiles only its kernels and the device functions they call (the launch
+// machinery was about half of a program's compile time at -O0). Without either, this header
+// is all a program needs.
+//
 // Launch from an extern "C" host function:
 //
 //     extern "C" int run(const float* in, float* out, int n) {
@@ -191,8 +198,24 @@
 #define __shared__ static  // blocks run one after another, so one instance serves every block
 #endif
 
-// Everything the shim defines stays inside the .so (no interposition between kfuse libraries).
+// Everything the shim defines stays inside the .so (no interposition between kfuse libraries),
+// but what a linked program shares with the runtime library (KF_SHIM_SHARED).
 #pragma GCC visibility push(hidden)
+#define KF_SHIM_EXPORT __attribute__((visibility("default")))
+// The waits a kernel calls (barriers, warp exchanges): the runtime library's in a linked
+// program, declared only (KF_SHIM_WAIT: how they are defined elsewhere).
+#if defined(KF_SHIM_RUNTIME)
+#define KF_SHIM_WAIT KF_SHIM_EXPORT
+#else
+#define KF_SHIM_WAIT inline
+#endif
+#if defined(KF_SHIM_LINKED)
+#define KF_SHIM_SHARED(declaration, ...) extern KF_SHIM_EXPORT declaration;
+#elif defined(KF_SHIM_RUNTIME)
+#define KF_SHIM_SHARED(declaration, ...) KF_SHIM_EXPORT declaration __VA_ARGS__;
+#else
+#define KF_SHIM_SHARED(declaration, ...) inline declaration __VA_ARGS__;
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Vector types, dim3, built-in indices
@@ -224,10 +247,10 @@ struct dim3 {
   constexpr operator uint3() const { return uint3{x, y, z}; }
 };
 
-inline thread_local uint3 threadIdx{0, 0, 0};
-inline thread_local uint3 blockIdx{0, 0, 0};
-inline thread_local dim3 blockDim{1, 1, 1};
-inline thread_local dim3 gridDim{1, 1, 1};
+KF_SHIM_SHARED(thread_local uint3 threadIdx, {0, 0, 0})
+KF_SHIM_SHARED(thread_local uint3 blockIdx, {0, 0, 0})
+KF_SHIM_SHARED(thread_local dim3 blockDim, {1, 1, 1})
+KF_SHIM_SHARED(thread_local dim3 gridDim, {1, 1, 1})
 constexpr int warpSize = 32;
 
 // ---------------------------------------------------------------------------------------------
@@ -258,7 +281,7 @@ using Clock = std::chrono::steady_clock;
 // The fibers of the launch running on this OS thread (null on an OS thread of the pool, and
 // outside launches): Round and the atomic fault ask it whether to switch or to sleep.
 struct Fibers;
-inline thread_local Fibers* tls_fibers = nullptr;
+KF_SHIM_SHARED(thread_local Fibers* tls_fibers, = nullptr)
 // Switch to the next fiber of the ring (round robin); returns when this one runs again.
 inline void fiber_yield();
 // Deadlines are checked every this many switches of a waiting fiber (Clock::now is slower).
@@ -448,8 +471,8 @@ struct Launch {
 template <class T>
 inline constexpr char per_thread_key = 0;
 
-inline thread_local Launch* tls_launch = nullptr;
-inline thread_local unsigned tls_lid = 0;  // linear thread id x + y*bx + z*bx*by
+KF_SHIM_SHARED(thread_local Launch* tls_launch, = nullptr)
+KF_SHIM_SHARED(thread_local unsigned tls_lid, = 0)  // linear thread id x + y*bx + z*bx*by
 
 inline Launch& current(const char* what) {
   Launch* L = tls_launch;
@@ -584,7 +607,10 @@ inline void release_block_barrier(Launch& L) {
   L.bround.advance();
 }
 
-inline SyncResult block_sync(int pred) {
+#if defined(KF_SHIM_LINKED)
+KF_SHIM_EXPORT SyncResult block_sync(int pred);
+#else
+KF_SHIM_WAIT SyncResult block_sync(int pred) {
 #if defined(KF_SHIM_FAULT_BARRIER)
   const int p = pred != 0;
   return {p, p, p};
@@ -611,6 +637,7 @@ inline SyncResult block_sync(int pred) {
   return {L.res_count[g], L.res_and[g], L.res_or[g]};
 #endif
 }
+#endif  // KF_SHIM_LINKED
 
 // ----- warp exchange (shuffles, votes, __syncwarp) ------------------------------------------
 // Caller holds W.m. Completes the round if every wanted live lane has arrived; returns whether
@@ -624,10 +651,12 @@ inline bool try_release_warp(WarpState& W) {
   return true;
 }
 
-// Publish `value` for this lane, wait for the live lanes in `mask`, then return
-// read(slots[32], arrived_mask) for the values of that round.
-template <class Read>
-inline auto warp_exchange(uint32_t mask, uint64_t value, Read&& read) {
+// Publish `value` for this lane, wait for the live lanes in `mask`; the values of that round
+// (slots[32]) and the lanes that took part (*arrived).
+#if defined(KF_SHIM_LINKED)
+KF_SHIM_EXPORT const uint64_t* warp_round(uint32_t mask, uint64_t value, uint32_t* arrived);
+#else
+KF_SHIM_WAIT const uint64_t* warp_round(uint32_t mask, uint64_t value, uint32_t* arrived) {
   Launch& L = current("warp intrinsic");
   const unsigned lane = tls_lid & 31u;
   WarpState& W = L.warps[tls_lid >> 5];
@@ -651,7 +680,17 @@ inline auto warp_exchange(uint32_t mask, uint64_t value, Read&& read) {
     });
   }
   // Slot `mine % 4` is rewritten only 4 rounds later, which needs this lane to arrive again.
-  return read(W.slots[slot], W.slot_arrived[slot]);
+  *arrived = W.slot_arrived[slot];
+  return W.slots[slot];
+}
+#endif  // KF_SHIM_LINKED
+
+// warp_round, then read(slots[32], arrived_mask) for the values of that round.
+template <class Read>
+inline auto warp_exchange(uint32_t mask, uint64_t value, Read&& read) {
+  uint32_t arrived = 0;
+  const uint64_t* slots = warp_round(mask, value, &arrived);
+  return read(slots, arrived);
 }
 
 enum class Shfl { Idx, Up, Down, Xor };
@@ -710,7 +749,10 @@ inline void for_lanes(const uint64_t* s, uint32_t lanes, F&& f) {
 }
 
 // ----- named barriers (PTX bar.sync id, count) ----------------------------------------------
-inline void bar_sync(unsigned id, unsigned count) {
+#if defined(KF_SHIM_LINKED)
+KF_SHIM_EXPORT void bar_sync(unsigned id, unsigned count);
+#else
+KF_SHIM_WAIT void bar_sync(unsigned id, unsigned count) {
 #if defined(KF_SHIM_FAULT_NAMED_BARRIER)
   (void)id, (void)count;
 #else
@@ -744,6 +786,7 @@ inline void bar_sync(unsigned id, unsigned count) {
   });
 #endif
 }
+#endif  // KF_SHIM_LINKED
 
 // ----- per-thread driver --------------------------------------------------------------------
 // The thread has returned from the kernel body for this block: barriers stop counting it.
@@ -1084,6 +1127,25 @@ inline T atomic_update(T* address, Op op) {
 // Launch API
 // ---------------------------------------------------------------------------------------------
 
+#if defined(KF_SHIM_LINKED)
+// The runtime library's launch of a body called through ``call`` and its last error.
+KF_SHIM_EXPORT int launch_erased(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes,
+                                 void (*call)(void*), void* body);
+KF_SHIM_EXPORT const char* last_error_of_runtime();
+
+// Message of the last failed launch ("" if none).
+inline const char* last_error() { return last_error_of_runtime(); }
+
+// Run `body` (a callable invoking the kernel) on every thread of every block of `grid` (in
+// the runtime library: see launch below).
+template <class F>
+int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body) {
+  using Body = std::remove_reference_t<F>;
+  return launch_erased(grid, block, dynamic_shared_bytes,
+                       [](void* called) { (*static_cast<Body*>(called))(); },
+                       const_cast<void*>(static_cast<const void*>(&body)));
+}
+#else
 // Message of the last failed launch ("" if none).
 inline const char* last_error() { return detail::last_error_text().c_str(); }
 
@@ -1119,6 +1181,15 @@ int launch(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, F&& body) {
     return detail::fail(2, "could not create %llu threads: %s", nthreads, why.c_str());
   return 0;
 }
+
+#if defined(KF_SHIM_RUNTIME)
+KF_SHIM_EXPORT int launch_erased(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes,
+                                 void (*call)(void*), void* body) {
+  return launch(grid, block, dynamic_shared_bytes, [call, body] { call(body); });
+}
+KF_SHIM_EXPORT const char* last_error_of_runtime() { return last_error(); }
+#endif
+#endif  // KF_SHIM_LINKED
 
 // The calling CUDA thread's own T for this launch: value-initialised at its first use, destroyed
 // when the launch returns. Use it where a kernel would keep per-thread state in a `thread_local`
