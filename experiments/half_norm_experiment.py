@@ -46,6 +46,7 @@ def on_host(array) -> np.ndarray:
 
 def main() -> None:
     from kfuse.model.device import current_profile
+    from kfuse.runtime import get_backend
     from kfuse.search import default_plan
     from kfuse.tune.timing import print_rounds, time_alternating
 
@@ -77,6 +78,12 @@ def main() -> None:
                                           {k: on_host(v) for k, v in outputs.items()})
                 print(f"{name} {dtype}: errors {errors} (tolerance {HALF_TOLERANCE[dtype]:.1e})",
                       flush=True)
+                executable = get_backend("cuda").prepare(graph, {**given, **params},
+                                                         plan=plan)
+                print(f"{name} {dtype}: registers " + ", ".join(
+                    f"{f.num_regs}" + (f" ({f.local_size_bytes} B local)"
+                                       if f.local_size_bytes else "")
+                    for f in executable.functions.values()), flush=True)
                 fused = pipeline.compile(backend="cuda", plan=plan)
                 apart = pipeline.compile(backend="cuda", plan="unfused")
                 arguments = {**given, **params}
