@@ -257,6 +257,43 @@ def test_phases_follow_the_chain_of_row_reductions():
     assert [r.kind for r in group.reductions] == ["row", "row", "row"]
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_held_row_stores_two_byte_floats_rounded(dtype):
+    """RMSNorm written back in its input's dtype (every array two bytes: eight to a 16-byte
+    access): one kernel, equal to NumPy and to the unfused kernels on odd rows and on rows
+    of whole vectors."""
+    from kfuse.apps.check import relative_error
+    from kfuse.model.device import h200_like_profile
+    from kfuse.runtime.numpy_backend import numpy_dtype
+    from kfuse.search import default_plan
+
+    p = kf.Pipeline("rmsnorm_in_its_dtype")
+    x = p.input("x", ndim=2, dtype=dtype)
+    g = p.input("g", shape=(x.shape[1],), dtype=dtype)
+    inv_n = p.param("inv_n")
+    squares = kf.reduce_sum(x * x, axis=1, name="squares")
+    scale = 1.0 / kf.sqrt(squares.at(0, dims=(0,)) * inv_n + 1e-6)
+    p.output(kf.point(kf.astype(x * scale * g.at(0, dims=(1,)), dtype), name="y"))
+    graph = p.graph()
+    plan = default_plan(graph, sizes=graph.bind_shapes({"x": (16384, 4096), "g": (4096,)}),
+                        profile=h200_like_profile())
+    assert len(plan.groups) == 1, plan.explain()
+    cpu_or_skip()
+    rng = np.random.default_rng(3)
+    for shape in ((37, 133), (19, 136)):
+        values = (rng.standard_normal(shape) * 2).astype(numpy_dtype(dtype))
+        gains = rng.uniform(0.5, 1.5, shape[1]).astype(numpy_dtype(dtype))
+        given = {"x": values, "g": gains, "inv_n": 1.0 / shape[1]}
+        fused = p.run(backend="cpu", plan=plan, **given)["y"]
+        assert fused.dtype == numpy_dtype(dtype)
+        wide = values.astype(np.float64)
+        expected = wide / np.sqrt((wide * wide).mean(axis=1, keepdims=True) + 1e-6) \
+            * gains.astype(np.float64)
+        assert relative_error(fused, expected) <= HALF_TOLERANCE[dtype], shape
+        apart = p.run(backend="cpu", plan="unfused", **given)["y"]
+        assert relative_error(fused, apart) <= HALF_TOLERANCE[dtype] / 2, shape
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_held_rows_leave_no_thread_idle_where_a_smaller_block_spans_the_row(dtype):
     """A block of 1024 threads reading 8 two-byte floats each spans 8192 columns: on rows of
