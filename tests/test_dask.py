@@ -125,7 +125,7 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
         # in bands: workers hold consecutive block rows; halos cross only at a band's edges
         from kfuse.scaleout import persist_in_bands
 
-        banded = persist_in_bands(da.from_array(values, chunks=(32, 48)))
+        banded = persist_in_bands(da.from_array(values, chunks=(32, 48)), client)
         distributed.wait(banded)
         holders = client.who_has(distributed.futures_of(banded))
         rows = {}
@@ -166,7 +166,7 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
                 cases.append((5, pipeline, "x"))
             for rows, piped, input_name in cases:
                 given = {input_name: persist_in_bands(da.from_array(values,
-                                                                    chunks=(rows, 96)))}
+                                                                    chunks=(rows, 96)), client)}
                 want = piped.run(backend="cpu", plan="unfused", **{input_name: values})
                 got = dask.compute(run_on_dask_arrays(piped, "cpu", "unfused", given,
                                                       patch_edges=True))[0]

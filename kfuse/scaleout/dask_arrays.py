@@ -491,6 +491,9 @@ def persist_in_bands(array: Any, client: Any = None) -> Any:
     if not is_dask_array(array):
         raise ChunkingError(f"persist_in_bands takes a dask.array, got {type(array).__name__}")
     client = client or default_client()
+    if client.status != "running":  # (a client closed since it became the current one)
+        raise ChunkingError(f"persist_in_bands: the Dask client is {client.status}, not "
+                            "running (pass the running one as client=)")
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     if not workers:
         raise ChunkingError("persist_in_bands: the client has no workers")
