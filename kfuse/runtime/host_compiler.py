@@ -168,28 +168,40 @@ def compile_host_library(
     if shim:
         flags.append(LINKED_DEFINE)
 
-    digest = compile_key(source, compiler, version, flags,
-                         (include / SHIM_HEADER).read_bytes() if shim else b"")
+    header = (include / SHIM_HEADER).read_bytes() if shim else b""
+    digest = compile_key(source, compiler, version, flags, header)
 
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name_hint)[:48] or 'kfuse'}-{digest[:40]}"
     lib = cache_dir() / f"{stem}.so"
-    runtime = _runtime_name(compiler, version, runtime_flags) if shim else None
+    # (the shim's runtime library, named for its compiler, flags and header)
+    runtime = "libkfuse_shim-" + compile_key(RUNTIME_SOURCE, compiler, version, runtime_flags,
+                                             header)[:40] + ".so" if shim else None
     if lib.exists() and (runtime is None or (lib.parent / runtime).exists()):
         mark_used(lib)  # (a read-only cache still serves what it holds)
         return lib
     out_dir = writable_cache_dir("cpu")
-    linked = [str(_shim_runtime(compiler, runtime_flags, out_dir, runtime)),
-              "-Wl,-rpath,$ORIGIN"] if runtime else []
+    linked = []
+    if runtime and not (out_dir / runtime).exists():  # compiled once, beside the programs
+        _compile(compiler, [*runtime_flags, f"-I{include}", f"-Wl,-soname,{runtime}"],
+                 RUNTIME_SOURCE, out_dir / f"{runtime.removesuffix('.so')}.cpp",
+                 out_dir / runtime)
+    if runtime:
+        linked = [str(out_dir / runtime), "-Wl,-rpath,$ORIGIN"]
     count_compiler_run()
-
-    src = out_dir / f"{stem}.cu"
-    write_atomically(src, source.encode())
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".so.tmp", dir=out_dir)
-    os.close(fd)
     includes = [f"-I{d}" for d in (_precompiled_shim(compiler, flags, version), include)
                 if d] if shim else []
-    cmd = [*compiler, *flags, *includes, "-x", "c++", str(src), "-x", "none", *linked, "-o",
-           tmp]
+    _compile(compiler, [*flags, *includes], source, out_dir / f"{stem}.cu", lib, linked)
+    return lib
+
+
+def _compile(compiler: list[str], options: list[str], source: str, src: Path, lib: Path,
+             after: Sequence[str] = ()) -> None:
+    """Save ``source`` as ``src`` and compile it into ``lib`` (written whole or not at all;
+    ``after``: what follows the source on the command line, libraries to link)."""
+    write_atomically(src, source.encode())
+    fd, tmp = tempfile.mkstemp(prefix=f".{lib.stem}.", suffix=".so.tmp", dir=lib.parent)
+    os.close(fd)
+    cmd = [*compiler, *options, "-x", "c++", str(src), "-x", "none", *after, "-o", tmp]
     started = time.perf_counter()
     try:
         try:
@@ -209,42 +221,6 @@ def compile_host_library(
                  time.perf_counter() - started)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    return lib
-
-
-def _runtime_name(compiler: list[str], version: str, flags: list[str]) -> str:
-    """The file name of the shim's runtime library for these compiler and flags."""
-    header = (shim_include_dir() / SHIM_HEADER).read_bytes()
-    return f"libkfuse_shim-{compile_key(RUNTIME_SOURCE, compiler, version, flags, header)[:40]}.so"
-
-
-def _shim_runtime(compiler: list[str], flags: list[str], out_dir: Path, name: str) -> Path:
-    """The shim's runtime library ``name`` in ``out_dir``, compiled there once (its soname is
-    its file name, which a linked program's RPATH ``$ORIGIN`` finds beside it)."""
-    lib = out_dir / name
-    if lib.exists():
-        return lib
-    src = out_dir / f"{name.removesuffix('.so')}.cpp"
-    write_atomically(src, RUNTIME_SOURCE.encode())
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
-    os.close(fd)
-    cmd = [*compiler, *flags, f"-I{shim_include_dir()}", f"-Wl,-soname,{name}", "-x", "c++",
-           str(src), "-x", "none", "-o", tmp]
-    try:
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=COMPILE_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise CompileError(f"host C++ compiler timed out after {COMPILE_TIMEOUT_S} s on the "
-                               f"cpu shim's runtime library ({src})") from exc
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot run the C++ compiler {compiler[0]}: {exc}") from exc
-        if proc.returncode != 0:
-            raise _compile_error(proc.stderr or proc.stdout, src, cmd)
-        os.replace(tmp, lib)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return lib
 
 
 def _precompiled_shim(compiler: list[str], flags: list[str], version: str) -> Path | None:
