@@ -7,7 +7,8 @@ holds at once (``resident``: contiguous rows per block) or one block per row (``
 each checked against the planned program, beside torch.compile, in alternating rounds.
 ``--occupancy`` times the planned program instead with ``__launch_bounds__(T, k)``: at
 least ``k`` blocks per SM, which caps each thread's registers (a source patch).
-``--l2-hints`` (with ``--size`` of rows in segments) times the planned program and rows in
+``--segments`` times rows in segments read again from L2 (no stash) where a block holds
+the row too (beside the planned variant). ``--l2-hints`` (with ``--size`` of rows in segments) times the planned program and rows in
 segments without a stash, each also with the L2 eviction priorities of their loads (the
 first pass's keep their lines in L2, evict_last; the last pass's let them go, evict_first:
 what torch.compile's reductions that read a row twice emit) patched out.
@@ -19,7 +20,7 @@ memory, or half as many (two blocks per SM); column standardisation's held colum
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 experiments/held_rows_norm_experiment.py [app ...] [--rounds 3]
-        [--size 1024x65536] [--l2-hints]
+        [--size 1024x65536] [--l2-hints] [--dtype float16]
 """
 
 from __future__ import annotations
@@ -68,12 +69,14 @@ def variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, str]:
     return {label: text for label, text in texts.items() if text in kept}
 
 
-def segment_variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, str]:
-    """Labelled variants holding rows of ``cols`` in segments."""
+def segment_variants(group: MapReduceGroup, rows: int, cols: int, stashed: bool = True
+                     ) -> dict[str, str]:
+    """Labelled variants holding rows of ``cols`` in segments (``stashed``: also with the
+    most segments that fit shared memory stashed, and half as many)."""
     from kfuse.schedule.forms import MapReduceVariant
 
     texts = {}
-    for threads in (256, 512, 1024):
+    for threads in (128, 256, 512, 1024):
         for unroll in (1, 2, 4, 8):
             base = f"mapreduce:{threads}x1:r1:i1:w:stream:g{rows}:u{unroll}:hr:sg"
             variant = MapReduceVariant.parse(base)
@@ -82,7 +85,9 @@ def segment_variants(group: MapReduceGroup, rows: int, cols: int) -> dict[str, s
             per_segment = group.stash_bytes(variant, 1)
             most = min(-(-cols // group.step(variant)), 224 * 1024 // per_segment) \
                 if per_segment else 0
-            for label, stash in (("none", 0), ("most", most), ("half", most // 2)):
+            stashes = (("none", 0), ("most", most), ("half", most // 2)) if stashed else \
+                (("none", 0),)
+            for label, stash in stashes:
                 text = f"{base}:st{stash}" if stash else base
                 texts[f"T{threads} u{unroll} stash {label} ({stash})"] = text
     kept = normalized_variants(group, texts.values(), group.graph.name)
@@ -121,10 +126,14 @@ def main() -> None:
     parser.add_argument("--occupancy", action="store_true")
     parser.add_argument("--size", help="MxN (default: the app's benchmark size)")
     parser.add_argument("--l2-hints", action="store_true")
+    parser.add_argument("--dtype", default="float32", help="float32 or float16")
+    parser.add_argument("--segments", action="store_true",
+                        help="time rows in segments (no stash: read again from L2) even "
+                             "where a block holds the row")
     args = parser.parse_args()
     size = tuple(int(n) for n in args.size.split("x")) if args.size else None
     for name in args.apps:
-        case = device_case(name, size=size)
+        case = device_case(name, size=size, dtype=args.dtype)
         members = tuple(k.name for k in case.graph.kernels)
         group = MapReduceGroup(case.graph, members, list(case.graph.outputs))
         rows, cols = case.sizes[group.domain[0]], case.sizes[group.domain[1]]
@@ -154,8 +163,10 @@ def main() -> None:
             continue
         if ":hc" in planned:
             named = column_variants(group, rows)
-        elif ":sg" in planned:
-            named = segment_variants(group, rows, cols)
+        elif ":sg" in planned or args.segments:
+            named = segment_variants(group, rows, cols, stashed=not args.segments)
+            if args.segments:
+                named = {"planned": planned} | named
         else:
             named = variants(group, rows, cols)
         programs = {label: generate(case.graph, [(members, tuple(case.graph.outputs), text)],

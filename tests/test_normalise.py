@@ -7,6 +7,8 @@ references on odd sizes, fused and unfused."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -294,20 +296,68 @@ def test_a_held_row_stores_two_byte_floats_rounded(dtype):
         assert relative_error(fused, apart) <= HALF_TOLERANCE[dtype] / 2, shape
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_held_rows_leave_no_thread_idle_where_a_smaller_block_spans_the_row(dtype):
-    """A block of 1024 threads reading 8 two-byte floats each spans 8192 columns: on rows of
-    4096 half its threads would idle, so only blocks whose one access spans the row are
-    proposed (in float32, 4 a thread, 1024 threads span it too)."""
+def test_held_rows_leave_no_thread_idle_where_a_smaller_block_spans_the_row():
+    """Only blocks whose one access spans at most the row are proposed: rows of 4096
+    float32, 4 a thread, are spanned by 256 and by 1024 threads (in two-byte floats, 8 a
+    thread, 1024 threads would span 8192 columns; such rows are read in segments instead,
+    :func:`test_rows_of_two_byte_floats_are_read_in_segments_again_from_l2`)."""
     from kfuse.model.device import h200_like_profile
     from kfuse.search.variants import held_row_variants
 
-    graph = get_app("crossentropy").build(dtype=dtype).graph()
+    graph = get_app("crossentropy").build().graph()
     group = MapReduceGroup(graph, [k.name for k in graph.kernels], ["loss"])
     variants = held_row_variants(group, h200_like_profile(), 4096, rows=16384)
     assert variants
     assert all(v.threads[0] * group.width(v) <= 4096 for v in variants), variants
-    assert {v.threads[0] for v in variants} == ({256, 1024} if dtype == "float32" else {256})
+    assert {v.threads[0] for v in variants} == {256, 1024}
+    assert not any(v.segmented for v in variants)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rows_of_two_byte_floats_are_read_in_segments_again_from_l2(dtype):
+    """Rows of two-byte floats that a block could hold are read in segments of two accesses
+    a thread, the later passes again from L2, with the fewest threads that cut the row into
+    at most four segments (rows of 4096: 128 threads; of 32768: 1024); rows too long for that
+    keep the segment forms of any row; columns of them take their own segment form; float32
+    keeps its held forms. The plan equals NumPy on rows of several segments and a ragged
+    last one."""
+    from kfuse.model.device import h200_like_profile
+    from kfuse.search import default_plan
+    from kfuse.search.variants import (
+        HALF_COLUMN_SEGMENT_FORM,
+        HALF_ROW_SEGMENT_UNROLL,
+        held_row_variants,
+    )
+
+    profile = h200_like_profile()
+    app = get_app("rmsnorm")
+    graph = app.build(dtype=dtype).graph()
+    group = MapReduceGroup(graph, [k.name for k in graph.kernels], list(graph.outputs))
+    for columns, threads in ((4096, 128), (32768, 1024)):
+        (variant,) = held_row_variants(group, profile, columns, rows=4096)
+        assert variant.segmented and not variant.stash, variant
+        assert (variant.threads[0], variant.unroll) == (threads, HALF_ROW_SEGMENT_UNROLL)
+        assert math.ceil(columns / group.step(variant)) <= 4
+    long_rows = held_row_variants(group, profile, 131072, rows=1024)
+    assert long_rows and all(v.unroll != HALF_ROW_SEGMENT_UNROLL or v.threads[0] == 1024
+                             for v in long_rows)
+    wide = get_app("rmsnorm").build().graph()
+    wide_group = MapReduceGroup(wide, [k.name for k in wide.kernels], list(wide.outputs))
+    assert not any(v.segmented for v in held_row_variants(wide_group, profile, 4096, 16384))
+    columns_app = get_app("colstandardise")
+    columns_graph = columns_app.build(dtype=dtype).graph()
+    columns_plan = default_plan(columns_graph, profile=profile, sizes=columns_app.sizes(
+        columns_graph, columns_app.bench_size))
+    (column_form,) = [g.form for g in columns_plan.groups]
+    assert (*column_form.threads, column_form.unroll) == HALF_COLUMN_SEGMENT_FORM
+    plan = default_plan(graph, sizes=app.sizes(graph, app.bench_size), profile=profile)
+    assert len(plan.groups) == 1 and plan.groups[0].form.segmented, plan.explain()
+    cpu_or_skip()
+    for size in ((5, 2309), (3, 4096)):  # three segments, the last ragged; four whole
+        arrays, params = app.make_inputs(size, np.random.default_rng(size[1]), dtype)
+        fused = app.build(dtype=dtype).run(backend="cpu", plan=plan, **arrays, **params)
+        errors = reference_errors(app, arrays, params, fused)
+        assert max(errors.values()) <= HALF_TOLERANCE[dtype], (size, errors)
 
 
 @pytest.mark.integration

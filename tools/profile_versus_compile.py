@@ -4,7 +4,7 @@ range, for Nsight Compute (compilation and autotuning stay outside the range).
 Usage on the device machine (repo root)::
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \\
-        PYTHONPATH=. python3 tools/profile_versus_compile.py sgemv [SOURCE_FILE]
+        PYTHONPATH=. python3 tools/profile_versus_compile.py sgemv [SOURCE_FILE] [--dtype float16]
 
 (``SOURCE_FILE``: where to write the kfuse program's CUDA source, for nvcc and cuobjdump.)
 """
@@ -27,11 +27,12 @@ def main() -> None:
 
     app = get_app(sys.argv[1])
     size = app.bench_size
-    graph = app.build().graph()
-    arrays, params = app.make_inputs(size, np.random.default_rng(0), "float32")
+    dtype = sys.argv[sys.argv.index("--dtype") + 1] if "--dtype" in sys.argv else "float32"
+    graph = (app.build(dtype=dtype) if dtype != "float32" else app.build()).graph()
+    arrays, params = app.make_inputs(size, np.random.default_rng(0), dtype)
     given = {k: cupy.asarray(v) for k, v in arrays.items()} | params
     executable = get_backend("cuda").prepare(graph, given, plan=auto_plan(graph, given))
-    if len(sys.argv) > 2:
+    if len(sys.argv) > 2 and not sys.argv[2].startswith("--"):
         with open(sys.argv[2], "w") as file:
             file.write(executable.program.source)
     compiled = compiled_on(graph, given)

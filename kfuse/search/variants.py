@@ -165,6 +165,20 @@ HELD_ROW_FORMS = ((1024, 8), (1024, 16), (512, 16))
 # (RMSNorm, LayerNorm, cross-entropy); rows of 32 K, 1024 x 16 bytes 0.2673 against 0.2852;
 # 128 or 512 threads, or 8-byte accesses, up to 20% slower than these two.
 HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
+# Rows of two-byte floats (float16, bfloat16): a held row keeps them widened to float, so a
+# block keeps twice the registers per byte of row it read and a multiprocessor holds few
+# rows at once; each block's loads wait for its combine. Read in segments of
+# HALF_ROW_SEGMENT_UNROLL accesses a thread, the passes after the first again from L2 (the
+# shape of Inductor's looped reductions: 32 registers, every thread slot filled), with the
+# fewest threads that cut the row into at most HALF_ROW_SEGMENTS segments, they ran faster
+# on an H200 (docs/journal/benchmarks.md, session 39; float16 in, float32 out, ms, held row /
+# segments): RMSNorm 16384 x 4096 0.1392 / 0.1192 (128 threads; 256: 0.1094), LayerNorm
+# 0.1559 / 0.1320, cross-entropy 0.1164 / 0.1088, log-softmax 4096 x 32768 0.3564 / 0.2648
+# (1024 threads). Rows of float32 keep their held forms (segments 1-48% slower there); rows
+# longer than 1024 threads cut so take the segment forms of any row (HELD_SEGMENT_FORMS).
+HALF_ROW_SEGMENT_UNROLL = 2
+HALF_ROW_SEGMENTS = 4
+HALF_ROW_THREADS = (128, 256, 512, 1024)
 # Held rows in segments: rows longer than those forms hold, in a group without column
 # reductions, one block per row holding a segment of T x V x unroll columns at a time, as
 # (threads, vector bytes, largest unroll; fewer where the words a thread keeps do not fit).
@@ -209,6 +223,10 @@ ROWS_FROM_L2_UNROLL = 4
 HELD_COLUMN_WHOLE_FORMS = ((2, 256), (4, 128), (8, 64))
 HELD_COLUMN_WHOLE_UNROLL = 16
 HELD_COLUMN_SEGMENT_FORM = (8, 64, 8)
+# ... and for columns of two-byte floats (kept widened to float, as rows above): measured on
+# an H200 (session 39), float16 column standardisation 16384 x 4096, 4 x 128 threads x 2
+# rows 0.2289 ms, x 4 0.2292, 2 x 128 0.245-0.246, 8 x 64 x 8 0.3295 (stashing slower).
+HALF_COLUMN_SEGMENT_FORM = (4, 128, 2)
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
@@ -353,6 +371,9 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
                       rows: int | None = None) -> list[MapReduceVariant]:
     """The held-row forms (:func:`_held_probes`) that hold rows of ``columns`` in registers,
     with one block per row or a grid of as many blocks as the device holds at once."""
+    half = half_row_segments(group, profile, columns, rows)
+    if half is not None:
+        return [half]
     result = []
     probes = _held_probes(group, rows)
     # a block whose one access per thread already spans more than a row leaves threads idle
@@ -373,12 +394,37 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
     return result
 
 
+def half_row_segments(group: MapReduceGroup, profile: DeviceProfile, columns: int,
+                      rows: int | None) -> MapReduceVariant | None:
+    """Rows of two-byte floats held in segments read again from L2 (one block per row,
+    :data:`HALF_ROW_SEGMENT_UNROLL` 16-byte accesses a thread, the fewest threads of
+    :data:`HALF_ROW_THREADS` cutting the row into at most :data:`HALF_ROW_SEGMENTS`), where
+    the group reads its rows in two-byte floats and may hold them in segments and such a
+    block cuts them so; else None."""
+    if rows is None or not any(ITEM_SIZE[group.graph.buffers[name].dtype] == 2
+                               for name in group.tile_inputs):
+        return None
+    if group.col_reductions() or segment_reason(
+            group.graph, [k.name for k in group.members]) is not None:
+        return None
+    for threads in HALF_ROW_THREADS:
+        variant = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), rows,
+                                   HALF_ROW_SEGMENT_UNROLL, 0, 16, held_rows=True,
+                                   segmented=True)
+        if math.ceil(columns / group.step(variant)) > HALF_ROW_SEGMENTS:
+            continue  # (longer rows: the segment forms of any row, held_segment_variants)
+        fits = ROWS_FROM_L2_BASE_REGISTERS + held_words(group, variant) \
+            <= _held_register_budget(threads, profile)
+        return variant if fits else None
+    return None
+
+
 def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
                          rows: int | None) -> list[MapReduceVariant]:
     """The held-column form: for ``rows`` known, the first of
     :data:`HELD_COLUMN_WHOLE_FORMS` holding a whole column of the strip in registers (read
     once) where one fits, else :data:`HELD_COLUMN_SEGMENT_FORM` (segments of rows, a pass
-    per phase)."""
+    per phase; :data:`HALF_COLUMN_SEGMENT_FORM` for columns of two-byte floats)."""
     def variant(across: int, down: int, unroll: int) -> MapReduceVariant | None:
         probe = MapReduceVariant((across, down), 1, 1, True, "shuffle", unroll=unroll,
                                  held_columns=True)
@@ -392,7 +438,8 @@ def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
         found = variant(across, down, unroll) if unroll <= HELD_COLUMN_WHOLE_UNROLL else None
         if found:
             return [found]  # (the first that fits: in the order measured fastest)
-    found = variant(*HELD_COLUMN_SEGMENT_FORM)
+    halves = any(ITEM_SIZE[group.graph.buffers[name].dtype] == 2 for name in group.tile_inputs)
+    found = variant(*(HALF_COLUMN_SEGMENT_FORM if halves else HELD_COLUMN_SEGMENT_FORM))
     return [found] if found else []
 
 
