@@ -224,9 +224,10 @@ HELD_COLUMN_WHOLE_FORMS = ((2, 256), (4, 128), (8, 64))
 HELD_COLUMN_WHOLE_UNROLL = 16
 HELD_COLUMN_SEGMENT_FORM = (8, 64, 8)
 # ... and for columns of two-byte floats (kept widened to float, as rows above): measured on
-# an H200 (session 39), float16 column standardisation 16384 x 4096, 4 x 128 threads x 2
-# rows 0.2289 ms, x 4 0.2292, 2 x 128 0.245-0.246, 8 x 64 x 8 0.3295 (stashing slower).
-HALF_COLUMN_SEGMENT_FORM = (4, 128, 2)
+# an H200 (session 39), float16 column standardisation 16384 x 4096, 4 x 128 threads x 4
+# rows 0.2292 ms, x 2 0.2289 (which the model, counting its rows in flight, ranks below two
+# kernels for a column softmax), 2 x 128 0.245-0.246, 8 x 64 x 8 0.3295 (stashing slower).
+HALF_COLUMN_SEGMENT_FORM = (4, 128, 4)
 HELD_BASE_REGISTERS = 16
 HELD_ROW_CYCLES = 300                  # a row's combine over the block (shuffles, a barrier)
 MAX_EXHAUSTIVE_KERNELS = 12            # fusions are all subsets up to this many operators
