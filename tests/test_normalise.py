@@ -319,8 +319,9 @@ def test_rows_of_two_byte_floats_are_read_in_segments_again_from_l2(dtype):
     a thread, the later passes again from L2, with the fewest threads that cut the row into
     at most four segments (rows of 4096: 128 threads; of 32768: 1024); rows too long for that
     keep the segment forms of any row; columns of them take their own segment form; float32
-    keeps its held forms. The plan equals NumPy on rows of several segments and a ragged
-    last one."""
+    keeps its held forms; rows of 16-byte accesses (every array two bytes) written back
+    stay held up to 256 threads of two accesses. The plan equals NumPy on rows of several
+    segments and a ragged last one."""
     from kfuse.model.device import h200_like_profile
     from kfuse.search import default_plan
     from kfuse.search.variants import (
@@ -341,6 +342,18 @@ def test_rows_of_two_byte_floats_are_read_in_segments_again_from_l2(dtype):
     long_rows = held_row_variants(group, profile, 131072, rows=1024)
     assert long_rows and all(v.unroll != HALF_ROW_SEGMENT_UNROLL or v.threads[0] == 1024
                              for v in long_rows)
+    narrow = kf.Pipeline("rmsnorm_in_its_dtype")
+    x = narrow.input("x", ndim=2, dtype=dtype)
+    squares = kf.reduce_sum(x * x, axis=1, name="squares")
+    narrow.output(kf.point(kf.astype(x * kf.rsqrt(squares.at(0, dims=(0,)) + 1e-6), dtype),
+                           name="y"))
+    narrow_graph = narrow.graph()
+    narrow_group = MapReduceGroup(narrow_graph, ["squares", "y"], ["y"])
+    (held,) = held_row_variants(narrow_group, profile, 4096, rows=16384)
+    assert not held.segmented and held.threads[0] * narrow_group.width(held) * held.unroll \
+        == 4096, held
+    (longer,) = held_row_variants(narrow_group, profile, 32768, rows=4096)
+    assert longer.segmented, longer
     wide = get_app("rmsnorm").build().graph()
     wide_group = MapReduceGroup(wide, [k.name for k in wide.kernels], list(wide.outputs))
     assert not any(v.segmented for v in held_row_variants(wide_group, profile, 4096, 16384))

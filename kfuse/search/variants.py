@@ -171,14 +171,21 @@ HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
 # HALF_ROW_SEGMENT_UNROLL accesses a thread, the passes after the first again from L2 (the
 # shape of Inductor's looped reductions: 32 registers, every thread slot filled), with the
 # fewest threads that cut the row into at most HALF_ROW_SEGMENTS segments, they ran faster
-# on an H200 (docs/journal/benchmarks.md, session 39; float16 in, float32 out, ms, held row /
-# segments): RMSNorm 16384 x 4096 0.1392 / 0.1192 (128 threads; 256: 0.1094), LayerNorm
-# 0.1559 / 0.1320, cross-entropy 0.1164 / 0.1088, log-softmax 4096 x 32768 0.3564 / 0.2648
-# (1024 threads). Rows of float32 keep their held forms (segments 1-48% slower there); rows
-# longer than 1024 threads cut so take the segment forms of any row (HELD_SEGMENT_FORMS).
+# on an H200 (docs/journal/benchmarks.md, session 39; ms, held row / segments): float16 in,
+# float32 out (8-byte accesses of the halves), RMSNorm 16384 x 4096 0.1392 / 0.1192,
+# LayerNorm 0.1559 / 0.1320, cross-entropy 0.1164 / 0.1088, log-softmax 4096 x 32768
+# 0.3564 / 0.2648; every array two bytes (16-byte accesses), log-softmax 4096 x 32768
+# 0.261 / 0.194, cross-entropy 16384 x 4096 (row results only) 0.1164 / 0.1088, log-sum-exp
+# 0.067 / 0.0637. Rows of every array two bytes, written back, that 256 threads hold in
+# HALF_ROW_HELD_ACCESSES 16-byte accesses each stay held: at 16384 x 4096 the two forms were
+# within 10% either way (RMSNorm after a residual add 0.161 / 0.176, softmax 0.098 / 0.108,
+# LayerNorm 0.115 / 0.112). Rows of float32 keep their held forms (segments 1-48% slower
+# there); rows longer than 1024 threads cut so take the segment forms of any row
+# (HELD_SEGMENT_FORMS).
 HALF_ROW_SEGMENT_UNROLL = 2
 HALF_ROW_SEGMENTS = 4
 HALF_ROW_THREADS = (128, 256, 512, 1024)
+HALF_ROW_HELD_ACCESSES = 2
 # Held rows in segments: rows longer than those forms hold, in a group without column
 # reductions, one block per row holding a segment of T x V x unroll columns at a time, as
 # (threads, vector bytes, largest unroll; fewer where the words a thread keeps do not fit).
@@ -401,13 +408,19 @@ def half_row_segments(group: MapReduceGroup, profile: DeviceProfile, columns: in
     :data:`HALF_ROW_SEGMENT_UNROLL` 16-byte accesses a thread, the fewest threads of
     :data:`HALF_ROW_THREADS` cutting the row into at most :data:`HALF_ROW_SEGMENTS`), where
     the group reads its rows in two-byte floats and may hold them in segments and such a
-    block cuts them so; else None."""
+    block cuts them so, but for rows of 16-byte accesses, written back, that 256 threads
+    hold in :data:`HALF_ROW_HELD_ACCESSES` accesses each; else None."""
     if rows is None or not any(ITEM_SIZE[group.graph.buffers[name].dtype] == 2
                                for name in group.tile_inputs):
         return None
     if group.col_reductions() or segment_reason(
             group.graph, [k.name for k in group.members]) is not None:
         return None
+    whole = MapReduceVariant((256, 1), 1, 1, True, "stream", (), rows, 1, 0, 16,
+                             held_rows=True)
+    if (group.stores or group.fed_stores) and group.width(whole) * (group.item_size or 4) == 16 \
+            and columns <= 256 * group.width(whole) * HALF_ROW_HELD_ACCESSES:
+        return None  # (16-byte accesses of the halves, a short row written back: held)
     for threads in HALF_ROW_THREADS:
         variant = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), rows,
                                    HALF_ROW_SEGMENT_UNROLL, 0, 16, held_rows=True,
