@@ -7,7 +7,7 @@ floor is every input read once and every output written once.
 Usage on the device machine (repo root)::
 
     PYTHONPATH=. python3 experiments/half_heldout_experiment.py [rmsnorm_residual ...]
-        [--dtypes float16,bfloat16]
+        [--dtypes float16,bfloat16] [--profile]
 """
 
 from __future__ import annotations
@@ -116,6 +116,9 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float16,bfloat16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--profile", action="store_true",
+                        help="no timing: each program run twice inside a profiler range "
+                             "(ncu --profile-from-start off)")
     args = parser.parse_args()
     profile = current_profile()
     for name in args.pipelines:
@@ -159,6 +162,15 @@ def main() -> None:
                 labels["held rows"] = executable.launch_all
             from kfuse.bench.torch_baseline import compiled_on
             labels["compile"] = compiled_on(graph, arguments)
+            if args.profile:
+                import torch
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+                for run in (labels["one kernel"], labels["compile"]) * 2:
+                    run()
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+                continue
             times = time_alternating(labels, args.rounds, repeat=args.runs)
             print_rounds(f"{name}-{dtype[:4]}", times, "one kernel")
 
