@@ -89,17 +89,21 @@ def held_rows_program(graph, sizes, shape):
     """The pipeline as one group held whole in registers by one block per row (256 threads
     up to 4096 columns, else 1024), as such rows were planned before they were read in
     segments; None where the rows do not fit."""
-    from kfuse.codegen import generate
-    from kfuse.runtime.backend import VECTOR_ALIGNMENT
-
     rows, columns = shape
     threads = 256 if columns <= 4096 else 1024
     unroll = -(-columns // (threads * 8))
     if unroll > 8:
         return None
+    return one_group(graph, sizes, f"mapreduce:{threads}x1:r1:i1:w:stream:g{rows}:u{unroll}:hr")
+
+
+def one_group(graph, sizes, form: str):
+    """The program of the whole pipeline as one group under the map-reduce ``form``."""
+    from kfuse.codegen import generate
+    from kfuse.runtime.backend import VECTOR_ALIGNMENT
+
     members = tuple(k.name for k in graph.kernels)
-    text = f"mapreduce:{threads}x1:r1:i1:w:stream:g{rows}:u{unroll}:hr"
-    return generate(graph, [(members, tuple(graph.outputs), text)], fixed_sizes=sizes,
+    return generate(graph, [(members, tuple(graph.outputs), form)], fixed_sizes=sizes,
                     array_alignment=VECTOR_ALIGNMENT)
 
 
@@ -116,6 +120,9 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float16,bfloat16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--variants", nargs="*", default=[],
+                        help="also the pipeline as one group under these map-reduce forms "
+                             "('mapreduce:...', with {rows} for the rows), launches alone")
     parser.add_argument("--profile", action="store_true",
                         help="no timing: each program run twice inside a profiler range "
                              "(ncu --profile-from-start off)")
@@ -151,15 +158,18 @@ def main() -> None:
             labels = {"one kernel": lambda f=fused, a=arguments: f(**a),
                       "unfused": lambda f=apart, a=arguments: f(**a)}
             held = held_rows_program(graph, sizes, shape)
-            if held is not None:  # the form two-byte rows took before (launches alone)
+            others = {"held rows": held} if held is not None else {}
+            for text in args.variants:  # (the form two-byte rows took before: held rows)
+                others[text] = one_group(graph, sizes, text.format(rows=shape[0]))
+            for label, program in others.items():
                 from kfuse.runtime import get_backend
-                executable = get_backend("cuda").prepare(graph, arguments, program=held)
+                executable = get_backend("cuda").prepare(graph, arguments, program=program)
                 executable.launch_all()
                 error = max(relative_error(on_host(executable.buffers[k]).astype(np.float64),
                                            on_host(expected[k]).astype(np.float64))
                             for k in graph.outputs)
-                print(f"{name} {dtype}: held rows against unfused {error:.1e}", flush=True)
-                labels["held rows"] = executable.launch_all
+                print(f"{name} {dtype}: {label} against unfused {error:.1e}", flush=True)
+                labels[label] = executable.launch_all
             from kfuse.bench.torch_baseline import compiled_on
             labels["compile"] = compiled_on(graph, arguments)
             if args.profile:
