@@ -92,6 +92,27 @@ def test_two_worker_processes():
         assert len(client.has_what()) == 2 and got["out"].npartitions == 9
 
 
+def test_held_chunks_are_found_on_the_client_holding_them():
+    """Chunks persisted by one client are found held by that client though another became
+    Dask's default since (a stale or other default client sent calls down the lazy path);
+    chunks of no running client are not held."""
+    distributed = pytest.importorskip("distributed")
+    from kfuse.scaleout.dask_arrays import _held_chunks
+
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as one, \
+            distributed.Client(one, set_as_default=False) as holder:
+        x = holder.persist(da.from_array(np.arange(24.0).reshape(4, 6), chunks=(2, 3)))
+        with holder.as_current():
+            distributed.wait(x)
+        with distributed.LocalCluster(n_workers=1, processes=False,
+                                      dashboard_address=None) as two, \
+                distributed.Client(two):  # (the default client now)
+            held = _held_chunks([x])
+            assert held is not None and held[0] is holder
+            assert [sorted(found) for found in held[1]] == [sorted(np.ndindex(2, 2))]
+        assert _held_chunks([da.from_array(np.ones((4, 6)), chunks=(2, 3))]) is None
+
+
 def test_chunks_held_on_a_cluster_run_where_they_lie():
     """Persisted chunks on a cluster: each chunk's task runs on the worker holding the chunk
     and only halos move (left to Dask's scheduler, whole chunks moved to balance its queues:

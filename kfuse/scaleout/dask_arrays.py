@@ -304,13 +304,13 @@ def joined_pieces(pieces: Any, axis: int) -> Any:
 def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any]],
                                              list[dict[tuple[int, ...], str]]] | None:
     """(the ``dask.distributed`` client, per input its chunks' futures by location, per
-    input the worker holding each chunk) where a client is in use and holds every chunk of
-    every input (persisted; the call waits for chunks still computing that kfuse did not
-    place); else None (the chunks then run lazily, where Dask's scheduler places them)."""
+    input the worker holding each chunk) where every chunk of every input is held by one
+    running client (persisted: the client the chunks' futures belong to, not Dask's default
+    one; the call waits for chunks still computing that kfuse did not place); else None (the
+    chunks then run lazily, where Dask's scheduler places them)."""
     try:
-        from distributed import default_client, futures_of
-        client = default_client()
-    except (ImportError, ValueError):  # no distributed, or no client
+        from distributed import futures_of
+    except ImportError:  # no distributed: nothing is held
         return None
     futures = []
     for array in inputs:
@@ -319,6 +319,13 @@ def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any
         if len(found) != array.npartitions:
             return None
         futures.append(found)
+    clients = {id(future.client): future.client for found in futures
+               for future in found.values()}
+    if len(clients) != 1:
+        return None  # (chunks of several clients: run lazily)
+    (client,) = clients.values()
+    if client.status != "running":
+        return None
     # where kfuse placed a chunk (a call's outputs, perhaps still computing; an input
     # persisted in bands), else where the scheduler says it lies (one request), once it
     # lies somewhere (an input persisted just before the call may still be computing)
@@ -326,7 +333,8 @@ def _held_chunks(inputs: list[Any]) -> tuple[Any, list[dict[tuple[int, ...], Any
                 if future.key not in _PLACED]
     if any(future.status == "pending" for future in unplaced):
         from distributed import wait
-        wait(unplaced)
+        with client.as_current():  # (wait asks the current client)
+            wait(unplaced)
     holders = client.who_has(unplaced) if unplaced else {}
     owners = []
     for found in futures:
