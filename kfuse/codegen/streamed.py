@@ -36,13 +36,15 @@ from kfuse.codegen.cexpr import (
     VECTOR_TYPES,
     ExprEmitter,
     c_name,
+    element_store,
     format_value,
     indent,
+    rounded,
     size_var,
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
 from kfuse.cuda_limits import WARP
-from kfuse.ir.expr import C_TYPES, Load
+from kfuse.ir.expr import C_TYPES, HALF_DTYPES, Load
 from kfuse.ir.separable import separated
 from kfuse.schedule.forms import Streamed
 from kfuse.schedule.streaming import (
@@ -54,6 +56,15 @@ from kfuse.schedule.streaming import (
 )
 
 COLUMNS = STREAM_COLUMNS
+
+
+def _vector(dtype: str) -> str:
+    """The vector type of a thread's columns of an array of ``dtype`` as the kernel keeps
+    them (two-byte floats as float: the kernel computes and keeps rows in float32)."""
+    return VECTOR_TYPES[("float32" if dtype in HALF_DTYPES else dtype, COLUMNS)]
+
+
+_HALF_VALUE = {"float16": "kf_half", "bfloat16": "kf_bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -148,6 +159,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
     end = max(level.lag + level.below for level in layout.levels)
     ctype_of = {level.buffer: C_TYPES[graph.buffers[level.buffer].dtype]
                 for level in layout.levels}
+    halves = any(graph.buffers[level.buffer].dtype in HALF_DTYPES for level in layout.inputs)
 
     body = [
         "const int t = threadIdx.x;",
@@ -202,7 +214,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         names = queues.registers(slot, None)
         ctype = ctype_of[slot.buffer]
         if queues.vector(slot, 0, None):
-            ctype = VECTOR_TYPES[(graph.buffers[slot.buffer].dtype, COLUMNS)]
+            ctype = _vector(graph.buffers[slot.buffer].dtype)
         declarations.append(f"{ctype} {', '.join(f'{n} = {{}}' for n in names)};")
     body = declarations + body
     period = queues.period
@@ -229,6 +241,8 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         # that row's registers (fewer registers live than in program order)
         for level in reversed(members_):
             lines += _member_lines(group, layout, queues, (rings, pitch), level, phase)
+        if halves:
+            lines.append("land_rows();  // (the two-byte rows fetched at its start)")
         return lines + _rotate_lines(layout, queues, phase)
 
     phases = []
@@ -244,7 +258,8 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         "const int fast_begin = i_begin, fast_end = i_end;  // (periodic: no row is mapped)",
         *_copy_function(group, layout, rings, pitch),
         f"for (int k = 0; k < {prefetch}; ++k)",
-        "  copy_rows(i_begin + k);",
+        "  copy_rows(i_begin + k);" if not halves else
+        "  copy_rows(i_begin + k), land_rows();",
         "for (int i = i_begin; i < i_end;) {",
         f"  // {period} iterations at a time where they can: the queues' rows stay in their",
         "  // registers, their names move (a loop of its own, so that its registers stay put)",
@@ -282,10 +297,16 @@ def _global_arrays(group, layout: StreamLayout) -> list[str]:
 def _copy_function(group, layout: StreamLayout, rings: dict[str, int], pitch: int
                    ) -> list[str]:
     """``copy_rows(row)``: the thread's 4 columns of each input's row ``row`` into its ring
-    slot (16-byte copies where whole and aligned, else element by element), one group."""
+    slot (16-byte copies where whole and aligned, else element by element), one group.
+    Inputs of two-byte floats cannot be copied as they are kept (in float): ``copy_rows``
+    loads their 4 columns into registers (8 bytes), and ``land_rows()``, at the end of the
+    iteration, converts them into the ring slot, which no thread reads before the next
+    iteration's barrier (the slot a copy issued at the iteration's start could land in)."""
     height, width = (size_var(s) for s in group.domain)
     lines = [f"const bool copy_whole = vectors && col >= 0 && col + {COLUMNS} <= {width};"]
     wraps = layout.wrapped
+    halves = [level for level in layout.inputs
+              if group.graph.buffers[level.buffer].dtype in HALF_DTYPES]
     for level in layout.inputs:
         name = c_name(level.buffer)
         first, end = f"y0 - {level.above}", f"y1 + {level.below}"
@@ -293,28 +314,65 @@ def _copy_function(group, layout: StreamLayout, rings: dict[str, int], pitch: in
             first, end = f"max({first}, 0)", f"min({end}, {height})"
         lines.append(f"const int {name}_first = {first}, {name}_end = {end};"
                      "  // its rows copied" + (" (beyond the edges: wrapped)" if wraps else ""))
+    for level in halves:
+        name = c_name(level.buffer)
+        lines.append(f"uint2 fetched_{name} = {{}};  // its 4 columns of the row fetched last "
+                     f"(two-byte floats), landed at slot at_{name} (-1: none)")
+        lines.append(f"int at_{name} = -1;")
     lines.append("const auto copy_rows = [&](int row) {")
     source_row = f"(row % {height} + {height}) % {height}" if wraps else "row"
     for level in layout.inputs:
         rows, name = _rows(level), c_name(level.buffer)
+        slot = (f"((row - i_begin) & {rings[level.buffer] - 1}) * {pitch} + {layout.pad} + "
+                f"t * {COLUMNS}")
+        column = (f"((col + j) % {width} + {width}) % {width}" if wraps else "col + j")
+        inside = [] if wraps else [f"        if (col + j >= 0 && col + j < {width})"]
+        if level in halves:
+            lines += [
+                f"  at_{name} = -1;",
+                f"  if (row >= {name}_first && row < {name}_end) {{",
+                f"    at_{name} = {slot};",
+                f"    const kf_index_t from = (kf_index_t)({source_row}) * {width};",
+                "    if (copy_whole) {",
+                f"      fetched_{name} = *reinterpret_cast<const uint2*>(&{name}[from + col]);",
+                "    } else {",
+                f"      fetched_{name} = uint2{{0u, 0u}};",
+                f"      for (int j = 0; j < {COLUMNS}; ++j)",
+                *inside,
+                f"          (j < 2 ? fetched_{name}.x : fetched_{name}.y) |= "
+                f"(unsigned){name}[from + {column}].bits << (16 * (j & 1));",
+                "    }",
+                "  }",
+            ]
+            continue
         lines += [
             f"  if (row >= {name}_first && row < {name}_end) {{",
-            f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}"
-            f"[((row - i_begin) & {rings[level.buffer] - 1}) * {pitch} + {layout.pad} + "
-            f"t * {COLUMNS}];",
+            f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}[{slot}];",
             f"    const kf_index_t from = (kf_index_t)({source_row}) * {width};",
             "    if (copy_whole) {",
             f"      kf_copy_async16(to, &{name}[from + col]);",
             "    } else {",
             f"      for (int j = 0; j < {COLUMNS}; ++j)",
-            *([f"        kf_copy_async4(to + j, &{name}[from + ((col + j) % {width} + {width}) "
-               f"% {width}]);"] if wraps else
-              [f"        if (col + j >= 0 && col + j < {width})",
-               f"          kf_copy_async4(to + j, &{name}[from + col + j]);"]),
+            *([f"        kf_copy_async4(to + j, &{name}[from + {column}]);"] if wraps else
+              [*inside, f"          kf_copy_async4(to + j, &{name}[from + col + j]);"]),
             "    }",
             "  }",
         ]
-    return [*lines, "  kf_copy_async_commit();", "};"]
+    lines += ["  kf_copy_async_commit();", "};"]
+    if not halves:
+        return lines
+    lines.append("const auto land_rows = [&]() {")
+    for level in halves:
+        name, rows = c_name(level.buffer), _rows(level)
+        kind = _HALF_VALUE[group.graph.buffers[level.buffer].dtype]
+        words = [f"fetched_{name}.{'xy'[j // 2]}" for j in range(COLUMNS)]
+        lines += [
+            f"  if (at_{name} >= 0)",
+            f"    *reinterpret_cast<float4*>(&{rows}[at_{name}]) = float4{{"
+            + ", ".join(f"kf_value({kind}{{(unsigned short)({word} >> {16 * (j & 1)})}})"
+                        for j, word in enumerate(words)) + "};",
+        ]
+    return [*lines, "};"]
 
 
 def _lanes_away(column: int) -> int:
@@ -334,7 +392,7 @@ def _beside_lines(group, level: StreamLevel, columns: list[int], base: str
     apart meet in the same banks)."""
     rows, name = _rows(level), c_name(level.buffer)
     dtype = group.graph.buffers[level.buffer].dtype
-    vector = VECTOR_TYPES[(dtype, COLUMNS)]
+    vector = _vector(dtype)
     own = f"kf_own_{name}"
     source = (f"*reinterpret_cast<const {vector}*>(&{rows}[{base} + t * {COLUMNS}])"
               if level.member is None else
@@ -430,9 +488,10 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
                                   layout, queues, ring, level, load, em, edge, phase))
         emitter.state.in_range["col"] = (1, 0)  # a thread's columns may be outside: map all
         results = []
-        for j in range(COLUMNS):
+        dtype = graph.buffers[level.buffer].dtype
+        for j in range(COLUMNS):  # (a two-byte float's rounded, as its unfused kernel stores it)
             point = emitter.at(((row, 0), ("col", j)))
-            results.append(point.emit(body))
+            results.append(rounded(point.emit(body), dtype))
         return emitter.lines + [f"{v} = {r};" for v, r in zip(values, results, strict=True)]
 
     lines = [f"// {level.member}: row i{_signed(-level.lag)}", "{",
@@ -452,23 +511,32 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
             lines += indent(code(False), 2)
     if level.buffer in group.outputs:
         name = c_name(level.buffer)
-        vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
+        dtype = graph.buffers[level.buffer].dtype
         address = f"(kf_index_t){row} * {width} + col"
+        if dtype in HALF_DTYPES:  # four two-byte floats in one 8-byte store
+            halves = [f"{element_store(v, dtype)}.bits" for v in values]
+            whole = (f"    *reinterpret_cast<uint2*>(&{name}[{address}]) = uint2{{"
+                     f"{halves[0]} | ((unsigned){halves[1]} << 16), "
+                     f"{halves[2]} | ((unsigned){halves[3]} << 16)}};")
+        else:
+            vector = VECTOR_TYPES[(dtype, COLUMNS)]
+            whole = (f"    *reinterpret_cast<{vector}*>(&{name}[{address}]) = "
+                     f"{vector}{{{', '.join(values)}}};")
         lines += indent([
             f"if (owns && {row} >= y0 && {row} < y1) {{  // an output: the block's rows",
             "  if (store_whole) {",
-            f"    *reinterpret_cast<{vector}*>(&{name}[{address}]) = "
-            f"{vector}{{{', '.join(values)}}};",
+            whole,
             "  } else {",
-            *[f"    if (col + {j} < {width}) {name}[{address} + {j}] = {values[j]};"
-              for j in range(COLUMNS)],
+            *[f"    if (col + {j} < {width}) {name}[{address} + {j}] = "
+              + (f"{element_store(values[j], dtype)};" if dtype in HALF_DTYPES
+                 else f"{values[j]};") for j in range(COLUMNS)],
             "  }",
             "}",
         ], 2 if guarded else 1)
     if guarded:
         lines.append("  }")
     if level.lateral:
-        vector = VECTOR_TYPES[(graph.buffers[level.buffer].dtype, COLUMNS)]
+        vector = _vector(graph.buffers[level.buffer].dtype)
         lines += ["  if (kept_in_shared)  // read by the warps beside (or mapped) next iteration",
                   f"    *reinterpret_cast<{vector}*>(&{_rows(level)}[here + t * {COLUMNS}]) = "
                   f"{vector}{{{', '.join(values)}}};"]
@@ -498,7 +566,7 @@ def _queue_read(layout: StreamLayout, queues: Queues, ring: tuple[dict[str, int]
             return queues.name(slot, at_age, phase)  # type: ignore[arg-type]
         rings, pitch = ring  # the thread's 4 columns of the ring's row at_age before the newest
         rows = rings[producer.buffer]
-        vector = VECTOR_TYPES[(load.dtype, COLUMNS)]
+        vector = _vector(load.dtype)
         text = (f"*reinterpret_cast<const {vector}*>(&{_rows(producer)}[((i - i_begin - "
                 f"{at_age}) & {rows - 1}) * {pitch} + {layout.pad} + t * {COLUMNS}])")
         state = emitter.state

@@ -23,10 +23,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kfuse.cuda_limits import DYNAMIC_SHARED_LIMIT
-from kfuse.ir.expr import ITEM_SIZE, Boundary, Coord, Load, loads
+from kfuse.ir.expr import Boundary, Coord, Load, loads
 from kfuse.ir.graph import Graph
 
 STREAM_COLUMNS = 4  # columns per thread: one 16-byte vector of 4-byte elements
+# the arrays it touches (two-byte floats kept in float32, 4 columns in one 8-byte access)
+STREAM_DTYPES = ("float32", "int32", "float16", "bfloat16")
 # An input read only at the point, kept for more rows than this (a late step reading it),
 # stays in its ring in shared memory rather than in registers
 HELD_ROWS = 3
@@ -174,11 +176,10 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
     group = set(members)
     touched = {load.buffer for group_reads in reads.values() for load in group_reads} | \
         {k.output for k in kernels}
-    for name in sorted(touched):
-        if ITEM_SIZE[graph.buffers[name].dtype] != 4 or graph.buffers[name].dtype not in (
-                "float32", "int32"):
-            return (f"it keeps rows of 4-byte floats and integers in shared memory, not "
-                    f"'{name}' ({graph.buffers[name].dtype})")
+    for name in sorted(touched):  # (two-byte floats: kept in float32, as they are computed)
+        if graph.buffers[name].dtype not in STREAM_DTYPES:
+            return (f"it keeps rows of float32, int32, float16 and bfloat16 values in shared "
+                    f"memory and registers, not '{name}' ({graph.buffers[name].dtype})")
     wraps = wrapped(graph, members)
     for name, group_reads in reads.items():
         if wraps and any(isinstance(node, Coord) or (isinstance(node, Load) and node.dims and
