@@ -58,6 +58,21 @@ def random_chain(seed: int, most_steps: int = 4, dtype: str = "float32") -> kf.P
     return p
 
 
+def streamed_chain(seed: int, dtype: str = "float32") -> tuple[kf.Pipeline, object, int]:
+    """The random chain of ``seed`` with as many of its steps as the streamed form's queues
+    hold (a chain whose queues would take too many registers loses its last steps), its
+    plan as one streamed group (blocks of 32 threads, chunks of 8 rows), and its steps."""
+    form = Streamed(threads=32, chunk_rows=8)
+    for most_steps in (4, 3, 2):
+        pipeline = random_chain(seed, most_steps, dtype)
+        members = [k.name for k in pipeline.graph().kernels]
+        reason = form.why_not(pipeline.graph(), members)
+        if reason is None or "registers" not in reason:
+            break
+    assert reason is None, reason
+    return pipeline, pipeline.fuse([members], forms=[form]), most_steps
+
+
 def check_one_input_chain(p: kf.Pipeline, sizes: list[tuple[int, int]],
                           rng: np.random.Generator) -> None:
     """The chain of ``p`` (input ``u``, output ``s2``) streamed in blocks of 32 threads and
@@ -76,15 +91,7 @@ def check_one_input_chain(p: kf.Pipeline, sizes: list[tuple[int, int]],
 def test_random_chains_streamed_equal_numpy(seed):
     """(A chain whose queues would take too many registers loses its last steps.)"""
     cpu_or_skip()
-    form = Streamed(threads=32, chunk_rows=8)
-    for most_steps in (4, 3, 2):
-        pipeline = random_chain(seed, most_steps)
-        members = [k.name for k in pipeline.graph().kernels]
-        reason = form.why_not(pipeline.graph(), members)
-        if reason is None or "registers" not in reason:
-            break
-    assert reason is None, reason
-    plan = pipeline.fuse([members], forms=[form])
+    pipeline, plan, _ = streamed_chain(seed)
     rng = np.random.default_rng(100 + seed)
     for size in SIZES:
         arrays = {name: rng.uniform(0.5, 2.0, size).astype(np.float32) for name in "ab"}
@@ -107,15 +114,7 @@ def test_random_chains_of_two_byte_floats_streamed(dtype, seed):
     cpu_or_skip()
     from kfuse.runtime.numpy_backend import numpy_dtype
 
-    form = Streamed(threads=32, chunk_rows=8)
-    for most_steps in (4, 3, 2):
-        pipeline = random_chain(seed, most_steps, dtype)
-        members = [k.name for k in pipeline.graph().kernels]
-        reason = form.why_not(pipeline.graph(), members)
-        if reason is None or "registers" not in reason:
-            break
-    assert reason is None, reason
-    plan = pipeline.fuse([members], forms=[form])
+    pipeline, plan, most_steps = streamed_chain(seed, dtype)
     ulp = {"float16": 2.0**-10, "bfloat16": 2.0**-7}[dtype]
     rng = np.random.default_rng(200 + seed)
     for size in [*SIZES, (23, 136)]:  # (136 columns: 8-byte accesses)
