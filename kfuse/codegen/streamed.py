@@ -60,8 +60,16 @@ COLUMNS = STREAM_COLUMNS
 
 def _vector(dtype: str) -> str:
     """The vector type of a thread's columns of an array of ``dtype`` as the kernel keeps
-    them (two-byte floats as float: the kernel computes and keeps rows in float32)."""
+    them (two-byte floats as float: the kernel computes and keeps rows in float32; float64's
+    four in :data:`DOUBLE4`, two 16-byte accesses)."""
+    if dtype == "float64":
+        return "kf_double4"
     return VECTOR_TYPES[("float32" if dtype in HALF_DTYPES else dtype, COLUMNS)]
+
+
+# 4 float64 columns of a thread, aligned for two 16-byte accesses (CUDA's double4 is
+# deprecated for its alignment), defined in a kernel that keeps float64 rows
+DOUBLE4 = "struct alignas(16) kf_double4 { double x, y, z, w; };  // a thread's 4 float64 columns"
 
 
 _HALF_VALUE = {"float16": "kf_half", "bfloat16": "kf_bfloat16"}
@@ -196,6 +204,8 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
         f"lane >= {WARP - reach};",
     ]
     declarations = ["KF_DYNAMIC_SHARED(unsigned char, kf_shared);"]
+    if any(level.item == 8 for level in layout.levels):
+        declarations.insert(0, DOUBLE4)
     shared = 0
     for level in layout.levels:
         if level.lateral:
@@ -205,7 +215,7 @@ def streamed_kernel(group, form: Streamed) -> tuple[KernelSource, LaunchSpec]:
             ctype = ctype_of[level.buffer]
             declarations.append(f"{ctype}* const {_rows(level)} = reinterpret_cast<{ctype}*>"
                                 f"(kf_shared + {shared});  // {count} {what}")
-            shared += count * pitch * 4
+            shared += count * pitch * level.item
     for level in layout.members:  # (each member's row, from one iteration to the next)
         values = ", ".join(f"{_value(level, j)} = 0" for j in range(COLUMNS))
         declarations.append(f"{ctype_of[level.buffer]} {values};")
@@ -345,16 +355,26 @@ def _copy_function(group, layout: StreamLayout, rings: dict[str, int], pitch: in
                 "  }",
             ]
             continue
+        if level.item == 8:  # (float64: 16 bytes two columns, 4 bytes half a column)
+            whole = [f"      kf_copy_async16(to, &{name}[from + col]);",
+                     f"      kf_copy_async16(to + 2, &{name}[from + col + 2]);"]
+            elements = [f"{'          ' if inside else '        '}for (int h = 0; h < 2; ++h)",
+                        f"{'            ' if inside else '          '}kf_copy_async4("
+                        f"reinterpret_cast<float*>(to + j) + h, reinterpret_cast<const float*>"
+                        f"(&{name}[from + {column}]) + h);"]
+        else:
+            whole = [f"      kf_copy_async16(to, &{name}[from + col]);"]
+            elements = [f"{'          ' if inside else '        '}kf_copy_async4(to + j, "
+                        f"&{name}[from + {column}]);"]
         lines += [
             f"  if (row >= {name}_first && row < {name}_end) {{",
             f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}[{slot}];",
             f"    const kf_index_t from = (kf_index_t)({source_row}) * {width};",
             "    if (copy_whole) {",
-            f"      kf_copy_async16(to, &{name}[from + col]);",
+            *whole,
             "    } else {",
             f"      for (int j = 0; j < {COLUMNS}; ++j)",
-            *([f"        kf_copy_async4(to + j, &{name}[from + {column}]);"] if wraps else
-              [*inside, f"          kf_copy_async4(to + j, &{name}[from + col + j]);"]),
+            *inside, *elements,
             "    }",
             "  }",
         ]
@@ -519,7 +539,7 @@ def _member_lines(group, layout: StreamLayout, queues: Queues,
                      f"{halves[0]} | ((unsigned){halves[1]} << 16), "
                      f"{halves[2]} | ((unsigned){halves[3]} << 16)}};")
         else:
-            vector = VECTOR_TYPES[(dtype, COLUMNS)]
+            vector = _vector(dtype)
             whole = (f"    *reinterpret_cast<{vector}*>(&{name}[{address}]) = "
                      f"{vector}{{{', '.join(values)}}};")
         lines += indent([

@@ -27,8 +27,9 @@ from kfuse.ir.expr import Boundary, Coord, Load, loads
 from kfuse.ir.graph import Graph
 
 STREAM_COLUMNS = 4  # columns per thread: one 16-byte vector of 4-byte elements
-# the arrays it touches (two-byte floats kept in float32, 4 columns in one 8-byte access)
-STREAM_DTYPES = ("float32", "int32", "float16", "bfloat16")
+# the arrays it touches (two-byte floats kept in float32, 4 columns in one 8-byte access;
+# float64's 4 columns in two 16-byte accesses)
+STREAM_DTYPES = ("float32", "int32", "float16", "bfloat16", "float64")
 # An input read only at the point, kept for more rows than this (a late step reading it),
 # stays in its ring in shared memory rather than in registers
 HELD_ROWS = 3
@@ -49,6 +50,7 @@ class StreamLevel:
     lateral: bool
     above: int
     below: int
+    item: int = 4  # bytes each of its values is kept in (float64: 8; two-byte floats: float32)
 
 
 @dataclass(frozen=True)
@@ -178,8 +180,8 @@ def stream_reasons(graph: Graph, members: Sequence[str]) -> str | None:
         {k.output for k in kernels}
     for name in sorted(touched):  # (two-byte floats: kept in float32, as they are computed)
         if graph.buffers[name].dtype not in STREAM_DTYPES:
-            return (f"it keeps rows of float32, int32, float16 and bfloat16 values in shared "
-                    f"memory and registers, not '{name}' ({graph.buffers[name].dtype})")
+            return (f"it keeps rows of float32, float64, int32, float16 and bfloat16 values in "
+                    f"shared memory and registers, not '{name}' ({graph.buffers[name].dtype})")
     wraps = wrapped(graph, members)
     for name, group_reads in reads.items():
         if wraps and any(isinstance(node, Coord) or (isinstance(node, Load) and node.dims and
@@ -273,7 +275,8 @@ def stream_layout(graph: Graph, members: Sequence[str]) -> StreamLayout:
                   for (buffer, column, boundary), count in ages.items())
     levels = tuple(StreamLevel(buffer, produced.get(buffer), lag[buffer], ready[buffer],
                                buffer in lateral or buffer not in produced, above[buffer],
-                               below[buffer]) for buffer in buffers)
+                               below[buffer], kept_item(graph.buffers[buffer].dtype))
+                   for buffer in buffers)
     vector = STREAM_COLUMNS
     halo = -(-max(beside.values(), default=0) // vector) * vector
     widest = max((abs(load.offsets[1]) for name in members for load in reads[name]), default=0)
@@ -286,9 +289,14 @@ def shared_bytes(layout: StreamLayout, threads: int, prefetch: int) -> int:
     """Shared memory of one block: a ring of rows per input (:meth:`StreamLayout.ring_rows`),
     two rows per other level kept there."""
     pitch = threads * STREAM_COLUMNS + 2 * layout.pad
-    rows = sum(layout.ring_rows(level.buffer, prefetch) if level.member is None else 2
-               for level in layout.levels if level.lateral)
-    return rows * pitch * 4
+    return sum((layout.ring_rows(level.buffer, prefetch) if level.member is None else 2)
+               * pitch * level.item for level in layout.levels if level.lateral)
+
+
+def kept_item(dtype: str) -> int:
+    """Bytes a value of ``dtype`` is kept in by the streamed kernel (two-byte floats as
+    float32)."""
+    return 8 if dtype == "float64" else 4
 
 
 # Registers a thread may give its queues: beyond, the kernel spills (a 4-step chain of 3x3
@@ -297,8 +305,9 @@ QUEUE_REGISTERS = 128
 
 
 def queue_registers(layout: StreamLayout) -> int:
-    """Registers the queues of a thread take (each held slot's rows)."""
-    return sum(slot.ages for slot in layout.held)
+    """Registers the queues of a thread take (each held slot's rows, two registers for a
+    float64 value)."""
+    return sum(slot.ages * layout.level(slot.buffer).item // 4 for slot in layout.held)
 
 
 def shared_reason(layout: StreamLayout, threads: int, prefetch: int) -> str | None:
