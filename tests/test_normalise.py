@@ -739,3 +739,49 @@ def test_half_precision_normalisations_are_one_kernel_and_equal_numpy(name, dtyp
         apart = pipeline.run(backend="cpu", plan="unfused", **arrays, **params)
         for output, value in fused.items():
             assert relative_error(value, apart[output]) <= HALF_TOLERANCE[dtype] / 2, output
+
+
+def cross_entropy_of_labels(dtype: str) -> kf.Pipeline:
+    """A cross-entropy as users write it, of integer class labels: the row's log-sum-exp
+    less the logit at the row's label (read at a computed column)."""
+    p = kf.Pipeline("cross_entropy_of_labels")
+    x = p.input("x", ndim=2, dtype=dtype)
+    labels = p.input("labels", shape=(x.shape[0],), dtype="int32")
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    picked = x.at(0, 0, index={1: labels})
+    p.output(kf.point(top + kf.log(total) - picked, name="loss"))
+    return p
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_cross_entropy_of_labels_is_one_kernel(dtype):
+    """The logit at each row's label is read from memory by the held group's tail (a read
+    of an input at a computed column): one kernel at rows held whole and rows in segments,
+    equal to NumPy at odd sizes, labels outside the row clamped (the read's mode)."""
+    from kfuse.model.device import h200_like_profile
+    from kfuse.runtime.numpy_backend import numpy_dtype
+    from kfuse.search import default_plan
+
+    p = cross_entropy_of_labels(dtype)
+    graph = p.graph()
+    plans = []
+    for shape in ((16384, 4096), (1024, 131072)):
+        plan = default_plan(graph, sizes=graph.bind_shapes({"x": shape, "labels": shape[:1]}),
+                            profile=h200_like_profile())
+        assert len(plan.groups) == 1 and plan.groups[0].form.held_rows, plan.explain()
+        plans.append(plan)
+    assert plans[1].groups[0].form.segmented
+    cpu_or_skip()
+    rng = np.random.default_rng(5)
+    tolerance = 1e-6 if dtype == "float32" else HALF_TOLERANCE[dtype]
+    for plan in plans:
+        for rows, columns in ((37, 1001), (3, 4096)):
+            x = rng.standard_normal((rows, columns)).astype(numpy_dtype(dtype))
+            labels = rng.integers(-3, columns + 3, rows).astype(np.int32)
+            loss = p.run(backend="cpu", plan=plan, x=x, labels=labels)["loss"]
+            wide = x.astype(np.float64)
+            top = wide.max(axis=1)
+            want = top + np.log(np.exp(wide - top[:, None]).sum(axis=1)) \
+                - wide[np.arange(rows), np.clip(labels, 0, columns - 1)]
+            assert np.abs(loss - want).max() <= tolerance * np.abs(want).max(), (rows, columns)

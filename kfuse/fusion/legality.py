@@ -21,7 +21,7 @@ from kfuse.cuda_limits import MAX_REGISTERS_PER_THREAD
 from kfuse.errors import FusionError
 from kfuse.ir.expr import Binary, Coord, Expr, Load, Unary, loads, transform
 from kfuse.ir.fingerprint import canonical
-from kfuse.ir.graph import Graph
+from kfuse.ir.graph import Access, Graph
 from kfuse.schedule.forms import (
     Form,
     MapReduceVariant,
@@ -198,6 +198,23 @@ def mapreduce_shape_reason(graph: Graph, members: Sequence[str]) -> str | None:
                 return (f"'{kernel.name}' reduces {dtype} values; partial results are "
                         f"combined with atomics on {', '.join(MAPREDUCE_REDUCTION_DTYPES)}")
     return None
+
+
+def gathers_inputs(graph: Graph, name: str) -> bool:
+    """Whether ``name`` is a map of vectors or matrices whose reads are all at its own point
+    but for reads of pipeline inputs at computed indices along some axes (gathers, read
+    from memory where they are: a cross-entropy's ``x[row, label[row]]``)."""
+    kernel = graph.kernel_by_name[name]
+    if kernel.reduction is not None or kernel.body is None or kernel.kind == "opaque" \
+            or not 1 <= len(kernel.domain) <= MAPREDUCE_MAX_DEPTH:
+        return False
+    return all(access.is_point or _input_gather(graph, access) for access in kernel.accesses)
+
+
+def _input_gather(graph: Graph, access: Access) -> bool:
+    """A read of a pipeline input at computed indices, its other axes at the point."""
+    return bool(access.gathered) and access.scales is None \
+        and access.buffer in graph.inputs and all(not any(o) for o in access.offsets)
 
 
 def rule_reductions_fusible(graph: Graph, members: Sequence[str]) -> str | None:
@@ -483,10 +500,10 @@ def _reduced_vector_violations(graph: Graph, core: Sequence[str], epilogue: Sequ
         for access in kernel.accesses:
             producer = graph.producer.get(access.buffer)
             if producer not in kernels:
-                if not access.is_point:
+                if not access.is_point and not _input_gather(graph, access):
                     found.append(Violation(rule, f"epilogue '{name}' reads '{access.buffer}' "
                                                  "at offsets, not at its own point"))
-                continue
+                continue  # (an input read at computed indices: from memory, where it is)
             source = kernels[producer]
             reduction = source.reduction
             if producer in core and reduction is None:

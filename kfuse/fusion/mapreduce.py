@@ -179,10 +179,12 @@ class MapReduceGroup(GroupNames):
         self.item_size = max(sizes) if sizes and max(sizes) <= 2 * min(sizes) else None
 
     def _phases(self, phase_of: dict[str, int]) -> tuple[tuple[Kernel, ...], ...]:
-        """The members by phase (``phase_of``: each member's; absent: 0), the core first."""
+        """The members over the matrix by phase (``phase_of``: each member's; absent: 0),
+        the core first (a tail, after the last phase, makes no phase of its own)."""
+        over = (*self.core, *self.fed)
         return tuple(
-            tuple(k for k in (*self.core, *self.fed) if phase_of.get(k.name, 0) == phase)
-            for phase in range(max(phase_of.values(), default=0) + 1))
+            tuple(k for k in over if phase_of.get(k.name, 0) == phase)
+            for phase in range(max((phase_of.get(k.name, 0) for k in over), default=0) + 1))
 
     def phase_inputs(self, kernels: Sequence[Kernel]) -> list[str]:
         """The matrices and column vectors ``kernels`` read at the point, directly or

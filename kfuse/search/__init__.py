@@ -63,12 +63,15 @@ def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
 
 def is_map_reduce_graph(graph: Graph) -> bool:
     """True for pipelines of maps and reductions over vectors and matrices only (BLAS-1/2
-    sequences), with at least one reduction: Filipovič et al. 2015's implementation space covers them."""
-    from kfuse.fusion.legality import mapreduce_shape_reason
+    sequences), with at least one reduction: Filipovič et al. 2015's implementation space
+    covers them. Maps that read pipeline inputs at computed indices (a cross-entropy's
+    ``x[row, label]``) are among them: they read memory where they are, and may be the tail
+    of a held group."""
+    from kfuse.fusion.legality import gathers_inputs, mapreduce_shape_reason
 
     return (any(kernel.reduction is not None for kernel in graph.kernels)
             and all(mapreduce_shape_reason(graph, [kernel.name]) is None
-                    for kernel in graph.kernels))
+                    or gathers_inputs(graph, kernel.name) for kernel in graph.kernels))
 
 
 def default_plan(graph: Graph, sizes: Mapping[str, int] | None = None,
