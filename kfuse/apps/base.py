@@ -15,6 +15,7 @@ import numpy as np
 from kfuse.dsl.pipeline import Pipeline
 from kfuse.errors import ShapeError
 from kfuse.ir.expr import as_boundary
+from kfuse.runtime.numpy_backend import numpy_dtype
 
 # kfuse boundary mode -> np.pad mode. kfuse mirror repeats the edge (-1 -> 0), which is
 # NumPy's 'symmetric' (NumPy's 'reflect' would skip the edge element).
@@ -117,4 +118,4 @@ def as_float64(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 def positive_image(size: tuple[int, ...], rng: np.random.Generator, dtype: str,
                    low: float = 0.1, high: float = 1.1) -> np.ndarray:
     """Random data in ``[low, high)``: positive, so log, sqrt and division are safe."""
-    return rng.uniform(low, high, size=size).astype(dtype)
+    return rng.uniform(low, high, size=size).astype(numpy_dtype(dtype))

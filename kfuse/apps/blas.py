@@ -36,6 +36,7 @@ import numpy as np
 
 import kfuse.dsl as kf
 from kfuse.apps.base import App, check_size
+from kfuse.runtime.numpy_backend import numpy_dtype
 
 ORIGIN = "Filipovič et al. 2015, Table 1; sequences from BTO BLAS"
 VECTOR_BENCH = (2**27,)
@@ -86,7 +87,7 @@ def bind_sizes(graph: Any, size: tuple[int, ...]) -> dict[str, int]:
 
 
 def _uniform(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    return rng.uniform(LOW, HIGH, size=shape).astype(dtype)
+    return rng.uniform(LOW, HIGH, size=shape).astype(numpy_dtype(dtype))
 
 
 def _f64(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

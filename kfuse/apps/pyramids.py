@@ -46,6 +46,7 @@ import numpy as np
 import kfuse.dsl as kf
 from kfuse.apps.base import App, as_float64, positive_image
 from kfuse.ir.expr import as_boundary
+from kfuse.runtime.numpy_backend import numpy_dtype
 
 BLEND_LEVELS = 7
 DOWN_WEIGHTS = (1 / 8, 3 / 8, 3 / 8, 1 / 8)  # at 2p-1 .. 2p+2
@@ -356,7 +357,7 @@ def exposure_fusion_inputs(size: tuple[int, ...], rng: np.random.Generator,
     for k in range(EXPOSURES):
         gain = 0.5 * 2.0 ** k
         arrays[f"e{k}"] = np.clip(scene * gain + rng.normal(0.0, 0.02, size), 0.0,
-                                  1.0).astype(dtype)
+                                  1.0).astype(numpy_dtype(dtype))
     return arrays, {}
 
 
