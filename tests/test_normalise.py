@@ -785,3 +785,38 @@ def test_a_cross_entropy_of_labels_is_one_kernel(dtype):
             want = top + np.log(np.exp(wide - top[:, None]).sum(axis=1)) \
                 - wide[np.arange(rows), np.clip(labels, 0, columns - 1)]
             assert np.abs(loss - want).max() <= tolerance * np.abs(want).max(), (rows, columns)
+
+
+@pytest.mark.parametrize("shape", [(16384, 4096), (64, 100000), (4096, 64)])
+def test_epilogues_read_inputs_at_computed_indices(shape):
+    """Row and column epilogues (not held) read an input at a computed index from memory:
+    planned at sizes that take warp rows, block rows and whole columns, equal to NumPy with
+    indices outside the axis clamped."""
+    from kfuse.model.device import h200_like_profile
+    from kfuse.search import default_plan
+
+    p = kf.Pipeline("gathering_epilogues")
+    x = p.input("x", ndim=2)
+    labels = p.input("labels", shape=(x.shape[0],), dtype="int32")
+    rows = p.input("rows", shape=(x.shape[1],), dtype="int32")
+    squares = kf.reduce_sum(x * x, axis=1, name="squares")
+    columns = kf.reduce_sum(x, axis=0, name="columns")
+    p.output(kf.point(squares - x.at(0, 0, index={1: labels}), name="by_row"),
+             kf.point(columns - x.at(0, 0, index={0: rows}), name="by_column"))
+    graph = p.graph()
+    plan = default_plan(graph, profile=h200_like_profile(), sizes=graph.bind_shapes(
+        {"x": shape, "labels": shape[:1], "rows": shape[1:]}))
+    assert any(set(group.members) == {"squares", "by_row"} for group in plan.groups), \
+        plan.explain()  # (the row epilogue with its reduction; whole columns where they pay)
+    cpu_or_skip()
+    rng = np.random.default_rng(shape[1])
+    x_values = rng.standard_normal((37, 53)).astype(np.float32)
+    label_values = rng.integers(-2, 56, 37).astype(np.int32)
+    row_values = rng.integers(-2, 40, 53).astype(np.int32)
+    got = p.run(backend="cpu", plan=plan, x=x_values, labels=label_values, rows=row_values)
+    wide = x_values.astype(np.float64)
+    want = {"by_row": (wide * wide).sum(axis=1)
+            - wide[np.arange(37), np.clip(label_values, 0, 52)],
+            "by_column": wide.sum(axis=0) - wide[np.clip(row_values, 0, 36), np.arange(53)]}
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
