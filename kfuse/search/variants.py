@@ -173,10 +173,9 @@ HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
 # fewest threads that cut the row into at most HALF_ROW_SEGMENTS segments, they ran faster
 # on an H200 (docs/journal/benchmarks.md, session 39; ms, held row / segments): float16 in,
 # float32 out (8-byte accesses of the halves), RMSNorm 16384 x 4096 0.1392 / 0.1192,
-# LayerNorm 0.1559 / 0.1320, cross-entropy 0.1164 / 0.1088, log-softmax 4096 x 32768
-# 0.3564 / 0.2648; every array two bytes (16-byte accesses), log-softmax 4096 x 32768
-# 0.261 / 0.194, cross-entropy 16384 x 4096 (row results only) 0.1164 / 0.1088, log-sum-exp
-# 0.067 / 0.0637. Rows of every array two bytes, written back, that 256 threads hold in
+# LayerNorm 0.1559 / 0.1320, log-softmax 4096 x 32768 0.3564 / 0.2648; every array two
+# bytes (16-byte accesses), log-softmax 4096 x 32768 0.261 / 0.194, cross-entropy 16384 x
+# 4096 (row results only stored) 0.1164 / 0.1088, log-sum-exp 0.067 / 0.0637. Rows of every array two bytes, written back, that 256 threads hold in
 # HALF_ROW_HELD_ACCESSES 16-byte accesses each stay held: at 16384 x 4096 the two forms were
 # within 10% either way (RMSNorm after a residual add 0.161 / 0.176, softmax 0.098 / 0.108,
 # LayerNorm 0.115 / 0.112). Rows of float32 keep their held forms (segments 1-48% slower
@@ -405,7 +404,8 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
 def half_row_segments(group: MapReduceGroup, profile: DeviceProfile, columns: int,
                       rows: int | None) -> MapReduceVariant | None:
     """Rows of two-byte floats held in segments read again from L2 (one block per row,
-    :data:`HALF_ROW_SEGMENT_UNROLL` 16-byte accesses a thread, the fewest threads of
+    :data:`HALF_ROW_SEGMENT_UNROLL` accesses a thread, 16 bytes of the group's widest
+    array each, the fewest threads of
     :data:`HALF_ROW_THREADS` cutting the row into at most :data:`HALF_ROW_SEGMENTS`), where
     the group reads its rows in two-byte floats and may hold them in segments and such a
     block cuts them so, but for rows of 16-byte accesses, written back, that 256 threads
