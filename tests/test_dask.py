@@ -253,13 +253,48 @@ def test_reductions_fold_each_chunk_then_through_dasks_tree():
     assert float(counted["n"].compute(scheduler="threads")) == values.size
 
 
+@pytest.mark.parametrize("name", ["rmsnorm", "logsumexp", "colstandardise"])
+def test_normalisations_run_chunked_with_their_rows_whole(name):
+    """Reductions that other operators read: the chunks keep the axes they fold whole (a
+    row's, or a column's), cut the others as given, give a vector along those axes (a gain)
+    whole to every chunk, and cut the results over the other axes (a row's log-sum-exp) as
+    the grid; equal to the one-shot run on chunkings that do not divide the array."""
+    from kfuse.apps import get_app
+
+    app = get_app(name)
+    pipeline = app.build()
+    arrays, params = app.make_inputs((29, 67), np.random.default_rng(21), "float32")
+    want = pipeline.run(backend="cpu", plan="unfused", **arrays, **params)
+    for chunks in ((8, 67), (8, 20), (29, 15)):
+        given = {key: da.from_array(value, chunks=chunks if value.ndim == 2 else chunks[1])
+                 for key, value in arrays.items()}
+        got = pipeline.run(backend="cpu", **given, **params)
+        for output, value in want.items():
+            assert got[output].shape == value.shape
+            np.testing.assert_allclose(got[output].compute(scheduler="threads"), value,
+                                       rtol=2e-6, atol=2e-6, err_msg=f"{output} {chunks}")
+        folded = 0 if name == "colstandardise" else 1  # (the axis kept whole)
+        kept = 1 - folded
+        first = next(iter(got.values()))
+        assert first.chunks[0 if first.ndim == 1 else kept] == da.from_array(
+            arrays["x"], chunks=chunks).chunks[kept]
+
+
 def test_what_cannot_run_in_chunks_is_refused_by_name():
-    p = kf.Pipeline("rows")
+    p = kf.Pipeline("everything")
     x = p.input("x", 2)
-    rows = kf.reduce_sum(x * 2.0, axis=1, name="rows")
-    p.output(kf.point(x - rows.at(0, dims=(0,)), name="centred"))
-    with pytest.raises(ChunkingError, match="operator 'rows'.*a reduction that other operators read"):
+    total = kf.reduce_sum(x * 2.0, name="total")
+    p.output(kf.point(x - total, name="centred"))
+    with pytest.raises(ChunkingError, match="operator 'total'.*a reduction over every axis "
+                                            "that other operators read"):
         p.run(backend="cpu", x=da.ones((8, 8), chunks=4))
+    r = kf.Pipeline("both")
+    y = r.input("y", 2)
+    rows = kf.reduce_sum(y, axis=1, name="rows")
+    columns = kf.reduce_sum(y, axis=0, name="columns")
+    r.output(kf.point(y - rows.at(0, dims=(0,)) - columns.at(0, dims=(1,)), name="centred"))
+    with pytest.raises(ChunkingError, match="fold different axes"):
+        r.run(backend="cpu", y=da.ones((8, 8), chunks=4))
     values = np.ones((8, 8), dtype=np.float32)
     with pytest.raises(ChunkingError, match="out= does not apply"):
         chain("clamp").run(backend="cpu", x=da.from_array(values, chunks=4), out={})

@@ -18,7 +18,10 @@ chunk (the modes then apply where they would unchunked).
 What runs chunked: pipelines whose operators all compute on the inputs' grid and read at
 constant offsets (point and stencil operators), and reductions (over every axis or along
 some) that are only outputs: each chunk folds its own points (not the halo's) and Dask's
-reduction tree folds the chunks' values. Others raise :class:`ChunkingError` naming the operator.
+reduction tree folds the chunks' values. Reductions that other operators read along some
+axes (a normalisation's statistics, :func:`readback_axes`) too: the chunks keep those axes
+whole, vectors along them go whole to every chunk, and maps of their results over the other
+axes come back cut as the grid. Others raise :class:`ChunkingError` naming the operator.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import hashlib
 import pickle
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -65,51 +68,118 @@ def chunk_graph(graph: Graph) -> Graph:
                  dict(graph.params)).validate()
 
 
-def _check_chunkable(graph: Graph) -> tuple[str, ...]:
+def readback_axes(graph: Graph) -> tuple[int, ...]:
+    """The grid axes that the reductions other operators read fold (a normalisation's rows:
+    ``(1,)``; ``()`` where none): the chunks keep those axes whole, so each chunk computes
+    such a reduction completely and the operators that read it back at their point run in
+    the same chunk. A :class:`ChunkingError` names a reduction that folds other axes than
+    the rest, or every axis (read back over the whole array: no chunking)."""
+    found = {kernel.name: kernel.reduction.axes for kernel in graph.kernels
+             if kernel.reduction is not None and kernel.name not in terminal_reductions(graph)}
+    axes = sorted(set(found.values()))
+    if not axes:
+        return ()
+    name = next(n for n, a in found.items() if a == axes[-1])
+    kernel = graph.kernel_by_name[name]
+    if len(axes) > 1:
+        raise ChunkingError(f"the reductions other operators read fold different axes "
+                            f"({axes}): chunks keep whole the axes of one kind only",
+                            operator=kernel.name, where=kernel.where)
+    if len(axes[0]) == len(kernel.domain):
+        raise ChunkingError("a reduction over every axis that other operators read needs the "
+                            "whole array in one chunk: run it unchunked (or as a reduction "
+                            "that is only an output)", operator=kernel.name, where=kernel.where)
+    return axes[0]
+
+
+def _check_chunkable(graph: Graph, readback: bool = True) -> tuple[str, ...]:
     """The pipeline's domain (size symbols); a :class:`ChunkingError` names an operator
-    that does not compute on the inputs' grid at constant offsets."""
-    domain = None
-    folded = terminal_reductions(graph)
-    for kernel in graph.kernels:
-        if kernel.kind == "opaque" or (kernel.reduction is not None
-                                       and kernel.name not in folded):
-            what = "a user kernel" if kernel.kind == "opaque" else \
-                "a reduction that other operators read"
-            raise ChunkingError(f"{what} does not run chunk by chunk on Dask arrays yet "
-                                "(point and stencil operators do, and reductions that are "
-                                "only outputs)", operator=kernel.name, where=kernel.where)
-        if domain is None:
-            domain = kernel.domain
-        if kernel.domain != domain:
-            raise ChunkingError(f"it computes over {kernel.domain}, another grid than the "
-                                f"pipeline's {domain}: only pipelines on one grid run chunked",
-                                operator=kernel.name, where=kernel.where)
-        for access in kernel.accesses:
-            shape = graph.buffers[access.buffer].shape
-            if access.remapped or shape != domain or access.dims != tuple(range(len(domain))):
-                raise ChunkingError(f"it reads '{access.buffer}' at another resolution, at "
-                                    "computed indices or along other axes: only reads at "
-                                    "constant offsets on the pipeline's grid run chunked",
-                                    operator=kernel.name, where=kernel.where)
+    that does not compute on the inputs' grid at constant offsets. With reductions other
+    operators read (``readback``; :func:`readback_axes`), operators may also compute over
+    the grid's other axes (a map of a row's results) and read such results at their point,
+    and inputs may be vectors along the folded axes (a gain per column, given whole to
+    every chunk)."""
+    domain = next((k.domain for k in graph.kernels if k.reduction is not None
+                   and len(k.reduction.axes) < len(k.domain)), None) \
+        or (graph.kernels[0].domain if graph.kernels else None)
     if domain is None:
         raise ChunkingError("the pipeline has no operators")
+    folded = terminal_reductions(graph)
+    opaque = next((k for k in graph.kernels if k.kind == "opaque"), None)
+    if opaque is not None:
+        raise ChunkingError("a user kernel does not run chunk by chunk on Dask arrays yet "
+                            "(point and stencil operators do, and reductions)",
+                            operator=opaque.name, where=opaque.where)
+    reduced = readback_axes(graph)
+    if reduced and not readback:
+        kernel = next(k for k in graph.kernels if k.reduction is not None
+                      and k.name not in folded)
+        raise ChunkingError("a reduction that other operators read does not run in slabs yet "
+                            "(point and stencil operators do, and reductions that are only "
+                            "outputs)", operator=kernel.name, where=kernel.where)
+    for kernel in graph.kernels:
+        axes = _grid_axes_of(kernel.domain, domain, reduced)
+        if axes is None or (kernel.name in folded and axes != tuple(range(len(domain)))):
+            raise ChunkingError(f"it computes over {kernel.domain}, another grid than the "
+                                f"pipeline's {domain}: only pipelines on one grid (and "
+                                "maps of the results of reductions along its rows or "
+                                "columns) run chunked", operator=kernel.name,
+                                where=kernel.where)
+        for access in kernel.accesses:
+            at = tuple(axes[d] for d in access.dims)
+            whole = at == tuple(range(len(domain)))
+            kept = bool(reduced) and at == _kept(domain, reduced) and access.is_point
+            along = bool(reduced) and set(at) <= set(reduced) and access.is_point \
+                and access.buffer in graph.inputs
+            shape = graph.buffers[access.buffer].shape
+            if access.remapped or shape != tuple(domain[a] for a in at) or \
+                    not (whole or kept or along):
+                raise ChunkingError(f"it reads '{access.buffer}' at another resolution, at "
+                                    "computed indices or along other axes: only reads at "
+                                    "constant offsets on the pipeline's grid run chunked "
+                                    "(and, at the point, the results of reductions along "
+                                    "whole axes and input vectors along those axes)",
+                                    operator=kernel.name, where=kernel.where)
     return domain
 
 
-def halo_depths(graph: Graph) -> list[tuple[int, int]]:
+def _kept(domain: tuple[str, ...], reduced: tuple[int, ...]) -> tuple[int, ...]:
+    """The grid axes a chunk cuts: those no read-back reduction folds."""
+    return tuple(axis for axis in range(len(domain)) if axis not in reduced)
+
+
+def _grid_axes_of(kernel_domain: tuple[str, ...], domain: tuple[str, ...],
+                  reduced: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The grid axes of a kernel's axes: the grid's own, or (a map of reduced results)
+    those the read-back reductions keep; None for another grid."""
+    if kernel_domain == domain:
+        return tuple(range(len(domain)))
+    kept = _kept(domain, reduced)
+    if reduced and kernel_domain == tuple(domain[a] for a in kept):
+        return kept
+    return None
+
+
+def halo_depths(graph: Graph, readback: bool = True) -> list[tuple[int, int]]:
     """Per axis, how many points before and after an output point the pipeline reads its
-    inputs at (the sum of the stencils' offsets along the deepest chain)."""
-    domain = _check_chunkable(graph)
+    inputs at (the sum of the stencils' offsets along the deepest chain; none along the
+    axes read-back reductions fold, which chunks keep whole)."""
+    domain = _check_chunkable(graph, readback)
     ndim = len(domain)
+    reduced = readback_axes(graph)
     need: dict[str, list[tuple[int, int]]] = {name: [(0, 0)] * ndim for name in graph.outputs}
     for kernel in reversed(graph.kernels):
         reach = need.get(kernel.output)
         if reach is None:
             continue
+        axes = _grid_axes_of(kernel.domain, domain, reduced) or ()
         for access in kernel.accesses:
+            at = [axes[d] for d in access.dims]  # (the buffer's axes on the grid)
             found = need.setdefault(access.buffer, [(0, 0)] * ndim)
-            lowest = [min(offset[axis] for offset in access.offsets) for axis in range(ndim)]
-            highest = [max(offset[axis] for offset in access.offsets) for axis in range(ndim)]
+            lowest, highest = [0] * ndim, [0] * ndim
+            for k, axis in enumerate(at):
+                lowest[axis] = min(offset[k] for offset in access.offsets)
+                highest[axis] = max(offset[k] for offset in access.offsets)
             need[access.buffer] = [
                 (max(found[axis][0], reach[axis][0] + max(0, -lowest[axis])),
                  max(found[axis][1], reach[axis][1] + max(0, highest[axis])))
@@ -117,7 +187,8 @@ def halo_depths(graph: Graph) -> list[tuple[int, int]]:
     depths = [(0, 0)] * ndim
     for name in graph.inputs:
         for axis, (before, after) in enumerate(need.get(name, [(0, 0)] * ndim)):
-            depths[axis] = (max(depths[axis][0], before), max(depths[axis][1], after))
+            if axis not in reduced:
+                depths[axis] = (max(depths[axis][0], before), max(depths[axis][1], after))
     return depths
 
 
@@ -126,6 +197,8 @@ def axis_modes(graph: Graph, ndim: int) -> list[set[str]]:
     modes: list[set[str]] = [set() for _ in range(ndim)]
     for kernel in graph.kernels:
         for access in kernel.accesses:
+            if access.is_point:  # (reads of reductions' results and vectors: at the point)
+                continue
             for offset, boundary in zip(access.offsets, access.boundaries, strict=True):
                 for axis in range(ndim):
                     if offset[axis]:
@@ -145,16 +218,25 @@ class Pieces:
     folded: dict[str, tuple[str, tuple[int, ...]]]
     arrays: dict[str, Any]
     params: dict[str, Any]
+    # the axes read-back reductions fold (kept whole by every piece: readback_axes), the
+    # inputs given whole to every piece (vectors along those axes) by their grid axes, and
+    # the outputs over the other axes (maps of reduced results) by theirs
+    reduced: tuple[int, ...] = ()
+    whole: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    vectors: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
-              accepts: Callable[[Any], bool], kind: str, hint: str) -> Pieces:
+              accepts: Callable[[Any], bool], kind: str, hint: str,
+              readback: bool = False) -> Pieces:
     """The pipeline and its arguments checked to run in pieces: every input given, each
     one of ``kind`` (``accepts`` says; ``hint`` follows the refusal), all of one shape with
-    the pipeline's axes; a plan made for the whole pipeline refused where pieces fold
-    reductions themselves. A :class:`ChunkingError` names what does not hold."""
+    the pipeline's axes (but vectors along the axes read-back reductions fold, where
+    ``readback`` lets pieces keep those axes whole); a plan made for the whole pipeline
+    refused where pieces fold reductions themselves. A :class:`ChunkingError` names what
+    does not hold."""
     graph = pipeline.graph()
-    depths = halo_depths(graph)  # (the graph checked to run in pieces)
+    depths = halo_depths(graph, readback)  # (the graph checked to run in pieces)
     folded = terminal_reductions(graph)
     if folded and not isinstance(plan, str):
         raise ChunkingError(f"a plan made for the whole pipeline does not apply to its pieces, "
@@ -171,15 +253,35 @@ def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
     refused = [name for name, value in arrays.items() if not accepts(value)]
     if refused:
         raise ChunkingError(f"inputs {refused} are not {kind}: {hint}")
-    shapes = {tuple(value.shape) for value in arrays.values()}
+    reduced = readback_axes(graph) if readback else ()
+    whole = {name: axes for name in pieces_graph.inputs
+             if (axes := _input_axes(graph, name)) != tuple(range(len(depths)))}
+    shapes = {tuple(value.shape) for name, value in arrays.items() if name not in whole}
     if len(shapes) > 1:
         raise ChunkingError(f"the inputs' shapes differ ({sorted(shapes)}): a pipeline in "
                             "pieces takes inputs of one shape")
-    ndim = len(shapes.pop())
+    ndim = len(shapes.pop()) if shapes else 0
     if ndim != len(depths):
         raise ChunkingError(f"the inputs have {ndim} axes, the pipeline's operators "
                             f"{len(depths)}")
-    return Pieces(pieces_graph, depths, axis_modes(graph, len(depths)), folded, arrays, params)
+    domain = _check_chunkable(graph, readback)
+    vectors = {name: axes for name in pieces_graph.outputs
+               if (axes := _grid_axes_of(graph.kernel_by_name[graph.producer[name]].domain,
+                                         domain, reduced)) != tuple(range(ndim))
+               and name not in folded}
+    return Pieces(pieces_graph, depths, axis_modes(graph, len(depths)), folded, arrays, params,
+                  reduced, whole, vectors)
+
+
+def _input_axes(graph: Graph, name: str) -> tuple[int, ...]:
+    """The grid axes an input lies along (all, but for a vector along the folded axes)."""
+    for kernel in graph.kernels:
+        for access in kernel.accesses:
+            if access.buffer == name:
+                domain = _check_chunkable(graph)
+                axes = _grid_axes_of(kernel.domain, domain, readback_axes(graph)) or ()
+                return tuple(axes[d] for d in access.dims)
+    return ()
 
 
 def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
@@ -208,10 +310,11 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     from dask.array.utils import meta_from_array
 
     pieces = pieces_of(pipeline, plan, arrays_and_params, is_dask_array, "Dask arrays",
-                       "give every input as a dask.array (da.from_array) or none")
+                       "give every input as a dask.array (da.from_array) or none",
+                       readback=True)
     graph, depths, modes, folded = pieces.graph, pieces.depths, pieces.modes, pieces.folded
     arrays, params = pieces.arrays, pieces.params
-    first = arrays[graph.inputs[0]]
+    first = arrays[next(name for name in graph.inputs if name not in pieces.whole)]
     ndim = first.ndim
     chunks = list(first.chunks)
     depth: dict[int, int] = {}
@@ -219,8 +322,9 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     for axis in range(ndim):
         grown = max(depths[axis]) * repeat
         periodic = modes[axis] & PERIODIC_MODES
-        if grown and periodic and modes[axis] - PERIODIC_MODES:
-            chunks[axis] = (first.shape[axis],)  # periodic and other modes: one chunk
+        if (grown and periodic and modes[axis] - PERIODIC_MODES) or axis in pieces.reduced:
+            # periodic and other modes, or folded by a reduction read back: one chunk
+            chunks[axis] = (first.shape[axis],)
             grown = 0
         depth[axis] = grown
         boundary[axis] = "periodic" if periodic else "none"
@@ -230,18 +334,27 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     if isinstance(plan, str) and plan == "auto":  # one plan, made for the largest grown
         # chunk, for every chunk: one program per chunk shape (sizes compiled in), else one
         plan = planned_once(graph, tuple(max(c) + 2 * depth[axis]
-                                         for axis, c in enumerate(chunks_tuple)))
+                                         for axis, c in enumerate(chunks_tuple)),
+                            {name: tuple(arrays[name].shape) for name in pieces.whole})
+    whole = {name: tuple(arrays[name].shape) for name in pieces.whole}
     compute = ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
                          [len(c) for c in chunks_tuple], folded, repeat, feedback or {},
-                         backend == "cuda" if patch_edges is None else patch_edges)
-    inputs = [arrays[name].rechunk(chunks_tuple) for name in graph.inputs]
-    held = _held_chunks(inputs)
-    if held is not None:  # on a cluster that holds every chunk: each runs where it lies
-        return _submitted(compute, inputs, held, chunks_tuple, meta_of=lambda dtype: (
-            meta_from_array(first, ndim, dtype)))
-    grown_inputs = [da.overlap.overlap(array, depth=depth, boundary=boundary)
-                    for array in inputs]
+                         (backend == "cuda" if patch_edges is None else patch_edges)
+                         and not pieces.reduced, whole, pieces.vectors)
+    if pieces.reduced:  # (rows whole in every chunk: each computes on its own rows, lazily)
+        grown_inputs = [_broadcast_whole(arrays[name], pieces.whole[name], first.shape)
+                        if name in pieces.whole else
+                        da.overlap.overlap(arrays[name].rechunk(chunks_tuple), depth=depth,
+                                           boundary=boundary) for name in graph.inputs]
+    else:
+        inputs = [arrays[name].rechunk(chunks_tuple) for name in graph.inputs]
+        held = _held_chunks(inputs)
+        if held is not None:  # on a cluster that holds every chunk: each runs where it lies
+            return _submitted(compute, inputs, held, chunks_tuple, meta_of=lambda dtype: (
+                meta_from_array(first, ndim, dtype)))
+        grown_inputs = [da.overlap.overlap(array, depth=depth, boundary=boundary)
+                        for array in inputs]
     # one task per chunk computes every output (a tuple); each output takes its item
     # (a stable key prefix: Dask learns the tasks' durations across calls, and its
     # dashboard names the pipeline)
@@ -259,13 +372,43 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                                                  for axis, c in enumerate(chunks_tuple)))
             result[name] = _folded_by_dask(partial, op, axes, dtype)
             continue
+        if name in pieces.vectors:  # (over the axes the chunks cut: a row's result, taken
+            # with one point along the others, which are then dropped)
+            kept = pieces.vectors[name]
+            dropped = tuple(a for a in range(ndim) if a not in kept)
+            on_grid = da.map_blocks(_item_on_grid, together, index, dropped, dtype=dtype,
+                                    meta=meta, chunks=tuple(
+                                        chunks_tuple[a] if a in kept else (1,)
+                                        for a in range(ndim)))
+            result[name] = on_grid.squeeze(axis=dropped)
+            continue
         result[name] = da.map_blocks(_item, together, index, chunks=chunks_tuple, dtype=dtype,
                                      meta=meta)
     return result
 
 
+def _broadcast_whole(array: Any, axes: tuple[int, ...], shape: tuple[int, ...]) -> Any:
+    """A vector input along grid ``axes`` (the axes reductions fold, whole in every chunk)
+    as one chunk shaped for the grid, one point along the other axes, so that Dask gives it
+    whole to every chunk's task (which reshapes it back)."""
+    if list(axes) != sorted(axes):
+        raise ChunkingError("an input vector along the folded axes in another order than "
+                            "the grid's does not run chunked")
+    return array.rechunk(-1).reshape(tuple(shape[a] if a in axes else 1
+                                           for a in range(len(shape))))
+
+
 def _item(outputs: tuple[Any, ...], index: int) -> Any:
     return outputs[index]
+
+
+def _item_on_grid(outputs: tuple[Any, ...], index: int, dropped: tuple[int, ...]) -> Any:
+    """An output over some grid axes, with one point along the ``dropped`` others."""
+    value = outputs[index]
+    shape = list(value.shape)
+    for axis in dropped:
+        shape.insert(axis, 1)
+    return value.reshape(shape)
 
 
 def _folded_by_dask(partial: Any, op: str, axes: tuple[int, ...], dtype: Any) -> Any:
@@ -553,15 +696,18 @@ _COMPILED: dict[str, Any] = {}
 _PLANS: dict[str, Any] = {}  # default plans of this process, by graph and shape
 
 
-def planned_once(graph: Graph, shape: tuple[int, ...]) -> Any:
-    """The default plan of ``graph`` for inputs of ``shape``, made once per process (a
-    chunked call plans for its largest chunk; the next calls reuse the plan)."""
-    key = hashlib.sha256(pickle.dumps((graph, shape))).hexdigest()
+def planned_once(graph: Graph, shape: tuple[int, ...],
+                 whole: Mapping[str, tuple[int, ...]] | None = None) -> Any:
+    """The default plan of ``graph`` for inputs of ``shape`` (``whole``: the inputs of
+    other shapes, given whole to every chunk, by name), made once per process (a chunked
+    call plans for its largest chunk; the next calls reuse the plan)."""
+    shapes = dict.fromkeys(graph.inputs, shape) | dict(whole or {})
+    key = hashlib.sha256(pickle.dumps((graph, sorted(shapes.items())))).hexdigest()
     plan = _PLANS.get(key)
     if plan is None:
         from kfuse.search import plan_for
-        plan = _PLANS.setdefault(key, plan_for(
-            graph, "auto", "roofline", graph.bind_shapes(dict.fromkeys(graph.inputs, shape))))
+        plan = _PLANS.setdefault(key, plan_for(graph, "auto", "roofline",
+                                               graph.bind_shapes(shapes)))
     return plan
 
 
@@ -593,8 +739,13 @@ class ChunkTask:
     def __init__(self, graph: Graph, backend: str, plan: Any, params: Mapping[str, Any],
                  depth: Mapping[int, int], periodic: Mapping[int, bool], counts: list[int],
                  folded: Mapping[str, tuple[str, tuple[int, ...]]], repeat: int = 1,
-                 feedback: Mapping[str, str] | None = None, patch_edges: bool = False):
+                 feedback: Mapping[str, str] | None = None, patch_edges: bool = False,
+                 whole: Mapping[str, tuple[int, ...]] | None = None,
+                 vectors: Mapping[str, tuple[int, ...]] | None = None):
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
+        # inputs given whole (their shapes: each arrives shaped for the grid) and outputs
+        # over some grid axes only (cropped along those)
+        self.whole, self.vectors = dict(whole or {}), dict(vectors or {})
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
         self.repeat, self.feedback, self.patch_edges = repeat, dict(feedback or {}), \
@@ -603,7 +754,8 @@ class ChunkTask:
         self.digest = hashlib.sha256(pickle.dumps((
             self.program, sorted(self.params.items()), sorted(self.depth.items()),
             sorted(self.periodic.items()), counts, sorted(self.folded.items()), repeat,
-            sorted(self.feedback.items()), patch_edges))).hexdigest()
+            sorted(self.feedback.items()), patch_edges, sorted(self.whole.items()),
+            sorted(self.vectors.items())))).hexdigest()
 
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
         return self.outputs(block_info[0]["chunk-location"], blocks)
@@ -641,7 +793,8 @@ class ChunkTask:
         along its axes, shaped as a block)."""
         results = []
         for name in self.graph.outputs:
-            values = outputs[name][crop]
+            kept = self.vectors.get(name)
+            values = outputs[name][crop if kept is None else tuple(crop[a] for a in kept)]
             if name in self.folded:
                 op, axes = self.folded[name]
                 values = getattr(values, op)(axis=axes, keepdims=True)
@@ -657,8 +810,9 @@ class ChunkTask:
             inner_after = self.periodic[axis] or location[axis] < self.counts[axis] - 1
             crop.append(slice(grown if grown and inner_before else 0,
                               -grown if grown and inner_after else None))
-        return self.finished(self.computed(dict(zip(self.graph.inputs, blocks, strict=True))),
-                             tuple(crop))
+        given = {name: block.reshape(self.whole[name]) if name in self.whole else block
+                 for name, block in zip(self.graph.inputs, blocks, strict=True)}
+        return self.finished(self.computed(given), tuple(crop))
 
     def patched(self, location: tuple[int, ...], axis: int, grown: Any) -> tuple[Any, ...]:
         """The chunk's outputs computed on the chunk as it lies (no copy of it), its rows

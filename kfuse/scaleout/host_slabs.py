@@ -248,7 +248,7 @@ def slab_reason(graph: Graph, backend: str, arrays_and_params: Mapping[str, Any]
     if free_bytes is None or needed <= free_bytes * SLAB_MEMORY_SHARE:
         return None
     try:
-        depths = halo_depths(graph)
+        depths = halo_depths(graph, readback=False)
     except ChunkingError:
         return None
     if inputs[0].ndim != len(depths):
