@@ -280,6 +280,33 @@ def test_normalisations_run_chunked_with_their_rows_whole(name):
             arrays["x"], chunks=chunks).chunks[kept]
 
 
+def test_row_statistics_beside_a_stencil_and_vectors_run_chunked():
+    """A row reduction read back beside a stencil across the rows (chunks grown by its
+    halo), a value per row (cut and grown with the rows) and a gain per column (whole in
+    every chunk), and a result per row: equal to the one-shot run."""
+    p = kf.Pipeline("scaled_rows")
+    x = p.input("x", 2)
+    scale = p.input("scale", shape=(x.shape[0],))
+    gain = p.input("gain", shape=(x.shape[1],))
+    squares = kf.reduce_sum(x * x, axis=1, name="squares")
+    smooth = kf.local((x.at(-1, 0) + x + x.at(1, 0)) / 3.0, boundary="clamp", name="smooth")
+    p.output(kf.point(smooth * scale.at(0, dims=(0,)) * gain.at(0, dims=(1,))
+                      / kf.sqrt(squares.at(0, dims=(0,)) + 1.0), name="y"),
+             kf.point(squares * scale, name="per_row"))
+    rng = np.random.default_rng(22)
+    values = {"x": rng.random((29, 67), dtype=np.float32),
+              "scale": rng.random(29, dtype=np.float32),
+              "gain": rng.random(67, dtype=np.float32)}
+    want = p.run(backend="cpu", plan="unfused", **values)
+    for chunks in ((8, 67), (8, 20), (29, 15)):
+        got = p.run(backend="cpu", x=da.from_array(values["x"], chunks=chunks),
+                    scale=da.from_array(values["scale"], chunks=chunks[0]),
+                    gain=da.from_array(values["gain"], chunks=chunks[1]))
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name].compute(scheduler="threads"), value,
+                                       rtol=2e-6, atol=2e-6, err_msg=f"{name} {chunks}")
+
+
 def test_what_cannot_run_in_chunks_is_refused_by_name():
     p = kf.Pipeline("everything")
     x = p.input("x", 2)

@@ -333,20 +333,19 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     chunks_tuple = tuple(tuple(c) for c in chunks)
     if isinstance(plan, str) and plan == "auto":  # one plan, made for the largest grown
         # chunk, for every chunk: one program per chunk shape (sizes compiled in), else one
-        plan = planned_once(graph, tuple(max(c) + 2 * depth[axis]
-                                         for axis, c in enumerate(chunks_tuple)),
-                            {name: tuple(arrays[name].shape) for name in pieces.whole})
-    whole = {name: tuple(arrays[name].shape) for name in pieces.whole}
+        largest = tuple(max(c) + 2 * depth[axis] for axis, c in enumerate(chunks_tuple))
+        plan = planned_once(graph, largest, {name: tuple(largest[a] for a in axes)
+                                             for name, axes in pieces.whole.items()})
     compute = ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
                          [len(c) for c in chunks_tuple], folded, repeat, feedback or {},
                          (backend == "cuda" if patch_edges is None else patch_edges)
-                         and not pieces.reduced, whole, pieces.vectors)
+                         and not pieces.reduced, pieces.whole, pieces.vectors)
     if pieces.reduced:  # (rows whole in every chunk: each computes on its own rows, lazily)
-        grown_inputs = [_broadcast_whole(arrays[name], pieces.whole[name], first.shape)
-                        if name in pieces.whole else
-                        da.overlap.overlap(arrays[name].rechunk(chunks_tuple), depth=depth,
-                                           boundary=boundary) for name in graph.inputs]
+        grown_inputs = [da.overlap.overlap(
+            _on_grid(arrays[name], pieces.whole[name], chunks_tuple) if name in pieces.whole
+            else arrays[name].rechunk(chunks_tuple), depth=depth, boundary=boundary)
+            for name in graph.inputs]
     else:
         inputs = [arrays[name].rechunk(chunks_tuple) for name in graph.inputs]
         held = _held_chunks(inputs)
@@ -387,15 +386,20 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
     return result
 
 
-def _broadcast_whole(array: Any, axes: tuple[int, ...], shape: tuple[int, ...]) -> Any:
-    """A vector input along grid ``axes`` (the axes reductions fold, whole in every chunk)
-    as one chunk shaped for the grid, one point along the other axes, so that Dask gives it
-    whole to every chunk's task (which reshapes it back)."""
+def _on_grid(array: Any, axes: tuple[int, ...], chunks: tuple[tuple[int, ...], ...]) -> Any:
+    """An input along some grid ``axes`` (a gain along the folded axes, a value per row)
+    shaped for the grid, one point along the other axes, chunked as the grid along its
+    own: Dask gives every chunk's task its part (the whole of it along the folded axes,
+    which are one chunk), and the task takes the other axes away again."""
     if list(axes) != sorted(axes):
-        raise ChunkingError("an input vector along the folded axes in another order than "
-                            "the grid's does not run chunked")
-    return array.rechunk(-1).reshape(tuple(shape[a] if a in axes else 1
-                                           for a in range(len(shape))))
+        raise ChunkingError("an input vector along the grid's axes in another order than the "
+                            "grid's does not run chunked")
+    grid = tuple(len(chunks) * [1])
+    shape = list(grid)
+    for k, axis in enumerate(axes):
+        shape[axis] = array.shape[k]
+    return array.reshape(tuple(shape)).rechunk(
+        tuple(chunks[a] if a in axes else (1,) for a in range(len(chunks))))
 
 
 def _item(outputs: tuple[Any, ...], index: int) -> Any:
@@ -743,8 +747,8 @@ class ChunkTask:
                  whole: Mapping[str, tuple[int, ...]] | None = None,
                  vectors: Mapping[str, tuple[int, ...]] | None = None):
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
-        # inputs given whole (their shapes: each arrives shaped for the grid) and outputs
-        # over some grid axes only (cropped along those)
+        # inputs along some grid axes (by those axes: each arrives shaped for the grid, one
+        # point along the others) and outputs over some grid axes only (cropped along those)
         self.whole, self.vectors = dict(whole or {}), dict(vectors or {})
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
@@ -810,7 +814,8 @@ class ChunkTask:
             inner_after = self.periodic[axis] or location[axis] < self.counts[axis] - 1
             crop.append(slice(grown if grown and inner_before else 0,
                               -grown if grown and inner_after else None))
-        given = {name: block.reshape(self.whole[name]) if name in self.whole else block
+        given = {name: block.reshape(tuple(block.shape[a] for a in self.whole[name]))
+                 if name in self.whole else block
                  for name, block in zip(self.graph.inputs, blocks, strict=True)}
         return self.finished(self.computed(given), tuple(crop))
 
