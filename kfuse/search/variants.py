@@ -87,7 +87,7 @@ from kfuse.fusion.legality import (
 )
 from kfuse.fusion.mapreduce import MapReduceGroup, claims, mapreduce_group_reason
 from kfuse.fusion.plan import FusionPlan, group_outputs, make_plan
-from kfuse.ir.expr import ITEM_SIZE, count_operations
+from kfuse.ir.expr import HALF_DTYPES, ITEM_SIZE, count_operations
 from kfuse.ir.graph import Graph
 from kfuse.model.device import DeviceProfile, current_profile
 from kfuse.schedule.forms import MapReduceVariant, is_variant_text
@@ -410,7 +410,7 @@ def half_row_segments(group: MapReduceGroup, profile: DeviceProfile, columns: in
     the group reads its rows in two-byte floats and may hold them in segments and such a
     block cuts them so, but for rows of 16-byte accesses, written back, that 256 threads
     hold in :data:`HALF_ROW_HELD_ACCESSES` accesses each; else None."""
-    if rows is None or not any(ITEM_SIZE[group.graph.buffers[name].dtype] == 2
+    if rows is None or not any(group.graph.buffers[name].dtype in HALF_DTYPES
                                for name in group.tile_inputs):
         return None
     if group.col_reductions() or segment_reason(
@@ -452,7 +452,7 @@ def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
         found = variant(across, down, unroll) if unroll <= HELD_COLUMN_WHOLE_UNROLL else None
         if found:
             return [found]  # (the first that fits: in the order measured fastest)
-    halves = any(ITEM_SIZE[group.graph.buffers[name].dtype] == 2 for name in group.tile_inputs)
+    halves = any(group.graph.buffers[name].dtype in HALF_DTYPES for name in group.tile_inputs)
     found = variant(*(HALF_COLUMN_SEGMENT_FORM if halves else HELD_COLUMN_SEGMENT_FORM))
     return [found] if found else []
 
