@@ -12,6 +12,7 @@ import numpy as np
 
 from kfuse.bench.harness import app_plan
 from kfuse.errors import KfuseError
+from kfuse.ir.expr import HALF_DTYPES
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import MapReduceVariant, group_schedule
 
@@ -127,7 +128,7 @@ def time_sources(case: DeviceCase, programs: Mapping[str, Any], rounds: int,
     backend = get_backend("cuda")
     _, expected = planned_run(case, backend)
     # (programs of two-byte floats may round an intermediate the other way)
-    halves = any(case.graph.buffers[n].dtype in ("float16", "bfloat16") for n in case.graph.inputs)
+    halves = any(case.graph.buffers[n].dtype in HALF_DTYPES for n in case.graph.inputs)
     tolerance = 1e-2 if halves else 1e-6
     labels = {"compile": compiled_on(case.graph, case.given)}
     for label, program in programs.items():

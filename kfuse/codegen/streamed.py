@@ -44,7 +44,7 @@ from kfuse.codegen.cexpr import (
 )
 from kfuse.codegen.program import GRID_LIMITS, GridAxis, KernelSource, LaunchSpec, launch_bounds
 from kfuse.cuda_limits import WARP
-from kfuse.ir.expr import C_TYPES, HALF_DTYPES, Load
+from kfuse.ir.expr import C_TYPES, HALF_DTYPES, STORAGE_TYPES, Load
 from kfuse.ir.separable import separated
 from kfuse.schedule.forms import Streamed
 from kfuse.schedule.streaming import (
@@ -71,8 +71,6 @@ def _vector(dtype: str) -> str:
 # deprecated for its alignment), defined in a kernel that keeps float64 rows
 DOUBLE4 = "struct alignas(16) kf_double4 { double x, y, z, w; };  // a thread's 4 float64 columns"
 
-
-_HALF_VALUE = {"float16": "kf_half", "bfloat16": "kf_bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -337,6 +335,7 @@ def _copy_function(group, layout: StreamLayout, rings: dict[str, int], pitch: in
                 f"t * {COLUMNS}")
         column = (f"((col + j) % {width} + {width}) % {width}" if wraps else "col + j")
         inside = [] if wraps else [f"        if (col + j >= 0 && col + j < {width})"]
+        step = " " * (10 if inside else 8)  # (each column's copy, under its test if any)
         if level in halves:
             lines += [
                 f"  at_{name} = -1;",
@@ -358,14 +357,12 @@ def _copy_function(group, layout: StreamLayout, rings: dict[str, int], pitch: in
         if level.item == 8:  # (float64: 16 bytes two columns, 4 bytes half a column)
             whole = [f"      kf_copy_async16(to, &{name}[from + col]);",
                      f"      kf_copy_async16(to + 2, &{name}[from + col + 2]);"]
-            elements = [f"{'          ' if inside else '        '}for (int h = 0; h < 2; ++h)",
-                        f"{'            ' if inside else '          '}kf_copy_async4("
-                        f"reinterpret_cast<float*>(to + j) + h, reinterpret_cast<const float*>"
-                        f"(&{name}[from + {column}]) + h);"]
+            elements = [f"{step}for (int h = 0; h < 2; ++h)",
+                        f"{step}  kf_copy_async4(reinterpret_cast<float*>(to + j) + h, "
+                        f"reinterpret_cast<const float*>(&{name}[from + {column}]) + h);"]
         else:
             whole = [f"      kf_copy_async16(to, &{name}[from + col]);"]
-            elements = [f"{'          ' if inside else '        '}kf_copy_async4(to + j, "
-                        f"&{name}[from + {column}]);"]
+            elements = [f"{step}kf_copy_async4(to + j, &{name}[from + {column}]);"]
         lines += [
             f"  if (row >= {name}_first && row < {name}_end) {{",
             f"    {C_TYPES[group.graph.buffers[level.buffer].dtype]}* to = &{rows}[{slot}];",
@@ -384,7 +381,7 @@ def _copy_function(group, layout: StreamLayout, rings: dict[str, int], pitch: in
     lines.append("const auto land_rows = [&]() {")
     for level in halves:
         name, rows = c_name(level.buffer), _rows(level)
-        kind = _HALF_VALUE[group.graph.buffers[level.buffer].dtype]
+        kind = STORAGE_TYPES[group.graph.buffers[level.buffer].dtype]
         words = [f"fetched_{name}.{'xy'[j // 2]}" for j in range(COLUMNS)]
         lines += [
             f"  if (at_{name} >= 0)",

@@ -74,8 +74,9 @@ def readback_axes(graph: Graph) -> tuple[int, ...]:
     such a reduction completely and the operators that read it back at their point run in
     the same chunk. A :class:`ChunkingError` names a reduction that folds other axes than
     the rest, or every axis (read back over the whole array: no chunking)."""
+    terminal = terminal_reductions(graph)
     found = {kernel.name: kernel.reduction.axes for kernel in graph.kernels
-             if kernel.reduction is not None and kernel.name not in terminal_reductions(graph)}
+             if kernel.reduction is not None and kernel.name not in terminal}
     axes = sorted(set(found.values()))
     if not axes:
         return ()
@@ -99,11 +100,10 @@ def _check_chunkable(graph: Graph, readback: bool = True) -> tuple[str, ...]:
     the grid's other axes (a map of a row's results) and read such results at their point,
     and inputs may be vectors along the folded axes (a gain per column, given whole to
     every chunk)."""
-    domain = next((k.domain for k in graph.kernels if k.reduction is not None
-                   and len(k.reduction.axes) < len(k.domain)), None) \
-        or (graph.kernels[0].domain if graph.kernels else None)
-    if domain is None:
+    if not graph.kernels:
         raise ChunkingError("the pipeline has no operators")
+    domain = max((kernel.domain for kernel in graph.kernels), key=len)  # (maps of reduced
+    # results have fewer axes)
     folded = terminal_reductions(graph)
     opaque = next((k for k in graph.kernels if k.kind == "opaque"), None)
     if opaque is not None:
@@ -219,11 +219,11 @@ class Pieces:
     arrays: dict[str, Any]
     params: dict[str, Any]
     # the axes read-back reductions fold (kept whole by every piece: readback_axes), the
-    # inputs given whole to every piece (vectors along those axes) by their grid axes, and
-    # the outputs over the other axes (maps of reduced results) by theirs
+    # inputs along some grid axes only (a gain along the folded axes, a value per row) by
+    # those axes, and the outputs over the kept axes only (maps of reduced results) by theirs
     reduced: tuple[int, ...] = ()
-    whole: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    vectors: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    vector_inputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    vector_outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
@@ -254,9 +254,11 @@ def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
     if refused:
         raise ChunkingError(f"inputs {refused} are not {kind}: {hint}")
     reduced = readback_axes(graph) if readback else ()
-    whole = {name: axes for name in pieces_graph.inputs
-             if (axes := _input_axes(graph, name)) != tuple(range(len(depths)))}
-    shapes = {tuple(value.shape) for name, value in arrays.items() if name not in whole}
+    domain = _check_chunkable(graph, readback)
+    vector_inputs = {name: axes for name in pieces_graph.inputs
+                     if (axes := _input_axes(graph, name, domain, reduced))
+                     != tuple(range(len(depths)))}
+    shapes = {tuple(value.shape) for name, value in arrays.items() if name not in vector_inputs}
     if len(shapes) > 1:
         raise ChunkingError(f"the inputs' shapes differ ({sorted(shapes)}): a pipeline in "
                             "pieces takes inputs of one shape")
@@ -264,22 +266,22 @@ def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
     if ndim != len(depths):
         raise ChunkingError(f"the inputs have {ndim} axes, the pipeline's operators "
                             f"{len(depths)}")
-    domain = _check_chunkable(graph, readback)
-    vectors = {name: axes for name in pieces_graph.outputs
-               if (axes := _grid_axes_of(graph.kernel_by_name[graph.producer[name]].domain,
-                                         domain, reduced)) != tuple(range(ndim))
-               and name not in folded}
+    vector_outputs = {name: axes for name in pieces_graph.outputs
+                      if (axes := _grid_axes_of(graph.kernel_by_name[graph.producer[name]]
+                                                .domain, domain, reduced))
+                      != tuple(range(ndim)) and name not in folded}
     return Pieces(pieces_graph, depths, axis_modes(graph, len(depths)), folded, arrays, params,
-                  reduced, whole, vectors)
+                  reduced, vector_inputs, vector_outputs)
 
 
-def _input_axes(graph: Graph, name: str) -> tuple[int, ...]:
-    """The grid axes an input lies along (all, but for a vector along the folded axes)."""
+def _input_axes(graph: Graph, name: str, domain: tuple[str, ...],
+                reduced: tuple[int, ...]) -> tuple[int, ...]:
+    """The grid axes an input lies along (all, but for a vector along some: a gain along
+    the folded axes, a value per row)."""
     for kernel in graph.kernels:
         for access in kernel.accesses:
             if access.buffer == name:
-                domain = _check_chunkable(graph)
-                axes = _grid_axes_of(kernel.domain, domain, readback_axes(graph)) or ()
+                axes = _grid_axes_of(kernel.domain, domain, reduced) or ()
                 return tuple(axes[d] for d in access.dims)
     return ()
 
@@ -314,7 +316,7 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                        readback=True)
     graph, depths, modes, folded = pieces.graph, pieces.depths, pieces.modes, pieces.folded
     arrays, params = pieces.arrays, pieces.params
-    first = arrays[next(name for name in graph.inputs if name not in pieces.whole)]
+    first = arrays[next(name for name in graph.inputs if name not in pieces.vector_inputs)]
     ndim = first.ndim
     chunks = list(first.chunks)
     depth: dict[int, int] = {}
@@ -335,15 +337,16 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
         # chunk, for every chunk: one program per chunk shape (sizes compiled in), else one
         largest = tuple(max(c) + 2 * depth[axis] for axis, c in enumerate(chunks_tuple))
         plan = planned_once(graph, largest, {name: tuple(largest[a] for a in axes)
-                                             for name, axes in pieces.whole.items()})
+                                             for name, axes in pieces.vector_inputs.items()})
     compute = ChunkTask(graph, backend, plan, params, depth,
                          {axis: kind == "periodic" for axis, kind in boundary.items()},
                          [len(c) for c in chunks_tuple], folded, repeat, feedback or {},
                          (backend == "cuda" if patch_edges is None else patch_edges)
-                         and not pieces.reduced, pieces.whole, pieces.vectors)
+                         and not pieces.reduced, pieces.vector_inputs, pieces.vector_outputs)
     if pieces.reduced:  # (rows whole in every chunk: each computes on its own rows, lazily)
+        vectors = pieces.vector_inputs
         grown_inputs = [da.overlap.overlap(
-            _on_grid(arrays[name], pieces.whole[name], chunks_tuple) if name in pieces.whole
+            _on_grid(arrays[name], vectors[name], chunks_tuple) if name in vectors
             else arrays[name].rechunk(chunks_tuple), depth=depth, boundary=boundary)
             for name in graph.inputs]
     else:
@@ -371,9 +374,9 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                                                  for axis, c in enumerate(chunks_tuple)))
             result[name] = _folded_by_dask(partial, op, axes, dtype)
             continue
-        if name in pieces.vectors:  # (over the axes the chunks cut: a row's result, taken
+        if name in pieces.vector_outputs:  # (over the axes the chunks cut: a row's result, taken
             # with one point along the others, which are then dropped)
-            kept = pieces.vectors[name]
+            kept = pieces.vector_outputs[name]
             dropped = tuple(a for a in range(ndim) if a not in kept)
             on_grid = da.map_blocks(_item_on_grid, together, index, dropped, dtype=dtype,
                                     meta=meta, chunks=tuple(
@@ -394,8 +397,7 @@ def _on_grid(array: Any, axes: tuple[int, ...], chunks: tuple[tuple[int, ...], .
     if list(axes) != sorted(axes):
         raise ChunkingError("an input vector along the grid's axes in another order than the "
                             "grid's does not run chunked")
-    grid = tuple(len(chunks) * [1])
-    shape = list(grid)
+    shape = [1] * len(chunks)
     for k, axis in enumerate(axes):
         shape[axis] = array.shape[k]
     return array.reshape(tuple(shape)).rechunk(
@@ -744,12 +746,13 @@ class ChunkTask:
                  depth: Mapping[int, int], periodic: Mapping[int, bool], counts: list[int],
                  folded: Mapping[str, tuple[str, tuple[int, ...]]], repeat: int = 1,
                  feedback: Mapping[str, str] | None = None, patch_edges: bool = False,
-                 whole: Mapping[str, tuple[int, ...]] | None = None,
-                 vectors: Mapping[str, tuple[int, ...]] | None = None):
+                 vector_inputs: Mapping[str, tuple[int, ...]] | None = None,
+                 vector_outputs: Mapping[str, tuple[int, ...]] | None = None):
         self.graph, self.backend, self.plan, self.folded = graph, backend, plan, dict(folded)
         # inputs along some grid axes (by those axes: each arrives shaped for the grid, one
         # point along the others) and outputs over some grid axes only (cropped along those)
-        self.whole, self.vectors = dict(whole or {}), dict(vectors or {})
+        self.vector_inputs = dict(vector_inputs or {})
+        self.vector_outputs = dict(vector_outputs or {})
         self.params, self.depth, self.periodic, self.counts = dict(params), dict(depth), \
             dict(periodic), counts
         self.repeat, self.feedback, self.patch_edges = repeat, dict(feedback or {}), \
@@ -758,8 +761,8 @@ class ChunkTask:
         self.digest = hashlib.sha256(pickle.dumps((
             self.program, sorted(self.params.items()), sorted(self.depth.items()),
             sorted(self.periodic.items()), counts, sorted(self.folded.items()), repeat,
-            sorted(self.feedback.items()), patch_edges, sorted(self.whole.items()),
-            sorted(self.vectors.items())))).hexdigest()
+            sorted(self.feedback.items()), patch_edges, sorted(self.vector_inputs.items()),
+            sorted(self.vector_outputs.items())))).hexdigest()
 
     def __call__(self, *blocks: Any, block_info: Any = None) -> tuple[Any, ...]:
         return self.outputs(block_info[0]["chunk-location"], blocks)
@@ -797,7 +800,7 @@ class ChunkTask:
         along its axes, shaped as a block)."""
         results = []
         for name in self.graph.outputs:
-            kept = self.vectors.get(name)
+            kept = self.vector_outputs.get(name)
             values = outputs[name][crop if kept is None else tuple(crop[a] for a in kept)]
             if name in self.folded:
                 op, axes = self.folded[name]
@@ -814,8 +817,8 @@ class ChunkTask:
             inner_after = self.periodic[axis] or location[axis] < self.counts[axis] - 1
             crop.append(slice(grown if grown and inner_before else 0,
                               -grown if grown and inner_after else None))
-        given = {name: block.reshape(tuple(block.shape[a] for a in self.whole[name]))
-                 if name in self.whole else block
+        given = {name: block.reshape(tuple(block.shape[a] for a in self.vector_inputs[name]))
+                 if name in self.vector_inputs else block
                  for name, block in zip(self.graph.inputs, blocks, strict=True)}
         return self.finished(self.computed(given), tuple(crop))
 

@@ -175,8 +175,9 @@ HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
 # float32 out (8-byte accesses of the halves), RMSNorm 16384 x 4096 0.1392 / 0.1192,
 # LayerNorm 0.1559 / 0.1320, log-softmax 4096 x 32768 0.3564 / 0.2648; every array two
 # bytes (16-byte accesses), log-softmax 4096 x 32768 0.261 / 0.194, cross-entropy 16384 x
-# 4096 (row results only stored) 0.1164 / 0.1088, log-sum-exp 0.067 / 0.0637. Rows of every array two bytes, written back, that 256 threads hold in
-# HALF_ROW_HELD_ACCESSES 16-byte accesses each stay held: at 16384 x 4096 the two forms were
+# 4096 (row results only stored) 0.1164 / 0.1088, log-sum-exp 0.067 / 0.0637. Rows of every
+# array two bytes, written back, that 256 threads hold in HALF_ROW_HELD_ACCESSES 16-byte
+# accesses each stay held: at 16384 x 4096 the two forms were
 # within 10% either way (RMSNorm after a residual add 0.161 / 0.176, softmax 0.098 / 0.108,
 # LayerNorm 0.115 / 0.112). Rows of float32 keep their held forms (segments 1-48% slower
 # there); rows longer than 1024 threads cut so take the segment forms of any row
@@ -416,11 +417,9 @@ def half_row_segments(group: MapReduceGroup, profile: DeviceProfile, columns: in
     if group.col_reductions() or segment_reason(
             group.graph, [k.name for k in group.members]) is not None:
         return None
-    whole = MapReduceVariant((256, 1), 1, 1, True, "stream", (), rows, 1, 0, 16,
-                             held_rows=True)
-    if (group.stores or group.fed_stores) and group.width(whole) * (group.item_size or 4) == 16 \
-            and columns <= 256 * group.width(whole) * HALF_ROW_HELD_ACCESSES:
-        return None  # (16-byte accesses of the halves, a short row written back: held)
+    if group.item_size == 2 and (group.stores or group.fed_stores) \
+            and columns <= 256 * (16 // 2) * HALF_ROW_HELD_ACCESSES:
+        return None  # (every array two bytes: 16-byte accesses of halves; written back: held)
     for threads in HALF_ROW_THREADS:
         variant = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), rows,
                                    HALF_ROW_SEGMENT_UNROLL, 0, 16, held_rows=True,
