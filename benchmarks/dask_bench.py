@@ -66,8 +66,17 @@ def time_app(client, name: str, size: tuple[int, ...], chunks: tuple[int, ...],
         state = da.random.RandomState(RandomState=cupy.random.RandomState)
     else:
         state = da.random.RandomState()
-    arrays = {key: persist_in_bands(state.random_sample(size, chunks=chunks).astype("float32"),
-                                    client) for key in graph.inputs}
+    # every input by its declared shape (a gain along the columns, a value per row): the
+    # grid's axes named by the first input of the grid's rank
+    grid = next(graph.buffers[key].shape for key in graph.inputs
+                if len(graph.buffers[key].shape) == len(size))
+    axes = {symbol: axis for axis, symbol in enumerate(grid)}
+    arrays = {}
+    for key in graph.inputs:
+        along = [axes[symbol] for symbol in graph.buffers[key].shape]
+        array = state.random_sample(tuple(size[a] for a in along),
+                                    chunks=tuple(chunks[a] for a in along))
+        arrays[key] = persist_in_bands(array.astype("float32"), client)
     wait(list(arrays.values()))
     def one_call() -> dict:
         if not steps:

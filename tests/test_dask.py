@@ -215,6 +215,24 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
         from kfuse.apps import get_app
         from kfuse.scaleout import iterate
 
+        # normalisations of rows held whole on the workers: each chunk's task runs where
+        # it lies (a gain given whole to every task; a result per row chunked with the rows)
+        for name in ("rmsnorm", "logsumexp"):
+            app = get_app(name)
+            pipeline = app.build()
+            arrays, params = app.make_inputs((256, 96), np.random.default_rng(16), "float32")
+            want = pipeline.run(backend="cpu", plan="unfused", **arrays, **params)
+            given = {key: persist_in_bands(da.from_array(
+                value, chunks=(64, 96) if value.ndim == 2 else 96), client)
+                for key, value in arrays.items()}
+            got = pipeline.run(backend="cpu", **given, **params)
+            for output, array in got.items():
+                assert all(isinstance(value, distributed.Future)
+                           for value in dict(array.__dask_graph__()).values()), output
+                assert array.shape == want[output].shape
+                np.testing.assert_allclose(array.compute(), want[output], rtol=2e-6,
+                                           atol=2e-6, err_msg=f"{name} {output}")
+
         wave = get_app("wave2d").build(boundary="clamp")  # two inputs, fed back twice
         rng = np.random.default_rng(15)
         arrays = {name: rng.random((40, 33), dtype=np.float32) for name in ("u_prev", "u_cur")}
@@ -330,6 +348,13 @@ def test_what_cannot_run_in_chunks_is_refused_by_name():
     q.output(kf.point(a + b, name="s"))
     with pytest.raises(ChunkingError, match=r"inputs \['b'\] are not Dask arrays"):
         q.run(backend="cpu", a=da.from_array(values, chunks=4), b=values)
+    # a vector given with the grid's shape: the shape check names it, not Dask's reshape
+    from kfuse.apps import get_app
+    from kfuse.errors import ShapeError
+    rmsnorm = get_app("rmsnorm").build()
+    with pytest.raises(ShapeError, match="input 'g' must be 1-D, got shape"):
+        rmsnorm.run(backend="cpu", x=da.from_array(values, chunks=4),
+                    g=da.from_array(values, chunks=4), inv_n=0.125)
 
 
 def test_time_steps_iterated_exchange_halos_once_per_call():

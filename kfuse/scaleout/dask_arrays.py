@@ -253,6 +253,8 @@ def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
     refused = [name for name, value in arrays.items() if not accepts(value)]
     if refused:
         raise ChunkingError(f"inputs {refused} are not {kind}: {hint}")
+    # every input's shape as the pipeline declares it (a ShapeError names the input)
+    pieces_graph.bind_shapes({name: tuple(value.shape) for name, value in arrays.items()})
     reduced = readback_axes(graph) if readback else ()
     domain = _check_chunkable(graph, readback)
     vector_inputs = {name: axes for name in pieces_graph.inputs
@@ -343,8 +345,18 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                          [len(c) for c in chunks_tuple], folded, repeat, feedback or {},
                          (backend == "cuda" if patch_edges is None else patch_edges)
                          and not pieces.reduced, pieces.vector_inputs, pieces.vector_outputs)
-    if pieces.reduced:  # (rows whole in every chunk: each computes on its own rows, lazily)
-        vectors = pieces.vector_inputs
+    vectors = pieces.vector_inputs
+    if pieces.reduced:  # (rows whole in every chunk: each computes on its own rows)
+        if all(arrays[name].npartitions == 1 for name in vectors):
+            # vectors whole (a gain along the folded axes): chunks held on a cluster run
+            # where they lie, each task given the vector whole
+            inputs = [arrays[name] if name in vectors else arrays[name].rechunk(chunks_tuple)
+                      for name in graph.inputs]
+            held = _held_chunks(inputs)
+            if held is not None:
+                return _submitted(compute, inputs, held, chunks_tuple,
+                                  meta_of=lambda dtype, rank=ndim: meta_from_array(
+                                      first, rank, dtype))
         grown_inputs = [da.overlap.overlap(
             _on_grid(arrays[name], vectors[name], chunks_tuple) if name in vectors
             else arrays[name].rechunk(chunks_tuple), depth=depth, boundary=boundary)
@@ -353,8 +365,9 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
         inputs = [arrays[name].rechunk(chunks_tuple) for name in graph.inputs]
         held = _held_chunks(inputs)
         if held is not None:  # on a cluster that holds every chunk: each runs where it lies
-            return _submitted(compute, inputs, held, chunks_tuple, meta_of=lambda dtype: (
-                meta_from_array(first, ndim, dtype)))
+            return _submitted(compute, inputs, held, chunks_tuple,
+                              meta_of=lambda dtype, rank=ndim: meta_from_array(first, rank,
+                                                                                dtype))
         grown_inputs = [da.overlap.overlap(array, depth=depth, boundary=boundary)
                         for array in inputs]
     # one task per chunk computes every output (a tuple); each output takes its item
@@ -528,10 +541,13 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
 
     client, futures, holders = held
     graph = compute.graph
+    # inputs along some grid axes only (a gain along the folded axes) come whole, one chunk
+    vectors = {index for index, name in enumerate(graph.inputs) if name in compute.vector_inputs}
+    on_grid = [held_by for index, held_by in enumerate(holders) if index not in vectors]
     # each chunk's task where most of its inputs' chunks lie (the first input's on a tie)
-    owners = {location: max(holders, key=lambda owner, location=location: sum(
-        held_by[location] == owner[location] for held_by in holders))[location]
-        for location in holders[0]}
+    owners = {location: max(on_grid, key=lambda owner, location=location: sum(
+        held_by[location] == owner[location] for held_by in on_grid))[location]
+        for location in on_grid[0]}
     device_links = compute.backend == "cuda" and links_of(
         client, {worker for held_by in holders for worker in held_by.values()})
     run_chunk = _scattered(client, compute)  # (sent once, not pickled with every task)
@@ -554,7 +570,8 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
 
     def grown_of(location: tuple[int, ...]) -> list[Any]:
         reader = owners[location]
-        return [grown_pieces(lambda at, cut, i=i: piece(i, at, cut, reader), grid, location,
+        return [(next(iter(futures[i].values())), None) if i in vectors else
+                grown_pieces(lambda at, cut, i=i: piece(i, at, cut, reader), grid, location,
                              compute.depth, compute.periodic) for i in range(len(inputs))]
 
     for location in np.ndindex(grid):  # the halo slices every chunk reads, submitted first
@@ -562,7 +579,7 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
     halo_names = {key: f"kfuse-halo-{token}-{index}" for index, key in enumerate(halos)}
     submitted = _mapped(client, _sliced, {halo_names[key]: call for key, call in halos.items()})
     sliced.update({key: submitted[name] for key, name in halo_names.items()})
-    single = len(graph.outputs) == 1 and not compute.folded
+    single = len(graph.outputs) == 1 and not compute.folded and not compute.vector_outputs
     prefix = f"kfuse-{graph.name}-{graph.outputs[0]}" if single else f"kfuse-{graph.name}"
     chunk_calls = {}
     for location in np.ndindex(grid):
@@ -578,18 +595,21 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
     for index, name in enumerate(graph.outputs):
         dtype = numpy_dtype(graph.buffers[name].dtype)
         axes = compute.folded[name][1] if name in compute.folded else ()
+        # an output over some grid axes (a row's result) lies along those (the others, folded,
+        # are one chunk: its chunks are the grid's along its axes)
+        kept = compute.vector_outputs.get(name, tuple(range(len(chunks))))
         # the array's chunks are the futures themselves (as a persisted array's are): no
         # task stands between them and the array that Dask could place elsewhere
         array_name = f"kfuse-{graph.name}-{name}-{token}"
-        layer = dict(zip(((array_name, *location) for location in tasks), tasks.values(),
-                         strict=True)) if single else _mapped(client, _item, {
-            (array_name, *location): (owners[location], (task, index))
-            for location, task in tasks.items()})
-        _place({key: owners[key[1:]] for key in layer})
+        placed = {(array_name, *(location[a] for a in kept)): location for location in tasks}
+        layer = dict(zip(placed, tasks.values(), strict=True)) if single else _mapped(
+            client, _item, {key: (owners[location], (tasks[location], index))
+                            for key, location in placed.items()})
+        _place({key: owners[placed[key]] for key in layer})
         array = da.Array(HighLevelGraph.from_collections(array_name, layer, dependencies=()),
-                         array_name, tuple((1,) * len(c) if axis in axes else c
-                                           for axis, c in enumerate(chunks)),
-                         meta=meta_of(dtype))
+                         array_name, tuple((1,) * len(chunks[a]) if a in axes else chunks[a]
+                                           for a in kept),
+                         meta=meta_of(dtype, len(kept)))
         if name in compute.folded:  # one value per chunk along the axes, folded by Dask
             array = _folded_by_dask(array, compute.folded[name][0], axes, dtype)
         result[name] = array
@@ -817,9 +837,11 @@ class ChunkTask:
             inner_after = self.periodic[axis] or location[axis] < self.counts[axis] - 1
             crop.append(slice(grown if grown and inner_before else 0,
                               -grown if grown and inner_after else None))
+        # (a vector arrives shaped for the grid from Dask's blockwise map, as it is from a
+        # task given it whole)
         given = {name: block.reshape(tuple(block.shape[a] for a in self.vector_inputs[name]))
-                 if name in self.vector_inputs else block
-                 for name, block in zip(self.graph.inputs, blocks, strict=True)}
+                 if name in self.vector_inputs and block.ndim != len(self.vector_inputs[name])
+                 else block for name, block in zip(self.graph.inputs, blocks, strict=True)}
         return self.finished(self.computed(given), tuple(crop))
 
     def patched(self, location: tuple[int, ...], axis: int, grown: Any) -> tuple[Any, ...]:
