@@ -80,6 +80,41 @@ def test_reductions_fold_per_slab_then_across_slabs():
     assert got["energy"].shape == () and got["rows"].shape == (21,)
 
 
+@pytest.mark.parametrize("name", ["rmsnorm", "layernorm", "logsumexp", "crossentropy"])
+def test_normalisations_of_rows_run_in_slabs(name):
+    """Row reductions that other operators read: each slab holds whole rows and computes
+    them completely; a gain along the rows goes whole to every slab, a result per row is
+    kept for the slab's rows; equal to the one-shot run on slabs that do not divide."""
+    from kfuse.apps import get_app
+
+    app = get_app(name)
+    arrays, params = app.make_inputs((29, 67), np.random.default_rng(23), "float32")
+    got = slabbed_equals_one_shot(app.build(), {**arrays, **params}, slab_rows=8)
+    assert any(value.shape == (29,) for value in got.values()) == (name in (
+        "logsumexp", "crossentropy"))
+
+
+def test_row_statistics_beside_a_stencil_run_in_slabs():
+    """A row reduction read back beside a stencil across the rows (slabs grown by its
+    halo), a value per row (cut with the slabs' rows, grown with them) and a gain per
+    column; in a clamped and a periodic mode."""
+    for mode in ("clamp", "repeat"):
+        p = kf.Pipeline("scaled_rows")
+        x = p.input("x", 2)
+        scale = p.input("scale", shape=(x.shape[0],))
+        gain = p.input("gain", shape=(x.shape[1],))
+        squares = kf.reduce_sum(x * x, axis=1, name="squares")
+        smooth = kf.local((x.at(-1, 0) + x + x.at(2, 0)) / 3.0, boundary=mode, name="smooth")
+        p.output(kf.point(smooth * scale.at(0, dims=(0,)) * gain.at(0, dims=(1,))
+                          / kf.sqrt(squares.at(0, dims=(0,)) + 1.0), name="y"),
+                 kf.point(squares * scale, name="per_row"))
+        rng = np.random.default_rng(24)
+        values = {"x": rng.random((31, 20), dtype=np.float32),
+                  "scale": rng.random(31, dtype=np.float32),
+                  "gain": rng.random(20, dtype=np.float32)}
+        slabbed_equals_one_shot(p, values, slab_rows=7)
+
+
 def test_outputs_into_given_arrays():
     values = {"x": np.random.default_rng(5).random((17, 12), dtype=np.float32)}
     out = {"out": np.empty((17, 12), np.float32)}
@@ -105,6 +140,11 @@ def test_what_cannot_run_in_slabs_is_refused_by_name():
         run_in_slabs(chain("clamp"), backend="cpu", out={"out": np.empty((2, 2))}, x=values)
     with pytest.raises(ChunkingError, match="is float64, the pipeline reads float32"):
         run_in_slabs(chain("clamp"), backend="cpu", x=values.astype(np.float64))
+    from kfuse.apps import get_app
+    columns = get_app("colstandardise")
+    arrays, params = columns.make_inputs((9, 8), np.random.default_rng(6), "float32")
+    with pytest.raises(ChunkingError, match="folds the first axis, which slabs cut"):
+        run_in_slabs(columns.build(), backend="cpu", **arrays, **params)
 
 
 @pytest.mark.gpu
@@ -163,6 +203,15 @@ def test_calls_stream_in_slabs_only_where_the_arrays_do_not_fit():
     total = kf.reduce_sum(y, name="total")
     p.output(kf.point(y - total, name="centred"))
     assert slab_reason(p.graph(), "cuda", {"y": values["x"]}, free_bytes=1) is None
+    from kfuse.apps import get_app  # rows read back: in slabs of whole rows; columns: whole
+    arrays, params = get_app("rmsnorm").make_inputs((64, 32), np.random.default_rng(8),
+                                                   "float32")
+    assert slab_reason(get_app("rmsnorm").build().graph(), "cuda", {**arrays, **params},
+                       free_bytes=1) is not None
+    arrays, params = get_app("colstandardise").make_inputs((64, 32), np.random.default_rng(8),
+                                                          "float32")
+    assert slab_reason(get_app("colstandardise").build().graph(), "cuda",
+                       {**arrays, **params}, free_bytes=1) is None
 
 
 @pytest.mark.gpu

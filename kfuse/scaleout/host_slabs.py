@@ -33,7 +33,14 @@ import numpy as np
 from kfuse.errors import ChunkingError
 from kfuse.ir.graph import Graph
 from kfuse.runtime.numpy_backend import numpy_dtype
-from kfuse.scaleout.dask_arrays import PERIODIC_MODES, compiled_once, halo_depths, pieces_of
+from kfuse.scaleout.dask_arrays import (
+    PERIODIC_MODES,
+    compiled_once,
+    halo_depths,
+    pieces_of,
+    planned_once,
+    readback_axes,
+)
 
 # device memory a call may hold per stream of slabs (its inputs, intermediates and
 # outputs), as a fraction of what is free when the call starts
@@ -86,8 +93,17 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
     raises :class:`ChunkingError`."""
     pieces = pieces_of(pipeline, plan, arrays_and_params,
                        lambda value: isinstance(value, np.ndarray), "NumPy arrays",
-                       "slabs stream from host memory (give device arrays to Pipeline.run)")
+                       "slabs stream from host memory (give device arrays to Pipeline.run)",
+                       readback=True)
     graph, folded, params = pieces.graph, pieces.folded, pieces.params
+    if 0 in pieces.reduced:
+        raise ChunkingError("a reduction that other operators read folds the first axis, "
+                            "which slabs cut (a column's statistics need every row): run it "
+                            "whole, or with the axes swapped")
+    # inputs along some grid axes only: along the first (a value per row) cut with the
+    # slabs' rows, else (a gain along the rows' other axes) whole to every slab
+    per_row = {name for name, axes in pieces.vector_inputs.items() if 0 in axes}
+    whole = {name for name in pieces.vector_inputs if name not in per_row}
     before, after = pieces.depths[0]
     modes = pieces.modes[0]
     periodic = bool(modes & PERIODIC_MODES)
@@ -99,7 +115,8 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
         if value.dtype != want:
             raise ChunkingError(f"input '{name}' is {value.dtype}, the pipeline reads {want}")
     arrays = {name: np.ascontiguousarray(value) for name, value in pieces.arrays.items()}
-    shape = next(iter(arrays.values())).shape
+    shape = next(value.shape for name, value in arrays.items()
+                 if name not in pieces.vector_inputs)
     if backend == "auto":  # (the slabs' streams and copies are the GPU's)
         from kfuse.runtime import get_backend
         backend = get_backend(backend).name
@@ -112,24 +129,32 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
     slab_rows = slab_rows or _default_slab_rows(graph, shape, backend, streams)
     slabs = plan_slabs(shape[0], slab_rows, before, after, periodic)
     # planned once for the largest slab, compiled once per process
-    run = compiled_once(graph, backend, plan,
-                        (max(len(slab.rows) for slab in slabs), *shape[1:]))
+    largest = (max(len(slab.rows) for slab in slabs), *shape[1:])
+    if isinstance(plan, str) and plan == "auto":
+        plan = planned_once(graph, largest, {
+            name: tuple(largest[a] for a in axes) for name, axes in pieces.vector_inputs.items()})
+    run = compiled_once(graph, backend, plan)
     on_device = backend == "cuda"
-    outputs = _outputs(graph, shape, folded, out, on_device and staged is not True)
+    outputs = _outputs(graph, {name: tuple(shape[a] for a in pieces.vector_outputs.get(
+        name, range(len(shape)))) for name in graph.outputs}, folded, out,
+        on_device and staged is not True)
     partials: dict[str, list[Any]] = {name: [] for name in folded}
+    cut = {name: value for name, value in arrays.items() if name not in whole}
     if not on_device:
         for slab in slabs:
-            results = run(**{name: value[slab.rows] for name, value in arrays.items()},
-                          **params)
+            results = run(**{name: value[slab.rows] for name, value in cut.items()},
+                          **{name: arrays[name] for name in whole}, **params)
             _keep(results, slab, outputs, partials, folded, _store_on_host)
         return outputs | _fold(partials, folded, graph)
     import cupy
 
+    whole_on_device = {name: cupy.asarray(arrays[name]) for name in whole}  # (once a call)
+
     lanes = [cupy.cuda.Stream(non_blocking=True) for _ in range(streams)]
-    host_arrays = list(arrays.values()) + list(outputs.values())
+    host_arrays = list(cut.values()) + list(outputs.values())
     locked = [] if staged else _page_lock(host_arrays)
     staged_arrays = set() if staged is False else {  # (the host arrays still pageable)
-        name for name, value in (arrays | outputs).items() if not _is_page_locked(value)}
+        name for name, value in (cut | outputs).items() if not _is_page_locked(value)}
     stages = [_Stage(lane) for lane in lanes]
     try:
         for index, slab in enumerate(slabs):
@@ -138,7 +163,8 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
             with stage.lane:
                 results = run(**{name: stage.copied_in(name, value, slab,
                                                        name in staged_arrays)
-                                 for name, value in arrays.items()}, **params)
+                                 for name, value in cut.items()}, **whole_on_device,
+                              **params)
                 _keep(results, slab, outputs, partials, folded,
                       lambda name, own, host, stage=stage: stage.copy_out(
                           own, host, name in staged_arrays))
@@ -232,26 +258,30 @@ def _is_page_locked(value: np.ndarray) -> bool:
 def slab_reason(graph: Graph, backend: str, arrays_and_params: Mapping[str, Any],
                 free_bytes: int | None = None) -> str | None:
     """Why a call should stream its host arrays through the GPU in slabs, or None: on the
-    cuda backend (named, or ``auto`` where CuPy sees a GPU), every input a NumPy array of
-    one shape, the pipeline's arrays (inputs, intermediates, outputs) larger than
-    :data:`SLAB_MEMORY_SHARE` of the device's free memory (``free_bytes``: as measured),
-    and the pipeline runnable in slabs (else the call runs whole, as it would)."""
+    cuda backend (named, or ``auto`` where CuPy sees a GPU), every input a NumPy array (of
+    the grid's shape, or a vector along some of its axes), the pipeline's arrays (inputs,
+    intermediates, outputs) larger than :data:`SLAB_MEMORY_SHARE` of the device's free
+    memory (``free_bytes``: as measured), and the pipeline runnable in slabs (reductions
+    that other operators read not along the first axis; else the call runs whole, as it
+    would)."""
     if backend not in ("cuda", "auto"):
         return None
     inputs = [arrays_and_params.get(name) for name in graph.inputs]
-    if not inputs or not all(isinstance(value, np.ndarray) for value in inputs) or \
-            len({value.shape for value in inputs}) != 1:
+    if not inputs or not all(isinstance(value, np.ndarray) for value in inputs):
         return None
-    needed = bytes_per_point(graph) * inputs[0].size
+    try:
+        depths = halo_depths(graph, readback=True)
+        if 0 in readback_axes(graph):
+            return None
+    except ChunkingError:
+        return None
+    grid = [value for value in inputs if value.ndim == len(depths)]
+    if not grid or len({value.shape for value in grid}) != 1:
+        return None
+    needed = bytes_per_point(graph) * grid[0].size
     if free_bytes is None:
         free_bytes = device_free_bytes()
     if free_bytes is None or needed <= free_bytes * SLAB_MEMORY_SHARE:
-        return None
-    try:
-        depths = halo_depths(graph, readback=False)
-    except ChunkingError:
-        return None
-    if inputs[0].ndim != len(depths):
         return None
     return (f"its arrays need up to {needed / 1e6:,.0f} MB on the device, where "
             f"{free_bytes / 1e6:,.0f} MB are free: streamed through it in slabs")
@@ -299,16 +329,18 @@ def _default_slab_rows(graph: Graph, shape: tuple[int, ...], backend: str,
     return max(1, min(-(-shape[0] // LEAST_SLABS), budget // max(1, row_bytes)))
 
 
-def _outputs(graph: Graph, shape: tuple[int, ...], folded: Mapping[str, Any],
+def _outputs(graph: Graph, shapes: Mapping[str, tuple[int, ...]], folded: Mapping[str, Any],
              given: Mapping[str, np.ndarray] | None, page_locked: bool
              ) -> dict[str, np.ndarray]:
-    """The host arrays of the outputs on the grid: ``given`` ones (checked), else new ones
-    (page-locked for the device's copies)."""
+    """The host arrays of the outputs on the grid (of ``shapes``: a result per row along
+    the first axis only): ``given`` ones (checked), else new ones (page-locked for the
+    device's copies)."""
     given = dict(given or {})
     outputs = {}
     for name in graph.outputs:
         if name in folded:
             continue
+        shape = shapes[name]
         dtype = numpy_dtype(graph.buffers[name].dtype)
         array = given.pop(name, None)
         if array is None:
