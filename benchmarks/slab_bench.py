@@ -54,8 +54,9 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
     graph = pipeline.graph()
     _, params = app.make_inputs(tuple(9 for _ in shape), np.random.default_rng(0), "float32")
     began = time.perf_counter()
-    inputs = {key: pinned_random(shape) for key in graph.inputs}
-    outputs = {key: cupyx.empty_pinned(shape, dtype=np.float32) for key in graph.outputs}
+    shapes = declared_shapes(graph, shape)
+    inputs = {key: pinned_random(shapes[key]) for key in graph.inputs}
+    outputs = {key: cupyx.empty_pinned(shapes[key], dtype=np.float32) for key in graph.outputs}
     gigabytes = sum(value.nbytes for value in inputs.values()) / 1e9
     print(f"== {name} {'x'.join(map(str, shape))}: {gigabytes:.1f} GB of inputs "
           f"(made in {time.perf_counter() - began:.0f} s)", flush=True)
@@ -63,7 +64,8 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
     rows = {}
     # one slab's worth resident on the device: the kernels' own throughput
     slab = slab_rows or min(shape[0], 256)
-    resident = {key: cupy.asarray(value[:slab]) for key, value in inputs.items()}
+    resident = {key: cupy.asarray(value[:slab] if value.shape == shape else value)
+                for key, value in inputs.items()}
     compiled = pipeline.compile(backend="cuda")
     compiled(**resident, **params)
     rows["resident (kernels only)"] = seconds(lambda: compiled(**resident, **params),
@@ -94,6 +96,18 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
     for label, value in rows.items():
         print(f"  {label:28s} {value * 1e3:10.1f} ms  {gigabytes / value:8.1f} GB/s  "
               f"{fits / value:6.2f}x of fits host-to-host", flush=True)
+
+
+def declared_shapes(graph, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    """Every input's and output's shape as the pipeline declares it for a grid of ``shape``
+    (a gain along the rows, a result per row), by name."""
+    grid = next(graph.buffers[key].shape for key in graph.inputs
+                if len(graph.buffers[key].shape) == len(shape))
+    sizes = dict(zip(grid, shape, strict=True))
+    sizes = graph.bind_shapes({key: tuple(sizes[symbol] for symbol in graph.buffers[key].shape)
+                               for key in graph.inputs})
+    return {key: tuple(sizes[symbol] for symbol in graph.buffers[key].shape)
+            for key in (*graph.inputs, *graph.outputs)}
 
 
 def pinned_random(shape: tuple[int, ...], pageable: bool = False) -> np.ndarray:

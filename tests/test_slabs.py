@@ -40,12 +40,14 @@ def slabbed_equals_one_shot(pipeline: kf.Pipeline, values: dict, backend: str = 
 def test_slabs_are_grown_by_the_halo_and_wrap_where_periodic():
     slabs = plan_slabs(10, 4, 2, 1, periodic=False)
     assert [(s.start, s.stop) for s in slabs] == [(0, 4), (4, 8), (8, 10)]
-    assert [list(s.rows) for s in slabs] == [[0, 1, 2, 3, 4], list(range(2, 9)),
-                                             list(range(6, 10))]
-    assert [s.crop for s in slabs] == [slice(0, 4), slice(2, 6), slice(2, 4)]
+    # (every slab 7 rows: those at the ends and the shorter last one reach further in)
+    assert [list(s.rows) for s in slabs] == [list(range(0, 7)), list(range(2, 9)),
+                                             list(range(3, 10))]
+    assert [s.crop for s in slabs] == [slice(0, 4), slice(2, 6), slice(5, 7)]
     wrapped = plan_slabs(10, 4, 2, 1, periodic=True)
     assert list(wrapped[0].rows) == [8, 9, 0, 1, 2, 3, 4] and wrapped[0].crop == slice(2, 6)
-    assert list(wrapped[-1].rows) == [6, 7, 8, 9, 0]
+    assert list(wrapped[-1].rows) == [4, 5, 6, 7, 8, 9, 0] and wrapped[-1].crop == slice(4, 6)
+    assert [len(s.rows) for s in plan_slabs(5, 4, 2, 1, periodic=False)] == [5, 5]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=str)

@@ -66,15 +66,24 @@ class Slab:
 def plan_slabs(length: int, slab_rows: int, before: int, after: int,
                periodic: bool) -> list[Slab]:
     """The slabs of an axis of ``length`` rows, ``slab_rows`` each (the last may be
-    shorter), grown by ``before`` and ``after`` rows (wrapped where ``periodic``, else not
-    past the ends)."""
+    shorter), grown by at least ``before`` and ``after`` rows (wrapped where ``periodic``,
+    else not past the ends). Every slab's grown rows are as many (where the array has
+    them): a slab at an end, or the last and shorter one, takes more rows on its other side
+    instead. So the pipeline runs at one shape, compiled once, with one set of buffers a
+    stream (three shapes of a 65536-row Harris in 8192-row slabs took 30 times as long)."""
     slabs = []
+    grown = slab_rows + before + after
     for start in range(0, length, slab_rows):
         stop = min(start + slab_rows, length)
-        low, high = (start - before, stop + after) if periodic else \
-            (max(0, start - before), min(length, stop + after))
+        if periodic:  # (the last slab's window reaches further back)
+            low = start - before - (slab_rows - (stop - start))
+            high = low + grown
+        else:
+            size = min(length, grown)
+            low = max(0, min(start - before, length - size))
+            high = low + size
         rows = np.arange(low, high) % length
-        slabs.append(Slab(start, stop, rows, slice(start - low, start - low + stop - start)))
+        slabs.append(Slab(start, stop, rows, slice(start - low, stop - low)))
     return slabs
 
 
