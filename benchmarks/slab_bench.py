@@ -85,6 +85,9 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
         return run_in_slabs(pipeline, backend="cuda", slab_rows=slab_rows, out=outputs,
                             **given, **params)
 
+    from kfuse.scaleout.host_slabs import _default_slab_rows
+    print(f"  slabs of {slab_rows or _default_slab_rows(graph, shape, 'cuda', 3)} rows",
+          flush=True)
     slabs()
     for key in want:
         error = float(np.max(np.abs(outputs[key] - want[key])))
