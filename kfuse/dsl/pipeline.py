@@ -673,6 +673,12 @@ class Pipeline:
                 raise ShapeError("sizes must map size symbols to integers, e.g. "
                                  f"{dict.fromkeys(graph.size_symbols, 1024)}")
             sizes = graph.check_sizes(self._sizes_by_root(sizes))
+        from kfuse.ir.collapse import axis_collapse
+
+        collapse = axis_collapse(graph)
+        if collapse is not None and strategy == "auto":  # (as run plans it: axes merged)
+            graph = collapse.graph
+            sizes = None if sizes is None else collapse.sizes(sizes)
         return _driver().plan(graph, strategy, model, sizes)
 
     def __repr__(self) -> str:

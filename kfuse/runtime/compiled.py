@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from kfuse import config
-from kfuse.errors import BindError, DtypeError, OutOfMemory, ShapeError
+from kfuse.errors import BindError, DtypeError, KfuseError, OutOfMemory, ShapeError
 from kfuse.fusion.plan import FusionPlan
 from kfuse.ir.expr import FLOAT32_ROUNDS_TO_INFINITY
 from kfuse.ir.graph import Graph
@@ -416,6 +416,10 @@ class CompiledPipeline:
         self._dispatch: Any = None  # the C call path's dispatcher, for one graph
         self._dispatch_graph: Graph | None = None
         self._hot: dict[tuple, Any] = {}  # its signatures, by its keys
+        self._options = {"max_signatures": max_signatures, "graphs": graphs,
+                         "streams": streams, "native": native}
+        # (the graph it was worked out for, (the axis collapse, the pipeline it runs) or None)
+        self._merge: tuple[Graph | None, Any] = (None, None)
 
     @property
     def graph(self) -> Graph:
@@ -425,19 +429,51 @@ class CompiledPipeline:
 
     def cache_info(self) -> dict[str, int]:
         """The cache statistics (:class:`CacheStats`) and how many signatures are kept."""
-        return {**self.stats.as_dict(), "signatures": len(self._signatures)}
+        merged = self._merged()
+        kept = len(self._signatures) + (len(merged[1]._signatures) if merged else 0)
+        return {**self.stats.as_dict(), "signatures": kept}
 
     def clear(self) -> None:
         """Forget every compiled signature (the disk caches stay)."""
         with self._lock:
             self._signatures.clear()
             self._hot.clear()
+            merged = self._merge[1]
+            if merged is not None:
+                merged[1].clear()
+
+    def _merged(self) -> tuple[Any, CompiledPipeline] | None:
+        """(the :class:`~kfuse.ir.collapse.AxisCollapse` of the graph, the compiled pipeline
+        of its merged graph) where calls run merged: adjacent axes every operator reads at
+        its own point are one (a normalisation over (batch, seq, hidden) is a matrix
+        pipeline) and the plan is the search's or was made for the merged graph; else None
+        (worked out once per graph)."""
+        graph = self.graph
+        if self._merge[0] is graph:
+            return self._merge[1]
+        from kfuse.ir.collapse import axis_collapse
+
+        merged = None
+        collapse = axis_collapse(graph) if self.backend.name != "numpy" else None
+        if collapse is not None and (isinstance(self.plan, str) or
+                                     self.plan.graph.fingerprint == collapse.graph.fingerprint):
+            inner = CompiledPipeline(collapse.graph, self.backend.name, self.plan,
+                                     **self._options)
+            inner.stats = self.stats  # (one count of what calls built and reused)
+            merged = (collapse, inner)
+        self._merge = (graph, merged)
+        return merged
 
     def __repr__(self) -> str:
         return (f"CompiledPipeline({self.graph.name!r}, backend={self.backend.name!r}, "
                 f"signatures={len(self._signatures)}, {self.stats})")
 
     def __call__(self, out: Any = None, **given: Any) -> dict[str, Any]:
+        merged = self._merge[1] if self._merge[0] is self._graph_source else self._merged()
+        if merged is not None:
+            done = self._merged_call(merged, out, given)
+            if done is not None:
+                return done
         try:
             if out is None and self._dispatch is not None \
                     and not config.current().check_writes:
@@ -447,6 +483,34 @@ class CompiledPipeline:
             return self._call(out, given)
         except MemoryError as error:  # the host's, or CuPy's OutOfMemoryError (a subclass)
             raise out_of_memory(self.graph, given, error) from None
+
+    def _merged_call(self, merged: tuple[Any, CompiledPipeline], out: Any,
+                     given: dict[str, Any]) -> dict[str, Any] | None:
+        """The call on the merged graph (inputs reshaped, outputs reshaped back), or None
+        where it runs unmerged: an ``out=`` array that a reshape would copy, or arguments
+        the unmerged call rejects by name (its errors name the pipeline's own axes)."""
+        collapse, inner = merged
+        outputs = collapse.original.outputs
+        outs = None
+        if out is not None:
+            outs = out if isinstance(out, Mapping) else \
+                ({outputs[0]: out} if len(outputs) == 1 else None)
+            if outs is None or not set(outs) <= set(outputs):
+                return None
+            outs = dict(outs)
+        try:
+            arguments = collapse.inputs(given)
+            reshaped = None if outs is None else collapse.out_arrays(outs)
+            if outs is not None and reshaped is None:
+                return None
+            results = inner(out=reshaped, **arguments)
+        except (KeyError, AttributeError, TypeError, ValueError, KfuseError):
+            bind(collapse.original, given)  # (raises what the pipeline's own axes say)
+            raise
+        shaped = collapse.outputs(results, given)
+        if outs:
+            shaped.update(outs)  # (the caller's own arrays)
+        return shaped
 
     def _call(self, out: Any, given: dict[str, Any]) -> dict[str, Any]:
         graph = self.graph
@@ -601,6 +665,12 @@ class CompiledPipeline:
         """For each compiled signature: its input shapes and on which streams its kernels
         run, and why (the wave model, :mod:`kfuse.model.waves`)."""
         lines = []
+        merged = self._merge[1]
+        if merged is not None:
+            collapse, inner = merged
+            lines.append("axes merged (every operator reads them at its own point): " + ", ".join(
+                " x ".join(run) for run in collapse.merged))
+            lines += inner.explain().splitlines()
         for signature in list(self._signatures.values()):
             shapes = ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}"
                                for name, shape in signature.shapes.items())

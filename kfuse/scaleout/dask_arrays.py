@@ -268,9 +268,10 @@ def pieces_of(pipeline: Any, plan: Any, arrays_and_params: Mapping[str, Any],
     if ndim != len(depths):
         raise ChunkingError(f"the inputs have {ndim} axes, the pipeline's operators "
                             f"{len(depths)}")
+    # (by the output's own axes: a reduction read back and stored, a row's statistics, lies
+    # along the axes it keeps, though its operator iterates over the grid)
     vector_outputs = {name: axes for name in pieces_graph.outputs
-                      if (axes := _grid_axes_of(graph.kernel_by_name[graph.producer[name]]
-                                                .domain, domain, reduced))
+                      if (axes := _grid_axes_of(graph.buffers[name].shape, domain, reduced))
                       != tuple(range(ndim)) and name not in folded}
     return Pieces(pieces_graph, depths, axis_modes(graph, len(depths)), folded, arrays, params,
                   reduced, vector_inputs, vector_outputs)
@@ -731,9 +732,13 @@ def planned_once(graph: Graph, shape: tuple[int, ...],
     key = hashlib.sha256(pickle.dumps((graph, sorted(shapes.items())))).hexdigest()
     plan = _PLANS.get(key)
     if plan is None:
+        from kfuse.ir.collapse import axis_collapse
         from kfuse.search import plan_for
-        plan = _PLANS.setdefault(key, plan_for(graph, "auto", "roofline",
-                                               graph.bind_shapes(shapes)))
+
+        collapse = axis_collapse(graph)  # (planned as calls run it: axes merged)
+        planned_graph, sizes = (graph, graph.bind_shapes(shapes)) if collapse is None else \
+            (collapse.graph, collapse.input_sizes(shapes))
+        plan = _PLANS.setdefault(key, plan_for(planned_graph, "auto", "roofline", sizes))
     return plan
 
 
