@@ -95,6 +95,10 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
     rows["slabs (page-locked input)"] = seconds(slabs, repeat)
     pageable = {key: np.array(value) for key, value in inputs.items()}
     rows["slabs (pageable input)"] = seconds(lambda: slabs(pageable), repeat)
+    from kfuse.scaleout.dask_arrays import _COMPILED
+    for run in _COMPILED.values():  # (what the slabs' calls built and reused: a diagnosis)
+        if run.graph is graph:
+            print(f"  the slabs' compiled pipeline: {run.cache_info()}", flush=True)
     fits = rows["fits, host to host"]
     for label, value in rows.items():
         print(f"  {label:28s} {value * 1e3:10.1f} ms  {gigabytes / value:8.1f} GB/s  "

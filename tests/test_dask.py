@@ -232,6 +232,20 @@ def test_chunks_held_on_a_cluster_run_where_they_lie():
                 assert array.shape == want[output].shape
                 np.testing.assert_allclose(array.compute(), want[output], rtol=2e-6,
                                            atol=2e-6, err_msg=f"{name} {output}")
+        scaled = kf.Pipeline("scaled_rows")  # a value per row, cut as the rows are
+        v = scaled.input("v", 2)
+        scale = scaled.input("scale", shape=(v.shape[0],))
+        squares = kf.reduce_sum(v * v, axis=1, name="squares")
+        scaled.output(kf.point(v * scale.at(0, dims=(0,)) / kf.sqrt(squares.at(0, dims=(0,))),
+                               name="y"))
+        factors = np.random.default_rng(17).random(256, dtype=np.float32)
+        want = scaled.run(backend="cpu", plan="unfused", v=values, scale=factors)["y"]
+        got = scaled.run(backend="cpu", v=persist_in_bands(da.from_array(values, chunks=(64, 96)),
+                                                           client),
+                         scale=persist_in_bands(da.from_array(factors, chunks=64), client))["y"]
+        assert all(isinstance(value, distributed.Future)
+                   for value in dict(got.__dask_graph__()).values())
+        np.testing.assert_allclose(got.compute(), want, rtol=2e-6, atol=2e-6)
 
         wave = get_app("wave2d").build(boundary="clamp")  # two inputs, fed back twice
         rng = np.random.default_rng(15)

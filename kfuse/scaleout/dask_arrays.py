@@ -348,9 +348,12 @@ def run_on_dask_arrays(pipeline: Any, backend: str, plan: Any,
                          and not pieces.reduced, pieces.vector_inputs, pieces.vector_outputs)
     vectors = pieces.vector_inputs
     if pieces.reduced:  # (rows whole in every chunk: each computes on its own rows)
-        if all(arrays[name].npartitions == 1 for name in vectors):
-            # vectors whole (a gain along the folded axes): chunks held on a cluster run
-            # where they lie, each task given the vector whole
+        if all(arrays[name].npartitions == 1 or (
+                tuple(arrays[name].chunks) == tuple(chunks_tuple[a] for a in axes)
+                and not any(depth[a] for a in axes)) for name, axes in vectors.items()):
+            # vectors whole (a gain along the folded axes) or cut as the chunks are (a value
+            # per row, no halo along it): chunks held on a cluster run where they lie, each
+            # task given the vector whole or its own part
             inputs = [arrays[name] if name in vectors else arrays[name].rechunk(chunks_tuple)
                       for name in graph.inputs]
             held = _held_chunks(inputs)
@@ -569,9 +572,19 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
         halos.setdefault(key, (holder, (source, cut, device_links)))
         return sliced.get(key), None
 
+    vector_axes = [compute.vector_inputs.get(name, ()) for name in graph.inputs]
+
+    def vector_piece(index: int, location: tuple[int, ...]) -> tuple[Any, None]:
+        """A vector input's part for the chunk at ``location``: the whole of it (one
+        chunk) or its chunk along its axes (cut as the grid's)."""
+        found = futures[index]
+        if len(found) == 1:
+            return next(iter(found.values())), None
+        return found[tuple(location[a] for a in vector_axes[index])], None
+
     def grown_of(location: tuple[int, ...]) -> list[Any]:
         reader = owners[location]
-        return [(next(iter(futures[i].values())), None) if i in vectors else
+        return [vector_piece(i, location) if i in vectors else
                 grown_pieces(lambda at, cut, i=i: piece(i, at, cut, reader), grid, location,
                              compute.depth, compute.periodic) for i in range(len(inputs))]
 
