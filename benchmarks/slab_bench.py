@@ -85,8 +85,8 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
         return run_in_slabs(pipeline, backend="cuda", slab_rows=slab_rows, out=outputs,
                             **given, **params)
 
-    from kfuse.scaleout.host_slabs import _default_slab_rows
-    print(f"  slabs of {slab_rows or _default_slab_rows(graph, shape, 'cuda', 3)} rows",
+    from kfuse.scaleout.host_slabs import default_slab_rows
+    print(f"  slabs of {slab_rows or default_slab_rows(graph, shape, 'cuda', 3)} rows",
           flush=True)
     slabs()
     for key in want:
@@ -95,8 +95,8 @@ def bench(name: str, shape: tuple[int, ...], slab_rows: int | None, repeat: int)
     rows["slabs (page-locked input)"] = seconds(slabs, repeat)
     pageable = {key: np.array(value) for key, value in inputs.items()}
     rows["slabs (pageable input)"] = seconds(lambda: slabs(pageable), repeat)
-    from kfuse.scaleout.dask_arrays import _COMPILED
-    for run in _COMPILED.values():  # (what the slabs' calls built and reused: a diagnosis)
+    from kfuse.scaleout.dask_arrays import compiled_pipelines
+    for run in compiled_pipelines():  # (what the slabs' calls built and reused: a diagnosis)
         if run.graph is graph:
             print(f"  the slabs' compiled pipeline: {run.cache_info()}", flush=True)
     fits = rows["fits, host to host"]

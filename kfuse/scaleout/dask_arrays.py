@@ -755,6 +755,12 @@ def planned_once(graph: Graph, shape: tuple[int, ...],
     return plan
 
 
+def compiled_pipelines() -> list[Any]:
+    """The compiled pipelines this process's chunks and slabs ran (their ``cache_info()``
+    says what calls built and reused)."""
+    return list(_COMPILED.values())
+
+
 def program_key(graph: Graph, backend: str, plan: Any) -> str:
     """The digest :func:`compiled_once` keeps a compiled pipeline under."""
     return hashlib.sha256(pickle.dumps((graph, backend, plan))).hexdigest()

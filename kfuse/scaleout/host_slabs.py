@@ -135,7 +135,7 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or value < 1):
             raise ChunkingError(f"{name} must be a positive integer, got {value!r}")
-    slab_rows = slab_rows or _default_slab_rows(graph, shape, backend, streams)
+    slab_rows = slab_rows or default_slab_rows(graph, shape, backend, streams)
     slabs = plan_slabs(shape[0], slab_rows, before, after, periodic)
     # planned once for the largest slab, compiled once per process
     largest = (max(len(slab.rows) for slab in slabs), *shape[1:])
@@ -331,7 +331,7 @@ def _cuda_runtime() -> Any:
     return cupy.cuda.runtime
 
 
-def _default_slab_rows(graph: Graph, shape: tuple[int, ...], backend: str,
+def default_slab_rows(graph: Graph, shape: tuple[int, ...], backend: str,
                        streams: int) -> int:
     """Rows per slab: at least :data:`LEAST_SLABS` slabs (copies overlap computation only
     from the second slab on), and ``streams`` slabs of every array the program holds
