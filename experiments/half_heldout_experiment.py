@@ -17,6 +17,7 @@ import argparse
 import numpy as np
 
 import kfuse.dsl as kf
+from kfuse.apps.normalise import build_cross_entropy_of_labels
 
 
 def rmsnorm_residual(dtype: str) -> kf.Pipeline:
@@ -77,26 +78,13 @@ def l2norm(dtype: str) -> kf.Pipeline:
     return p
 
 
-def cross_entropy_labels(dtype: str) -> kf.Pipeline:
-    """A per-row cross-entropy of integer class labels: the row's log-sum-exp less the logit
-    at the row's label (read at a computed column)."""
-    p = kf.Pipeline("cross_entropy_labels")
-    x = p.input("x", ndim=2, dtype=dtype)
-    labels = p.input("labels", shape=(x.shape[0],), dtype="int32")
-    top = kf.reduce_max(x, axis=1, name="top")
-    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
-    picked = x.at(0, 0, index={1: labels})
-    p.output(kf.point(top + kf.log(total) - picked, name="loss"))
-    return p
-
-
 PIPELINES = {"rmsnorm_residual": (rmsnorm_residual, (16384, 4096)),
              "layernorm": (layernorm, (16384, 4096)),
              "softmax": (softmax, (16384, 4096)),
              "logsoftmax": (logsoftmax, (16384, 4096)),
              "logsoftmax_long": (logsoftmax, (4096, 32768)),
              "l2norm": (l2norm, (16384, 4096)),
-             "cross_entropy_labels": (cross_entropy_labels, (16384, 4096))}
+             "cross_entropy_labels": (build_cross_entropy_of_labels, (16384, 4096))}
 
 
 def held_rows_program(graph, sizes, shape, dtype: str = "float16"):

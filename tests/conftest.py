@@ -127,3 +127,25 @@ def configure():
 
     with contextlib.ExitStack() as scopes:
         yield lambda **changes: scopes.enter_context(configured(**changes))
+
+
+@pytest.fixture
+def rows_beside_a_stencil():
+    """``build(mode, below=1)``: a row reduction read back beside a stencil across the rows
+    (``below`` rows down), a value per row and a gain per column, with a result per row:
+    what chunks and slabs must keep whole, grow and cut at once."""
+    import kfuse.dsl as kf
+
+    def build(mode: object = "clamp", below: int = 1) -> kf.Pipeline:
+        p = kf.Pipeline("scaled_rows")
+        x = p.input("x", 2)
+        scale = p.input("scale", shape=(x.shape[0],))
+        gain = p.input("gain", shape=(x.shape[1],))
+        squares = kf.reduce_sum(x * x, axis=1, name="squares")
+        smooth = kf.local((x.at(-1, 0) + x + x.at(below, 0)) / 3.0, boundary=mode,
+                          name="smooth")
+        p.output(kf.point(smooth * scale.at(0, dims=(0,)) * gain.at(0, dims=(1,))
+                          / kf.sqrt(squares.at(0, dims=(0,)) + 1.0), name="y"),
+                 kf.point(squares * scale, name="per_row"))
+        return p
+    return build

@@ -312,19 +312,11 @@ def test_normalisations_run_chunked_with_their_rows_whole(name):
             arrays["x"], chunks=chunks).chunks[kept]
 
 
-def test_row_statistics_beside_a_stencil_and_vectors_run_chunked():
+def test_row_statistics_beside_a_stencil_and_vectors_run_chunked(rows_beside_a_stencil):
     """A row reduction read back beside a stencil across the rows (chunks grown by its
     halo), a value per row (cut and grown with the rows) and a gain per column (whole in
     every chunk), and a result per row: equal to the one-shot run."""
-    p = kf.Pipeline("scaled_rows")
-    x = p.input("x", 2)
-    scale = p.input("scale", shape=(x.shape[0],))
-    gain = p.input("gain", shape=(x.shape[1],))
-    squares = kf.reduce_sum(x * x, axis=1, name="squares")
-    smooth = kf.local((x.at(-1, 0) + x + x.at(1, 0)) / 3.0, boundary="clamp", name="smooth")
-    p.output(kf.point(smooth * scale.at(0, dims=(0,)) * gain.at(0, dims=(1,))
-                      / kf.sqrt(squares.at(0, dims=(0,)) + 1.0), name="y"),
-             kf.point(squares * scale, name="per_row"))
+    p = rows_beside_a_stencil()
     rng = np.random.default_rng(22)
     values = {"x": rng.random((29, 67), dtype=np.float32),
               "scale": rng.random(29, dtype=np.float32),

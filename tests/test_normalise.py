@@ -741,29 +741,17 @@ def test_half_precision_normalisations_are_one_kernel_and_equal_numpy(name, dtyp
             assert relative_error(value, apart[output]) <= HALF_TOLERANCE[dtype] / 2, output
 
 
-def cross_entropy_of_labels(dtype: str) -> kf.Pipeline:
-    """A cross-entropy as users write it, of integer class labels: the row's log-sum-exp
-    less the logit at the row's label (read at a computed column)."""
-    p = kf.Pipeline("cross_entropy_of_labels")
-    x = p.input("x", ndim=2, dtype=dtype)
-    labels = p.input("labels", shape=(x.shape[0],), dtype="int32")
-    top = kf.reduce_max(x, axis=1, name="top")
-    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
-    picked = x.at(0, 0, index={1: labels})
-    p.output(kf.point(top + kf.log(total) - picked, name="loss"))
-    return p
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_cross_entropy_of_labels_is_one_kernel(dtype):
     """The logit at each row's label is read from memory by the held group's tail (a read
     of an input at a computed column): one kernel at rows held whole and rows in segments,
     equal to NumPy at odd sizes, labels outside the row clamped (the read's mode)."""
+    from kfuse.apps.normalise import build_cross_entropy_of_labels
     from kfuse.model.device import h200_like_profile
     from kfuse.runtime.numpy_backend import numpy_dtype
     from kfuse.search import default_plan
 
-    p = cross_entropy_of_labels(dtype)
+    p = build_cross_entropy_of_labels(dtype)
     graph = p.graph()
     plans = []
     for shape in ((16384, 4096), (1024, 131072)):

@@ -96,25 +96,16 @@ def test_normalisations_of_rows_run_in_slabs(name):
         "logsumexp", "crossentropy"))
 
 
-def test_row_statistics_beside_a_stencil_run_in_slabs():
+def test_row_statistics_beside_a_stencil_run_in_slabs(rows_beside_a_stencil):
     """A row reduction read back beside a stencil across the rows (slabs grown by its
     halo), a value per row (cut with the slabs' rows, grown with them) and a gain per
     column; in a clamped and a periodic mode."""
     for mode in ("clamp", "repeat"):
-        p = kf.Pipeline("scaled_rows")
-        x = p.input("x", 2)
-        scale = p.input("scale", shape=(x.shape[0],))
-        gain = p.input("gain", shape=(x.shape[1],))
-        squares = kf.reduce_sum(x * x, axis=1, name="squares")
-        smooth = kf.local((x.at(-1, 0) + x + x.at(2, 0)) / 3.0, boundary=mode, name="smooth")
-        p.output(kf.point(smooth * scale.at(0, dims=(0,)) * gain.at(0, dims=(1,))
-                          / kf.sqrt(squares.at(0, dims=(0,)) + 1.0), name="y"),
-                 kf.point(squares * scale, name="per_row"))
         rng = np.random.default_rng(24)
         values = {"x": rng.random((31, 20), dtype=np.float32),
                   "scale": rng.random(31, dtype=np.float32),
                   "gain": rng.random(20, dtype=np.float32)}
-        slabbed_equals_one_shot(p, values, slab_rows=7)
+        slabbed_equals_one_shot(rows_beside_a_stencil(mode, below=2), values, slab_rows=7)
 
 
 def test_outputs_into_given_arrays():

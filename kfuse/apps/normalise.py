@@ -218,6 +218,20 @@ def ref_logsumexp(arrays, params, boundary=None):
     return {"lse": top + np.log(np.exp(x - top[:, None]).sum(axis=1))}
 
 
+def build_cross_entropy_of_labels(dtype: str = "float32") -> kf.Pipeline:
+    """A cross-entropy as users write it, of integer class labels: the row's log-sum-exp
+    less the logit at the row's label (read at a computed column; a held-out pipeline of
+    the tests and experiments, not an app)."""
+    p = kf.Pipeline("cross_entropy_of_labels")
+    x = p.input("x", ndim=2, dtype=dtype)
+    labels = p.input("labels", shape=(x.shape[0],), dtype="int32")
+    top = kf.reduce_max(x, axis=1, name="top")
+    total = kf.reduce_sum(kf.exp(x - top.at(0, dims=(0,))), axis=1, name="total")
+    picked = x.at(0, 0, index={1: labels})
+    p.output(kf.point(top + kf.log(total) - picked, name="loss"))
+    return p
+
+
 def build_colstandardise(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """Standardise each column (along axis 0): mean, variance of the centred values, map."""
     p = kf.Pipeline("colstandardise")
