@@ -312,6 +312,21 @@ def test_normalisations_run_chunked_with_their_rows_whole(name):
             arrays["x"], chunks=chunks).chunks[kept]
 
 
+def test_a_cross_entropy_of_labels_runs_chunked():
+    """A read at computed columns along the axis a read-back reduction keeps whole (each
+    row's logit at its label) runs chunked: rows cut, labels cut with them."""
+    from kfuse.apps.normalise import build_cross_entropy_of_labels
+
+    rng = np.random.default_rng(26)
+    x = rng.standard_normal((29, 67)).astype(np.float32)
+    labels = rng.integers(0, 67, 29).astype(np.int32)
+    pipeline = build_cross_entropy_of_labels()
+    want = pipeline.run(backend="cpu", plan="unfused", x=x, labels=labels)["loss"]
+    got = pipeline.run(backend="cpu", x=da.from_array(x, chunks=(8, 67)),
+                       labels=da.from_array(labels, chunks=8))["loss"]
+    np.testing.assert_allclose(got.compute(scheduler="threads"), want, rtol=2e-6, atol=2e-6)
+
+
 def test_row_statistics_beside_a_stencil_and_vectors_run_chunked(rows_beside_a_stencil):
     """A row reduction read back beside a stencil across the rows (chunks grown by its
     halo), a value per row (cut and grown with the rows) and a gain per column (whole in

@@ -96,6 +96,17 @@ def test_normalisations_of_rows_run_in_slabs(name):
         "logsumexp", "crossentropy"))
 
 
+def test_a_cross_entropy_of_labels_runs_in_slabs():
+    """The logit at each row's label, read at a computed column (whole in every slab), in
+    slabs of whole rows; labels outside the row clamped as in the one-shot run."""
+    from kfuse.apps.normalise import build_cross_entropy_of_labels
+
+    rng = np.random.default_rng(25)
+    values = {"x": rng.standard_normal((29, 67)).astype(np.float32),
+              "labels": rng.integers(-3, 70, 29).astype(np.int32)}
+    slabbed_equals_one_shot(build_cross_entropy_of_labels(), values, slab_rows=8)
+
+
 def test_row_statistics_beside_a_stencil_run_in_slabs(rows_beside_a_stencil):
     """A row reduction read back beside a stencil across the rows (slabs grown by its
     halo), a value per row (cut with the slabs' rows, grown with them) and a gain per

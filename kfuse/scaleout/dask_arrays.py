@@ -126,6 +126,8 @@ def _check_chunkable(graph: Graph, readback: bool = True) -> tuple[str, ...]:
                                 "columns) run chunked", operator=kernel.name,
                                 where=kernel.where)
         for access in kernel.accesses:
+            if _gathered_along_whole_axes(access, axes, domain, reduced, graph):
+                continue
             at = tuple(axes[d] for d in access.dims)
             whole = at == tuple(range(len(domain)))
             kept = bool(reduced) and at == _kept(domain, reduced) and access.is_point
@@ -141,6 +143,23 @@ def _check_chunkable(graph: Graph, readback: bool = True) -> tuple[str, ...]:
                                     "whole axes and input vectors along those axes)",
                                     operator=kernel.name, where=kernel.where)
     return domain
+
+
+def _gathered_along_whole_axes(access: Any, axes: tuple[int, ...], domain: tuple[str, ...],
+                               reduced: tuple[int, ...], graph: Graph) -> bool:
+    """Whether ``access`` reads an array of the grid at computed indices along axes that
+    read-back reductions fold (whole in every chunk: a row's logit at its label) and at the
+    point along the others, so that every chunk holds what it reads."""
+    if not access.gathered or not reduced or access.scales is not None:
+        return False
+    if graph.buffers[access.buffer].shape != domain or not set(access.gathered) <= set(reduced):
+        return False
+    for k, dim in enumerate(access.dims):
+        if k in access.gathered:
+            continue
+        if dim < 0 or axes[dim] != k or any(offset[k] for offset in access.offsets):
+            return False
+    return True
 
 
 def _kept(domain: tuple[str, ...], reduced: tuple[int, ...]) -> tuple[int, ...]:
