@@ -18,7 +18,7 @@ must be plain symbols bound from the inputs (no fixed or derived ones).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kfuse.ir.expr import Coord, Expr, Load, transform
@@ -39,32 +39,46 @@ class AxisCollapse:
     graph: Graph
     merged: tuple[tuple[str, ...], ...]
     sources: Mapping[str, tuple[str, int]]
+    # the reshapes of a call, by its inputs' shapes: (each input's merged shape, each
+    # output's original shape), worked out once per shapes (a call pays two lookups)
+    _reshapes: dict[tuple, tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]] = \
+        field(default_factory=dict, compare=False, repr=False)
 
     def shape_in(self, shape: tuple[str, ...]) -> tuple[str, ...]:
         """The merged symbols of an array's original ``shape``."""
         return _merged_shape(shape, self.merged)
 
+    def reshapes(self, given: Mapping[str, Any]
+                 ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+        """(each input's shape in the merged graph, each output's in the original) for a
+        call on ``given``'s inputs."""
+        inputs = self.original.inputs
+        key = tuple(given[name].shape for name in inputs)
+        found = self._reshapes.get(key)
+        if found is None:
+            if len(self._reshapes) >= 64:
+                self._reshapes.clear()
+            shapes = dict(zip(inputs, key, strict=True))
+            found = self._reshapes[key] = (
+                {name: _sizes_of(tuple(shapes[name]), self.original.buffers[name].shape,
+                                 self.merged) for name in inputs},
+                {name: tuple(int(shapes[source][axis]) for source, axis in (
+                    self.sources[symbol] for symbol in self.original.buffers[name].shape))
+                 for name in self.original.outputs})
+        return found
+
     def inputs(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The inputs (and parameters, unchanged) as the merged graph takes them: each
         array reshaped (a view of a C-contiguous one)."""
         result = dict(given)
-        for name in self.original.inputs:
-            value = given[name]
-            shape = _sizes_of(value.shape, self.original.buffers[name].shape, self.merged)
-            if shape != tuple(value.shape):
-                result[name] = value.reshape(shape)
+        for name, shape in self.reshapes(given)[0].items():
+            result[name] = given[name].reshape(shape)
         return result
-
-    def original_shape(self, name: str, given: Mapping[str, Any]) -> tuple[int, ...]:
-        """Output ``name``'s shape in the original graph, from the sizes of ``given``'s
-        inputs."""
-        return tuple(given[source].shape[axis] for source, axis in (
-            self.sources[symbol] for symbol in self.original.buffers[name].shape))
 
     def outputs(self, results: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
         """The merged graph's outputs reshaped to the original graph's shapes (views)."""
-        return {name: value.reshape(self.original_shape(name, given))
-                for name, value in results.items()}
+        shapes = self.reshapes(given)[1]
+        return {name: value.reshape(shapes[name]) for name, value in results.items()}
 
     def sizes(self, symbols: Mapping[str, int]) -> dict[str, int]:
         """The merged graph's sizes from the original's (``symbols``: size by symbol; a

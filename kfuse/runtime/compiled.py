@@ -469,11 +469,6 @@ class CompiledPipeline:
                 f"signatures={len(self._signatures)}, {self.stats})")
 
     def __call__(self, out: Any = None, **given: Any) -> dict[str, Any]:
-        merged = self._merge[1] if self._merge[0] is self._graph_source else self._merged()
-        if merged is not None:
-            done = self._merged_call(merged, out, given)
-            if done is not None:
-                return done
         try:
             if out is None and self._dispatch is not None \
                     and not config.current().check_writes:
@@ -514,6 +509,13 @@ class CompiledPipeline:
 
     def _call(self, out: Any, given: dict[str, Any]) -> dict[str, Any]:
         graph = self.graph
+        # (the C path above never reaches here for a signature it holds; a merged graph's
+        # calls come here and go on to its own compiled pipeline, and its C path)
+        merged = self._merge[1] if self._merge[0] is graph else self._merged()
+        if merged is not None:
+            done = self._merged_call(merged, out, given)
+            if done is not None:
+                return done
         self.stats.calls += 1
         if self.backend.name == "numpy":  # the reference interprets the IR: nothing to keep
             if out is not None:
