@@ -21,9 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kfuse.errors import KfuseError
 from kfuse.ir.expr import Coord, Expr, Load, transform
 from kfuse.ir.graph import Buffer, Graph, Reduction
 from kfuse.ir.sizes import derived_size, fixed_size
+from kfuse.log import LOG
 
 # the symbol of merged axes: the axes' symbols joined (no size parser reads it as derived)
 JOIN = "&"
@@ -150,7 +152,12 @@ def _collapse(graph: Graph) -> AxisCollapse | None:
             symbol not in sources for name in graph.outputs
             for symbol in graph.buffers[name].shape):
         return None
-    return AxisCollapse(graph, _merged_graph(graph, merged), merged, sources)
+    try:
+        merged_graph = _merged_graph(graph, merged)
+    except KfuseError as error:  # (a merge the graph's own checks refuse: run unmerged)
+        LOG.debug("pipeline '%s': axes %s not merged: %s", graph.name, merged, error)
+        return None
+    return AxisCollapse(graph, merged_graph, merged, sources)
 
 
 def _mergeable(graph: Graph, first: str, second: str) -> bool:
