@@ -169,3 +169,50 @@ def test_merged_normalisations_on_dask_chunks():
     for name, value in want.items():
         np.testing.assert_allclose(got[name].compute(scheduler="threads"), value, rtol=2e-5,
                                    atol=2e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("axes", [(1, 2), (0, 1), (0, 2)])
+def test_reductions_over_several_axes(axes):
+    """A layer norm over (channels, pixels) of (batch, channels, pixels), and statistics over
+    the first two axes: the axes merge and the pipeline is one kernel, equal to NumPy;
+    axes that do not merge (a batch norm's (batch, pixels)) run on the numpy backend and are
+    refused by name where they would compile."""
+    from kfuse.errors import CompileError
+
+    rng = np.random.default_rng(sum(axes))
+    x = rng.standard_normal((4, 5, 9)).astype(np.float32)
+    wide = x.astype(np.float64)
+    kept = tuple(a for a in range(3) if a not in axes)
+    p = kf.Pipeline("several_axes")
+    values = p.input("x", ndim=3)
+    inv_n = p.param("inv_n")
+    mean = kf.reduce_sum(values, axis=axes, name="mean")
+    centred = values - mean.at(0, dims=kept) * inv_n
+    var = kf.reduce_sum(centred * centred, axis=axes, name="var")
+    p.output(kf.point(centred * kf.rsqrt(var.at(0, dims=kept) * inv_n + 1e-5), name="y"))
+    count = int(np.prod([x.shape[a] for a in axes]))
+    centred_values = wide - wide.mean(axis=axes, keepdims=True)
+    want = centred_values / np.sqrt((centred_values ** 2).mean(axis=axes, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(p.run(backend="numpy", x=x, inv_n=1.0 / count)["y"], want,
+                               rtol=2e-5, atol=2e-5)
+    if axes == (0, 2):
+        assert axis_collapse(p.graph()) is None
+        cpu_or_skip()
+        with pytest.raises(CompileError, match=r"operator 'mean'.*axes \(0, 2\) of 3"):
+            p.run(backend="cpu", x=x, inv_n=1.0 / count)
+        return
+    assert len(p.plan(sizes={"x.0": 32, "x.1": 256, "x.2": 3136}).groups) == 1
+    cpu_or_skip()
+    np.testing.assert_allclose(p.run(backend="cpu", x=x, inv_n=1.0 / count)["y"], want,
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_several_axes_named_once():
+    from kfuse.errors import DslError
+
+    p = kf.Pipeline("twice")
+    x = p.input("x", ndim=3)
+    with pytest.raises(DslError, match=r"names an axis twice"):
+        kf.reduce_sum(x, axis=(1, 1), name="twice")
+    with pytest.raises(DslError):
+        kf.reduce_sum(x, axis=(1, 5), name="outside")

@@ -50,6 +50,15 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
     """
     if array_alignment < 1 or array_alignment & (array_alignment - 1):
         raise CompileError(f"array_alignment must be a power of two, not {array_alignment}")
+    for kernel in graph.kernels:
+        axes = () if kernel.reduction is None else kernel.reduction.axes
+        if 1 < len(axes) < kernel.ndim:
+            raise CompileError(
+                f"a reduction over the axes {axes} of {kernel.ndim} compiles where they merge "
+                "into one (adjacent axes every operator reads at its own point, "
+                "kfuse.ir.collapse), and here they do not: fold one axis at a time "
+                "(reduce_sum(reduce_sum(x, axis=2), axis=0)), or run it on the numpy "
+                "backend", operator=kernel.name, where=kernel.where)
     if config.current().march is not None:
         march = config.current().march
     if groups is None:

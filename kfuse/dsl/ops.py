@@ -153,9 +153,11 @@ def _outermost_factors(mask: np.ndarray) -> tuple[list[float], np.ndarray] | Non
     return weights, inner
 
 
-def reduce(expr: object, op: str = "sum", axis: int | None = None, *,
+def reduce(expr: object, op: str = "sum", axis: int | tuple[int, ...] | None = None, *,
            name: str | None = None) -> Array:
-    """Fold ``expr`` with ``op`` (sum, min, max) over all elements or along one axis.
+    """Fold ``expr`` with ``op`` (sum, min, max) over all elements, along one axis, or along
+    several (a tuple: compiled where they merge into one, :mod:`kfuse.ir.collapse`; the
+    statistics of a layer norm over (channels, pixels)).
 
     A condition (bool) is folded as int32 0/1: its sum counts where it holds, as NumPy's.
     """
@@ -165,26 +167,35 @@ def reduce(expr: object, op: str = "sum", axis: int | None = None, *,
         raise DslError(f"unknown reduction {op!r}; use one of {', '.join(REDUCE_OPS)}",
                        operator=name, where=where)
     pipeline = _pipeline_of(expr, name or "reduce")
-    if axis is not None and not is_integer_scalar(axis):
-        raise DslError(f"axis must be an integer or None, got {axis!r}", operator=name,
-                       where=where)
-    axes = None if axis is None else (int(axis),)
+    if isinstance(axis, (tuple, list)) and axis and all(is_integer_scalar(a) for a in axis):
+        axes: tuple[int, ...] | None = tuple(sorted({int(a) for a in axis}))
+        if len(axes) != len(axis):
+            raise DslError(f"axis names an axis twice: {tuple(axis)}", operator=name,
+                           where=where)
+    elif axis is not None and not is_integer_scalar(axis):
+        raise DslError(f"axis must be an integer, a tuple of integers or None, got {axis!r}",
+                       operator=name, where=where)
+    else:
+        axes = None if axis is None else (int(axis),)
     return pipeline.add_kernel("reduce", expr, name=name, line=line, reduction_op=op,
                                reduce_axes=axes, default_boundary=Boundary("clamp"))
 
 
-def reduce_sum(expr: object, axis: int | None = None, *, name: str | None = None) -> Array:
-    """Sum over all elements or along one axis."""
+def reduce_sum(expr: object, axis: int | tuple[int, ...] | None = None, *,
+               name: str | None = None) -> Array:
+    """Sum over all elements, along one axis or along several (see :func:`reduce`)."""
     return reduce(expr, "sum", axis, name=name)
 
 
-def reduce_min(expr: object, axis: int | None = None, *, name: str | None = None) -> Array:
-    """Minimum over all elements or along one axis."""
+def reduce_min(expr: object, axis: int | tuple[int, ...] | None = None, *,
+               name: str | None = None) -> Array:
+    """Minimum over all elements, along one axis or along several (see :func:`reduce`)."""
     return reduce(expr, "min", axis, name=name)
 
 
-def reduce_max(expr: object, axis: int | None = None, *, name: str | None = None) -> Array:
-    """Maximum over all elements or along one axis."""
+def reduce_max(expr: object, axis: int | tuple[int, ...] | None = None, *,
+               name: str | None = None) -> Array:
+    """Maximum over all elements, along one axis or along several (see :func:`reduce`)."""
     return reduce(expr, "max", axis, name=name)
 
 
