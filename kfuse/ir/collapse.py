@@ -46,10 +46,6 @@ class AxisCollapse:
     _reshapes: dict[tuple, tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]] = \
         field(default_factory=dict, compare=False, repr=False)
 
-    def shape_in(self, shape: tuple[str, ...]) -> tuple[str, ...]:
-        """The merged symbols of an array's original ``shape``."""
-        return _merged_shape(shape, self.merged)
-
     def reshapes(self, given: Mapping[str, Any]
                  ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
         """(each input's shape in the merged graph, each output's in the original) for a
@@ -97,9 +93,7 @@ class AxisCollapse:
 
     def input_sizes(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
         """The merged graph's sizes bound from the inputs' original ``shapes``."""
-        return self.graph.bind_shapes({
-            name: _sizes_of(tuple(shapes[name]), self.original.buffers[name].shape,
-                            self.merged) for name in self.original.inputs})
+        return self.sizes(self.original.bind_shapes(shapes))
 
     def out_arrays(self, out: Mapping[str, Any]) -> dict[str, Any] | None:
         """``out=`` arrays reshaped as the merged graph writes them, or None where one is

@@ -429,7 +429,7 @@ class CompiledPipeline:
 
     def cache_info(self) -> dict[str, int]:
         """The cache statistics (:class:`CacheStats`) and how many signatures are kept."""
-        merged = self._merged()
+        merged = self._merged(self.graph)
         kept = len(self._signatures) + (len(merged[1]._signatures) if merged else 0)
         return {**self.stats.as_dict(), "signatures": kept}
 
@@ -442,13 +442,12 @@ class CompiledPipeline:
             if merged is not None:
                 merged[1].clear()
 
-    def _merged(self) -> tuple[Any, CompiledPipeline] | None:
+    def _merged(self, graph: Graph) -> tuple[Any, CompiledPipeline] | None:
         """(the :class:`~kfuse.ir.collapse.AxisCollapse` of the graph, the compiled pipeline
         of its merged graph) where calls run merged: adjacent axes every operator reads at
         its own point are one (a normalisation over (batch, seq, hidden) is a matrix
         pipeline) and the plan is the search's or was made for the merged graph; else None
         (worked out once per graph)."""
-        graph = self.graph
         if self._merge[0] is graph:
             return self._merge[1]
         from kfuse.ir.collapse import axis_collapse
@@ -511,7 +510,7 @@ class CompiledPipeline:
         graph = self.graph
         # (the C path above never reaches here for a signature it holds; a merged graph's
         # calls come here and go on to its own compiled pipeline, and its C path)
-        merged = self._merge[1] if self._merge[0] is graph else self._merged()
+        merged = self._merged(graph)
         if merged is not None:
             done = self._merged_call(merged, out, given)
             if done is not None:

@@ -564,8 +564,10 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
 
     client, futures, holders = held
     graph = compute.graph
-    # inputs along some grid axes only (a gain along the folded axes) come whole, one chunk
-    vectors = {index for index, name in enumerate(graph.inputs) if name in compute.vector_inputs}
+    # inputs along some grid axes only (a gain along the folded axes, whole; a value per row,
+    # cut as the rows are), by index: their grid axes
+    vectors = {index: compute.vector_inputs[name] for index, name in enumerate(graph.inputs)
+               if name in compute.vector_inputs}
     on_grid = [held_by for index, held_by in enumerate(holders) if index not in vectors]
     # each chunk's task where most of its inputs' chunks lie (the first input's on a tie)
     owners = {location: max(on_grid, key=lambda owner, location=location: sum(
@@ -591,15 +593,13 @@ def _submitted(compute: ChunkTask, inputs: list[Any], held: Any,
         halos.setdefault(key, (holder, (source, cut, device_links)))
         return sliced.get(key), None
 
-    vector_axes = [compute.vector_inputs.get(name, ()) for name in graph.inputs]
-
     def vector_piece(index: int, location: tuple[int, ...]) -> tuple[Any, None]:
         """A vector input's part for the chunk at ``location``: the whole of it (one
         chunk) or its chunk along its axes (cut as the grid's)."""
         found = futures[index]
         if len(found) == 1:
             return next(iter(found.values())), None
-        return found[tuple(location[a] for a in vector_axes[index])], None
+        return found[tuple(location[a] for a in vectors[index])], None
 
     def grown_of(location: tuple[int, ...]) -> list[Any]:
         reader = owners[location]

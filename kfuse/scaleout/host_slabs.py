@@ -111,8 +111,7 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
                             "whole, or with the axes swapped")
     # inputs along some grid axes only: along the first (a value per row) cut with the
     # slabs' rows, else (a gain along the rows' other axes) whole to every slab
-    per_row = {name for name, axes in pieces.vector_inputs.items() if 0 in axes}
-    whole = {name for name in pieces.vector_inputs if name not in per_row}
+    whole = {name for name, axes in pieces.vector_inputs.items() if 0 not in axes}
     before, after = pieces.depths[0]
     modes = pieces.modes[0]
     periodic = bool(modes & PERIODIC_MODES)
@@ -278,19 +277,19 @@ def slab_reason(graph: Graph, backend: str, arrays_and_params: Mapping[str, Any]
     inputs = [arrays_and_params.get(name) for name in graph.inputs]
     if not inputs or not all(isinstance(value, np.ndarray) for value in inputs):
         return None
-    try:
-        depths = halo_depths(graph, readback=True)
-        if 0 in readback_axes(graph):
-            return None
-    except ChunkingError:
-        return None
-    grid = [value for value in inputs if value.ndim == len(depths)]
-    if not grid or len({value.shape for value in grid}) != 1:
+    rank = max(value.ndim for value in inputs)  # (the grid's; vectors have fewer axes)
+    grid = [value for value in inputs if value.ndim == rank]
+    if len({value.shape for value in grid}) != 1:
         return None
     needed = bytes_per_point(graph) * grid[0].size
     if free_bytes is None:
         free_bytes = device_free_bytes()
     if free_bytes is None or needed <= free_bytes * SLAB_MEMORY_SHARE:
+        return None
+    try:  # (the graph asked only of calls too large: a call with host arrays asks every time)
+        if len(halo_depths(graph, readback=True)) != rank or 0 in readback_axes(graph):
+            return None
+    except ChunkingError:
         return None
     return (f"its arrays need up to {needed / 1e6:,.0f} MB on the device, where "
             f"{free_bytes / 1e6:,.0f} MB are free: streamed through it in slabs")
