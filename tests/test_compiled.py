@@ -84,6 +84,21 @@ def test_pipeline_run_goes_through_one_compiled_pipeline(cache, rng):
     assert (stats.calls, stats.hits, stats.misses, stats.plans) == (2, 1, 1, 1)
 
 
+def test_a_call_holds_buffers_only_for_what_crosses_kernels(cache, rng):
+    """An operator fused into a kernel has no buffer in the call's workspace (a fused
+    Harris held eight unused images a stream); one that two kernels pass has."""
+    cpu_or_skip()
+    p = blur_pipeline()
+    x = rng.random((19, 27), dtype=np.float32)
+    held = {}
+    for plan in ("auto", "unfused"):
+        compiled = p.compile(backend="cpu", plan=plan)
+        assert_matches(compiled(x=x, s=0.5), reference(p, {"x": x, "s": 0.5}))
+        (signature,) = compiled._signatures.values()
+        held[plan] = [name for name, _, _ in signature.intermediates]
+    assert held == {"auto": [], "unfused": ["blur"]}
+
+
 @pytest.mark.parametrize("change", ["shape", "dtype", "strides", "alignment", "param type"])
 def test_a_new_signature_compiles_again(change, cache, rng):
     """Each part of the signature, changed alone, is a miss, and the result stays right."""

@@ -207,10 +207,14 @@ class Signature:
                              for name in graph.outputs)
         self.allocate = owner.arrays.allocator(family, device)  # (shape, dtype) -> array, address
         self.current_stream = owner.arrays.stream_function(family, device)  # None: the host
+        # (only what a launch reads, writes or fills: an operator fused into a kernel has
+        # no buffer; Harris in one kernel would otherwise hold eight unused images a stream)
+        used = {name for launch in launches for _, name in launch.arguments.buffer_slots} \
+            | {name for launch in launches for name, _ in launch.fills}
         self.intermediates = tuple(
             (name, graph.shape_of(name, bound.sizes), buffer.dtype)
             for name, buffer in graph.buffers.items()
-            if name not in graph.inputs and name not in graph.outputs)
+            if name in used and name not in graph.inputs and name not in graph.outputs)
         self.external = (*graph.inputs, *graph.outputs)  # a call's arrays, in this order
         self.params = tuple(graph.params)
         self.fills = any(launch.fills for launch in launches)

@@ -158,7 +158,7 @@ def run_in_slabs(pipeline: Any, *, backend: str = "cuda", slab_rows: int | None 
 
     whole_on_device = {name: cupy.asarray(arrays[name]) for name in whole}  # (once a call)
 
-    lanes = [cupy.cuda.Stream(non_blocking=True) for _ in range(streams)]
+    lanes = _lanes(cupy.cuda.runtime.getDevice(), streams)
     host_arrays = list(cut.values()) + list(outputs.values())
     locked = [] if staged else _page_lock(host_arrays)
     staged_arrays = set() if staged is False else {  # (the host arrays still pageable)
@@ -251,6 +251,16 @@ _COPY_THREADS = 8
 def _copy_pool() -> Any:
     from concurrent.futures import ThreadPoolExecutor
     return ThreadPoolExecutor(_COPY_THREADS, thread_name_prefix="kfuse-staging")
+
+
+@functools.cache
+def _lanes(device: int, count: int) -> list[Any]:
+    """``count`` non-blocking streams of ``device``, the same for every call: a compiled
+    call keeps its workspace (argument blocks, CUDA graphs) per stream, so new streams at
+    each call would make and capture them again."""
+    import cupy
+    with cupy.cuda.Device(device):
+        return [cupy.cuda.Stream(non_blocking=True) for _ in range(count)]
 
 
 def _is_page_locked(value: np.ndarray) -> bool:
