@@ -175,10 +175,8 @@ def test_merged_normalisations_on_dask_chunks():
 def test_reductions_over_several_axes(axes):
     """A layer norm over (channels, pixels) of (batch, channels, pixels), and statistics over
     the first two axes: the axes merge and the pipeline is one kernel, equal to NumPy;
-    axes that do not merge (a batch norm's (batch, pixels)) run on the numpy backend and are
-    refused by name where they would compile."""
-    from kfuse.errors import CompileError
-
+    axes that do not merge (a batch norm's (batch, pixels)) fold one axis at a time
+    (kfuse.ir.fold: the innermost first, the operator's own name last) and equal NumPy."""
     rng = np.random.default_rng(sum(axes))
     x = rng.standard_normal((4, 5, 9)).astype(np.float32)
     wide = x.astype(np.float64)
@@ -197,11 +195,10 @@ def test_reductions_over_several_axes(axes):
                                rtol=2e-5, atol=2e-5)
     if axes == (0, 2):
         assert axis_collapse(p.graph()) is None
-        cpu_or_skip()
-        with pytest.raises(CompileError, match=r"operator 'mean'.*axes \(0, 2\) of 3"):
-            p.run(backend="cpu", x=x, inv_n=1.0 / count)
-        return
-    assert len(p.plan(sizes={"x.0": 32, "x.1": 256, "x.2": 3136}).groups) == 1
+        assert [(k.name, k.reduction.axes) for k in p.graph().kernels if k.reduction] == [
+            ("mean_axis2", (2,)), ("mean", (0,)), ("var_axis2", (2,)), ("var", (0,))]
+    else:
+        assert len(p.plan(sizes={"x.0": 32, "x.1": 256, "x.2": 3136}).groups) == 1
     cpu_or_skip()
     np.testing.assert_allclose(p.run(backend="cpu", x=x, inv_n=1.0 / count)["y"], want,
                                rtol=2e-5, atol=2e-5)
@@ -216,3 +213,29 @@ def test_several_axes_named_once():
         kf.reduce_sum(x, axis=(1, 1), name="twice")
     with pytest.raises(DslError):
         kf.reduce_sum(x, axis=(1, 5), name="outside")
+
+
+def test_folded_reductions_of_every_op_equal_numpy():
+    """A maximum, a minimum and a count of a condition over axes that do not merge, folded
+    one axis at a time: each equals NumPy's over both axes at odd sizes (a length-1 axis
+    among them), read back at every point, on the cpu backend as on numpy."""
+    for shape in [(3, 5, 7), (1, 4, 9), (6, 1, 5)]:
+        rng = np.random.default_rng(sum(shape))
+        x = rng.standard_normal(shape).astype(np.float32)
+        p = kf.Pipeline("folded_ops")
+        values = p.input("x", ndim=3)
+        top = kf.reduce_max(values, axis=(0, 2), name="top")
+        low = kf.reduce_min(values, axis=(0, 2), name="low")
+        count = kf.reduce_sum(values > 0.25, axis=(0, 2), name="count")
+        p.output(kf.point((values - low.at(0, dims=(1,))) / (top.at(0, dims=(1,)) -
+                          low.at(0, dims=(1,)) + 1.0), name="scaled"), count, top)
+        want_top, want_low = x.max(axis=(0, 2)), x.min(axis=(0, 2))
+        for backend in ("numpy", "cpu"):
+            if backend == "cpu":
+                cpu_or_skip()
+            got = p.run(backend=backend, x=x)
+            np.testing.assert_array_equal(got["top"], want_top)
+            np.testing.assert_array_equal(got["count"], (x > 0.25).sum(axis=(0, 2)))
+            np.testing.assert_allclose(
+                got["scaled"], (x - want_low[:, None]) / (want_top - want_low + 1.0)[:, None],
+                rtol=1e-6, atol=1e-6)

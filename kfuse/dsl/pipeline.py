@@ -34,6 +34,7 @@ from kfuse.ir.expr import (
     transform,
 )
 from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction, fixed_size
+from kfuse.ir.fold import fold_reductions
 from kfuse.ir.sizes import base_symbols, derived_size, describe_size, scaled_size
 from kfuse.log import LOG
 from kfuse.user_line import UserLine, where_of
@@ -548,7 +549,8 @@ class Pipeline:
         )
         graph = Graph(self.name, buffers, kernels, tuple(self._inputs), tuple(self._outputs),
                       dict(self._params))
-        return graph.validate()
+        # (reductions over axes that do not merge: one axis at a time, kfuse.ir.fold)
+        return fold_reductions(graph.validate())
 
     @property
     def inputs(self) -> tuple[str, ...]:
