@@ -33,8 +33,8 @@ from kfuse.ir.expr import (
     resolve_weak_constants,
     transform,
 )
-from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction, fixed_size
 from kfuse.ir.fold import fold_reductions
+from kfuse.ir.graph import Buffer, Graph, Kernel, Reduction, fixed_size
 from kfuse.ir.sizes import base_symbols, derived_size, describe_size, scaled_size
 from kfuse.log import LOG
 from kfuse.user_line import UserLine, where_of
