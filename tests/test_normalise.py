@@ -522,6 +522,40 @@ def test_column_standardisation_plans_one_kernel():
     assert "after a pass over every row of the block's strip of columns" in plan.explain()
 
 
+def batch_standardisation() -> kf.Pipeline:
+    """Each feature standardised over a batch of few rows (``(batch, features)``)."""
+    p = kf.Pipeline("batch_standardisation")
+    x = p.input("x", ndim=2)
+    inv_n = p.param("inv_n")
+    mean = kf.reduce_sum(x, axis=0, name="mean")
+    centred = x - mean.at(0, dims=(1,)) * inv_n
+    var = kf.reduce_sum(centred * centred, axis=0, name="var")
+    p.output(kf.point(centred * kf.rsqrt(var.at(0, dims=(1,)) * inv_n + 1e-5), name="y"))
+    return p
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 37, 200])
+def test_columns_of_few_rows_are_held_by_blocks_as_deep_as_the_rows(rows):
+    """Statistics over a batch of a few rows: one held-columns kernel whose block is as deep
+    as the rows (the next power of two, no thread idle), planned at a large batch of
+    features and at the test size, equal to NumPy on the cpu backend."""
+    from kfuse.search.variants import few_row_forms
+
+    across, down = few_row_forms(rows)[0] if rows < 256 else (0, 0)
+    pipeline = batch_standardisation()
+    plan = pipeline.plan(sizes={"x.0": rows, "x.1": 1 << 22})
+    assert len(plan.groups) == 1 and ":hc" in plan.groups[0].variant, plan.explain()
+    assert plan.groups[0].variant.startswith(f"mapreduce:{across}x{down}:"), plan.explain()
+    assert down >= rows > down // 2 and across * down <= 512
+    cpu_or_skip()
+    x = np.random.default_rng(rows).standard_normal((rows, 77)).astype(np.float32) * 3 + 1
+    got = pipeline.run(backend="cpu", plan=plan, x=x, inv_n=1.0 / rows)["y"]
+    wide = x.astype(np.float64)
+    centred = wide - wide.mean(axis=0)
+    np.testing.assert_allclose(got, centred / np.sqrt((centred ** 2).mean(axis=0) + 1e-5),
+                               rtol=2e-4, atol=2e-4)
+
+
 def test_online_centring_is_recognised_only_where_it_holds():
     """A sum of squares of values centred by a centre read from the sum of the same values
     along the same axis goes in that sum's pass; other squares and centres do not."""

@@ -35,6 +35,7 @@ from kfuse.ir.expr import (
 )
 from kfuse.ir.graph import Graph, Kernel
 from kfuse.ir.sizes import derived_size, fixed_size
+from kfuse.runtime.numpy_backend import BINARY_FUNCTIONS, UNARY_FUNCTIONS
 
 # torch.compile mode of the baseline (reported with every row). Measured on an H200 at
 # 8192^2: in the default mode inductor's untuned 2-D tiles run the fused replicate-pad
@@ -42,22 +43,13 @@ from kfuse.ir.sizes import derived_size, fixed_size
 # (0.21 ms, 0.42 ms); CUDA graphs stay off, as kfuse launches without them too.
 COMPILE_MODE = "max-autotune-no-cudagraphs"
 
-_NP_UNARY = {
-    "neg": np.negative, "not": np.logical_not, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
-    "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "abs": np.abs, "floor": np.floor,
-    "ceil": np.ceil, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-}
-_NP_BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "min": np.minimum, "max": np.maximum, "pow": np.power, "lt": np.less, "le": np.less_equal,
-    "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
-    "and": np.logical_and, "or": np.logical_or, "floordiv": np.floor_divide, "mod": np.mod,
-}
 _TORCH_UNARY = {
     "neg": "torch.neg", "not": "torch.logical_not", "sqrt": "torch.sqrt",
     "rsqrt": "torch.rsqrt", "exp": "torch.exp", "log": "torch.log", "sin": "torch.sin",
     "cos": "torch.cos", "tanh": "torch.tanh", "abs": "torch.abs", "floor": "torch.floor",
-    "ceil": "torch.ceil",
+    "ceil": "torch.ceil", "round": "torch.round", "trunc": "torch.trunc", "exp2": "torch.exp2",
+    "log2": "torch.log2", "expm1": "torch.expm1", "log1p": "torch.log1p", "erf": "torch.erf",
+    "tan": "torch.tan", "atan": "torch.atan",
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|"}
@@ -103,9 +95,9 @@ def eval_scalar(node: Expr, params: Mapping[str, Any], memo: dict[int, np.ndarra
             args = [memo[id(child)] for child in current.children()]
             with np.errstate(all="ignore"):
                 if isinstance(current, Unary):
-                    value = np.asarray(_NP_UNARY[current.op](args[0])).astype(dtype)
+                    value = np.asarray(UNARY_FUNCTIONS[current.op](args[0])).astype(dtype)
                 elif isinstance(current, Binary):
-                    value = np.asarray(_NP_BINARY[current.op](args[0], args[1])).astype(dtype)
+                    value = np.asarray(BINARY_FUNCTIONS[current.op](args[0], args[1])).astype(dtype)
                 elif isinstance(current, Select):
                     value = np.asarray(np.where(args[0], args[1], args[2])).astype(dtype)
                 elif isinstance(current, Cast):

@@ -42,6 +42,9 @@ from kfuse.ir.sizes import derived_size
 _FLOAT_FUNCTIONS = {
     "sqrt": "sqrt", "rsqrt": "rsqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",
     "tanh": "tanh", "abs": "fabs", "floor": "floor", "ceil": "ceil", "pow": "pow",
+    "round": "rint",  # to nearest, ties to even: NumPy's round
+    "trunc": "trunc", "exp2": "exp2", "log2": "log2", "expm1": "expm1", "log1p": "log1p",
+    "erf": "erf", "tan": "tan", "atan": "atan",
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from kfuse.errors import BoundaryError, DslError
 from kfuse.ir.expr import (
+    REAL_DTYPES,
     Boundary,
     Coord,
     Expr,
     as_boundary,
+    as_expr,
     binary,
     cast,
     is_integer_scalar,
@@ -55,6 +57,61 @@ def floor(x: object) -> Expr:
 
 def ceil(x: object) -> Expr:
     return unary("ceil", x)
+
+
+def round(x: object) -> Expr:  # noqa: A001 - mirrors numpy's name
+    """To the nearest integer value, ties to even (NumPy's ``round``/``rint``)."""
+    return unary("round", x)
+
+
+def trunc(x: object) -> Expr:
+    """Towards zero."""
+    return unary("trunc", x)
+
+
+def exp2(x: object) -> Expr:
+    return unary("exp2", x)
+
+
+def log2(x: object) -> Expr:
+    return unary("log2", x)
+
+
+def expm1(x: object) -> Expr:
+    """``exp(x) - 1``, exact near 0."""
+    return unary("expm1", x)
+
+
+def log1p(x: object) -> Expr:
+    """``log(1 + x)``, exact near 0."""
+    return unary("log1p", x)
+
+
+def erf(x: object) -> Expr:
+    """The error function (an exact GELU is ``0.5 x (1 + erf(x / sqrt 2))``)."""
+    return unary("erf", x)
+
+
+def tan(x: object) -> Expr:
+    return unary("tan", x)
+
+
+def atan(x: object) -> Expr:
+    return unary("atan", x)
+
+
+def sigmoid(x: object) -> Expr:
+    """The logistic function ``1 / (1 + exp(-x))`` (0 and 1 at the far ends, no overflow
+    to NaN)."""
+    return 1.0 / (1.0 + exp(-as_expr(x)))
+
+
+def sign(x: object) -> Expr:
+    """-1, 0 or 1 by the sign of ``x`` (NaN stays NaN, as NumPy's)."""
+    value = as_expr(x)
+    return select(value > 0, 1.0, select(value < 0, -1.0, value * 0.0)) \
+        if value.dtype in REAL_DTYPES else \
+        select(value > 0, 1, select(value < 0, -1, 0))
 
 
 def minimum(a: object, b: object) -> Expr:

@@ -138,7 +138,8 @@ def as_boundary(spec: object) -> Boundary:
 # ---------------------------------------------------------------------------------------------
 
 UNARY_FUNCTIONS = ("neg", "not", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "abs",
-                   "floor", "ceil")
+                   "floor", "ceil", "round", "trunc", "exp2", "log2", "expm1", "log1p", "erf",
+                   "tan", "atan")
 BINARY_OPERATORS = ("add", "sub", "mul", "div", "min", "max", "pow",
                     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "floordiv", "mod")
 # Integer floor division and remainder (Python's and NumPy's: the remainder takes the
@@ -146,7 +147,10 @@ BINARY_OPERATORS = ("add", "sub", "mul", "div", "min", "max", "pow",
 INTEGER_DIVISIONS = ("floordiv", "mod")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGICAL = ("and", "or")
-FLOAT_ONLY = ("sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "floor", "ceil", "pow", "div")
+# the special-function unit's (or a library call's) work, not one arithmetic instruction
+SPECIAL_FUNCTIONS = ("sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "exp2", "log2",
+                     "expm1", "log1p", "erf", "tan", "atan")
+FLOAT_ONLY = (*SPECIAL_FUNCTIONS, "floor", "ceil", "round", "trunc", "pow", "div")
 
 
 class Expr:
@@ -734,7 +738,7 @@ def count_operations(node: Expr) -> dict[str, int]:
         if isinstance(n, Binary):
             counts["sfu" if n.op in ("div", "pow") and n.dtype in REAL_DTYPES else "alu"] += 1
         elif isinstance(n, Unary):
-            special = n.op in ("sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh")
+            special = n.op in SPECIAL_FUNCTIONS
             counts["sfu" if special else "alu"] += 1
         elif isinstance(n, Select):
             counts["alu"] += 1

@@ -7,6 +7,7 @@ which is how tests obtain a reference for float32 pipelines.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,12 +30,25 @@ from kfuse.ir.expr import (
 from kfuse.ir.graph import Graph, Kernel
 from kfuse.runtime.backend import Backend
 
-_UNARY = {
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function elementwise (NumPy has none; the reference's, one value at a time
+    through :func:`math.erf`, in the array's own float type)."""
+    values = np.asarray(x)
+    kind = values.dtype if values.dtype.kind == "f" else np.dtype(np.float64)
+    return np.vectorize(math.erf, otypes=[kind])(values)
+
+
+# NumPy's function for each of the IR's unary and binary operations (the reference's, and
+# the torch baseline's for constants)
+UNARY_FUNCTIONS = {
     "neg": np.negative, "not": np.logical_not, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
     "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "abs": np.abs, "floor": np.floor,
-    "ceil": np.ceil, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "ceil": np.ceil, "rsqrt": lambda x: 1.0 / np.sqrt(x), "round": np.rint, "trunc": np.trunc,
+    "exp2": np.exp2, "log2": np.log2, "expm1": np.expm1, "log1p": np.log1p, "erf": erf,
+    "tan": np.tan, "atan": np.arctan,
 }
-_BINARY = {
+BINARY_FUNCTIONS = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "min": np.minimum, "max": np.maximum, "pow": np.power, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
@@ -202,9 +216,9 @@ class NumpyEvaluator:
         args = [memo[id(child)] for child in node.children()]
         with np.errstate(all="ignore"):
             if isinstance(node, Unary):
-                return _UNARY[node.op](args[0]).astype(dtype, copy=False)
+                return UNARY_FUNCTIONS[node.op](args[0]).astype(dtype, copy=False)
             if isinstance(node, Binary):
-                return _BINARY[node.op](args[0], args[1]).astype(dtype, copy=False)
+                return BINARY_FUNCTIONS[node.op](args[0], args[1]).astype(dtype, copy=False)
             if isinstance(node, Select):
                 return np.where(args[0], args[1], args[2]).astype(dtype, copy=False)
             if isinstance(node, Cast):  # (to a two-byte float: rounded to it)

@@ -446,7 +446,7 @@ def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
         fits = SEGMENT_BASE_REGISTERS + held_words(group, probe) <= budget
         return probe if fits else None
 
-    for across, down in HELD_COLUMN_WHOLE_FORMS if rows is not None else ():
+    for across, down in few_row_forms(rows) if rows is not None else ():
         unroll = math.ceil(rows / down)
         found = variant(across, down, unroll) if unroll <= HELD_COLUMN_WHOLE_UNROLL else None
         if found:
@@ -454,6 +454,19 @@ def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
     halves = any(group.graph.buffers[name].dtype in HALF_DTYPES for name in group.tile_inputs)
     found = variant(*(HALF_COLUMN_SEGMENT_FORM if halves else HELD_COLUMN_SEGMENT_FORM))
     return [found] if found else []
+
+
+def few_row_forms(rows: int) -> tuple[tuple[int, int], ...]:
+    """The held-column forms (threads across, down) for columns of ``rows``: with fewer rows
+    than the forms' blocks are deep (statistics over a batch of 8, say), a block as deep as
+    the rows (the next power of two) and as wide as 256 threads make, at most a warp
+    across: every thread holds one row's values, none idles (a 2 x 256 block over 8 rows
+    left 31 of 32 threads idle); else :data:`HELD_COLUMN_WHOLE_FORMS`."""
+    deepest = max(down for _, down in HELD_COLUMN_WHOLE_FORMS)
+    if rows >= deepest:
+        return HELD_COLUMN_WHOLE_FORMS
+    down = 1 << max(0, rows - 1).bit_length()
+    return ((max(2, min(WARP, deepest // down)), down),)
 
 
 def held_segment_variants(group: MapReduceGroup, profile: DeviceProfile, rows: int,
