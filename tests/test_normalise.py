@@ -8,6 +8,7 @@ references on odd sizes, fused and unfused."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -535,10 +536,10 @@ def batch_standardisation() -> kf.Pipeline:
 
 
 @pytest.mark.parametrize("rows", [1, 3, 8, 37, 200])
-def test_columns_of_few_rows_are_held_by_blocks_as_deep_as_the_rows(rows):
-    """Statistics over a batch of a few rows: one held-columns kernel whose block is as deep
-    as the rows (the next power of two, no thread idle), planned at a large batch of
-    features and at the test size, equal to NumPy on the cpu backend."""
+def test_columns_of_few_rows_are_held_by_blocks_a_warp_wide(rows):
+    """Statistics over a batch of a few rows: one held-columns kernel whose block is a warp
+    across and a quarter of the rows down (each thread about four rows, none idle),
+    planned at a large batch of features, equal to NumPy on the cpu backend."""
     from kfuse.search.variants import few_row_forms
 
     across, down = few_row_forms(rows)[0] if rows < 256 else (0, 0)
@@ -546,7 +547,9 @@ def test_columns_of_few_rows_are_held_by_blocks_as_deep_as_the_rows(rows):
     plan = pipeline.plan(sizes={"x.0": rows, "x.1": 1 << 22})
     assert len(plan.groups) == 1 and ":hc" in plan.groups[0].variant, plan.explain()
     assert plan.groups[0].variant.startswith(f"mapreduce:{across}x{down}:"), plan.explain()
-    assert down >= rows > down // 2 and across * down <= 512
+    found = re.search(r":u(\d+)", plan.groups[0].variant)
+    unroll = int(found.group(1)) if found else 1
+    assert across == 32 and down * unroll >= rows > down * (unroll - 1) and down <= 16
     cpu_or_skip()
     x = np.random.default_rng(rows).standard_normal((rows, 77)).astype(np.float32) * 3 + 1
     got = pipeline.run(backend="cpu", plan=plan, x=x, inv_n=1.0 / rows)["y"]

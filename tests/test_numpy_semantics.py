@@ -169,3 +169,42 @@ def test_pointwise_minimum_and_maximum_keep_nan_on_either_side(backend):
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
     np.testing.assert_array_equal(ours, expected)
     np.testing.assert_array_equal(interpreted, expected)
+
+
+FUNCTIONS = {  # name: (NumPy's function on float64, the inputs' range)
+    "round": (np.rint, (-6.0, 6.0)), "trunc": (np.trunc, (-6.0, 6.0)),
+    "exp2": (np.exp2, (-8.0, 8.0)), "log2": (np.log2, (0.01, 50.0)),
+    "expm1": (np.expm1, (-1e-3, 1e-3)), "log1p": (np.log1p, (-1e-3, 1e-3)),
+    "erf": (np.vectorize(__import__("math").erf), (-3.0, 3.0)), "tan": (np.tan, (-1.4, 1.4)),
+    "atan": (np.arctan, (-9.0, 9.0)),
+    "sigmoid": (lambda v: 1.0 / (1.0 + np.exp(-v)), (-90.0, 90.0)),
+    "sign": (np.sign, (-2.0, 2.0)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+@compiled
+def test_math_functions_equal_numpys(name, dtype, backend):
+    """Each of the DSL's newer math functions equals NumPy's (to a few units of the dtype's
+    roundoff; round is ties-to-even and exact, halves included; sign of 0 is 0): expm1 and
+    log1p keep their precision near 0, where exp(x) - 1 would lose it."""
+    want, (low, high) = FUNCTIONS[name]
+    rng = np.random.default_rng(len(name))
+    values = rng.uniform(low, high, SHAPE)
+    if name in ("round", "sign"):
+        values[0, :5] = [-2.5, -0.5, 0.0, 0.5, 1.5]
+    values = values.astype(dtype)
+    p = kf.Pipeline(f"function_{name}")
+    x = p.input("x", ndim=2, dtype=dtype)
+    p.output(kf.point(getattr(kf, name)(x), name="y"))
+    ours, interpreted = run_both(backend, p, x=values)
+    expected = want(values.astype(np.float64))
+    roundoff = {"float16": 2e-3, "float32": 4e-7, "float64": 1e-14}[dtype]
+    for got in (ours, interpreted):
+        assert got.dtype == np.dtype(dtype)
+        if name in ("round", "trunc", "sign"):
+            np.testing.assert_array_equal(got.astype(np.float64), expected)
+        else:
+            np.testing.assert_allclose(got.astype(np.float64), expected, rtol=4 * roundoff,
+                                       atol=4 * roundoff * float(np.abs(expected).max()))

@@ -230,6 +230,7 @@ ROWS_FROM_L2_UNROLL = 4
 HELD_COLUMN_WHOLE_FORMS = ((2, 256), (4, 128), (8, 64))
 HELD_COLUMN_WHOLE_UNROLL = 16
 HELD_COLUMN_SEGMENT_FORM = (8, 64, 8)
+FEW_ROWS_DOWN = 16  # (few_row_forms: at most 512 threads a block)
 # ... and for columns of two-byte floats (kept widened to float, as rows above): measured on
 # an H200 (session 39), float16 column standardisation 16384 x 4096, 4 x 128 threads x 4
 # rows 0.2292 ms, x 2 0.2289 (which the model, counting its rows in flight, ranks below two
@@ -458,15 +459,18 @@ def held_column_variants(group: MapReduceGroup, profile: DeviceProfile | None,
 
 def few_row_forms(rows: int) -> tuple[tuple[int, int], ...]:
     """The held-column forms (threads across, down) for columns of ``rows``: with fewer rows
-    than the forms' blocks are deep (statistics over a batch of 8, say), a block as deep as
-    the rows (the next power of two) and as wide as 256 threads make, at most a warp
-    across: every thread holds one row's values, none idles (a 2 x 256 block over 8 rows
-    left 31 of 32 threads idle); else :data:`HELD_COLUMN_WHOLE_FORMS`."""
+    than the forms' blocks are deep (statistics over a batch of 8, say), a warp across and
+    a quarter of the rows (their next power of two) down, at most :data:`FEW_ROWS_DOWN`,
+    so that each thread holds about four rows of its columns and none idles; else
+    :data:`HELD_COLUMN_WHOLE_FORMS`. Measured on an H200 (session 41), a centring over a
+    batch of 8 rows of 8 M columns: 32 x 2 threads (4 rows each) 0.1325 ms, 32 x 4 0.1327,
+    16 x 4 0.1326, 32 x 1 0.1332, 16 x 8 0.1342, 32 x 8 0.1509, the 2 x 256 block (31 of
+    32 threads idle) beside two kernels' 0.2826 planned as two (floor 0.1256)."""
     deepest = max(down for _, down in HELD_COLUMN_WHOLE_FORMS)
     if rows >= deepest:
         return HELD_COLUMN_WHOLE_FORMS
-    down = 1 << max(0, rows - 1).bit_length()
-    return ((max(2, min(WARP, deepest // down)), down),)
+    down = min(FEW_ROWS_DOWN, max(1, (1 << max(0, rows - 1).bit_length()) // 4))
+    return ((WARP, down),)
 
 
 def held_segment_variants(group: MapReduceGroup, profile: DeviceProfile, rows: int,
