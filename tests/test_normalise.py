@@ -411,6 +411,63 @@ def test_every_kind_of_member_in_every_phase(variant):
             assert np.abs(got - value).max() / scale <= 2e-5, (variant, rows, cols, name)
 
 
+def gelu_layernorm() -> kf.Pipeline:
+    """A layer norm of a GELU's values: the error function is the costly part."""
+    p = kf.Pipeline("gelu_layernorm")
+    x = p.input("x", ndim=2)
+    inv_n = p.param("inv_n")
+    h = 0.5 * x * (1.0 + kf.erf(x * 0.7071067811865476))
+    mean = kf.reduce_sum(h, axis=1, name="mean")
+    centred = h - mean.at(0, dims=(0,)) * inv_n
+    var = kf.reduce_sum(centred * centred, axis=1, name="var")
+    p.output(kf.point(centred * kf.rsqrt(var.at(0, dims=(0,)) * inv_n + 1e-5), name="y"))
+    return p
+
+
+def softmax_with_mask() -> kf.Pipeline:
+    """A masked softmax whose map also reads the row: the exponential is computed again
+    (keeping it would hold the row's values and the exponentials both)."""
+    p = kf.Pipeline("softmax_with_row")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=1, name="top")
+    e = kf.exp(x - top.at(0, dims=(0,)))
+    total = kf.reduce_sum(e, axis=1, name="total")
+    p.output(kf.point(e / total.at(0, dims=(0,)) + 0.25 * x, name="y"))
+    return p
+
+
+@pytest.mark.parametrize("variant", [SMALL_HELD, "mapreduce:256x1:r1:i1:w:stream:g40:u2:hr"])
+def test_values_a_later_phase_reads_again_are_kept_in_registers(variant):
+    """The GELU of a layer norm is computed once (in the mean's phase) and the centred value
+    once (in the variance's), kept in registers for the phases after; where a later phase
+    reads the row besides, nothing is kept. Each equals NumPy at odd sizes."""
+    from kfuse.codegen import generate
+
+    rng = np.random.default_rng(5)
+    for build, kept in ((gelu_layernorm, True), (softmax_with_mask, False)):
+        p = build()
+        graph = p.graph()
+        plan = p.fuse([tuple(k.name for k in graph.kernels)], forms=[variant])
+        source = generate(graph, plan.kernel_groups).source
+        assert ("kf_keep_0" in source) is kept
+        # (at each of a thread's 4 elements, in one phase where kept, in two where not)
+        assert source.count("erff(") + source.count("expf(") == 4 * (1 if kept else 2)
+        cpu_or_skip()
+        for rows, cols in ((45, 37), (7, 301)):
+            x = (rng.standard_normal((rows, cols)) * 2).astype(np.float32)
+            got = p.run(backend="cpu", plan=plan, x=x, inv_n=1.0 / cols)["y"] if kept else \
+                p.run(backend="cpu", plan=plan, x=x)["y"]
+            v = x.astype(np.float64)
+            if kept:
+                h = 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+                c = h - h.mean(axis=1, keepdims=True)
+                want = c / np.sqrt((c * c).mean(axis=1, keepdims=True) + 1e-5)
+            else:
+                e = np.exp(v - v.max(axis=1, keepdims=True))
+                want = e / e.sum(axis=1, keepdims=True) + 0.25 * v
+            np.testing.assert_allclose(got, want, rtol=3e-5, atol=3e-5)
+
+
 def test_a_held_group_never_reads_a_column_reduction_of_its_own():
     """A column sum is complete only after every block finished: a member of the same
     held-row group reading it is refused with the reason."""

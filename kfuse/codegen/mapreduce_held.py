@@ -24,12 +24,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from kfuse.codegen.cexpr import c_name, indent, size_var
+from kfuse.codegen.cexpr import c_name, indent, size_var, structural_key
 from kfuse.codegen.mapreduce_skeleton import Accumulation, Grid, MapReduceKernel
 from kfuse.codegen.program import GridAxis
 from kfuse.cuda_limits import WARP
 from kfuse.fusion.mapreduce import Reduce
-from kfuse.ir.expr import C_TYPES, VALUE_SIZE, Binary, Load
+from kfuse.ir.expr import (
+    C_TYPES,
+    SPECIAL_FUNCTIONS,
+    VALUE_SIZE,
+    Binary,
+    Expr,
+    Load,
+    Unary,
+    with_children,
+)
 from kfuse.ir.graph import Kernel
 
 RESCALE_HELPER = r"""#ifndef KF_RESCALE_HELPER
@@ -67,6 +76,29 @@ KF_DEVICE void kf_mr_load_l2(const S* p, int count, bool vec, T (&v)[V]) {
   kf_mr_load<V>(p, count, vec, v);
 }
 #endif  // KF_L2_LOAD_HELPER"""
+
+
+def tree_keys(body: Expr) -> dict[int, tuple]:
+    """A hashable key of every node of ``body`` (by ``id``), equal for the same value: the
+    structure, with the boundary modes of reads at offset 0 left out (no read at the point
+    itself goes outside its array, whatever mode its operator gave it)."""
+    keys: dict[int, tuple] = {}
+    for node in body.walk():
+        plain = replace(node, boundary=None) if isinstance(node, Load) and \
+            not any(node.offsets) and node.scales is None and node.indices is None else node
+        keys[id(node)] = structural_key(plain, tuple(keys[id(c)] for c in node.children()))
+    return keys
+
+
+def _replaced(body: Expr, found: dict[int, int]) -> Expr:
+    """``body`` with its nodes ``found`` (by ``id``: the index of a kept value) read from
+    the kept value's registers; top-down, so a kept value's own parts are not visited."""
+    if id(body) in found:
+        return Load(f"kf_keep_{found[id(body)]}", body.dtype, (), ())
+    children = body.children()
+    if not children:
+        return body
+    return with_children(body, tuple(_replaced(child, found) for child in children))
 
 
 def at(template: str, element: int) -> str:
@@ -290,22 +322,95 @@ class HeldKernel(MapReduceKernel):
                              "  // one plain store per row: no fill, no atomic")
         return lines
 
+    def kept_values(self) -> list[tuple[int, Expr]]:
+        """Values a later phase would compute again from the row in registers: (the phase
+        that computes them first, the expression as it computes it), kept in registers from
+        there on. Only the largest such expressions with a special function (an
+        exponential, an error function) whose row values no later phase reads otherwise,
+        so keeping them takes the registers of the values they are made from: a softmax's
+        ``exp(x - m)`` computed once, not in the sum's phase and again in the map's; a
+        layer norm of a GELU keeps the GELU from the mean's phase and the centred value
+        from the variance's."""
+        group = self.group
+        phases = [[k.body for k in kernels] for kernels in group.phases]
+        first: dict[tuple, tuple[int, Expr]] = {}  # by tree key: (phase, the node there)
+        inside: dict[tuple, set[tuple]] = {}  # by tree key: the keys of its subtree
+        for phase, bodies in enumerate(phases):
+            for body in bodies:
+                keys = tree_keys(body)  # type: ignore[arg-type]
+                for node in body.walk():  # type: ignore[union-attr]
+                    key = keys[id(node)]
+                    first.setdefault(key, (phase, node))
+                    inside.setdefault(key, {keys[id(n)] for n in node.walk()})
+        kept: dict[tuple, tuple[int, Expr]] = {}
+        for phase, bodies in enumerate(phases):
+            for body in bodies:
+                keys = tree_keys(body)  # type: ignore[arg-type]
+                for node in body.walk():  # type: ignore[union-attr]
+                    key = keys[id(node)]
+                    if first[key][0] < phase and not isinstance(node, Load) and any(
+                            isinstance(n, Unary) and n.op in SPECIAL_FUNCTIONS
+                            for n in node.walk()) and \
+                            not any(key in inside[other] and first[key][0] >= found[0]
+                                    for other, found in kept.items()):
+                        # (a part kept from an earlier phase stays: the phase that
+                        # computes the larger value reads it)
+                        kept = {k: v for k, v in kept.items()
+                                if not (k in inside[key] and v[0] >= first[key][0])}
+                        kept[key] = first[key]
+        if not kept:
+            return []
+        chosen = list(kept.values())
+        later = [self.with_kept(body, chosen, len(phases))  # type: ignore[arg-type]
+                 for bodies in phases[1:] for body in bodies]
+        rows = {load.buffer for body in later for load in body.walk()
+                if isinstance(load, Load) and load.buffer in group.tile_inputs}
+        made_of = {load.buffer for _, node in chosen for load in node.walk()
+                   if isinstance(load, Load) and load.buffer in group.tile_inputs}
+        return chosen if not rows & made_of else []
+
+    @staticmethod
+    def with_kept(body: Expr, kept: list[tuple[int, Expr]], phase: int) -> Expr:
+        """``body`` of ``phase`` reading each value kept from an earlier phase from its
+        registers (a read of ``kf_keep_<i>``)."""
+        index = {tree_keys(node)[id(node)]: i for i, (first, node) in enumerate(kept)
+                 if first < phase}
+        if not index:
+            return body
+        keys = tree_keys(body)
+        found = {id(node): index[keys[id(node)]] for node in body.walk()
+                 if keys[id(node)] in index}
+        return _replaced(body, found) if found else body
+
     def held_walk(self, loaded: list[str]) -> list[str]:
         """One row held whole: loaded once, then each phase over the values in registers."""
         group, variant = self.group, self.variant
         row_reductions = group.row_reductions()
+        kept = self.kept_values()
         walk = [
             "// stage 1: the whole row, every load in flight together "
             f"({variant.vector_bytes}-byte loads where aligned)",
             *loaded,
             *self.over_chunks(self.load_lines("kf_cols", "kf_vec", declare=False)),
+            *[f"{C_TYPES[node.dtype]} kf_keep_{i}[{variant.unroll}][{self.v}];  // a value "
+              f"phase {first} computes and later phases read again" for i, (first, node)
+              in enumerate(kept)],
         ]
         # the phase whose combine is the row's last: the next row writes the other buffers
         last_combine = max((phase for phase, kernels in enumerate(group.phases)
                             for r in row_reductions if r.kernel in kernels), default=None)
         for phase, kernels in enumerate(group.phases):
             # a phase reads the row reductions of the phases before it as the block's results
-            code, values = self.evaluate_at_row(kernels)
+            # (and the values kept from the phases before from their registers)
+            keep_here = {f"kf_keep_{i}": self.with_kept(node, kept, phase)
+                         for i, (first, node) in enumerate(kept) if first == phase}
+            evaluated = [replace(k, body=self.with_kept(k.body, kept, phase))  # type: ignore
+                         for k in kernels] if kept else kernels
+            code, values = self.evaluate(lambda element: (("iy", 0), ("ix", element)),
+                                         evaluated, keep_here)
+            keeping = [f"{name}[kf_u][{element}] = {value};" for name in keep_here
+                       for element, value in enumerate(values.pop(name))]
+            self.held_values.update({name: f"{name}[kf_u][{{element}}]" for name in keep_here})
             reductions = [r for r in group.reductions if r.kernel in kernels]
             rows_here = [r for r in reductions if r.kind == self.held_kind]
             names = ", ".join(f"'{k.name}'" for k in kernels)
@@ -317,7 +422,8 @@ class HeldKernel(MapReduceKernel):
                 "the row still held in registers",
                 *self.over_chunks(self.element_work(code, values, reductions, "kf_cols",
                                                     "kf_vec", False,
-                                                    self.phase_stores(phase, kernels))),
+                                                    self.phase_stores(phase, kernels))
+                                  + keeping),
             ]
             if rows_here or phase == 0:
                 walk += [

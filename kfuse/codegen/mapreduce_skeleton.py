@@ -22,7 +22,7 @@ at the end, and the grid (:meth:`MapReduceKernel.body`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kfuse.codegen.cexpr import (
@@ -37,7 +37,7 @@ from kfuse.codegen.cexpr import (
 )
 from kfuse.codegen.program import GridAxis, KernelParam, KernelSource, LaunchSpec, launch_bounds
 from kfuse.fusion.mapreduce import MapReduceGroup, Reduce
-from kfuse.ir.expr import C_TYPES, STORAGE_TYPES, Load
+from kfuse.ir.expr import C_TYPES, STORAGE_TYPES, Expr, Load
 from kfuse.ir.graph import Kernel
 from kfuse.ir.reduce_ops import identity_value
 from kfuse.schedule.forms import MapReduceVariant
@@ -286,13 +286,16 @@ class MapReduceKernel:
             return f"kf_col_{c_name(load.buffer)}{self.col_index}[{element}]"
         return None
 
-    def evaluate(self, coords_of: Callable[[int], tuple], kernels: Sequence[Kernel] | None = None
+    def evaluate(self, coords_of: Callable[[int], tuple], kernels: Sequence[Kernel] | None = None,
+                 extra: Mapping[str, Expr] | None = None
                  ) -> tuple[list[str], dict[str, list[str]]]:
         """Straight-line code evaluating every stored map and reduction of ``kernels`` (the
         core by default) at the V points.
 
         ``coords_of(e)`` gives the emitter coordinates of element ``e``. Returns the lines
-        and, per output buffer, the C variable of its value at each element.
+        and, per output buffer, the C variable of its value at each element; ``extra``:
+        expressions whose values are wanted too, by a name of their own (those the kernels
+        computed already are not computed again).
         """
         group = self.group
         emitter = ExprEmitter(group.graph, coords_of(0), group.domain, None, self.hook)
@@ -306,6 +309,8 @@ class MapReduceKernel:
                 point.state.evaluated.add((kernel.name, point.coords))
                 values.setdefault(kernel.output, []).append(
                     point.emit(kernel.body))  # type: ignore[arg-type]
+            for name, node in (extra or {}).items():
+                values.setdefault(name, []).append(point.emit(node))
         self.names_used = emitter.state.counter
         return emitter.lines, values
 
