@@ -616,6 +616,46 @@ def test_columns_of_few_rows_are_held_by_blocks_a_warp_wide(rows):
                                rtol=2e-4, atol=2e-4)
 
 
+def column_softmax() -> kf.Pipeline:
+    """A softmax down the columns, and each column's log-sum-exp (a tail)."""
+    p = kf.Pipeline("column_softmax")
+    x = p.input("x", ndim=2)
+    top = kf.reduce_max(x, axis=0, name="top")
+    e = kf.exp(x - top.at(0, dims=(1,)))
+    total = kf.reduce_sum(e, axis=0, name="total")
+    p.output(kf.point(e / total.at(0, dims=(1,)), name="y"),
+             kf.point(top + kf.log(total), name="lse"))
+    return p
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("variant", HELD_COLUMNS + ["mapreduce:8x64:r1:i1:w:shuffle:u8:hc"])
+def test_column_sums_of_exponentials_go_in_the_maximums_pass(variant):
+    """Down the columns as along the rows: the sum of exp(x - m) is rescaled as each
+    thread's running column maximum grows (then to the block's), so held columns read the
+    matrix twice, not three times; equal to NumPy on columns of one partial segment and of
+    several, strips cut by the last column, a single element; values spread wide (the
+    running maximum grows often)."""
+    p = column_softmax()
+    graph = p.graph()
+    members = tuple(k.name for k in graph.kernels)
+    assert online_rescaled_sums(graph, members) == {"total": "top"}
+    group = MapReduceGroup(graph, members, list(graph.outputs))
+    assert [[k.name for k in phase] for phase in group.segment_phases][0] == ["top", "total"]
+    plan = p.fuse([members], forms=[variant])
+    cpu_or_skip()
+    rng = np.random.default_rng(9)
+    for shape in ((1001, 37), (5, 3), (257, 129), (1, 1)):
+        x = (rng.standard_normal(shape) * 6 + np.arange(shape[0])[:, None] * 0.01).astype(
+            np.float32)
+        out = p.run(backend="cpu", plan=plan, x=x)
+        v = x.astype(np.float64)
+        e = np.exp(v - v.max(axis=0))
+        np.testing.assert_allclose(out["y"], e / e.sum(axis=0), rtol=2e-5, atol=1e-7)
+        np.testing.assert_allclose(out["lse"], v.max(axis=0) + np.log(e.sum(axis=0)),
+                                   rtol=2e-6, atol=2e-6)
+
+
 def test_online_centring_is_recognised_only_where_it_holds():
     """A sum of squares of values centred by a centre read from the sum of the same values
     along the same axis goes in that sum's pass; other squares and centres do not."""

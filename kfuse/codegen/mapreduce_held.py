@@ -127,8 +127,8 @@ class HeldKernel(MapReduceKernel):
         helpers = super().helpers()
         if self.variant.segmented and self.held_kind == "row":
             helpers = (*helpers, L2_LOAD_HELPER)
-        return (*helpers, RESCALE_HELPER) if self.group.online and self.variant.segmented \
-            else helpers
+        return (*helpers, RESCALE_HELPER) if self.group.online and (
+            self.variant.segmented or self.variant.held_columns) else helpers
 
     def body(self) -> tuple[list[str], Grid]:
         """Rows held whole by blocks: each phase (the core, then the members fed by the
@@ -382,6 +382,21 @@ class HeldKernel(MapReduceKernel):
                  if keys[id(node)] in index}
         return _replaced(body, found) if found else body
 
+    # -- a running maximum's sums (online rescaling), per thread ------------------------------
+    def running_value(self, var: str) -> str:
+        """The C value of the thread's running maximum ``var`` (``{element}``: at the
+        thread's element, where it has one per element)."""
+        return f"kf_racc_{var}"
+
+    def copy_running(self, name: str, var: str, ctype: str, comment: str) -> list[str]:
+        """``kf_<name>_<var>``: a copy of the thread's running maximum ``var``."""
+        return [f"const {ctype} kf_{name}_{var} = kf_racc_{var};  // {comment}"]
+
+    def rescale_lines(self, total: str, before: str, after: str) -> list[str]:
+        """The thread's sum ``total`` moved from the maximum ``before`` (a copy made by
+        :meth:`copy_running`) to ``after`` (a C value, ``{element}`` where per element)."""
+        return [f"kf_racc_{total} *= kf_rescale({before}, {at(after, 0)});"]
+
     def held_walk(self, loaded: list[str]) -> list[str]:
         """One row held whole: loaded once, then each phase over the values in registers."""
         group, variant = self.group, self.variant
@@ -525,22 +540,23 @@ class HeldKernel(MapReduceKernel):
             segment_lines = [
                 f"const int kf_s = {'kf_segments - 1 - kf_k' if backward else 'kf_k'};",
                 f"const int kf_base = kf_s * {self.segment_extent};",
-                *[f"const {self._ctype(m)} kf_prev_{var} = kf_racc_{var};  // the thread's "
-                  "maximum before this segment" for var, m in running.items()],
+                *[line for var, m in running.items() for line in self.copy_running(
+                    "prev", var, self._ctype(m), "the thread's maximum before this segment")],
                 "// the segment's loads, all in flight together",
                 *self.over_chunks(loads),
                 *self.over_chunks(work),
             ]
             if rescaled:
                 # the sums read the thread's running maximum, not the block's
-                self.held_values.update({m.output: f"kf_racc_{var}"
+                self.held_values.update({m.output: self.running_value(var)
                                          for var, m in running.items()})
                 code, values = self.evaluate_at_row(rescaled)
                 segment_lines += [
                     "// the sums of exponentials past the running maximum: rescaled where "
                     "it grew, then this segment's terms",
-                    *[f"kf_racc_{r.var} *= kf_rescale(kf_prev_{top}, kf_racc_{top});"
-                      for r, top in ((r, c_name(maxima[r.kernel.name].output)) for r in sums)],
+                    *[line for r in sums for line in self.rescale_lines(
+                        r.var, f"kf_prev_{c_name(maxima[r.kernel.name].output)}",
+                        self.running_value(c_name(maxima[r.kernel.name].output)))],
                     *self.over_chunks(self.element_work(code, values, sums, "kf_cols",
                                                         "kf_vec", False, [])),
                 ]
@@ -566,8 +582,9 @@ class HeldKernel(MapReduceKernel):
                     f"// pass {phase + 1}'s {'row' if self.held_kind == 'row' else 'column'} "
                     "reductions over the block (warp shuffles, each warp's part in shared "
                     "memory, one barrier)",
-                    *[f"const {self._ctype(m)} kf_own_{var} = kf_racc_{var};  // this "
-                      "thread's maximum, before the block's" for var, m in running.items()]]
+                    *[line for var, m in running.items() for line in self.copy_running(
+                        "own", var, self._ctype(m), "this thread's maximum, before the "
+                        "block's")]]
                 squares = [folds[k.name][1] for k in centred]  # (with them: one barrier)
                 lines, results = self.combine(rows_here + squares)
                 walk += lines
@@ -575,12 +592,12 @@ class HeldKernel(MapReduceKernel):
                 if sums:
                     walk += [
                         "// each thread's sum moved to the block's maximum, then combined",
-                        *[f"kf_racc_{r.var} *= kf_rescale(kf_own_"
-                          f"{c_name(maxima[r.kernel.name].output)}, kf_row_"
-                          f"{c_name(maxima[r.kernel.name].output)});" for r in sums],
-                        *self.combine_rows(sums)]
-                    self.held_values.update(
-                        {r.kernel.output: f"kf_row_{r.var}" for r in sums})
+                        *[line for r in sums for line in self.rescale_lines(
+                            r.var, f"kf_own_{c_name(maxima[r.kernel.name].output)}",
+                            results[maxima[r.kernel.name].output])]]
+                    lines, totals = self.combine(sums)
+                    walk += lines
+                    self.held_values.update(totals)
                 if centred:
                     walk += self.centred_results(centred, folds, results)
                 if phase == last_combine:

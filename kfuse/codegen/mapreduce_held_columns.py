@@ -114,6 +114,17 @@ class HeldColumnsKernel(HeldKernel):
     def held_length(self) -> str:
         return size_var(self.group.domain[0])
 
+    def running_value(self, var: str) -> str:
+        return f"kf_cacc_{var}[{{element}}]"
+
+    def copy_running(self, name: str, var: str, ctype: str, comment: str) -> list[str]:
+        return [f"{ctype} kf_{name}_{var}[{self.v}];  // {comment}, per column",
+                f"for (int e = 0; e < {self.v}; ++e) kf_{name}_{var}[e] = kf_cacc_{var}[e];"]
+
+    def rescale_lines(self, total: str, before: str, after: str) -> list[str]:
+        return [f"for (int e = 0; e < {self.v}; ++e) kf_cacc_{total}[e] *= "
+                f"kf_rescale({before}[e], {after.replace('{element}', 'e')});"]
+
     def copy_accumulator(self, target: str, source: str) -> list[str]:
         return [f"for (int e = 0; e < {self.v}; ++e) kf_cacc_{target}[e] = "
                 f"kf_cacc_{source}[e];"]

@@ -692,30 +692,32 @@ def online_centred_sums(graph: Graph, members: Sequence[str]) -> dict[str, Centr
 
 
 def online_rescaled_sums(graph: Graph, members: Sequence[str]) -> dict[str, str]:
-    """Row sums of exponentials past a row maximum of the group (``sum(exp(e - m))``, ``m``
-    the maximum read at its row, ``e`` reading only row results complete before ``m``'s
-    phase), each to its maximum: computed in the maximum's pass with a running maximum that
-    rescales the sum whenever it grows (Milakov and Gimelshein 2018, the online normaliser
-    of softmax), so rows held in segments are read once for both."""
+    """Row (column) sums of exponentials past a row (column) maximum of the group
+    (``sum(exp(e - m))``, ``m`` the maximum read at its row, ``e`` reading only results
+    complete before ``m``'s phase), each to its maximum: computed in the maximum's pass with
+    a running maximum that rescales the sum whenever it grows (Milakov and Gimelshein 2018,
+    the online normaliser of softmax), so rows held in segments (a strip of columns walked
+    down its rows) are read once for both."""
     phases = held_row_phases(graph, members)
     group = set(members)
     found = {}
     for name in members:
         kernel = graph.kernel_by_name[name]
         if kernel.reduction is None or kernel.reduction.op != "sum" \
-                or kernel.reduction.axes != (1,):
+                or kernel.reduction.axes not in ((1,), (0,)) or kernel.ndim != 2:
             continue
+        kept_axis = 1 - kernel.reduction.axes[0]  # (the axis the result lies along)
         body = _inlined_body(graph, members, name)
         if not (isinstance(body, Unary) and body.op == "exp" and isinstance(body.x, Binary)
                 and body.x.op == "sub" and isinstance(body.x.b, Load)):
             continue
         top = body.x.b
         producer = graph.producer.get(top.buffer)
-        if producer not in group or top.dims != (0,) or not top.is_centered:
+        if producer not in group or top.dims != (kept_axis,) or not top.is_centered:
             continue
         reduction = graph.kernel_by_name[producer].reduction
-        if reduction is None or reduction.op != "max" or reduction.axes != (1,) \
-                or top.dtype != body.dtype:
+        if reduction is None or reduction.op != "max" \
+                or reduction.axes != kernel.reduction.axes or top.dtype != body.dtype:
             continue
         complete = True  # the shifted value reads no row result of the maximum's phase
         for load in loads(body.x.a):
