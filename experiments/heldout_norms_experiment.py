@@ -4,7 +4,8 @@ each compiled call beside its unfused program and torch.compile's in alternating
 16384)); the floor is every input read once and every output written once at
 ``--bandwidth`` (default: the calibrated profile's). ``--sweep columns`` times held-column
 forms on column normalisations and on a batch of 8 rows; ``--sweep rows`` rows of 4096 held
-whole against rows in segments read again from L2.
+whole against rows in segments read again from L2; ``--sweep halves`` the same for a
+bfloat16 layer norm.
 
 Usage on the device machine (repo root)::
 
@@ -222,10 +223,17 @@ def time_cases(names: list[str], bandwidth: float) -> None:
         print_rounds(name, time_alternating(runs, 3, repeat=20), "kfuse")
 
 
+def largest_difference(a, b) -> float:
+    """max |a - b| of two CuPy arrays or two torch tensors (bfloat16 ones have no CuPy
+    view)."""
+    if hasattr(a, "float"):
+        return float((a.float() - b.float()).abs().max())
+    import cupy
+    return float(cupy.abs(a - b).max())
+
+
 def sweep(kind: str) -> None:
     """Forms of one group named by hand, each checked against the planned program."""
-    import cupy
-
     from kfuse.tune.timing import print_rounds, time_alternating
 
     if kind == "columns":
@@ -239,6 +247,13 @@ def sweep(kind: str) -> None:
                  (get_app("colstandardise").build(), MATRIX, tall),
                  (column_softmax(), MATRIX, tall[:6]),
                  (batch_of_rows(), (8, 1 << 23), few)]
+    elif kind == "halves":  # rows of 4096 bfloat16 (8 a 16-byte access)
+        rows = MATRIX[0]
+        forms = [f"{t}x1:r1:i1:w:stream:g{rows}:u{u}:hr" for t, u in (
+            (512, 1), (256, 2), (128, 4), (1024, 1))]
+        forms += [f"{t}x1:r1:i1:w:stream:g{rows}:u{u}:hr:sg" for t, u in (
+            (256, 1), (128, 2), (512, 1), (128, 1))]
+        cases = [(layernorm_bfloat16(), MATRIX, forms)]
     else:
         rows = MATRIX[0]
         forms = [f"{t}x1:r1:i1:w:stream:g{rows}:u{u}:hr:sg" for t, u in (
@@ -257,7 +272,7 @@ def sweep(kind: str) -> None:
             compiled = pipeline.compile(backend="cuda", plan=pipeline.fuse(
                 [members], forms=[f"mapreduce:{form}"]))
             got = compiled(**given)
-            error = max(float(cupy.abs(got[key] - want[key]).max()) for key in want)
+            error = max(largest_difference(got[key], want[key]) for key in want)
             if error > 1e-3:
                 print(f"  {form}: differs from the planned program by {error:.3g}")
             runs[form] = compiled
@@ -271,7 +286,7 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", default=list(CASES))
     parser.add_argument("--bandwidth", type=float, default=None,
                         help="bytes per second (default: the calibrated profile's copy)")
-    parser.add_argument("--sweep", choices=("columns", "rows"))
+    parser.add_argument("--sweep", choices=("columns", "rows", "halves"))
     args = parser.parse_args()
     if args.sweep:
         sweep(args.sweep)
