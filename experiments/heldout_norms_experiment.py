@@ -248,13 +248,14 @@ def sweep(kind: str) -> None:
                  (get_app("colstandardise").build(), MATRIX, tall),
                  (column_softmax(), MATRIX, tall[:6]),
                  (batch_of_rows(), (8, 1 << 23), few)]
-    elif kind == "halves":  # rows of 4096 bfloat16 (8 a 16-byte access)
+    elif kind == "halves":  # rows of 4096 two-byte floats, in segments from L2
         rows = MATRIX[0]
-        forms = [f"{t}x1:r1:i1:w:stream:g{rows}:u{u}:hr" for t, u in (
-            (512, 2), (256, 4), (128, 8), (1024, 1))]
-        forms += [f"{t}x1:r1:i1:w:stream:g{rows}:u{u}:hr:sg" for t, u in (
-            (256, 1), (128, 2), (512, 1), (128, 1))]
+        forms = [f"{t}x1:r1:i1:w:stream:g{rows}:u{u}:hr:sg" for t, u in (
+            (128, 2), (128, 1), (256, 1), (256, 2), (512, 1))]
         cases = [(layernorm_bfloat16(), MATRIX, forms)]
+        cases += [(get_app(name).build(dtype=dtype), MATRIX, forms)
+                  for name in ("rmsnorm", "layernorm", "logsoftmax", "crossentropy")
+                  for dtype in ("float16", "bfloat16")]
     else:
         rows = MATRIX[0]
         forms = [f"{t}x1:r1:i1:w:stream:g{rows}:u{u}:hr:sg" for t, u in (
