@@ -316,10 +316,11 @@ def test_held_rows_leave_no_thread_idle_where_a_smaller_block_spans_the_row():
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_rows_of_two_byte_floats_are_read_in_segments_again_from_l2(dtype):
-    """Rows of two-byte floats that a block could hold are read in segments of two accesses
-    a thread, the later passes again from L2, with the fewest threads that cut the row into
-    at most four segments (rows of 4096: 128 threads; of 32768: 1024); rows too long for that
-    keep the segment forms of any row; columns of them take their own segment form; float32
+    """Rows of two-byte floats that a block could hold are read in segments, the later
+    passes again from L2: one access a thread where 128 or 256 threads cut the row into at
+    most four segments (rows of 4096: 256 threads), else two accesses a thread with the
+    fewest threads that cut it into at most four (rows of 32768: 1024); rows too long for
+    that keep the segment forms of any row; columns of them take their own segment form; float32
     keeps its held forms; rows of 16-byte accesses (every array two bytes) written back
     stay held up to 256 threads of two accesses. The plan equals NumPy on rows of several
     segments and a ragged last one."""
@@ -335,11 +336,16 @@ def test_rows_of_two_byte_floats_are_read_in_segments_again_from_l2(dtype):
     app = get_app("rmsnorm")
     graph = app.build(dtype=dtype).graph()
     group = MapReduceGroup(graph, [k.name for k in graph.kernels], list(graph.outputs))
-    for columns, threads in ((4096, 128), (32768, 1024)):
+    for columns, threads, unroll in ((4096, 256, 1), (32768, 1024, HALF_ROW_SEGMENT_UNROLL)):
         (variant,) = held_row_variants(group, profile, columns, rows=4096)
         assert variant.segmented and not variant.stash, variant
-        assert (variant.threads[0], variant.unroll) == (threads, HALF_ROW_SEGMENT_UNROLL)
+        assert (variant.threads[0], variant.unroll) == (threads, unroll)
         assert math.ceil(columns / group.step(variant)) <= 4
+    losses = get_app("crossentropy").build(dtype=dtype).graph()  # (row results only)
+    losses_group = MapReduceGroup(losses, [k.name for k in losses.kernels],
+                                  list(losses.outputs))
+    (variant,) = held_row_variants(losses_group, profile, 4096, rows=16384)
+    assert (variant.threads[0], variant.unroll) == (128, 1), variant
     long_rows = held_row_variants(group, profile, 131072, rows=1024)
     assert long_rows and all(v.unroll != HALF_ROW_SEGMENT_UNROLL or v.threads[0] == 1024
                              for v in long_rows)

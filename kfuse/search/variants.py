@@ -182,6 +182,12 @@ HELD_ROW_PER_ROW_FORMS = ((256, 16), (1024, 16))
 # LayerNorm 0.115 / 0.112). Rows of float32 keep their held forms (segments 1-48% slower
 # there); rows longer than 1024 threads cut so take the segment forms of any row
 # (HELD_SEGMENT_FORMS).
+# ... and where 128 or 256 threads of one access each cut the row into at most four segments
+# (eight where only row results are stored), one (session 41, H200, 16384 x 4096, ms, 128
+# threads x 2 / 256 x 1 / 128 x 1; 512 x 1 slower than all three): LayerNorm float16 0.1345 / 0.1206 / 0.1257, bfloat16 0.1397 / 0.1208 /
+# 0.1264, a bfloat16 LayerNorm with gain and bias in bfloat16 0.1401 / 0.1213, RMSNorm
+# 0.1186 / 0.1128, log-softmax 0.1224 / 0.1186 / 0.1249; cross-entropy (row results only)
+# float16 0.1095 / 0.1108 / 0.0949, bfloat16 0.1103 / 0.1130 / 0.0979.
 HALF_ROW_SEGMENT_UNROLL = 2
 HALF_ROW_SEGMENTS = 4
 HALF_ROW_THREADS = (128, 256, 512, 1024)
@@ -405,8 +411,10 @@ def held_row_variants(group: MapReduceGroup, profile: DeviceProfile, columns: in
 
 def half_row_segments(group: MapReduceGroup, profile: DeviceProfile, columns: int,
                       rows: int | None) -> MapReduceVariant | None:
-    """Rows of two-byte floats held in segments read again from L2 (one block per row,
-    :data:`HALF_ROW_SEGMENT_UNROLL` accesses a thread, 16 bytes of the group's widest
+    """Rows of two-byte floats held in segments read again from L2 (one block per row, one
+    access a thread where 128 or 256 threads cut the row into at most
+    :data:`HALF_ROW_SEGMENTS` segments, twice as many where only row results are stored;
+    else :data:`HALF_ROW_SEGMENT_UNROLL` accesses a thread, 16 bytes of the group's widest
     array each, the fewest threads of
     :data:`HALF_ROW_THREADS` cutting the row into at most :data:`HALF_ROW_SEGMENTS`), where
     the group reads its rows in two-byte floats and may hold them in segments and such a
@@ -421,15 +429,21 @@ def half_row_segments(group: MapReduceGroup, profile: DeviceProfile, columns: in
     if group.item_size == 2 and (group.stores or group.fed_stores) \
             and columns <= 256 * (16 // 2) * HALF_ROW_HELD_ACCESSES:
         return None  # (every array two bytes: 16-byte accesses of halves; written back: held)
-    for threads in HALF_ROW_THREADS:
-        variant = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), rows,
-                                   HALF_ROW_SEGMENT_UNROLL, 0, 16, held_rows=True,
-                                   segmented=True)
-        if math.ceil(columns / group.step(variant)) > HALF_ROW_SEGMENTS:
-            continue  # (longer rows: the segment forms of any row, held_segment_variants)
-        fits = ROWS_FROM_L2_BASE_REGISTERS + held_words(group, variant) \
-            <= _held_register_budget(threads, profile)
-        return variant if fits else None
+    # one access a thread where 128 or 256 threads cut the row so (into at most four
+    # segments where the group writes rows back, eight where it stores only row results),
+    # else HALF_ROW_SEGMENT_UNROLL
+    stored = bool(group.stores or group.fed_stores)
+    for unroll, most, counts in (
+            (1, HALF_ROW_SEGMENTS * (1 if stored else 2), HALF_ROW_THREADS[:2]),
+            (HALF_ROW_SEGMENT_UNROLL, HALF_ROW_SEGMENTS, HALF_ROW_THREADS)):
+        for threads in counts:
+            variant = MapReduceVariant((threads, 1), 1, 1, True, "stream", (), rows, unroll,
+                                       0, 16, held_rows=True, segmented=True)
+            if math.ceil(columns / group.step(variant)) > most:
+                continue  # (longer rows: the segment forms of any row)
+            fits = ROWS_FROM_L2_BASE_REGISTERS + held_words(group, variant) \
+                <= _held_register_budget(threads, profile)
+            return variant if fits else None
     return None
 
 
