@@ -396,9 +396,10 @@ def test_a_pipeline_name_that_is_no_identifier_is_refused(name):
         kf.Pipeline(name)
 
 
-@pytest.mark.parametrize("ndim", [2.0, True, "2", 4])
-def test_an_input_ndim_that_is_no_integer_from_0_to_3_is_refused(ndim):
-    with pytest.raises(DslError, match=f"give ndim \\(an integer, 0 to 3\\) or shape, got "
+@pytest.mark.parametrize("ndim", [2.0, True, "2", 7, -1])
+def test_an_input_ndim_that_is_no_integer_from_0_to_6_is_refused(ndim):
+    with pytest.raises(DslError, match=f"give ndim \\(an integer, 0 to 6\\) or shape, got "
                                        f"ndim={ndim!r}"):
         kf.Pipeline("dims").input("x", ndim=ndim)
     assert kf.Pipeline("dims").input("x", ndim=np.int64(2)).ndim == 2
+    assert kf.Pipeline("dims").input("x", ndim=4).ndim == 4

@@ -239,3 +239,63 @@ def test_folded_reductions_of_every_op_equal_numpy():
             np.testing.assert_allclose(
                 got["scaled"], (x - want_low[:, None]) / (want_top - want_low + 1.0)[:, None],
                 rtol=1e-6, atol=1e-6)
+
+
+def test_pipelines_over_four_axes_compile_where_they_merge_to_three():
+    """An NCHW batch norm (statistics over (N, H, W), a gain and bias per channel): (H, W)
+    merge and fold together, N after; a channels-last RMSNorm over (N, H, W, C) merges its
+    first three axes (one kernel); a stencil along N and W merges (C, H). Each equals NumPy
+    on the cpu backend at odd sizes; a stencil along all four axes runs on the numpy backend
+    and is refused by name where it would compile."""
+    from kfuse.errors import CompileError
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 5, 7, 9)).astype(np.float32)
+    gain, bias = (rng.standard_normal(5).astype(np.float32) for _ in range(2))
+    p = kf.Pipeline("batch_norm_nchw")
+    values = p.input("x", ndim=4)
+    g = p.input("g", shape=(values.shape[1],))
+    b = p.input("b", shape=(values.shape[1],))
+    inv_n = p.param("inv_n")
+    mean = kf.reduce_sum(values, axis=(0, 2, 3), name="mean")
+    centred = values - mean.at(0, dims=(1,)) * inv_n
+    var = kf.reduce_sum(centred * centred, axis=(0, 2, 3), name="var")
+    p.output(kf.point(centred * kf.rsqrt(var.at(0, dims=(1,)) * inv_n + 1e-5)
+                      * g.at(0, dims=(1,)) + b.at(0, dims=(1,)), name="y"))
+    assert [(k.name, k.reduction.axes) for k in p.graph().kernels if k.reduction] == [
+        ("mean_axes2_3", (2, 3)), ("mean", (0,)), ("var_axes2_3", (2, 3)), ("var", (0,))]
+    plan = p.plan(sizes={"x.0": 32, "x.1": 64, "x.2": 56, "x.3": 56})
+    assert all(len(group.domain) <= 3 for group in plan.graph.kernels), plan.explain()
+    wide = x.astype(np.float64)
+    c = wide - wide.mean(axis=(0, 2, 3), keepdims=True)
+    want = c / np.sqrt((c * c).mean(axis=(0, 2, 3), keepdims=True) + 1e-5) \
+        * gain[:, None, None] + bias[:, None, None]
+
+    q = kf.Pipeline("rmsnorm_channels_last")
+    h = q.input("h", ndim=4)
+    s = kf.reduce_sum(h * h, axis=3, name="s")
+    q.output(kf.point(h * kf.rsqrt(s.at(0, 0, 0, dims=(0, 1, 2)) * (1.0 / 9) + 1e-6),
+                      name="y"))
+    assert len(q.plan(sizes={"h.0": 8, "h.1": 64, "h.2": 64, "h.3": 4096}).groups) == 1
+
+    r = kf.Pipeline("along_n_and_w")
+    u = r.input("u", ndim=4)
+    r.output(kf.local((u.at(-1, 0, 0, 0) + u + u.at(0, 0, 0, 1)) / 3.0, boundary="mirror",
+                      name="s"))
+    t = kf.Pipeline("along_all_four")
+    w = t.input("w", ndim=4)
+    t.output(kf.local(w.at(-1, 0, 0, 0) + w.at(0, -1, 0, 0) + w.at(0, 0, -1, 0)
+                      + w.at(0, 0, 0, -1), boundary="clamp", name="t"))
+    assert t.run(backend="numpy", w=x)["t"].shape == x.shape
+    with pytest.raises(CompileError, match=r"operator 't'.*iterates over 4 axes"):
+        t.plan(sizes={"w.0": 3, "w.1": 5, "w.2": 7, "w.3": 9})
+    cpu_or_skip()
+    np.testing.assert_allclose(p.run(backend="cpu", x=x, g=gain, b=bias,
+                                     inv_n=1.0 / (3 * 7 * 9))["y"], want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(q.run(backend="cpu", h=x)["y"],
+                               wide / np.sqrt((wide * wide).mean(axis=3, keepdims=True) + 1e-6),
+                               rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(r.run(backend="cpu", u=x)["s"], r.run(backend="numpy", u=x)["s"],
+                               rtol=1e-6, atol=1e-6)
+    with pytest.raises(CompileError, match=r"operator 't'.*iterates over 4 axes"):
+        t.run(backend="cpu", w=x)

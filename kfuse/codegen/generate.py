@@ -16,6 +16,7 @@ from kfuse.codegen.program import KernelSource, LaunchSpec, Program
 from kfuse.codegen.specialise import specialise_kernel
 from kfuse.errors import CompileError
 from kfuse.fusion.mapreduce import claims
+from kfuse.ir.collapse import check_compiled_axes
 from kfuse.ir.graph import Graph
 from kfuse.schedule.forms import (
     GroupSchedule,
@@ -50,15 +51,17 @@ def generate(graph: Graph, groups: Sequence[GroupSchedule | Sequence] | None = N
     """
     if array_alignment < 1 or array_alignment & (array_alignment - 1):
         raise CompileError(f"array_alignment must be a power of two, not {array_alignment}")
+    check_compiled_axes(graph)
     for kernel in graph.kernels:
         axes = () if kernel.reduction is None else kernel.reduction.axes
         if 1 < len(axes) < kernel.ndim:
             raise CompileError(
                 f"a reduction over the axes {axes} of {kernel.ndim} compiles where they merge "
                 "into one (adjacent axes every operator reads at its own point, "
-                "kfuse.ir.collapse), and here they do not: fold one axis at a time "
-                "(reduce_sum(reduce_sum(x, axis=2), axis=0)), or run it on the numpy "
-                "backend", operator=kernel.name, where=kernel.where)
+                "kfuse.ir.collapse), and this program is generated for the pipeline unmerged "
+                "(a plan made for it, or an out= array a reshape would copy): plan it with "
+                "Pipeline.plan, give C-contiguous outputs, or run it on the numpy backend",
+                operator=kernel.name, where=kernel.where)
     if config.current().march is not None:
         march = config.current().march
     if groups is None:

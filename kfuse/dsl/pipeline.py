@@ -223,6 +223,10 @@ def _size_symbol(name: str, axis: int, size: object) -> str:
 
 
 COMPILED_RUNS = 16  # compiled pipelines run() keeps per pipeline (backends x plans)
+# axes an array may have: the numpy backend runs any of them; compiled kernels take up to
+# three, after adjacent axes every operator reads at its own point are merged
+# (kfuse.ir.collapse: an NCHW activation's (H, W) are one axis of pixels)
+MAX_AXES = 6
 
 # The stages after the DSL (fusing, planning, compiling, running) as a Pipeline calls them:
 # kfuse.driver installs itself here when kfuse is imported, so that the DSL imports none of
@@ -280,9 +284,9 @@ class Pipeline:
         self._check_new_name(name)
         if shape is None:
             if not isinstance(ndim, numbers.Integral) or isinstance(ndim, bool) \
-                    or ndim not in (0, 1, 2, 3):
-                raise DslError(f"input '{name}': give ndim (an integer, 0 to 3) or shape, got "
-                               f"ndim={ndim!r}")
+                    or not 0 <= ndim <= MAX_AXES:
+                raise DslError(f"input '{name}': give ndim (an integer, 0 to {MAX_AXES}) or "
+                               f"shape, got ndim={ndim!r}")
             shape = tuple(f"{name}.{axis}" for axis in range(int(ndim)))  # kfuse's own
         elif isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise DslError(f"input '{name}': shape must be a tuple of sizes, got {shape!r}")
@@ -290,8 +294,8 @@ class Pipeline:
             shape = tuple(_size_symbol(name, axis, size) for axis, size in enumerate(shape))
         if ndim is not None and len(shape) != ndim:
             raise DslError(f"input '{name}': ndim={ndim} but shape has {len(shape)} sizes")
-        if len(shape) > 3:
-            raise DslError(f"input '{name}': at most 3 dimensions are supported")
+        if len(shape) > MAX_AXES:
+            raise DslError(f"input '{name}': at most {MAX_AXES} dimensions are supported")
         array = Array(self, name, normalize_dtype(dtype), shape)
         self._inputs[name] = array
         self._arrays[name] = array

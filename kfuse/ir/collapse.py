@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kfuse.errors import KfuseError
+from kfuse.errors import CompileError, KfuseError
 from kfuse.ir.expr import Coord, Expr, Load, transform
 from kfuse.ir.graph import Buffer, Graph, Reduction
 from kfuse.ir.sizes import derived_size, fixed_size
@@ -106,6 +106,24 @@ class AxisCollapse:
                                                    self.original.buffers[name].shape,
                                                    self.merged))
         return result
+
+
+# axes a compiled kernel iterates over at most (the code generators' 1-, 2- and 3-D forms)
+COMPILED_AXES = 3
+
+
+def check_compiled_axes(graph: Graph) -> None:
+    """Raise :class:`CompileError` naming the first operator over more axes than compiled
+    kernels take. Calls and plans merge axes first (:func:`axis_collapse`), so a pipeline
+    over (N, C, H, W) whose (H, W) every operator reads at its own point compiles."""
+    for kernel in graph.kernels:
+        if kernel.ndim > COMPILED_AXES:
+            raise CompileError(
+                f"iterates over {kernel.ndim} axes ({', '.join(kernel.domain)}) that do not "
+                f"merge into {COMPILED_AXES} or fewer: compiled kernels take at most "
+                f"{COMPILED_AXES} (adjacent axes merge where every operator reads them at its "
+                "own point, kfuse.ir.collapse); run it on the numpy backend",
+                operator=kernel.name, where=kernel.where)
 
 
 def axis_collapse(graph: Graph) -> AxisCollapse | None:

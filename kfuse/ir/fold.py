@@ -6,8 +6,10 @@ reduce along one axis or all of them. A sum (minimum, maximum) over several axes
 sum over one of the sums over the others, so such a reduction becomes a chain: the innermost
 axis first (along the rows, where the reads are contiguous), its partial result an array of
 its own, then each outer axis of that (as Inductor splits a reduction it cannot do in one
-loop). The last link keeps the operator's name and array: readers and outputs are
-unchanged. Reductions whose axes merge are left whole (the merged graph reduces one axis).
+loop). Axes that merge stay together in one link (a batch norm over (N, H, W) of an NCHW
+activation folds (H, W), which merge into one axis of pixels, then N). The last link keeps
+the operator's name and array: readers and outputs are unchanged. Reductions whose axes
+merge are left whole (the merged graph reduces one axis).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ def fold_reductions(graph: Graph) -> Graph:
     from kfuse.ir.collapse import axis_collapse
 
     while True:
-        apart = _unmerged(graph, axis_collapse(graph))
+        collapse = axis_collapse(graph)
+        apart = _unmerged(graph, collapse)
         if not apart:
             return graph
-        graph = _folded(graph, apart)
+        graph = _folded(graph, apart, [] if collapse is None else collapse.merged)
 
 
 def _unmerged(graph: Graph, collapse) -> set[str]:
@@ -41,7 +44,21 @@ def _unmerged(graph: Graph, collapse) -> set[str]:
     return names
 
 
-def _folded(graph: Graph, names: set[str]) -> Graph:
+def _units(kernel: Kernel, runs) -> list[tuple[int, ...]]:
+    """The reduction's axes in the links they fold in, outermost first: each merged run
+    inside them one link, every other axis its own."""
+    axes = set(kernel.reduction.axes)  # type: ignore[union-attr]
+    units = []
+    for run in runs:
+        found = tuple(a for a, symbol in enumerate(kernel.domain) if symbol in run)
+        if len(found) == len(run) and set(found) <= axes:
+            units.append(found)
+            axes -= set(found)
+    units += [(axis,) for axis in axes]
+    return sorted(units)
+
+
+def _folded(graph: Graph, names: set[str], runs) -> Graph:
     buffers = dict(graph.buffers)
     taken = set(buffers) | {kernel.name for kernel in graph.kernels}
     kernels: list[Kernel] = []
@@ -52,19 +69,20 @@ def _folded(graph: Graph, names: set[str]) -> Graph:
         reduction = kernel.reduction
         dtype = graph.buffers[kernel.output].dtype
         domain, body = kernel.domain, kernel.body
-        axes = sorted(reduction.axes)
-        while len(axes) > 1:
-            axis = axes.pop()  # the innermost left: its partial sums an array of their own
-            name = _fresh(f"{kernel.name}_axis{axis}", taken)
-            partial = tuple(symbol for index, symbol in enumerate(domain) if index != axis)
+        units = _units(kernel, runs)
+        while len(units) > 1:
+            unit = units.pop()  # the innermost left: its partial sums an array of their own
+            label = "_".join(map(str, unit))
+            name = _fresh(f"{kernel.name}_{'axes' if len(unit) > 1 else 'axis'}{label}", taken)
+            partial = tuple(symbol for index, symbol in enumerate(domain) if index not in unit)
             buffers[name] = Buffer(name, dtype, partial)
             kernels.append(Kernel(name, kernel.kind, domain, body, (name,),
-                                  Reduction(reduction.op, (axis,)), where=kernel.where))
+                                  Reduction(reduction.op, unit), where=kernel.where))
             domain = partial
             body = Load(name, dtype, (0,) * len(partial), tuple(range(len(partial))),
                         Boundary("clamp"))
         kernels.append(Kernel(kernel.name, kernel.kind, domain, body, kernel.writes,
-                              Reduction(reduction.op, tuple(axes)), kernel.opaque,
+                              Reduction(reduction.op, units[0]), kernel.opaque,
                               kernel.where))
     return Graph(graph.name, buffers, tuple(kernels), graph.inputs, graph.outputs,
                  dict(graph.params)).validate()

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kfuse.fusion.plan import FusionPlan, make_plan
+from kfuse.ir.collapse import check_compiled_axes
 from kfuse.ir.graph import Graph
 from kfuse.log import LOG
 from kfuse.model.device import DeviceProfile
@@ -48,6 +49,7 @@ def search(graph: Graph, strategy: str = "greedy", model: str = "roofline",
     makes the randomised strategies repeatable; ``options`` go to the strategy.
     """
     check_strategy(strategy)  # before the problem is built
+    check_compiled_axes(graph)
     started = time.perf_counter()
     problem = problem_from_graph(graph, model, sizes, profile)
     result = solve(problem, strategy, seed=seed, **options)
