@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import kfuse.dsl as kf
 from kfuse.apps import get_app
+from kfuse.apps.normalise import build_column_softmax, build_gelu_layernorm
 from kfuse.errors import KfuseError
 
 CASES: dict[str, Callable[[], kf.Pipeline]] = {}
@@ -35,13 +36,15 @@ def case(build: Callable[[], kf.Pipeline]) -> Callable[[], kf.Pipeline]:
 
 @case
 def column_softmax() -> kf.Pipeline:
-    p = kf.Pipeline("column_softmax")
-    x = p.input("x", ndim=2)
-    top = kf.reduce_max(x, axis=0, name="top")
-    e = kf.exp(x - top.at(0, dims=(1,)))
-    total = kf.reduce_sum(e, axis=0, name="total")
-    p.output(kf.point(e / total.at(0, dims=(1,)), name="y"))
-    return p
+    return build_column_softmax()
+
+
+def row_softmax(z) -> kf.Array:
+    """The softmax of each row of the expression ``z``."""
+    m = kf.reduce_max(z, axis=1, name="m")
+    e = kf.exp(z - m.at(0, dims=(0,)))
+    s = kf.reduce_sum(e, axis=1, name="s")
+    return kf.point(e / s.at(0, dims=(0,)), name="y")
 
 
 @case
@@ -72,11 +75,7 @@ def masked_softmax() -> kf.Pipeline:
     p = kf.Pipeline("masked_softmax")
     x = p.input("x", ndim=2)
     mask = p.input("mask", ndim=2, dtype="bool")
-    z = kf.where(mask, x, -1e30)
-    m = kf.reduce_max(z, axis=1, name="m")
-    e = kf.exp(z - m.at(0, dims=(0,)))
-    s = kf.reduce_sum(e, axis=1, name="s")
-    p.output(kf.point(e / s.at(0, dims=(0,)), name="y"))
+    p.output(row_softmax(kf.where(mask, x, -1e30)))
     return p
 
 
@@ -130,12 +129,7 @@ def minmax_scale() -> kf.Pipeline:
 def softmax_temperature() -> kf.Pipeline:
     p = kf.Pipeline("softmax_temperature")
     x = p.input("x", ndim=2)
-    t = p.param("t")
-    z = x * t
-    m = kf.reduce_max(z, axis=1, name="m")
-    e = kf.exp(z - m.at(0, dims=(0,)))
-    s = kf.reduce_sum(e, axis=1, name="s")
-    p.output(kf.point(e / s.at(0, dims=(0,)), name="y"))
+    p.output(row_softmax(x * p.param("t")))
     return p
 
 
@@ -154,15 +148,7 @@ def batchnorm() -> kf.Pipeline:
 
 @case
 def gelu_layernorm() -> kf.Pipeline:
-    p = kf.Pipeline("gelu_layernorm")
-    x = p.input("x", ndim=2)
-    inv_n = p.param("inv_n")
-    h = 0.5 * x * (1.0 + kf.erf(x * 0.7071067811865476))
-    mu = kf.reduce_sum(h, axis=1, name="mu")
-    c = h - mu.at(0, dims=(0,)) * inv_n
-    v = kf.reduce_sum(c * c, axis=1, name="v")
-    p.output(kf.point(c * kf.rsqrt(v.at(0, dims=(0,)) * inv_n + 1e-5), name="y"))
-    return p
+    return build_gelu_layernorm()
 
 
 def batch_of_rows() -> kf.Pipeline:

@@ -16,6 +16,7 @@ import pytest
 import kfuse as kf
 from kfuse.apps import get_app, list_apps
 from kfuse.apps.check import reference_errors
+from kfuse.apps.normalise import build_column_softmax, build_gelu_layernorm
 from kfuse.errors import LaunchError
 from kfuse.fusion.legality import (
     epilogue_violations,
@@ -417,19 +418,6 @@ def test_every_kind_of_member_in_every_phase(variant):
             assert np.abs(got - value).max() / scale <= 2e-5, (variant, rows, cols, name)
 
 
-def gelu_layernorm() -> kf.Pipeline:
-    """A layer norm of a GELU's values: the error function is the costly part."""
-    p = kf.Pipeline("gelu_layernorm")
-    x = p.input("x", ndim=2)
-    inv_n = p.param("inv_n")
-    h = 0.5 * x * (1.0 + kf.erf(x * 0.7071067811865476))
-    mean = kf.reduce_sum(h, axis=1, name="mean")
-    centred = h - mean.at(0, dims=(0,)) * inv_n
-    var = kf.reduce_sum(centred * centred, axis=1, name="var")
-    p.output(kf.point(centred * kf.rsqrt(var.at(0, dims=(0,)) * inv_n + 1e-5), name="y"))
-    return p
-
-
 def softmax_with_mask() -> kf.Pipeline:
     """A masked softmax whose map also reads the row: the exponential is computed again
     (keeping it would hold the row's values and the exponentials both)."""
@@ -450,7 +438,7 @@ def test_values_a_later_phase_reads_again_are_kept_in_registers(variant):
     from kfuse.codegen import generate
 
     rng = np.random.default_rng(5)
-    for build, kept in ((gelu_layernorm, True), (softmax_with_mask, False)):
+    for build, kept in ((build_gelu_layernorm, True), (softmax_with_mask, False)):
         p = build()
         graph = p.graph()
         plan = p.fuse([tuple(k.name for k in graph.kernels)], forms=[variant])
@@ -622,18 +610,6 @@ def test_columns_of_few_rows_are_held_by_blocks_a_warp_wide(rows):
                                rtol=2e-4, atol=2e-4)
 
 
-def column_softmax() -> kf.Pipeline:
-    """A softmax down the columns, and each column's log-sum-exp (a tail)."""
-    p = kf.Pipeline("column_softmax")
-    x = p.input("x", ndim=2)
-    top = kf.reduce_max(x, axis=0, name="top")
-    e = kf.exp(x - top.at(0, dims=(1,)))
-    total = kf.reduce_sum(e, axis=0, name="total")
-    p.output(kf.point(e / total.at(0, dims=(1,)), name="y"),
-             kf.point(top + kf.log(total), name="lse"))
-    return p
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("variant", HELD_COLUMNS + ["mapreduce:8x64:r1:i1:w:shuffle:u8:hc"])
 def test_column_sums_of_exponentials_go_in_the_maximums_pass(variant):
@@ -642,7 +618,7 @@ def test_column_sums_of_exponentials_go_in_the_maximums_pass(variant):
     matrix twice, not three times; equal to NumPy on columns of one partial segment and of
     several, strips cut by the last column, a single element; values spread wide (the
     running maximum grows often)."""
-    p = column_softmax()
+    p = build_column_softmax()
     graph = p.graph()
     members = tuple(k.name for k in graph.kernels)
     assert online_rescaled_sums(graph, members) == {"total": "top"}

@@ -232,6 +232,33 @@ def build_cross_entropy_of_labels(dtype: str = "float32") -> kf.Pipeline:
     return p
 
 
+def build_gelu_layernorm(dtype: str = "float32") -> kf.Pipeline:
+    """A layer norm of a GELU's values (``0.5 x (1 + erf(x / sqrt 2))``), the error function
+    the costly part (a held-out pipeline of the tests and experiments, not an app)."""
+    p = kf.Pipeline("gelu_layernorm")
+    x = p.input("x", ndim=2, dtype=dtype)
+    inv_n = p.param("inv_n")
+    h = 0.5 * x * (1.0 + kf.erf(x * 0.7071067811865476))
+    mean = kf.reduce_sum(h, axis=1, name="mean")
+    centred = h - mean.at(0, dims=(0,)) * inv_n
+    var = kf.reduce_sum(centred * centred, axis=1, name="var")
+    p.output(kf.point(centred * kf.rsqrt(var.at(0, dims=(0,)) * inv_n + 1e-5), name="y"))
+    return p
+
+
+def build_column_softmax(dtype: str = "float32") -> kf.Pipeline:
+    """A softmax down the columns and each column's log-sum-exp (a tail; a held-out pipeline
+    of the tests and experiments, not an app)."""
+    p = kf.Pipeline("column_softmax")
+    x = p.input("x", ndim=2, dtype=dtype)
+    top = kf.reduce_max(x, axis=0, name="top")
+    e = kf.exp(x - top.at(0, dims=(1,)))
+    total = kf.reduce_sum(e, axis=0, name="total")
+    p.output(kf.point(e / total.at(0, dims=(1,)), name="y"),
+             kf.point(top + kf.log(total), name="lse"))
+    return p
+
+
 def build_colstandardise(dtype: str = "float32", boundary: object = None) -> kf.Pipeline:
     """Standardise each column (along axis 0): mean, variance of the centred values, map."""
     p = kf.Pipeline("colstandardise")
