@@ -277,11 +277,12 @@ def _point(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> A
     bodies: list[Callable[[], Any]] = [
         lambda: x + y * 2 if integer else x + y * 0.5,
         lambda: kf.maximum(x, y) - kf.minimum(x, y) * 3 if integer else
-        kf.sqrt(kf.abs(x * y) + 0.25),
+        kf.sqrt(kf.abs(x * y) + 0.25) + kf.log1p(kf.abs(y)),
         lambda: kf.where(x > y, x, y * 3) if integer else kf.maximum(x, y * 0.75),
-        lambda: x * y - x if integer else kf.exp(-kf.abs(x) * 0.5) + kf.abs(y - 1.0),
+        lambda: x * y - x if integer else kf.exp(-kf.abs(x) * 0.5) + kf.erf(y - 1.0),
         lambda: kf.minimum(x, y * 2) + 1 if integer else x / (kf.abs(y) + 1.0),
-        lambda: x - y if integer else kf.tanh(x - y) * 0.5 + kf.minimum(x, 2.0),
+        lambda: x - y if integer else kf.tanh(x - y) * 0.5 + kf.minimum(x, 2.0)
+        + kf.atan(y) * 0.25,
     ]
     body = bodies[choice]()
     if scaled:
@@ -368,13 +369,18 @@ def _cast(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> An
 
 def _normalize(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> Any:
     """A reduction along one axis of a matrix read back across that axis (a row- or
-    column-wise normalisation)."""
+    column-wise normalisation); of floats, a maximum is a softmax's (the exponentials past
+    it summed and read back too: online rescaling, values kept across phases)."""
     kind, axis = op.detail
     x = reads[0]
     reduced = kf.reduce(x, kind, axis, name=f"{name}_r")
     back = kf.along(reduced, 1 - axis)
     if case.dtype in INT_DTYPES:
         return kf.point(x * 2 - back, name=name)
+    if kind == "max":
+        shifted = kf.exp(x - back)
+        total = kf.reduce_sum(shifted, axis=axis, name=f"{name}_s")
+        return kf.point(shifted / kf.along(total, 1 - axis), name=name)
     return kf.point((x - back * 0.5) / (kf.abs(back) + 1.0), name=name)
 
 
