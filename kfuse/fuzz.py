@@ -277,12 +277,11 @@ def _point(p: kf.Pipeline, op: Op, reads: list[Any], case: Case, name: str) -> A
     bodies: list[Callable[[], Any]] = [
         lambda: x + y * 2 if integer else x + y * 0.5,
         lambda: kf.maximum(x, y) - kf.minimum(x, y) * 3 if integer else
-        kf.sqrt(kf.abs(x * y) + 0.25) + kf.log1p(kf.abs(y)),
+        kf.sqrt(kf.abs(x * y) + 0.25),
         lambda: kf.where(x > y, x, y * 3) if integer else kf.maximum(x, y * 0.75),
-        lambda: x * y - x if integer else kf.exp(-kf.abs(x) * 0.5) + kf.erf(y - 1.0),
+        lambda: x * y - x if integer else kf.exp(-kf.abs(x) * 0.5) + kf.abs(y - 1.0),
         lambda: kf.minimum(x, y * 2) + 1 if integer else x / (kf.abs(y) + 1.0),
-        lambda: x - y if integer else kf.tanh(x - y) * 0.5 + kf.minimum(x, 2.0)
-        + kf.atan(y) * 0.25,
+        lambda: x - y if integer else kf.tanh(x - y) * 0.5 + kf.minimum(x, 2.0),
     ]
     body = bodies[choice]()
     if scaled:
