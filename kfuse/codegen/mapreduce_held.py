@@ -333,19 +333,19 @@ class HeldKernel(MapReduceKernel):
         from the variance's."""
         group = self.group
         phases = [[k.body for k in kernels] for kernels in group.phases]
+        keyed = [[(body, tree_keys(body)) for body in bodies]  # type: ignore[arg-type]
+                 for bodies in phases]
         first: dict[tuple, tuple[int, Expr]] = {}  # by tree key: (phase, the node there)
         inside: dict[tuple, set[tuple]] = {}  # by tree key: the keys of its subtree
-        for phase, bodies in enumerate(phases):
-            for body in bodies:
-                keys = tree_keys(body)  # type: ignore[arg-type]
+        for phase, bodies in enumerate(keyed):
+            for body, keys in bodies:
                 for node in body.walk():  # type: ignore[union-attr]
                     key = keys[id(node)]
                     first.setdefault(key, (phase, node))
                     inside.setdefault(key, {keys[id(n)] for n in node.walk()})
         kept: dict[tuple, tuple[int, Expr]] = {}
-        for phase, bodies in enumerate(phases):
-            for body in bodies:
-                keys = tree_keys(body)  # type: ignore[arg-type]
+        for phase, bodies in enumerate(keyed):
+            for body, keys in bodies:
                 for node in body.walk():  # type: ignore[union-attr]
                     key = keys[id(node)]
                     if first[key][0] < phase and not isinstance(node, Load) and any(
@@ -451,6 +451,8 @@ class HeldKernel(MapReduceKernel):
                     {r.kernel.output: f"kf_row_{r.var}" for r in rows_here})
                 if phase == last_combine:
                     walk.append("kf_parity ^= 1;")
+        for i in range(len(kept)):  # (read in the phases only: the tail reads results)
+            self.held_values.pop(f"kf_keep_{i}", None)
         return walk
 
     def stash_lines(self) -> list[str]:
